@@ -1,0 +1,61 @@
+# zoe_add_layer(NAME DEPS ...): one static library per folder, sources globbed so that
+# adding a file needs no edit here. CUDA halves (cuda/*.cu, *_cuda.c) join only with ZOE_CUDA.
+function(zoe_add_layer name)
+  cmake_parse_arguments(L "" "" "DEPS;CUDA_DEPS" ${ARGN})
+  file(GLOB _c CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.c" "${CMAKE_CURRENT_SOURCE_DIR}/cpu/*.c")
+  list(FILTER _c EXCLUDE REGEX "_cuda\\.c$")
+  set(_srcs ${_c})
+  if(ZOE_HAVE_CUDA)
+    file(GLOB _cu CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.cu" "${CMAKE_CURRENT_SOURCE_DIR}/cuda/*.c"
+                                    "${CMAKE_CURRENT_SOURCE_DIR}/*_cuda.c")
+    list(APPEND _srcs ${_cu})
+  endif()
+  add_library(${name} STATIC ${_srcs})
+  target_include_directories(${name} PUBLIC "${PROJECT_SOURCE_DIR}/include" PRIVATE "${PROJECT_SOURCE_DIR}")
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:C>:${ZOE_C_WARNINGS}>)
+  target_link_libraries(${name} PUBLIC ${L_DEPS})
+  if(ZOE_HAVE_CUDA)
+    target_compile_definitions(${name} PUBLIC ZOE_HAVE_CUDA=1)
+    target_link_libraries(${name} PUBLIC ${L_CUDA_DEPS})
+    set_target_properties(${name} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
+  endif()
+endfunction()
+
+# zoe_add_program(NAME SOURCES ... LIBS ...)
+function(zoe_add_program name)
+  cmake_parse_arguments(P "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${P_SOURCES})
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:C>:${ZOE_C_WARNINGS}>)
+  target_include_directories(${name} PRIVATE "${PROJECT_SOURCE_DIR}")
+  target_link_libraries(${name} PRIVATE ${P_LIBS})
+endfunction()
+
+# zoe_add_test(NAME SOURCES ... LIBS ... LABELS ... [RANKS 1 2 4] [ARGS ...] [GPU])
+# One binary; with RANKS it runs under mpiexec once per rank count (NAME_npN).
+# GPU tests exit 77 without a GPU, which ctest reports as skipped.
+function(zoe_add_test name)
+  cmake_parse_arguments(T "GPU" "TIMEOUT" "SOURCES;LIBS;LABELS;RANKS;ARGS" ${ARGN})
+  zoe_add_program(${name} SOURCES ${T_SOURCES} LIBS ${T_LIBS} zoe_testing)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  set(_labels ${T_LABELS})
+  if(T_GPU)
+    list(APPEND _labels gpu)
+  endif()
+  set(_env "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;ZOE_LOG=warn")
+  if(T_RANKS)
+    list(APPEND _labels mpi)
+    foreach(np ${T_RANKS})
+      add_test(NAME ${name}_np${np}
+               COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
+                       ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${T_ARGS})
+      set_tests_properties(${name}_np${np} PROPERTIES LABELS "${_labels}" TIMEOUT ${T_TIMEOUT}
+                           SKIP_RETURN_CODE 77 ENVIRONMENT "${_env};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    endforeach()
+  else()
+    add_test(NAME ${name} COMMAND $<TARGET_FILE:${name}> ${T_ARGS})
+    set_tests_properties(${name} PROPERTIES LABELS "${_labels}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${_env}")
+  endif()
+endfunction()

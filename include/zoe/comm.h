@@ -1,0 +1,60 @@
+/* The communicator: collectives over one group of ranks, on a stream. The MPI backend serves
+ * the CPU device; the NCCL backend serves CUDA devices. Counts are elements, not bytes. */
+#ifndef ZOE_COMM_H
+#define ZOE_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <mpi.h>
+#include "zoe/device.h"
+#include "zoe/dtype.h"
+#include "zoe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zoe_reduce_op {
+    ZOE_REDUCE_SUM = 0,
+    ZOE_REDUCE_MAX = 1,
+} zoe_reduce_op;
+
+typedef struct zoe_comm zoe_comm;
+
+/* A communicator over the ranks of group (which the caller keeps alive). */
+zoe_status zoe_comm_create_mpi(MPI_Comm group, zoe_comm **out);
+/* NCCL over the same ranks: the unique id is broadcast over group, then ncclCommInitRank.
+ * The caller has made device current (ZOE_ERR_UNSUPPORTED in a CPU-only build). */
+zoe_status zoe_comm_create_nccl(MPI_Comm group, zoe_device *device, zoe_comm **out);
+/* The backend that fits the device: MPI for CPU, NCCL for CUDA. */
+zoe_status zoe_comm_create_for_device(MPI_Comm group, zoe_device *device, zoe_comm **out);
+void zoe_comm_destroy(zoe_comm *comm);
+
+int zoe_comm_rank(const zoe_comm *comm);
+int zoe_comm_size(const zoe_comm *comm);
+const char *zoe_comm_backend_name(const zoe_comm *comm);
+/* Bytes this rank has handed to collectives so far (the payload, counted as
+ * count x element size per call, whatever the algorithm); for comparing with formulas. */
+uint64_t zoe_comm_bytes(const zoe_comm *comm);
+void zoe_comm_reset_bytes(zoe_comm *comm);
+
+/* recv[i] = op over ranks of send[i]; send == recv is in-place. */
+zoe_status zoe_comm_all_reduce(zoe_comm *comm, const void *send, void *recv, size_t count,
+                               zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream);
+/* send holds size*recv_count elements; rank r receives the reduction of block r.
+ * In-place when send + r*recv_count*elem == recv. */
+zoe_status zoe_comm_reduce_scatter(zoe_comm *comm, const void *send, void *recv,
+                                   size_t recv_count, zoe_dtype dtype, zoe_reduce_op op,
+                                   zoe_stream *stream);
+/* recv holds size*send_count elements, block r from rank r. In-place when
+ * send == recv + r*send_count*elem. */
+zoe_status zoe_comm_all_gather(zoe_comm *comm, const void *send, void *recv, size_t send_count,
+                               zoe_dtype dtype, zoe_stream *stream);
+zoe_status zoe_comm_broadcast(zoe_comm *comm, void *buf, size_t count, zoe_dtype dtype,
+                              int root, zoe_stream *stream);
+zoe_status zoe_comm_barrier(zoe_comm *comm, zoe_stream *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,71 @@
+/* The device layer: memory, streams and events behind one interface. The CPU backend is a
+ * complete device (host memory, copies are memcpy, a stream runs its work in order at
+ * submission); the CUDA backend uses cudaMalloc, cudaMallocHost, streams and events. */
+#ifndef ZOE_DEVICE_H
+#define ZOE_DEVICE_H
+
+#include <stddef.h>
+#include "zoe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zoe_backend {
+    ZOE_BACKEND_CPU = 0,
+    ZOE_BACKEND_CUDA = 1,
+} zoe_backend;
+
+typedef enum zoe_copy_kind {
+    ZOE_COPY_HOST_TO_DEVICE = 0,
+    ZOE_COPY_DEVICE_TO_HOST = 1,
+    ZOE_COPY_DEVICE_TO_DEVICE = 2,
+    ZOE_COPY_HOST_TO_HOST = 3,
+} zoe_copy_kind;
+
+typedef struct zoe_device zoe_device;
+typedef struct zoe_stream zoe_stream;
+typedef struct zoe_event zoe_event;
+
+/* "cpu" or "cuda". */
+const char *zoe_backend_name(zoe_backend backend);
+zoe_status zoe_backend_parse(const char *name, zoe_backend *out);
+/* Number of CUDA devices visible (0 without CUDA, in a CPU-only build, or without a GPU). */
+int zoe_cuda_device_count(void);
+
+/* ordinal selects the GPU for CUDA; ignored for CPU. */
+zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out);
+void zoe_device_destroy(zoe_device *dev);
+zoe_backend zoe_device_backend(const zoe_device *dev);
+int zoe_device_ordinal(const zoe_device *dev);
+
+/* Device memory (64-byte aligned on CPU). free(NULL) is a no-op. */
+zoe_status zoe_device_alloc(zoe_device *dev, size_t bytes, void **out);
+void zoe_device_free(zoe_device *dev, void *ptr);
+/* Page-locked host memory that device copies can run from asynchronously. */
+zoe_status zoe_host_alloc(zoe_device *dev, size_t bytes, void **out);
+void zoe_host_free(zoe_device *dev, void *ptr);
+
+zoe_status zoe_stream_create(zoe_device *dev, zoe_stream **out);
+void zoe_stream_destroy(zoe_stream *stream);
+zoe_status zoe_stream_synchronize(zoe_stream *stream);
+/* The backend's native handle (cudaStream_t on CUDA, NULL on CPU). */
+void *zoe_stream_native(zoe_stream *stream);
+zoe_device *zoe_stream_device(zoe_stream *stream);
+
+zoe_status zoe_event_create(zoe_device *dev, zoe_event **out);
+void zoe_event_destroy(zoe_event *event);
+zoe_status zoe_event_record(zoe_event *event, zoe_stream *stream);
+zoe_status zoe_event_synchronize(zoe_event *event);
+/* Work submitted to stream after this call waits for the event. */
+zoe_status zoe_stream_wait_event(zoe_stream *stream, zoe_event *event);
+
+zoe_status zoe_memcpy_async(void *dst, const void *src, size_t bytes, zoe_copy_kind kind,
+                            zoe_stream *stream);
+zoe_status zoe_memset_async(void *dst, int value, size_t bytes, zoe_stream *stream);
+zoe_status zoe_device_synchronize(zoe_device *dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,17 @@
+/* zoe: tensor parallelism x ZeRO-Offload training in C. The one header a program includes. */
+#ifndef ZOE_ZOE_H
+#define ZOE_ZOE_H
+
+#include "zoe/status.h"
+#include "zoe/log.h"
+#include "zoe/dtype.h"
+#include "zoe/device.h"
+#include "zoe/comm.h"
+#include "zoe/grid.h"
+#include "zoe/topology.h"
+
+#define ZOE_VERSION_MAJOR 0
+#define ZOE_VERSION_MINOR 1
+#define ZOE_VERSION_PATCH 0
+
+#endif

@@ -1,0 +1,219 @@
+/* The communicator and its MPI backend.
+ *
+ * bf16 and fp16 reductions are staged through fp32 rather than reduced by a user-defined
+ * MPI_Op on 16-bit data: a user op would round to 16 bits after every pairwise combination
+ * (error growing with the number of ranks, and depending on MPI's reduction order), while
+ * staging rounds once, after an fp32 sum, so a reduction over d ranks equals the serial fp32
+ * sum rounded once. It doubles the bytes on the wire, which the CPU backend (tests, small
+ * grids) can afford; the NCCL backend reduces 16-bit data natively. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/comm_impl.h"
+#include "runtime/device_impl.h"
+#include "runtime/error.h"
+
+#define MPI_TRY(call, what)                                                                        \
+    do {                                                                                           \
+        if ((call) != MPI_SUCCESS) return zoe_fail(ZOE_ERR_MPI, "%s failed", what);               \
+    } while (0)
+
+static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
+    if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "comm out pointer is NULL");
+    *out = NULL;
+    if (group == MPI_COMM_NULL) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "group is MPI_COMM_NULL");
+    zoe_comm *c = calloc(1, sizeof *c);
+    if (!c) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "comm struct");
+    c->kind = kind;
+    if (MPI_Comm_dup(group, &c->group) != MPI_SUCCESS) {
+        free(c);
+        return zoe_fail(ZOE_ERR_MPI, "MPI_Comm_dup of the group failed");
+    }
+    MPI_Comm_rank(c->group, &c->rank);
+    MPI_Comm_size(c->group, &c->size);
+    *out = c;
+    return ZOE_OK;
+}
+
+zoe_status zoe_comm_create_mpi(MPI_Comm group, zoe_comm **out) {
+    return comm_new(group, ZOE_COMM_MPI, out);
+}
+
+zoe_status zoe_comm_create_nccl(MPI_Comm group, zoe_device *device, zoe_comm **out) {
+    if (out) *out = NULL;
+#ifdef ZOE_HAVE_CUDA
+    if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "comm out pointer is NULL");
+    if (!device || zoe_device_backend(device) != ZOE_BACKEND_CUDA)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "an NCCL communicator needs a CUDA device");
+    ZOE_TRY(comm_new(group, ZOE_COMM_NCCL, out));
+    zoe_status st = zoe_nccl_init(*out, device);
+    if (st != ZOE_OK) {
+        zoe_comm_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+#else
+    (void)group, (void)device;
+    return zoe_fail(ZOE_ERR_UNSUPPORTED, "this zoe was built without CUDA, so without NCCL");
+#endif
+}
+
+zoe_status zoe_comm_create_for_device(MPI_Comm group, zoe_device *device, zoe_comm **out) {
+    if (device && zoe_device_backend(device) == ZOE_BACKEND_CUDA)
+        return zoe_comm_create_nccl(group, device, out);
+    return zoe_comm_create_mpi(group, out);
+}
+
+void zoe_comm_destroy(zoe_comm *c) {
+    if (!c) return;
+#ifdef ZOE_HAVE_CUDA
+    if (c->kind == ZOE_COMM_NCCL) zoe_nccl_destroy(c);
+#endif
+    if (c->group != MPI_COMM_NULL) MPI_Comm_free(&c->group);
+    free(c->stage);
+    free(c);
+}
+
+int zoe_comm_rank(const zoe_comm *c) { return c->rank; }
+int zoe_comm_size(const zoe_comm *c) { return c->size; }
+const char *zoe_comm_backend_name(const zoe_comm *c) {
+    return c->kind == ZOE_COMM_NCCL ? "nccl" : "mpi";
+}
+uint64_t zoe_comm_bytes(const zoe_comm *c) { return c->bytes; }
+void zoe_comm_reset_bytes(zoe_comm *c) { c->bytes = 0; }
+
+static zoe_status check_args(const zoe_comm *c, const void *send, const void *recv, size_t count,
+                             zoe_dtype dtype, const char *what) {
+    if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", what);
+    if (zoe_dtype_size(dtype) == 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", what, (int)dtype);
+    if (count > (size_t)INT_MAX / (size_t)c->size)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: count %zu over the MPI limit", what, count);
+    if (count && (!send || !recv))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: NULL buffer for %zu elements", what, count);
+    return ZOE_OK;
+}
+
+static zoe_status check_op(zoe_reduce_op op, zoe_dtype dtype, const char *what) {
+    if (op != ZOE_REDUCE_SUM && op != ZOE_REDUCE_MAX)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown reduce op %d", what, (int)op);
+    (void)dtype;
+    return ZOE_OK;
+}
+
+static MPI_Op mpi_op(zoe_reduce_op op) { return op == ZOE_REDUCE_MAX ? MPI_MAX : MPI_SUM; }
+
+static int is_half(zoe_dtype d) { return d == ZOE_BF16 || d == ZOE_F16; }
+
+static zoe_status stage_reserve(zoe_comm *c, size_t count) {
+    if (count <= c->stage_count) return ZOE_OK;
+    float *p = realloc(c->stage, count * sizeof(float));
+    if (!p) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "comm staging of %zu floats", count);
+    c->stage = p;
+    c->stage_count = count;
+    return ZOE_OK;
+}
+
+zoe_status zoe_comm_all_reduce(zoe_comm *c, const void *send, void *recv, size_t count,
+                               zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
+    ZOE_TRY(check_args(c, send, recv, count, dtype, "all_reduce"));
+    ZOE_TRY(check_op(op, dtype, "all_reduce"));
+    c->bytes += count * zoe_dtype_size(dtype);
+#ifdef ZOE_HAVE_CUDA
+    if (c->kind == ZOE_COMM_NCCL)
+        return zoe_nccl_all_reduce(c, send, recv, count, dtype, op, stream);
+#endif
+    (void)stream;
+    if (count == 0) return ZOE_OK;
+    if (is_half(dtype)) {
+        ZOE_TRY(stage_reserve(c, count));
+        ZOE_TRY(zoe_convert(c->stage, ZOE_F32, send, dtype, count));
+        MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, c->stage, (int)count, MPI_FLOAT, mpi_op(op), c->group),
+                "MPI_Allreduce");
+        return zoe_convert(recv, dtype, c->stage, ZOE_F32, count);
+    }
+    MPI_Datatype t = dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
+    MPI_TRY(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, mpi_op(op),
+                          c->group),
+            "MPI_Allreduce");
+    return ZOE_OK;
+}
+
+zoe_status zoe_comm_reduce_scatter(zoe_comm *c, const void *send, void *recv, size_t recv_count,
+                                   zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
+    ZOE_TRY(check_args(c, send, recv, recv_count, dtype, "reduce_scatter"));
+    ZOE_TRY(check_op(op, dtype, "reduce_scatter"));
+    size_t total = recv_count * (size_t)c->size, esz = zoe_dtype_size(dtype);
+    c->bytes += total * esz;
+#ifdef ZOE_HAVE_CUDA
+    if (c->kind == ZOE_COMM_NCCL)
+        return zoe_nccl_reduce_scatter(c, send, recv, recv_count, dtype, op, stream);
+#endif
+    (void)stream;
+    if (recv_count == 0) return ZOE_OK;
+    const char *s = send;
+    int overlaps = (const char *)recv < s + total * esz && s < (const char *)recv + recv_count * esz;
+    if (is_half(dtype) || overlaps) {
+        /* Staged: fp32 copy of the whole input, reduced into the tail of the staging area. */
+        ZOE_TRY(stage_reserve(c, total + recv_count));
+        float *in = c->stage, *out = c->stage + total;
+        if (dtype == ZOE_I32 || dtype == ZOE_F32) memcpy(in, send, total * esz);
+        else ZOE_TRY(zoe_convert(in, ZOE_F32, send, dtype, total));
+        MPI_Datatype t = dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
+        MPI_TRY(MPI_Reduce_scatter_block(in, out, (int)recv_count, t, mpi_op(op), c->group),
+                "MPI_Reduce_scatter_block");
+        if (dtype == ZOE_I32 || dtype == ZOE_F32) memcpy(recv, out, recv_count * esz);
+        else ZOE_TRY(zoe_convert(recv, dtype, out, ZOE_F32, recv_count));
+        return ZOE_OK;
+    }
+    MPI_Datatype t = dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
+    MPI_TRY(MPI_Reduce_scatter_block(send, recv, (int)recv_count, t, mpi_op(op), c->group),
+            "MPI_Reduce_scatter_block");
+    return ZOE_OK;
+}
+
+/* Moving data without arithmetic: 16-bit types travel as raw 16-bit words, exactly. */
+static MPI_Datatype raw_type(zoe_dtype dtype) {
+    return zoe_dtype_size(dtype) == 2 ? MPI_UINT16_T : dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
+}
+
+zoe_status zoe_comm_all_gather(zoe_comm *c, const void *send, void *recv, size_t send_count,
+                               zoe_dtype dtype, zoe_stream *stream) {
+    ZOE_TRY(check_args(c, send, recv, send_count, dtype, "all_gather"));
+    size_t esz = zoe_dtype_size(dtype);
+    c->bytes += send_count * (size_t)c->size * esz;
+#ifdef ZOE_HAVE_CUDA
+    if (c->kind == ZOE_COMM_NCCL) return zoe_nccl_all_gather(c, send, recv, send_count, dtype, stream);
+#endif
+    (void)stream;
+    if (send_count == 0) return ZOE_OK;
+    int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * send_count * esz;
+    MPI_TRY(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, raw_type(dtype), recv,
+                          (int)send_count, raw_type(dtype), c->group),
+            "MPI_Allgather");
+    return ZOE_OK;
+}
+
+zoe_status zoe_comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dtype, int root,
+                              zoe_stream *stream) {
+    ZOE_TRY(check_args(c, buf, buf, count, dtype, "broadcast"));
+    if (root < 0 || root >= c->size)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "broadcast root %d outside group of %d", root,
+                        c->size);
+    c->bytes += count * zoe_dtype_size(dtype);
+#ifdef ZOE_HAVE_CUDA
+    if (c->kind == ZOE_COMM_NCCL) return zoe_nccl_broadcast(c, buf, count, dtype, root, stream);
+#endif
+    (void)stream;
+    if (count == 0) return ZOE_OK;
+    MPI_TRY(MPI_Bcast(buf, (int)count, raw_type(dtype), root, c->group), "MPI_Bcast");
+    return ZOE_OK;
+}
+
+zoe_status zoe_comm_barrier(zoe_comm *c, zoe_stream *stream) {
+    if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "barrier: communicator is NULL");
+    /* Work queued on the stream is part of "before the barrier". */
+    ZOE_TRY(zoe_stream_synchronize(stream));
+    MPI_TRY(MPI_Barrier(c->group), "MPI_Barrier");
+    return ZOE_OK;
+}

@@ -1,0 +1,34 @@
+/* Internal: the communicator struct and the NCCL half's entry points (comm_nccl_cuda.c). */
+#ifndef ZOE_RUNTIME_COMM_IMPL_H
+#define ZOE_RUNTIME_COMM_IMPL_H
+
+#include "zoe/comm.h"
+
+typedef enum { ZOE_COMM_MPI, ZOE_COMM_NCCL } zoe_comm_kind;
+
+struct zoe_comm {
+    zoe_comm_kind kind;
+    MPI_Comm group; /* our duplicate: collectives of zoe never match a caller's messages */
+    int rank, size;
+    uint64_t bytes;
+    /* MPI backend: fp32 staging for bf16/fp16 reductions, grown once to the largest call. */
+    float *stage;
+    size_t stage_count;
+    void *nccl; /* ncclComm_t */
+};
+
+#ifdef ZOE_HAVE_CUDA
+zoe_status zoe_nccl_init(zoe_comm *comm, zoe_device *device);
+void zoe_nccl_destroy(zoe_comm *comm);
+zoe_status zoe_nccl_all_reduce(zoe_comm *comm, const void *send, void *recv, size_t count,
+                               zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream);
+zoe_status zoe_nccl_reduce_scatter(zoe_comm *comm, const void *send, void *recv,
+                                   size_t recv_count, zoe_dtype dtype, zoe_reduce_op op,
+                                   zoe_stream *stream);
+zoe_status zoe_nccl_all_gather(zoe_comm *comm, const void *send, void *recv, size_t send_count,
+                               zoe_dtype dtype, zoe_stream *stream);
+zoe_status zoe_nccl_broadcast(zoe_comm *comm, void *buf, size_t count, zoe_dtype dtype, int root,
+                              zoe_stream *stream);
+#endif
+
+#endif

@@ -1,0 +1,43 @@
+/* Internal: the device structs and the CUDA half's entry points (device_cuda.c). */
+#ifndef ZOE_RUNTIME_DEVICE_IMPL_H
+#define ZOE_RUNTIME_DEVICE_IMPL_H
+
+#include "zoe/device.h"
+
+struct zoe_device {
+    zoe_backend backend;
+    int ordinal;
+};
+
+struct zoe_stream {
+    zoe_device *dev;
+    void *native; /* cudaStream_t; NULL on CPU */
+};
+
+struct zoe_event {
+    zoe_device *dev;
+    void *native; /* cudaEvent_t; NULL on CPU */
+};
+
+#ifdef ZOE_HAVE_CUDA
+int zoe_cuda_count(void);
+zoe_status zoe_cuda_set_device(int ordinal);
+zoe_status zoe_cuda_alloc(size_t bytes, void **out);
+void zoe_cuda_free(void *ptr);
+zoe_status zoe_cuda_host_alloc(size_t bytes, void **out);
+void zoe_cuda_host_free(void *ptr);
+zoe_status zoe_cuda_stream_create(void **out);
+void zoe_cuda_stream_destroy(void *stream);
+zoe_status zoe_cuda_stream_synchronize(void *stream);
+zoe_status zoe_cuda_event_create(void **out);
+void zoe_cuda_event_destroy(void *event);
+zoe_status zoe_cuda_event_record(void *event, void *stream);
+zoe_status zoe_cuda_event_synchronize(void *event);
+zoe_status zoe_cuda_stream_wait_event(void *stream, void *event);
+zoe_status zoe_cuda_memcpy_async(void *dst, const void *src, size_t bytes, zoe_copy_kind kind,
+                                 void *stream);
+zoe_status zoe_cuda_memset_async(void *dst, int value, size_t bytes, void *stream);
+zoe_status zoe_cuda_device_synchronize(void);
+#endif
+
+#endif

@@ -1,0 +1,49 @@
+/* Test helpers: a seeded generator for random inputs, checks that print what failed, and the
+ * MPI start-up every test shares. A test returns test_finish(), which is 0 only when no check
+ * failed on any rank. */
+#ifndef ZOE_TESTING_H
+#define ZOE_TESTING_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "zoe/zoe.h"
+
+/* xoshiro256** seeded by splitmix64: reproducible across ranks and runs. */
+typedef struct test_rng {
+    uint64_t s[4];
+} test_rng;
+
+void test_rng_seed(test_rng *rng, uint64_t seed);
+uint64_t test_rng_next(test_rng *rng);
+double test_rng_uniform(test_rng *rng);           /* [0, 1) */
+double test_rng_normal(test_rng *rng);            /* N(0, 1) */
+int64_t test_rng_int(test_rng *rng, int64_t lo, int64_t hi); /* [lo, hi] */
+void test_fill_uniform(test_rng *rng, float *x, size_t n, float lo, float hi);
+
+/* Starts MPI (when not yet started) and reads the rank; every test calls it first. */
+void test_init(int *argc, char ***argv);
+int test_rank(void);
+int test_world_size(void);
+
+/* Records a failure (printed with file:line and rank) when cond is false. */
+#define CHECK(cond, ...) test_check((cond), __FILE__, __LINE__, __VA_ARGS__)
+void test_check(int cond, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* |got - want| <= atol + rtol * |want| for every element; prints the worst element. */
+#define CHECK_CLOSE(got, want, n, atol, rtol, what)                                                \
+    test_check_close((got), (want), (n), (atol), (rtol), (what), __FILE__, __LINE__)
+int test_check_close(const double *got, const double *want, size_t n, double atol, double rtol,
+                     const char *what, const char *file, int line);
+/* Checks a zoe call returned ZOE_OK; prints zoe_last_error() otherwise. */
+#define CHECK_OK(call) test_check_ok((call), #call, __FILE__, __LINE__)
+int test_check_ok(zoe_status st, const char *call, const char *file, int line);
+int test_failures(void);
+
+/* Reduces failures over all ranks, prints "<name>: N passed, N failed" on rank 0, finalises MPI
+ * and returns the process exit code. */
+int test_finish(const char *name);
+
+#endif
