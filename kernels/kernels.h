@@ -1,0 +1,124 @@
+/* The op table: forward and backward of every op of a GPT training step, one interface with a
+ * CPU backend (kernels/cpu) and a CUDA backend (kernels/cuda).
+ *
+ * Conventions, shared by every op:
+ *  - Tensors are row-major and contiguous. `dt` is the storage dtype of activations, weights
+ *    and their gradients in the call (ZOE_F32 or ZOE_BF16 on CPU; ZOE_BF16/ZOE_F16/ZOE_F32 on
+ *    CUDA); statistics (mean, rstd, lse, row max, sums) are always fp32, token ids int32.
+ *    Arithmetic is fp32 whatever the storage.
+ *  - Gradient outputs ACCUMULATE (+=) into their buffers (llm.c's convention), because most
+ *    gradients in a transformer are sums over several consumers; callers zero them first.
+ *  - Any gradient output may be NULL: that gradient is not computed.
+ *  - Work is issued on the context's stream; on CPU it has completed when the call returns.
+ *  - Scratch comes from the workspace planned at create time: no allocation inside an op.
+ */
+#ifndef ZOE_KERNELS_H
+#define ZOE_KERNELS_H
+
+#include <stdint.h>
+#include "zoe/device.h"
+#include "zoe/dtype.h"
+#include "zoe/status.h"
+
+typedef struct zoe_kernels zoe_kernels;
+
+/* The largest shapes the context will see; the workspace is planned from them. */
+typedef struct zoe_kernel_plan {
+    int64_t max_rows;  /* B*T, tokens per micro-batch */
+    int64_t max_dim;   /* the widest K or N of a matmul (e.g. 4C or the local vocab) */
+    int64_t max_seq;   /* T */
+    int64_t max_heads; /* heads on this rank */
+    int64_t max_head_dim;
+} zoe_kernel_plan;
+
+zoe_status zoe_kernels_create(zoe_device *dev, zoe_stream *stream, const zoe_kernel_plan *plan,
+                              zoe_kernels **out);
+void zoe_kernels_destroy(zoe_kernels *k);
+zoe_backend zoe_kernels_backend(const zoe_kernels *k);
+zoe_stream *zoe_kernels_stream(const zoe_kernels *k);
+
+/* ---- matmul with optional bias: y[M,N] = x[M,K] . w[N,K]^T + b[N] ---- */
+zoe_status zoe_matmul_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, const void *w,
+                              const void *b, int64_t M, int64_t K, int64_t N);
+/* dx[M,K] += dy . w;  dw[N,K] += dy^T . x;  db[N] += sum over rows of dy. */
+zoe_status zoe_matmul_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dw, void *db,
+                               const void *dy, const void *x, const void *w, int64_t M, int64_t K,
+                               int64_t N);
+
+/* ---- LayerNorm over the last dim C (eps 1e-5); mean and rstd [rows] saved for backward ---- */
+zoe_status zoe_layernorm_forward(zoe_kernels *k, zoe_dtype dt, void *y, float *mean, float *rstd,
+                                 const void *x, const void *gamma, const void *beta, int64_t rows,
+                                 int64_t C);
+zoe_status zoe_layernorm_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dgamma,
+                                  void *dbeta, const void *dy, const void *x, const void *gamma,
+                                  const float *mean, const float *rstd, int64_t rows, int64_t C);
+
+/* ---- GELU, tanh approximation ---- */
+zoe_status zoe_gelu_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t n);
+/* dx += dy * gelu'(x) */
+zoe_status zoe_gelu_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const void *dy,
+                             const void *x, int64_t n);
+
+/* ---- causal multi-head self-attention ----
+ * qkv [B, T, NH, 3, HS]: per head its q, k and v side by side, so a column-parallel QKV whose
+ * rows are laid out head by head gives every TP rank whole heads. out [B, T, NH, HS].
+ * lse [B, NH, T]: log-sum-exp of each row's scaled scores, saved so that backward recomputes
+ * the probabilities without a stored T x T matrix. Scale 1/sqrt(HS). */
+zoe_status zoe_attention_forward(zoe_kernels *k, zoe_dtype dt, void *out, float *lse,
+                                 const void *qkv, int64_t B, int64_t T, int64_t NH, int64_t HS);
+zoe_status zoe_attention_backward(zoe_kernels *k, zoe_dtype dt, void *dqkv, const void *dout,
+                                  const void *qkv, const void *out, const float *lse, int64_t B,
+                                  int64_t T, int64_t NH, int64_t HS);
+
+/* ---- residual: y = a + b (y may alias a or b); backward is zoe_add: y += x ---- */
+zoe_status zoe_residual_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *a,
+                                const void *b, int64_t n);
+zoe_status zoe_add(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t n);
+/* y *= s (loss and gradient scaling, averaging) */
+zoe_status zoe_scale(zoe_kernels *k, zoe_dtype dt, void *y, float s, int64_t n);
+
+/* ---- token + position embedding ----
+ * y[b,t,:] = wte[tok - vocab_start] if vocab_start <= tok < vocab_start + vocab_rows, else 0
+ *          (+ wpe[t] when wpe is not NULL).
+ * The vocabulary range serves VocabParallelEmbedding; a single rank passes 0 and the vocab. */
+zoe_status zoe_embedding_forward(zoe_kernels *k, zoe_dtype dt, void *y, const int32_t *tokens,
+                                 const void *wte, const void *wpe, int64_t B, int64_t T,
+                                 int64_t C, int64_t vocab_start, int64_t vocab_rows);
+/* Scatter-add: dwte[tok - vocab_start] += dy[b,t] for tokens in range; dwpe[t] += dy[b,t].
+ * Deterministic (no order-dependent races). */
+zoe_status zoe_embedding_backward(zoe_kernels *k, zoe_dtype dt, void *dwte, void *dwpe,
+                                  const void *dy, const int32_t *tokens, int64_t B, int64_t T,
+                                  int64_t C, int64_t vocab_start, int64_t vocab_rows);
+
+/* ---- softmax cross-entropy, in stages so that a vocab-parallel caller can all-reduce between
+ * them (max, then sums) and a single rank calls them back to back ----
+ * logits [rows, V] hold this rank's columns [vocab_start, vocab_start + V); only the first
+ * v_valid of them are real (padding columns never contribute). targets [rows] are global ids;
+ * a target equal to ignore_index contributes nothing. */
+/* row_max[r] = max over valid columns of logits[r] */
+zoe_status zoe_xent_row_max(zoe_kernels *k, zoe_dtype dt, float *row_max, const void *logits,
+                            int64_t rows, int64_t V, int64_t v_valid);
+/* sum_exp[r] = sum exp(logit - row_max[r]) over valid columns; target_logit[r] = the target's
+ * logit when it lies in this rank's range, else 0. */
+zoe_status zoe_xent_row_sums(zoe_kernels *k, zoe_dtype dt, float *sum_exp, float *target_logit,
+                             const void *logits, const float *row_max, const int32_t *targets,
+                             int64_t rows, int64_t V, int64_t v_valid, int64_t vocab_start,
+                             int32_t ignore_index);
+/* losses[r] = log(sum_exp) + row_max - target_logit (0 for ignored rows); *mean_loss the mean
+ * over non-ignored rows (0 if none), *count their number. Reads device stats, writes host. */
+zoe_status zoe_xent_loss(zoe_kernels *k, float *losses, float *mean_loss, int64_t *count,
+                         const float *row_max, const float *sum_exp, const float *target_logit,
+                         const int32_t *targets, int64_t rows, int32_t ignore_index);
+/* dlogits = (softmax - onehot(target)) * scale for valid columns, 0 for padding columns and
+ * ignored rows. dlogits may alias logits (in place: no second [rows, V] buffer). Overwrites:
+ * the one gradient that does not accumulate, because it replaces the logits buffer. */
+zoe_status zoe_xent_backward(zoe_kernels *k, zoe_dtype dt, void *dlogits, const void *logits,
+                             const float *row_max, const float *sum_exp, const int32_t *targets,
+                             int64_t rows, int64_t V, int64_t v_valid, int64_t vocab_start,
+                             int32_t ignore_index, float scale);
+
+/* ---- casts between storage dtypes on the device ---- */
+zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src,
+                    zoe_dtype src_dt, int64_t n);
+
+#endif
