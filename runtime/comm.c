@@ -15,7 +15,7 @@
 
 #define MPI_TRY(call, what)                                                                        \
     do {                                                                                           \
-        if ((call) != MPI_SUCCESS) return zoe_fail(ZOE_ERR_MPI, "%s failed", what);               \
+        if ((call) != MPI_SUCCESS) return zoe_fail(ZOE_ERR_MPI, "%s failed", what);                \
     } while (0)
 
 static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
@@ -74,13 +74,21 @@ void zoe_comm_destroy(zoe_comm *c) {
     free(c);
 }
 
-int zoe_comm_rank(const zoe_comm *c) { return c->rank; }
-int zoe_comm_size(const zoe_comm *c) { return c->size; }
+int zoe_comm_rank(const zoe_comm *c) {
+    return c->rank;
+}
+int zoe_comm_size(const zoe_comm *c) {
+    return c->size;
+}
 const char *zoe_comm_backend_name(const zoe_comm *c) {
     return c->kind == ZOE_COMM_NCCL ? "nccl" : "mpi";
 }
-uint64_t zoe_comm_bytes(const zoe_comm *c) { return c->bytes; }
-void zoe_comm_reset_bytes(zoe_comm *c) { c->bytes = 0; }
+uint64_t zoe_comm_bytes(const zoe_comm *c) {
+    return c->bytes;
+}
+void zoe_comm_reset_bytes(zoe_comm *c) {
+    c->bytes = 0;
+}
 
 static zoe_status check_args(const zoe_comm *c, const void *send, const void *recv, size_t count,
                              zoe_dtype dtype, const char *what) {
@@ -101,9 +109,13 @@ static zoe_status check_op(zoe_reduce_op op, zoe_dtype dtype, const char *what) 
     return ZOE_OK;
 }
 
-static MPI_Op mpi_op(zoe_reduce_op op) { return op == ZOE_REDUCE_MAX ? MPI_MAX : MPI_SUM; }
+static MPI_Op mpi_op(zoe_reduce_op op) {
+    return op == ZOE_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+}
 
-static int is_half(zoe_dtype d) { return d == ZOE_BF16 || d == ZOE_F16; }
+static int is_half(zoe_dtype d) {
+    return d == ZOE_BF16 || d == ZOE_F16;
+}
 
 static zoe_status stage_reserve(zoe_comm *c, size_t count) {
     if (count <= c->stage_count) return ZOE_OK;
@@ -152,18 +164,23 @@ zoe_status zoe_comm_reduce_scatter(zoe_comm *c, const void *send, void *recv, si
     (void)stream;
     if (recv_count == 0) return ZOE_OK;
     const char *s = send;
-    int overlaps = (const char *)recv < s + total * esz && s < (const char *)recv + recv_count * esz;
+    int overlaps =
+        (const char *)recv < s + total * esz && s < (const char *)recv + recv_count * esz;
     if (is_half(dtype) || overlaps) {
         /* Staged: fp32 copy of the whole input, reduced into the tail of the staging area. */
         ZOE_TRY(stage_reserve(c, total + recv_count));
         float *in = c->stage, *out = c->stage + total;
-        if (dtype == ZOE_I32 || dtype == ZOE_F32) memcpy(in, send, total * esz);
-        else ZOE_TRY(zoe_convert(in, ZOE_F32, send, dtype, total));
+        if (dtype == ZOE_I32 || dtype == ZOE_F32)
+            memcpy(in, send, total * esz);
+        else
+            ZOE_TRY(zoe_convert(in, ZOE_F32, send, dtype, total));
         MPI_Datatype t = dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
         MPI_TRY(MPI_Reduce_scatter_block(in, out, (int)recv_count, t, mpi_op(op), c->group),
                 "MPI_Reduce_scatter_block");
-        if (dtype == ZOE_I32 || dtype == ZOE_F32) memcpy(recv, out, recv_count * esz);
-        else ZOE_TRY(zoe_convert(recv, dtype, out, ZOE_F32, recv_count));
+        if (dtype == ZOE_I32 || dtype == ZOE_F32)
+            memcpy(recv, out, recv_count * esz);
+        else
+            ZOE_TRY(zoe_convert(recv, dtype, out, ZOE_F32, recv_count));
         return ZOE_OK;
     }
     MPI_Datatype t = dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
@@ -183,7 +200,8 @@ zoe_status zoe_comm_all_gather(zoe_comm *c, const void *send, void *recv, size_t
     size_t esz = zoe_dtype_size(dtype);
     c->bytes += send_count * (size_t)c->size * esz;
 #ifdef ZOE_HAVE_CUDA
-    if (c->kind == ZOE_COMM_NCCL) return zoe_nccl_all_gather(c, send, recv, send_count, dtype, stream);
+    if (c->kind == ZOE_COMM_NCCL)
+        return zoe_nccl_all_gather(c, send, recv, send_count, dtype, stream);
 #endif
     (void)stream;
     if (send_count == 0) return ZOE_OK;

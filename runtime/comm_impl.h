@@ -22,9 +22,8 @@ zoe_status zoe_nccl_init(zoe_comm *comm, zoe_device *device);
 void zoe_nccl_destroy(zoe_comm *comm);
 zoe_status zoe_nccl_all_reduce(zoe_comm *comm, const void *send, void *recv, size_t count,
                                zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream);
-zoe_status zoe_nccl_reduce_scatter(zoe_comm *comm, const void *send, void *recv,
-                                   size_t recv_count, zoe_dtype dtype, zoe_reduce_op op,
-                                   zoe_stream *stream);
+zoe_status zoe_nccl_reduce_scatter(zoe_comm *comm, const void *send, void *recv, size_t recv_count,
+                                   zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream);
 zoe_status zoe_nccl_all_gather(zoe_comm *comm, const void *send, void *recv, size_t send_count,
                                zoe_dtype dtype, zoe_stream *stream);
 zoe_status zoe_nccl_broadcast(zoe_comm *comm, void *buf, size_t count, zoe_dtype dtype, int root,

@@ -9,21 +9,29 @@
     do {                                                                                           \
         ncclResult_t r_ = (call);                                                                  \
         if (r_ != ncclSuccess)                                                                     \
-            return zoe_fail(ZOE_ERR_NCCL, "%s failed: %s", #call, ncclGetErrorString(r_));        \
+            return zoe_fail(ZOE_ERR_NCCL, "%s failed: %s", #call, ncclGetErrorString(r_));         \
     } while (0)
 
 static ncclDataType_t nccl_type(zoe_dtype d) {
     switch (d) {
-    case ZOE_BF16: return ncclBfloat16;
-    case ZOE_F16: return ncclFloat16;
-    case ZOE_I32: return ncclInt32;
-    default: return ncclFloat32;
+    case ZOE_BF16:
+        return ncclBfloat16;
+    case ZOE_F16:
+        return ncclFloat16;
+    case ZOE_I32:
+        return ncclInt32;
+    default:
+        return ncclFloat32;
     }
 }
 
-static ncclRedOp_t nccl_op(zoe_reduce_op op) { return op == ZOE_REDUCE_MAX ? ncclMax : ncclSum; }
+static ncclRedOp_t nccl_op(zoe_reduce_op op) {
+    return op == ZOE_REDUCE_MAX ? ncclMax : ncclSum;
+}
 
-static cudaStream_t native(zoe_stream *s) { return (cudaStream_t)zoe_stream_native(s); }
+static cudaStream_t native(zoe_stream *s) {
+    return (cudaStream_t)zoe_stream_native(s);
+}
 
 zoe_status zoe_nccl_init(zoe_comm *c, zoe_device *device) {
     ncclUniqueId id;

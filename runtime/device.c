@@ -13,10 +13,13 @@ const char *zoe_backend_name(zoe_backend backend) {
 }
 
 zoe_status zoe_backend_parse(const char *name, zoe_backend *out) {
-    if (name && strcasecmp(name, "cpu") == 0) *out = ZOE_BACKEND_CPU;
-    else if (name && strcasecmp(name, "cuda") == 0) *out = ZOE_BACKEND_CUDA;
-    else return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "unknown backend '%s' (expected cpu or cuda)",
-                         name ? name : "(null)");
+    if (name && strcasecmp(name, "cpu") == 0)
+        *out = ZOE_BACKEND_CPU;
+    else if (name && strcasecmp(name, "cuda") == 0)
+        *out = ZOE_BACKEND_CUDA;
+    else
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "unknown backend '%s' (expected cpu or cuda)",
+                        name ? name : "(null)");
     return ZOE_OK;
 }
 
@@ -28,7 +31,9 @@ int zoe_cuda_device_count(void) {
 #endif
 }
 
-static int is_cuda(const zoe_device *dev) { return dev && dev->backend == ZOE_BACKEND_CUDA; }
+static inline int is_cuda(const zoe_device *dev) {
+    return dev && dev->backend == ZOE_BACKEND_CUDA;
+}
 
 zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out) {
     if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "device out pointer is NULL");
@@ -39,8 +44,8 @@ zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out)
 #ifdef ZOE_HAVE_CUDA
         int count = zoe_cuda_count();
         if (ordinal < 0 || ordinal >= count)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "GPU %d does not exist (%d visible)",
-                            ordinal, count);
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "GPU %d does not exist (%d visible)", ordinal,
+                            count);
         ZOE_TRY(zoe_cuda_set_device(ordinal));
 #else
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "this zoe was built without CUDA (ZOE_CUDA=OFF)");
@@ -54,9 +59,15 @@ zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out)
     return ZOE_OK;
 }
 
-void zoe_device_destroy(zoe_device *dev) { free(dev); }
-zoe_backend zoe_device_backend(const zoe_device *dev) { return dev->backend; }
-int zoe_device_ordinal(const zoe_device *dev) { return dev->ordinal; }
+void zoe_device_destroy(zoe_device *dev) {
+    free(dev);
+}
+zoe_backend zoe_device_backend(const zoe_device *dev) {
+    return dev->backend;
+}
+int zoe_device_ordinal(const zoe_device *dev) {
+    return dev->ordinal;
+}
 
 static zoe_status cpu_alloc(size_t bytes, void **out) {
     size_t rounded = (bytes + ZOE_CPU_ALIGN - 1) / ZOE_CPU_ALIGN * ZOE_CPU_ALIGN;
@@ -133,8 +144,12 @@ zoe_status zoe_stream_synchronize(zoe_stream *stream) {
     return ZOE_OK;
 }
 
-void *zoe_stream_native(zoe_stream *stream) { return stream ? stream->native : NULL; }
-zoe_device *zoe_stream_device(zoe_stream *stream) { return stream ? stream->dev : NULL; }
+void *zoe_stream_native(zoe_stream *stream) {
+    return stream ? stream->native : NULL;
+}
+zoe_device *zoe_stream_device(zoe_stream *stream) {
+    return stream ? stream->dev : NULL;
+}
 
 zoe_status zoe_event_create(zoe_device *dev, zoe_event **out) {
     if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "event create: NULL argument");
@@ -203,7 +218,8 @@ zoe_status zoe_memcpy_async(void *dst, const void *src, size_t bytes, zoe_copy_k
 zoe_status zoe_memset_async(void *dst, int value, size_t bytes, zoe_stream *stream) {
     if (bytes && !dst) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "memset of NULL");
 #ifdef ZOE_HAVE_CUDA
-    if (stream && is_cuda(stream->dev)) return zoe_cuda_memset_async(dst, value, bytes, stream->native);
+    if (stream && is_cuda(stream->dev))
+        return zoe_cuda_memset_async(dst, value, bytes, stream->native);
 #endif
     if (bytes) memset(dst, value, bytes);
     return ZOE_OK;

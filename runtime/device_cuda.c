@@ -7,7 +7,7 @@
     do {                                                                                           \
         cudaError_t err_ = (call);                                                                 \
         if (err_ != cudaSuccess)                                                                   \
-            return zoe_fail(ZOE_ERR_CUDA, "%s failed: %s", #call, cudaGetErrorString(err_));      \
+            return zoe_fail(ZOE_ERR_CUDA, "%s failed: %s", #call, cudaGetErrorString(err_));       \
     } while (0)
 
 int zoe_cuda_count(void) {
@@ -32,7 +32,9 @@ zoe_status zoe_cuda_alloc(size_t bytes, void **out) {
     return ZOE_OK;
 }
 
-void zoe_cuda_free(void *ptr) { cudaFree(ptr); }
+void zoe_cuda_free(void *ptr) {
+    cudaFree(ptr);
+}
 
 zoe_status zoe_cuda_host_alloc(size_t bytes, void **out) {
     cudaError_t err = cudaMallocHost(out, bytes ? bytes : 1);
@@ -42,7 +44,9 @@ zoe_status zoe_cuda_host_alloc(size_t bytes, void **out) {
     return ZOE_OK;
 }
 
-void zoe_cuda_host_free(void *ptr) { cudaFreeHost(ptr); }
+void zoe_cuda_host_free(void *ptr) {
+    cudaFreeHost(ptr);
+}
 
 zoe_status zoe_cuda_stream_create(void **out) {
     cudaStream_t s;
@@ -51,7 +55,9 @@ zoe_status zoe_cuda_stream_create(void **out) {
     return ZOE_OK;
 }
 
-void zoe_cuda_stream_destroy(void *stream) { cudaStreamDestroy((cudaStream_t)stream); }
+void zoe_cuda_stream_destroy(void *stream) {
+    cudaStreamDestroy((cudaStream_t)stream);
+}
 
 zoe_status zoe_cuda_stream_synchronize(void *stream) {
     CUDA_TRY(cudaStreamSynchronize((cudaStream_t)stream));
@@ -65,7 +71,9 @@ zoe_status zoe_cuda_event_create(void **out) {
     return ZOE_OK;
 }
 
-void zoe_cuda_event_destroy(void *event) { cudaEventDestroy((cudaEvent_t)event); }
+void zoe_cuda_event_destroy(void *event) {
+    cudaEventDestroy((cudaEvent_t)event);
+}
 
 zoe_status zoe_cuda_event_record(void *event, void *stream) {
     CUDA_TRY(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));

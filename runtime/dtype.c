@@ -5,21 +5,31 @@
 
 size_t zoe_dtype_size(zoe_dtype dtype) {
     switch (dtype) {
-    case ZOE_F32: return 4;
-    case ZOE_BF16: return 2;
-    case ZOE_F16: return 2;
-    case ZOE_I32: return 4;
-    default: return 0;
+    case ZOE_F32:
+        return 4;
+    case ZOE_BF16:
+        return 2;
+    case ZOE_F16:
+        return 2;
+    case ZOE_I32:
+        return 4;
+    default:
+        return 0;
     }
 }
 
 const char *zoe_dtype_name(zoe_dtype dtype) {
     switch (dtype) {
-    case ZOE_F32: return "fp32";
-    case ZOE_BF16: return "bf16";
-    case ZOE_F16: return "fp16";
-    case ZOE_I32: return "int32";
-    default: return "unknown";
+    case ZOE_F32:
+        return "fp32";
+    case ZOE_BF16:
+        return "bf16";
+    case ZOE_F16:
+        return "fp16";
+    case ZOE_I32:
+        return "int32";
+    default:
+        return "unknown";
     }
 }
 
@@ -27,9 +37,9 @@ zoe_status zoe_dtype_parse(const char *name, zoe_dtype *out) {
     static const struct {
         const char *name;
         zoe_dtype dtype;
-    } names[] = {{"fp32", ZOE_F32},    {"f32", ZOE_F32},     {"float32", ZOE_F32},
-                 {"bf16", ZOE_BF16},   {"bfloat16", ZOE_BF16}, {"fp16", ZOE_F16},
-                 {"f16", ZOE_F16},     {"float16", ZOE_F16}, {"int32", ZOE_I32},
+    } names[] = {{"fp32", ZOE_F32},  {"f32", ZOE_F32},       {"float32", ZOE_F32},
+                 {"bf16", ZOE_BF16}, {"bfloat16", ZOE_BF16}, {"fp16", ZOE_F16},
+                 {"f16", ZOE_F16},   {"float16", ZOE_F16},   {"int32", ZOE_I32},
                  {"i32", ZOE_I32}};
     if (!name || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "dtype name is NULL");
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -83,7 +93,7 @@ float zoe_f16_to_f32(zoe_f16 h) {
 /* ---- bulk conversions: AVX2 (bf16 by integer rounding, fp16 by F16C) with scalar tails ---- */
 
 __attribute__((target("avx2"))) static void f32_to_bf16_avx2(zoe_bf16 *dst, const float *src,
-                                                              size_t n) {
+                                                             size_t n) {
     size_t i = 0;
     const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
     const __m256i absmask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
@@ -106,7 +116,7 @@ __attribute__((target("avx2"))) static void f32_to_bf16_avx2(zoe_bf16 *dst, cons
 }
 
 __attribute__((target("avx2"))) static void bf16_to_f32_avx2(float *dst, const zoe_bf16 *src,
-                                                              size_t n) {
+                                                             size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
@@ -117,7 +127,7 @@ __attribute__((target("avx2"))) static void bf16_to_f32_avx2(float *dst, const z
 }
 
 __attribute__((target("avx2,f16c"))) static void f32_to_f16_f16c(zoe_f16 *dst, const float *src,
-                                                                  size_t n) {
+                                                                 size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
@@ -127,15 +137,19 @@ __attribute__((target("avx2,f16c"))) static void f32_to_f16_f16c(zoe_f16 *dst, c
 }
 
 __attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(float *dst, const zoe_f16 *src,
-                                                                  size_t n) {
+                                                                 size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     for (; i < n; i++) dst[i] = zoe_f16_to_f32(src[i]);
 }
 
-static int have_avx2(void) { return __builtin_cpu_supports("avx2"); }
-static int have_f16c(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
+static int have_avx2(void) {
+    return __builtin_cpu_supports("avx2");
+}
+static int have_f16c(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
 
 void zoe_convert_f32_to_bf16(zoe_bf16 *dst, const float *src, size_t n) {
     if (have_avx2()) return f32_to_bf16_avx2(dst, src, n);

@@ -73,14 +73,36 @@ zoe_status zoe_grid_create(MPI_Comm world, int tp, zoe_grid **out) {
     return ZOE_OK;
 }
 
-int zoe_grid_rank(const zoe_grid *g) { return g->rank; }
-int zoe_grid_world_size(const zoe_grid *g) { return g->world_size; }
-int zoe_grid_tp_size(const zoe_grid *g) { return g->tp; }
-int zoe_grid_dp_size(const zoe_grid *g) { return g->dp; }
-int zoe_grid_tp_rank(const zoe_grid *g) { return g->tp_rank; }
-int zoe_grid_dp_rank(const zoe_grid *g) { return g->dp_rank; }
-int zoe_grid_local_rank(const zoe_grid *g) { return g->local_rank; }
-int zoe_grid_local_size(const zoe_grid *g) { return g->local_size; }
-MPI_Comm zoe_grid_world_comm(const zoe_grid *g) { return g->world; }
-MPI_Comm zoe_grid_tp_comm(const zoe_grid *g) { return g->tp_comm; }
-MPI_Comm zoe_grid_dp_comm(const zoe_grid *g) { return g->dp_comm; }
+int zoe_grid_rank(const zoe_grid *g) {
+    return g->rank;
+}
+int zoe_grid_world_size(const zoe_grid *g) {
+    return g->world_size;
+}
+int zoe_grid_tp_size(const zoe_grid *g) {
+    return g->tp;
+}
+int zoe_grid_dp_size(const zoe_grid *g) {
+    return g->dp;
+}
+int zoe_grid_tp_rank(const zoe_grid *g) {
+    return g->tp_rank;
+}
+int zoe_grid_dp_rank(const zoe_grid *g) {
+    return g->dp_rank;
+}
+int zoe_grid_local_rank(const zoe_grid *g) {
+    return g->local_rank;
+}
+int zoe_grid_local_size(const zoe_grid *g) {
+    return g->local_size;
+}
+MPI_Comm zoe_grid_world_comm(const zoe_grid *g) {
+    return g->world;
+}
+MPI_Comm zoe_grid_tp_comm(const zoe_grid *g) {
+    return g->tp_comm;
+}
+MPI_Comm zoe_grid_dp_comm(const zoe_grid *g) {
+    return g->dp_comm;
+}

@@ -8,22 +8,35 @@ static _Thread_local char last_error[512];
 
 const char *zoe_status_string(zoe_status status) {
     switch (status) {
-    case ZOE_OK: return "ok";
-    case ZOE_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case ZOE_ERR_OUT_OF_MEMORY: return "out of memory";
-    case ZOE_ERR_MPI: return "MPI error";
-    case ZOE_ERR_CUDA: return "CUDA error";
-    case ZOE_ERR_NCCL: return "NCCL error";
-    case ZOE_ERR_IO: return "I/O error";
-    case ZOE_ERR_UNSUPPORTED: return "unsupported";
-    case ZOE_ERR_INTERNAL: return "internal error";
+    case ZOE_OK:
+        return "ok";
+    case ZOE_ERR_INVALID_ARGUMENT:
+        return "invalid argument";
+    case ZOE_ERR_OUT_OF_MEMORY:
+        return "out of memory";
+    case ZOE_ERR_MPI:
+        return "MPI error";
+    case ZOE_ERR_CUDA:
+        return "CUDA error";
+    case ZOE_ERR_NCCL:
+        return "NCCL error";
+    case ZOE_ERR_IO:
+        return "I/O error";
+    case ZOE_ERR_UNSUPPORTED:
+        return "unsupported";
+    case ZOE_ERR_INTERNAL:
+        return "internal error";
     }
     return "unknown status";
 }
 
-const char *zoe_last_error(void) { return last_error; }
+const char *zoe_last_error(void) {
+    return last_error;
+}
 
-void zoe_clear_error(void) { last_error[0] = '\0'; }
+void zoe_clear_error(void) {
+    last_error[0] = '\0';
+}
 
 zoe_status zoe_fail(zoe_status status, const char *fmt, ...) {
     va_list ap;

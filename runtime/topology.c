@@ -14,8 +14,8 @@
 struct zoe_topology {
     hwloc_topology_t hw;
     int num_cores, num_numa, num_gpus;
-    int *core_numa;          /* NUMA domain of each core (logical order) */
-    int gpu_numa[MAX_GPUS];  /* NUMA domain each GPU is attached to */
+    int *core_numa;         /* NUMA domain of each core (logical order) */
+    int gpu_numa[MAX_GPUS]; /* NUMA domain each GPU is attached to */
 };
 
 void zoe_topology_destroy(zoe_topology *t) {
@@ -47,8 +47,8 @@ static zoe_status finish_load(zoe_topology *t) {
     if (t->num_cores <= 0) return zoe_fail(ZOE_ERR_INTERNAL, "topology has no cores");
     t->core_numa = calloc((size_t)t->num_cores, sizeof(int));
     if (!t->core_numa) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "topology core table");
-    hwloc_obj_type_t ct = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE
-                                                                               : HWLOC_OBJ_PU;
+    hwloc_obj_type_t ct =
+        hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
     if (nnuma > 1) t->num_numa = nnuma;
     for (int i = 0; i < t->num_cores; i++)
         t->core_numa[i] = domain_of(t, hwloc_get_obj_by_type(t->hw, ct, (unsigned)i));
@@ -131,8 +131,8 @@ zoe_status zoe_topology_load_synthetic(const char *description, const int *gpu_n
             int n = (*out)->num_numa;
             zoe_topology_destroy(*out);
             *out = NULL;
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "GPU %d on NUMA node %d, but there are %d",
-                            i, gpu_numa[i], n);
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "GPU %d on NUMA node %d, but there are %d", i,
+                            gpu_numa[i], n);
         }
         (*out)->gpu_numa[i] = gpu_numa[i];
     }
@@ -140,9 +140,15 @@ zoe_status zoe_topology_load_synthetic(const char *description, const int *gpu_n
     return ZOE_OK;
 }
 
-int zoe_topology_num_cores(const zoe_topology *t) { return t->num_cores; }
-int zoe_topology_num_numa(const zoe_topology *t) { return t->num_numa; }
-int zoe_topology_num_gpus(const zoe_topology *t) { return t->num_gpus; }
+int zoe_topology_num_cores(const zoe_topology *t) {
+    return t->num_cores;
+}
+int zoe_topology_num_numa(const zoe_topology *t) {
+    return t->num_numa;
+}
+int zoe_topology_num_gpus(const zoe_topology *t) {
+    return t->num_gpus;
+}
 
 zoe_status zoe_topology_place(const zoe_topology *t, int local_rank, int local_size, int gpu,
                               zoe_placement *out) {
@@ -177,7 +183,8 @@ zoe_status zoe_topology_place(const zoe_topology *t, int local_rank, int local_s
         count = 1;
     }
     int k = 0;
-    for (int c = 0; c < t->num_cores && out->num_cores < count && out->num_cores < ZOE_MAX_PLACED_CORES; c++) {
+    for (int c = 0;
+         c < t->num_cores && out->num_cores < count && out->num_cores < ZOE_MAX_PLACED_CORES; c++) {
         if (domain >= 0 && t->core_numa[c] != domain) continue;
         if (k++ >= first) out->cores[out->num_cores++] = c;
     }
@@ -194,8 +201,8 @@ void zoe_placement_format(const zoe_placement *p, char *buf, int len) {
         snprintf(buf, (size_t)len, "no cores");
         return;
     }
-    snprintf(buf, (size_t)len, "cores %d-%d (%d, numa %d)", p->cores[0],
-             p->cores[p->num_cores - 1], p->num_cores, p->numa_node);
+    snprintf(buf, (size_t)len, "cores %d-%d (%d, numa %d)", p->cores[0], p->cores[p->num_cores - 1],
+             p->num_cores, p->numa_node);
 }
 
 zoe_status zoe_topology_bind(const zoe_topology *t, const zoe_placement *p) {
@@ -203,8 +210,8 @@ zoe_status zoe_topology_bind(const zoe_topology *t, const zoe_placement *p) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "bind: empty placement");
     hwloc_bitmap_t set = hwloc_bitmap_alloc();
     if (!set) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "hwloc bitmap");
-    hwloc_obj_type_t ct = hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE
-                                                                              : HWLOC_OBJ_PU;
+    hwloc_obj_type_t ct =
+        hwloc_get_nbobjs_by_type(t->hw, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
     for (int i = 0; i < p->num_cores; i++) {
         hwloc_obj_t core = hwloc_get_obj_by_type(t->hw, ct, (unsigned)p->cores[i]);
         if (core) hwloc_bitmap_or(set, set, core->cpuset);

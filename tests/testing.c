@@ -17,7 +17,9 @@ void test_rng_seed(test_rng *rng, uint64_t seed) {
     for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t test_rng_next(test_rng *rng) {
     uint64_t *s = rng->s, result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
@@ -25,7 +27,9 @@ uint64_t test_rng_next(test_rng *rng) {
     return result;
 }
 
-double test_rng_uniform(test_rng *rng) { return (double)(test_rng_next(rng) >> 11) * 0x1p-53; }
+double test_rng_uniform(test_rng *rng) {
+    return (double)(test_rng_next(rng) >> 11) * 0x1p-53;
+}
 
 double test_rng_normal(test_rng *rng) {
     double u1 = test_rng_uniform(rng), u2 = test_rng_uniform(rng);
@@ -94,7 +98,9 @@ int test_check_ok(zoe_status st, const char *call, const char *file, int line) {
     return st == ZOE_OK;
 }
 
-int test_failures(void) { return failures; }
+int test_failures(void) {
+    return failures;
+}
 
 int test_finish(const char *name) {
     int total_fail = 0, total_checks = 0;

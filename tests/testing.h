@@ -18,8 +18,8 @@ typedef struct test_rng {
 
 void test_rng_seed(test_rng *rng, uint64_t seed);
 uint64_t test_rng_next(test_rng *rng);
-double test_rng_uniform(test_rng *rng);           /* [0, 1) */
-double test_rng_normal(test_rng *rng);            /* N(0, 1) */
+double test_rng_uniform(test_rng *rng);                      /* [0, 1) */
+double test_rng_normal(test_rng *rng);                       /* N(0, 1) */
 int64_t test_rng_int(test_rng *rng, int64_t lo, int64_t hi); /* [lo, hi] */
 void test_fill_uniform(test_rng *rng, float *x, size_t n, float lo, float hi);
 

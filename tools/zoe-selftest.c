@@ -55,7 +55,10 @@ int main(int argc, char **argv) {
             tp = (int)strtol(argv[++i], &end, 10);
             if (*end) tp = 0;
         } else {
-            if (rank == 0) fprintf(stderr, "zoe-selftest: unknown option '%s' (usage: zoe-selftest [--tp T])\n", argv[i]);
+            if (rank == 0)
+                fprintf(stderr,
+                        "zoe-selftest: unknown option '%s' (usage: zoe-selftest [--tp T])\n",
+                        argv[i]);
             MPI_Finalize();
             return 2;
         }
@@ -99,9 +102,10 @@ int main(int argc, char **argv) {
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("collectives over tp, dp and world groups (all-reduce sum/max fp32/bf16, all-gather, "
-               "reduce-scatter, broadcast, barrier): %s\n",
-               total == 0 ? "all correct" : "FAILURES");
+        printf(
+            "collectives over tp, dp and world groups (all-reduce sum/max fp32/bf16, all-gather, "
+            "reduce-scatter, broadcast, barrier): %s\n",
+            total == 0 ? "all correct" : "FAILURES");
     zoe_comm_destroy(tpc), zoe_comm_destroy(dpc), zoe_comm_destroy(wc);
     zoe_stream_destroy(s);
     zoe_device_destroy(dev);

@@ -43,15 +43,14 @@ zoe_status zoe_comm_all_reduce(zoe_comm *comm, const void *send, void *recv, siz
                                zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream);
 /* send holds size*recv_count elements; rank r receives the reduction of block r.
  * In-place when send + r*recv_count*elem == recv. */
-zoe_status zoe_comm_reduce_scatter(zoe_comm *comm, const void *send, void *recv,
-                                   size_t recv_count, zoe_dtype dtype, zoe_reduce_op op,
-                                   zoe_stream *stream);
+zoe_status zoe_comm_reduce_scatter(zoe_comm *comm, const void *send, void *recv, size_t recv_count,
+                                   zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream);
 /* recv holds size*send_count elements, block r from rank r. In-place when
  * send == recv + r*send_count*elem. */
 zoe_status zoe_comm_all_gather(zoe_comm *comm, const void *send, void *recv, size_t send_count,
                                zoe_dtype dtype, zoe_stream *stream);
-zoe_status zoe_comm_broadcast(zoe_comm *comm, void *buf, size_t count, zoe_dtype dtype,
-                              int root, zoe_stream *stream);
+zoe_status zoe_comm_broadcast(zoe_comm *comm, void *buf, size_t count, zoe_dtype dtype, int root,
+                              zoe_stream *stream);
 zoe_status zoe_comm_barrier(zoe_comm *comm, zoe_stream *stream);
 
 #ifdef __cplusplus

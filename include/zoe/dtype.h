@@ -47,7 +47,9 @@ static inline zoe_bf16 zoe_f32_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
     return (zoe_bf16)(u >> 16);
 }
-static inline float zoe_bf16_to_f32(zoe_bf16 h) { return zoe_f32_from_bits((uint32_t)h << 16); }
+static inline float zoe_bf16_to_f32(zoe_bf16 h) {
+    return zoe_f32_from_bits((uint32_t)h << 16);
+}
 
 zoe_f16 zoe_f32_to_f16(float f);
 float zoe_f16_to_f32(zoe_f16 h);

@@ -18,19 +18,27 @@ static void make_input(zoe_dtype dt, int r, size_t n, uint64_t seed, void *out) 
     test_rng_seed(&rng, seed * 1000003u + (uint64_t)r);
     for (size_t i = 0; i < n; i++) {
         double v = test_rng_uniform(&rng) * 4.0 - 2.0;
-        if (dt == ZOE_I32) ((int32_t *)out)[i] = (int32_t)test_rng_int(&rng, -1000, 1000);
-        else if (dt == ZOE_F32) ((float *)out)[i] = (float)v;
-        else if (dt == ZOE_BF16) ((uint16_t *)out)[i] = zoe_f32_to_bf16((float)v);
-        else ((uint16_t *)out)[i] = zoe_f32_to_f16((float)v);
+        if (dt == ZOE_I32)
+            ((int32_t *)out)[i] = (int32_t)test_rng_int(&rng, -1000, 1000);
+        else if (dt == ZOE_F32)
+            ((float *)out)[i] = (float)v;
+        else if (dt == ZOE_BF16)
+            ((uint16_t *)out)[i] = zoe_f32_to_bf16((float)v);
+        else
+            ((uint16_t *)out)[i] = zoe_f32_to_f16((float)v);
     }
 }
 
 static double get(zoe_dtype dt, const void *p, size_t i) {
     switch (dt) {
-    case ZOE_F32: return ((const float *)p)[i];
-    case ZOE_BF16: return zoe_bf16_to_f32(((const uint16_t *)p)[i]);
-    case ZOE_F16: return zoe_f16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const int32_t *)p)[i];
+    case ZOE_F32:
+        return ((const float *)p)[i];
+    case ZOE_BF16:
+        return zoe_bf16_to_f32(((const uint16_t *)p)[i]);
+    case ZOE_F16:
+        return zoe_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const int32_t *)p)[i];
     }
 }
 
@@ -121,7 +129,8 @@ static void run_size(zoe_comm *c, zoe_stream *s, size_t n, uint64_t seed) {
             make_input(dt, r, n, seed + 2, want);
             bad += memcmp(out + (size_t)r * n * esz, want, n * esz) != 0;
         }
-        CHECK(bad == 0, "all_gather in-place %s n=%zu: %d blocks differ", zoe_dtype_name(dt), n, bad);
+        CHECK(bad == 0, "all_gather in-place %s n=%zu: %d blocks differ", zoe_dtype_name(dt), n,
+              bad);
         /* broadcast from the last rank */
         make_input(dt, rank, n, seed + 3, in);
         CHECK_OK(zoe_comm_broadcast(c, in, n, dt, world - 1, s));
@@ -140,7 +149,8 @@ int main(int argc, char **argv) {
     CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &dev));
     CHECK_OK(zoe_stream_create(dev, &s));
     CHECK_OK(zoe_comm_create_mpi(MPI_COMM_WORLD, &c));
-    CHECK(zoe_comm_size(c) == test_world_size() && zoe_comm_rank(c) == test_rank(), "comm size/rank");
+    CHECK(zoe_comm_size(c) == test_world_size() && zoe_comm_rank(c) == test_rank(),
+          "comm size/rank");
     size_t sizes[] = {1, 7, 1001, (size_t)3 << 18}; /* the last: 3 MB of fp32 per rank */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) run_size(c, s, sizes[i], 17 + i);
 
@@ -152,13 +162,21 @@ int main(int argc, char **argv) {
     CHECK_OK(zoe_comm_barrier(c, s));
 
     /* Bad input: unknown dtype, unknown op, a "negative" count, a bad root. */
-    CHECK(zoe_comm_all_reduce(c, x, x, 10, (zoe_dtype)9, ZOE_REDUCE_SUM, s) == ZOE_ERR_INVALID_ARGUMENT, "unknown dtype");
+    CHECK(zoe_comm_all_reduce(c, x, x, 10, (zoe_dtype)9, ZOE_REDUCE_SUM, s) ==
+              ZOE_ERR_INVALID_ARGUMENT,
+          "unknown dtype");
     CHECK(strstr(zoe_last_error(), "unknown dtype 9") != NULL, "message: %s", zoe_last_error());
-    CHECK(zoe_comm_all_reduce(c, x, x, 10, ZOE_F32, (zoe_reduce_op)7, s) == ZOE_ERR_INVALID_ARGUMENT, "unknown op");
-    CHECK(zoe_comm_all_reduce(c, x, x, (size_t)-5, ZOE_F32, ZOE_REDUCE_SUM, s) == ZOE_ERR_INVALID_ARGUMENT, "negative count");
-    CHECK(zoe_comm_broadcast(c, x, 10, ZOE_F32, test_world_size(), s) == ZOE_ERR_INVALID_ARGUMENT, "bad root");
+    CHECK(zoe_comm_all_reduce(c, x, x, 10, ZOE_F32, (zoe_reduce_op)7, s) ==
+              ZOE_ERR_INVALID_ARGUMENT,
+          "unknown op");
+    CHECK(zoe_comm_all_reduce(c, x, x, (size_t)-5, ZOE_F32, ZOE_REDUCE_SUM, s) ==
+              ZOE_ERR_INVALID_ARGUMENT,
+          "negative count");
+    CHECK(zoe_comm_broadcast(c, x, 10, ZOE_F32, test_world_size(), s) == ZOE_ERR_INVALID_ARGUMENT,
+          "bad root");
     zoe_comm *bad = (zoe_comm *)0x1;
-    CHECK(zoe_comm_create_nccl(MPI_COMM_WORLD, dev, &bad) != ZOE_OK && bad == NULL, "NCCL needs a CUDA device");
+    CHECK(zoe_comm_create_nccl(MPI_COMM_WORLD, dev, &bad) != ZOE_OK && bad == NULL,
+          "NCCL needs a CUDA device");
 
     zoe_comm_destroy(c);
     zoe_stream_destroy(s);

@@ -26,7 +26,8 @@ int main(int argc, char **argv) {
     CHECK_OK(zoe_memset_async(d, 0, 10 * sizeof(float), s));
     CHECK_OK(zoe_stream_synchronize(s));
     CHECK(d[0] == 0 && d[9] == 0 && d[10] == h[10], "memset 10 floats");
-    CHECK(zoe_memcpy_async(NULL, h, 4, ZOE_COPY_HOST_TO_DEVICE, s) == ZOE_ERR_INVALID_ARGUMENT, "NULL copy");
+    CHECK(zoe_memcpy_async(NULL, h, 4, ZOE_COPY_HOST_TO_DEVICE, s) == ZOE_ERR_INVALID_ARGUMENT,
+          "NULL copy");
     zoe_device_free(dev, d);
     zoe_host_free(dev, h);
     zoe_event_destroy(e);

@@ -14,7 +14,9 @@ static void check_f16(float f, uint16_t want) {
     CHECK(got == want, "f16(%a) = 0x%04x, want 0x%04x", (double)f, got, want);
 }
 
-static float from_bits(uint32_t u) { return zoe_f32_from_bits(u); }
+static float from_bits(uint32_t u) {
+    return zoe_f32_from_bits(u);
+}
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
@@ -49,7 +51,7 @@ int main(int argc, char **argv) {
     check_f16(0x1p-25f, 0x0000);
     check_f16(0x3p-25f, 0x0002);
     check_f16(0x1.8p-24f, 0x0002);
-    check_f16(0x1p-14f, 0x0400); /* smallest normal */
+    check_f16(0x1p-14f, 0x0400);     /* smallest normal */
     check_f16(0x1.ffcp-15f, 0x0400); /* largest subnormal + half ulp ties up into normal */
     check_f16(1.0f + 0x1p-11f, 0x3c00);
     check_f16(1.0f + 0x3p-11f, 0x3c02);
@@ -76,14 +78,16 @@ int main(int argc, char **argv) {
     enum { N = 4099 };
     float *src = malloc(N * sizeof(float)), *back = malloc(N * sizeof(float));
     uint16_t *h = malloc(N * sizeof(uint16_t));
-    for (int i = 0; i < N; i++) src[i] = (float)(test_rng_normal(&rng) * pow(10, test_rng_int(&rng, -9, 6)));
+    for (int i = 0; i < N; i++)
+        src[i] = (float)(test_rng_normal(&rng) * pow(10, test_rng_int(&rng, -9, 6)));
     src[3] = NAN, src[17] = INFINITY, src[40] = -INFINITY, src[41] = 1e-41f, src[99] = 70000.0f;
     for (int n = 0; n <= N; n = n < 67 ? n + 1 : N) {
         zoe_convert_f32_to_bf16(h, src, (size_t)n);
         int bad = 0;
         for (int i = 0; i < n; i++) bad += h[i] != zoe_f32_to_bf16(src[i]);
         zoe_convert_bf16_to_f32(back, h, (size_t)n);
-        for (int i = 0; i < n; i++) bad += zoe_f32_bits(back[i]) != zoe_f32_bits(zoe_bf16_to_f32(h[i]));
+        for (int i = 0; i < n; i++)
+            bad += zoe_f32_bits(back[i]) != zoe_f32_bits(zoe_bf16_to_f32(h[i]));
         zoe_convert_f32_to_f16(h, src, (size_t)n);
         for (int i = 0; i < n; i++) {
             uint16_t want = zoe_f32_to_f16(src[i]);
@@ -101,9 +105,11 @@ int main(int argc, char **argv) {
     zoe_dtype d;
     CHECK(zoe_dtype_parse("bf16", &d) == ZOE_OK && d == ZOE_BF16, "parse bf16");
     CHECK(zoe_dtype_parse("fp64", &d) == ZOE_ERR_INVALID_ARGUMENT, "fp64 rejected");
-    CHECK(strstr(zoe_last_error(), "fp64") != NULL, "message names the bad dtype: %s", zoe_last_error());
+    CHECK(strstr(zoe_last_error(), "fp64") != NULL, "message names the bad dtype: %s",
+          zoe_last_error());
     CHECK(zoe_dtype_size((zoe_dtype)99) == 0, "unknown dtype has size 0");
-    CHECK(zoe_convert(h, (zoe_dtype)99, src, ZOE_F32, 4) == ZOE_ERR_INVALID_ARGUMENT, "convert to unknown dtype");
+    CHECK(zoe_convert(h, (zoe_dtype)99, src, ZOE_F32, 4) == ZOE_ERR_INVALID_ARGUMENT,
+          "convert to unknown dtype");
     free(src), free(back), free(h);
     return test_finish("test_dtype");
 }

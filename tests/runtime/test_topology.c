@@ -26,9 +26,10 @@ int main(int argc, char **argv) {
     if (dgx) {
         CHECK(zoe_topology_num_cores(dgx) == 48 && zoe_topology_num_numa(dgx) == 2 &&
                   zoe_topology_num_gpus(dgx) == 16,
-              "dgx: %d cores %d numa %d gpus", zoe_topology_num_cores(dgx), zoe_topology_num_numa(dgx),
-              zoe_topology_num_gpus(dgx));
-        for (int r = 0; r < 16; r++) expect(dgx, r, 16, r, (r / 8) * 24 + (r % 8) * 3, 3, r / 8, "dgx 16 ranks");
+              "dgx: %d cores %d numa %d gpus", zoe_topology_num_cores(dgx),
+              zoe_topology_num_numa(dgx), zoe_topology_num_gpus(dgx));
+        for (int r = 0; r < 16; r++)
+            expect(dgx, r, 16, r, (r / 8) * 24 + (r % 8) * 3, 3, r / 8, "dgx 16 ranks");
         /* 2 ranks drive GPUs 0 and 1, both on socket 0: they split its 24 cores. */
         expect(dgx, 0, 2, 0, 0, 12, 0, "dgx 2 ranks");
         expect(dgx, 1, 2, 1, 12, 12, 0, "dgx 2 ranks on gpu 0,1 share socket 0");
@@ -38,8 +39,10 @@ int main(int argc, char **argv) {
         expect(dgx, 3, 4, -1, 36, 12, 1, "dgx no gpu");
         zoe_placement p;
         CHECK(zoe_topology_place(dgx, 0, 1, 16, &p) == ZOE_ERR_INVALID_ARGUMENT, "gpu 16 rejected");
-        CHECK(zoe_topology_place(dgx, 2, 2, 0, &p) == ZOE_ERR_INVALID_ARGUMENT, "local rank 2 of 2 rejected");
-        CHECK(zoe_topology_place(dgx, 0, -1, 0, &p) == ZOE_ERR_INVALID_ARGUMENT, "negative local size rejected");
+        CHECK(zoe_topology_place(dgx, 2, 2, 0, &p) == ZOE_ERR_INVALID_ARGUMENT,
+              "local rank 2 of 2 rejected");
+        CHECK(zoe_topology_place(dgx, 0, -1, 0, &p) == ZOE_ERR_INVALID_ARGUMENT,
+              "negative local size rejected");
         CHECK(strstr(zoe_last_error(), "-1") != NULL, "message names -1: %s", zoe_last_error());
         zoe_topology_destroy(dgx);
     }
@@ -62,9 +65,11 @@ int main(int argc, char **argv) {
         zoe_topology_destroy(small);
     }
     zoe_topology *bad = NULL;
-    CHECK(zoe_topology_load_synthetic("flux:3", NULL, 0, &bad) == ZOE_ERR_INVALID_ARGUMENT && !bad, "bad description");
+    CHECK(zoe_topology_load_synthetic("flux:3", NULL, 0, &bad) == ZOE_ERR_INVALID_ARGUMENT && !bad,
+          "bad description");
     int far[1] = {5};
-    CHECK(zoe_topology_load_synthetic("pack:2 core:2", far, 1, &bad) == ZOE_ERR_INVALID_ARGUMENT, "gpu on numa 5 rejected");
+    CHECK(zoe_topology_load_synthetic("pack:2 core:2", far, 1, &bad) == ZOE_ERR_INVALID_ARGUMENT,
+          "gpu on numa 5 rejected");
     CHECK(zoe_topology_load_xml("/nonexistent/topo.xml", &bad) == ZOE_ERR_IO, "missing xml");
     /* This host: load, place rank 0 of 1 and bind. */
     zoe_topology *host = NULL;
