@@ -4,6 +4,9 @@ set_property(CACHE ZOE_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(ZOE_SANITIZE "" CACHE STRING "Sanitizers for every target, e.g. address,undefined")
 option(ZOE_NATIVE "Tune for the build machine (-march=native); runtime dispatch picks AVX2/AVX-512 either way" OFF)
 
+# POSIX 2008 (mkdtemp, mmap, clock_gettime ...) with strict C17.
+add_compile_definitions(_POSIX_C_SOURCE=200809L _DEFAULT_SOURCE)
+
 set(ZOE_C_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
 
 if(ZOE_SANITIZE)

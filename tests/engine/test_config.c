@@ -1,0 +1,126 @@
+/* zoe-train's configuration: flags, JSON (flags win), presets, validation messages, the
+ * learning-rate schedule against hand-computed values. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include "testing.h"
+#include "zoe/train.h"
+
+static zoe_status parse(zoe_train_config *c, const char *line) {
+    char buf[1024], *argv[64];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "zoe-train %s", line);
+    for (char *t = strtok(buf, " "); t && argc < 63; t = strtok(NULL, " ")) argv[argc++] = t;
+    int help, list;
+    zoe_train_config_defaults(c);
+    return zoe_train_config_parse_args(c, argc, argv, &help, &list);
+}
+
+static void expect_error(const char *line, const char *fragment) {
+    zoe_train_config c;
+    zoe_status st = parse(&c, line);
+    CHECK(st == ZOE_ERR_INVALID_ARGUMENT || st == ZOE_ERR_IO, "'%s' should fail", line);
+    CHECK(strstr(zoe_last_error(), fragment) != NULL, "'%s': message '%s' lacks '%s'", line,
+          zoe_last_error(), fragment);
+}
+
+static void expect_invalid(zoe_train_config *c, int world, const char *fragment) {
+    CHECK(zoe_train_config_validate(c, world) == ZOE_ERR_INVALID_ARGUMENT,
+          "validate should fail: %s", fragment);
+    CHECK(strstr(zoe_last_error(), fragment) != NULL, "message '%s' lacks '%s'", zoe_last_error(),
+          fragment);
+}
+
+int main(int argc, char **argv) {
+    test_init(&argc, &argv);
+    char dir[] = "/tmp/zoe_cfg_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char data[256], json[256];
+    snprintf(data, sizeof data, "%s/corpus.txt", dir);
+    snprintf(json, sizeof json, "%s/run.json", dir);
+    FILE *f = fopen(data, "w");
+    fputs("hello\n", f);
+    fclose(f);
+
+    zoe_train_config c;
+    char line[512];
+    snprintf(line, sizeof line,
+             "--model gpt2-124m --tp 2 --micro-batch=8 --lr 6e-4 --min-lr 6e-5 --dtype bf16 "
+             "--recompute --data %s",
+             data);
+    CHECK_OK(parse(&c, line));
+    CHECK(c.model.layers == 12 && c.model.hidden == 768 && c.tp == 2 && c.micro_batch == 8,
+          "flags");
+    CHECK(fabsf(c.lr - 6e-4f) < 1e-9f && c.dtype == ZOE_BF16 && c.recompute == 1,
+          "lr, dtype, flag");
+    CHECK_OK(zoe_train_config_validate(&c, 4));
+    /* explicit shape options refine the preset whatever their order */
+    CHECK_OK(parse(&c, "--layers 2 --model gpt2-124m"));
+    CHECK(c.model.layers == 2 && c.model.hidden == 768, "--layers after preset: %d",
+          c.model.layers);
+
+    f = fopen(json, "w");
+    fprintf(f,
+            "{\"model\": \"demo\", \"micro_batch\": 3, \"grad-accum\": 2, \"lr\": 0.01,"
+            " \"recompute\": true, \"data\": \"%s\", \"seed\": 77}",
+            data);
+    fclose(f);
+    snprintf(line, sizeof line, "--config %s --lr 0.02", json);
+    CHECK_OK(parse(&c, line));
+    CHECK(c.micro_batch == 3 && c.grad_accum == 2 && c.recompute && c.seed == 77, "json keys");
+    CHECK(fabsf(c.lr - 0.02f) < 1e-9f, "flags win over JSON: lr %g", (double)c.lr);
+
+    expect_error("--bogus 3", "unknown option '--bogus'");
+    expect_error("--steps 0", "--steps=0 is out of range");
+    expect_error("--lr -1", "--lr=-1 is out of range");
+    expect_error("--micro-batch 2.5", "'2.5' is not an integer");
+    expect_error("--dtype fp64", "'fp64' is not fp32, bf16 or fp16");
+    expect_error("--offload gpu", "'gpu' is not cpu or none");
+    expect_error("--model gpt5", "unknown model 'gpt5'");
+    expect_error("--tp", "'--tp' needs a value");
+    expect_error("--config /nonexistent.json", "cannot open config '/nonexistent.json'");
+    f = fopen(json, "w");
+    fputs("{\"micro-batch\": 2, \"wings\": 3}", f);
+    fclose(f);
+    snprintf(line, sizeof line, "--config %s", json);
+    expect_error(line, "unknown key \"wings\"");
+
+    snprintf(line, sizeof line, "--model gpt2-124m --data %s", data);
+    CHECK_OK(parse(&c, line));
+    c.tp = 3;
+    expect_invalid(&c, 8, "--tp=3 does not divide the 8 ranks");
+    c.tp = 8;
+    expect_invalid(&c, 8, "--heads=12 is not divisible by --tp=8");
+    c.tp = 1;
+    c.model.hidden = 100;
+    expect_invalid(&c, 1, "--hidden=100 is not divisible by --heads=12");
+    c.model.hidden = 768;
+    strcpy(c.data, "/nonexistent/corpus");
+    expect_invalid(&c, 1, "'/nonexistent/corpus' is neither a file");
+    strcpy(c.data, data);
+    c.dtype = ZOE_F16;
+    expect_invalid(&c, 1, "--dtype=fp16 needs --backend=cuda");
+
+    /* lr: warm-up 10 to 1e-3, cosine to 1e-4 at step 110 */
+    zoe_train_config s;
+    zoe_train_config_defaults(&s);
+    s.lr = 1e-3f, s.min_lr = 1e-4f, s.warmup = 10, s.steps = 110;
+    CHECK(fabsf(zoe_train_lr_at(&s, 0) - 1e-4f) < 1e-9f, "warm-up step 0");
+    CHECK(fabsf(zoe_train_lr_at(&s, 9) - 1e-3f) < 1e-9f, "warm-up end");
+    CHECK(fabsf(zoe_train_lr_at(&s, 60) - 5.5e-4f) < 1e-8f, "cosine midpoint %g",
+          (double)zoe_train_lr_at(&s, 60));
+    CHECK(fabsf(zoe_train_lr_at(&s, 110) - 1e-4f) < 1e-9f, "cosine end");
+
+    /* presets: the parameter counts of known shapes */
+    zoe_model_config m;
+    CHECK_OK(zoe_model_preset("gpt2-124m", &m));
+    CHECK(zoe_model_param_count(&m) == 124439808LL, "gpt2-124m has %lld parameters",
+          (long long)zoe_model_param_count(&m));
+    CHECK_OK(zoe_model_preset("70b", &m));
+    CHECK(llabs(zoe_model_param_count(&m) - 70400000000LL) < 600000000LL, "70b: %lld",
+          (long long)zoe_model_param_count(&m));
+
+    unlink(data), unlink(json), rmdir(dir);
+    return test_finish("test_config");
+}
