@@ -5,10 +5,10 @@
 #include "engine/data_impl.h"
 #include "runtime/error.h"
 
-/* Whitespace only (a CRLF file's empty lines hold a lone '\r'). */
+/* Whitespace only (a CRLF file's empty lines hold a lone '\r'; '\n' matters for whole files). */
 static int is_blank(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\f' && s[i] != '\v') return 0;
+        if (!memchr(" \t\r\n\f\v", s[i], 6)) return 0;
     return 1;
 }
 
