@@ -1,0 +1,183 @@
+/* Opening datasets (mapped Megatron files, or text through data_text.c) and reading their
+ * token stream. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "engine/data_impl.h"
+#include "runtime/error.h"
+
+zoe_status zoe_map_file(const char *path, zoe_mapped_file *out) {
+    *out = (zoe_mapped_file){0};
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return zoe_fail(ZOE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return zoe_fail(ZOE_ERR_IO, "cannot stat '%s': %s", path, strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return zoe_fail(ZOE_ERR_IO, "'%s' is not a regular file", path);
+    }
+    zoe_status status = ZOE_OK;
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED)
+            status = zoe_fail(ZOE_ERR_IO, "cannot map '%s' (%lld bytes): %s", path,
+                              (long long)st.st_size, strerror(errno));
+        else
+            *out = (zoe_mapped_file){.data = p, .len = (size_t)st.st_size};
+    }
+    close(fd);
+    return status;
+}
+
+void zoe_unmap_file(zoe_mapped_file *f) {
+    if (f->data) munmap(f->data, f->len);
+    *f = (zoe_mapped_file){0};
+}
+
+zoe_status zoe_dataset_alloc(const char *name, zoe_dataset **out) {
+    *out = NULL;
+    zoe_dataset *ds = calloc(1, sizeof *ds);
+    char *copy = malloc(strlen(name) + 1);
+    if (!ds || !copy) {
+        free(ds);
+        free(copy);
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset '%s'", name);
+    }
+    ds->name = strcpy(copy, name);
+    *out = ds;
+    return ZOE_OK;
+}
+
+void zoe_dataset_destroy(zoe_dataset *ds) {
+    if (!ds) return;
+    zoe_unmap_file(&ds->idx_file);
+    zoe_unmap_file(&ds->bin_file);
+    free(ds->idx_image);
+    free(ds->bin_image);
+    free(ds->name);
+    free(ds);
+}
+
+/* PREFIX + suffix in a new string. */
+static char *path_with(const char *prefix, const char *suffix) {
+    size_t n = strlen(prefix), m = strlen(suffix);
+    char *p = malloc(n + m + 1);
+    if (p) memcpy(p, prefix, n), memcpy(p + n, suffix, m + 1);
+    return p;
+}
+
+static zoe_status map_pair(zoe_dataset *ds) {
+    char *idx = path_with(ds->name, ".idx"), *bin = path_with(ds->name, ".bin");
+    zoe_status st = idx && bin ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset '%s'", ds->name);
+    if (st == ZOE_OK) st = zoe_map_file(idx, &ds->idx_file);
+    if (st == ZOE_OK) st = zoe_map_file(bin, &ds->bin_file);
+    free(idx);
+    free(bin);
+    return st;
+}
+
+zoe_status zoe_dataset_open_indexed(const char *prefix, zoe_dataset **out) {
+    *out = NULL;
+    zoe_dataset *ds;
+    ZOE_TRY(zoe_dataset_alloc(prefix, &ds));
+    zoe_status st = map_pair(ds);
+    if (st == ZOE_OK)
+        st = zoe_index_parse(ds->idx_file.data, ds->idx_file.len, ds->bin_file.len, prefix,
+                             &ds->index);
+    if (st != ZOE_OK) {
+        zoe_dataset_destroy(ds);
+        return st;
+    }
+    ds->bin = ds->bin_file.data;
+    *out = ds;
+    return ZOE_OK;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+zoe_status zoe_dataset_open(const char *path, zoe_dataset **out) {
+    *out = NULL;
+    char *idx = path_with(path, ".idx");
+    if (!idx) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset '%s'", path);
+    int indexed = access(idx, F_OK) == 0;
+    free(idx);
+    if (indexed) return zoe_dataset_open_indexed(path, out);
+    if (ends_with(path, ".idx") || ends_with(path, ".bin")) {
+        char *prefix = malloc(strlen(path) + 1);
+        if (!prefix) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset '%s'", path);
+        strcpy(prefix, path)[strlen(path) - 4] = '\0';
+        zoe_status st = zoe_dataset_open_indexed(prefix, out);
+        free(prefix);
+        return st;
+    }
+    return zoe_dataset_open_text(path, ZOE_SPLIT_BLANK_LINE, out);
+}
+
+const char *zoe_dataset_name(const zoe_dataset *ds) {
+    return ds->name;
+}
+zoe_token_dtype zoe_dataset_dtype(const zoe_dataset *ds) {
+    return ds->index.dtype;
+}
+int64_t zoe_dataset_tokens(const zoe_dataset *ds) {
+    return ds->index.tokens;
+}
+int64_t zoe_dataset_documents(const zoe_dataset *ds) {
+    return ds->index.doc_entries - 1;
+}
+int64_t zoe_dataset_sequences(const zoe_dataset *ds) {
+    return ds->index.sequences;
+}
+
+zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count, int32_t *out) {
+    if (offset < 0 || count < 0 || count > ds->index.tokens - offset)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "'%s': tokens [%lld, %lld) are outside the stream of %lld tokens", ds->name,
+                        (long long)offset, (long long)(offset + count),
+                        (long long)ds->index.tokens);
+    /* Sequences lie back to back (checked on open), so the stream is the .bin itself. */
+    const unsigned char *p = ds->bin + (size_t)offset * ds->index.token_size;
+    if (ds->index.dtype == ZOE_TOKENS_INT32) {
+        memcpy(out, p, (size_t)count * sizeof *out);
+    } else {
+        for (int64_t i = 0; i < count; i++) {
+            uint16_t t;
+            memcpy(&t, p + 2 * i, sizeof t);
+            out[i] = t;
+        }
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *offset,
+                                int64_t *length) {
+    int64_t docs = zoe_dataset_documents(ds);
+    if (doc < 0 || doc >= docs)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': document %lld outside [0, %lld)", ds->name,
+                        (long long)doc, (long long)docs);
+    const zoe_index_view *v = &ds->index;
+    int64_t first = zoe_index_load_i64(v->doc_index, doc);
+    int64_t end = zoe_index_load_i64(v->doc_index, doc + 1);
+    /* Stream offset of sequence s: its byte pointer over the token size (or the end). */
+    int64_t begin_tok = first < v->sequences
+                            ? zoe_index_load_i64(v->pointers, first) / (int64_t)v->token_size
+                            : v->tokens;
+    int64_t end_tok = end < v->sequences
+                          ? zoe_index_load_i64(v->pointers, end) / (int64_t)v->token_size
+                          : v->tokens;
+    *offset = begin_tok;
+    *length = end_tok - begin_tok;
+    return ZOE_OK;
+}

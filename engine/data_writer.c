@@ -1,0 +1,176 @@
+/* Writing the Megatron indexed format: tokens stream into PREFIX.bin.tmp.PID as documents
+ * arrive, the sizes stay in memory, and finish writes the .idx and renames both into place
+ * (.bin first, so a present .idx always has its .bin). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "engine/data_impl.h"
+#include "runtime/error.h"
+
+enum { WRITE_CHUNK = 1 << 16 }; /* tokens converted per fwrite */
+
+struct zoe_dataset_writer {
+    zoe_token_dtype dtype;
+    char *bin_path, *idx_path, *bin_tmp, *idx_tmp;
+    FILE *bin;
+    int32_t *sizes; /* one per document */
+    int64_t documents, capacity, tokens;
+    int finished;
+    unsigned char chunk[WRITE_CHUNK * 4];
+};
+
+static char *format_path(const char *prefix, const char *suffix, long pid) {
+    size_t n = strlen(prefix) + strlen(suffix) + 32;
+    char *p = malloc(n);
+    if (p) {
+        if (pid >= 0)
+            snprintf(p, n, "%s%s.tmp.%ld", prefix, suffix, pid);
+        else
+            snprintf(p, n, "%s%s", prefix, suffix);
+    }
+    return p;
+}
+
+zoe_status zoe_dataset_writer_create(const char *prefix, zoe_token_dtype dtype,
+                                     zoe_dataset_writer **out) {
+    *out = NULL;
+    if (zoe_token_size(dtype) == 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': token dtype code %d unsupported", prefix,
+                        (int)dtype);
+    zoe_dataset_writer *w = calloc(1, sizeof *w);
+    if (!w) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset writer for '%s'", prefix);
+    long pid = (long)getpid();
+    w->dtype = dtype;
+    w->bin_path = format_path(prefix, ".bin", -1);
+    w->idx_path = format_path(prefix, ".idx", -1);
+    w->bin_tmp = format_path(prefix, ".bin", pid);
+    w->idx_tmp = format_path(prefix, ".idx", pid);
+    if (!w->bin_path || !w->idx_path || !w->bin_tmp || !w->idx_tmp) {
+        zoe_dataset_writer_destroy(w);
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset writer for '%s'", prefix);
+    }
+    w->bin = fopen(w->bin_tmp, "wb");
+    if (!w->bin) {
+        zoe_status st = zoe_fail(ZOE_ERR_IO, "cannot create '%s' (for '%s'): %s", w->bin_tmp,
+                                 w->bin_path, strerror(errno));
+        zoe_dataset_writer_destroy(w);
+        return st;
+    }
+    *out = w;
+    return ZOE_OK;
+}
+
+void zoe_dataset_writer_destroy(zoe_dataset_writer *w) {
+    if (!w) return;
+    if (w->bin) fclose(w->bin);
+    if (!w->finished && w->bin_tmp) remove(w->bin_tmp);
+    if (!w->finished && w->idx_tmp) remove(w->idx_tmp);
+    free(w->bin_path);
+    free(w->idx_path);
+    free(w->bin_tmp);
+    free(w->idx_tmp);
+    free(w->sizes);
+    free(w);
+}
+
+int64_t zoe_dataset_writer_documents(const zoe_dataset_writer *w) {
+    return w->documents;
+}
+int64_t zoe_dataset_writer_tokens(const zoe_dataset_writer *w) {
+    return w->tokens;
+}
+
+static zoe_status check_tokens(const zoe_dataset_writer *w, const int32_t *tokens, int64_t n) {
+    int32_t max = w->dtype == ZOE_TOKENS_UINT16 ? UINT16_MAX : INT32_MAX;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] > max)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "'%s': token %d (document %lld, position %lld) does not fit %s",
+                            w->bin_path, tokens[i], (long long)w->documents, (long long)i,
+                            zoe_token_dtype_name(w->dtype));
+    return ZOE_OK;
+}
+
+static zoe_status write_tokens(zoe_dataset_writer *w, const int32_t *tokens, int64_t n) {
+    size_t size = zoe_token_size(w->dtype);
+    for (int64_t done = 0; done < n;) {
+        size_t k = (size_t)(n - done < WRITE_CHUNK ? n - done : WRITE_CHUNK);
+        for (size_t i = 0; i < k; i++) {
+            if (w->dtype == ZOE_TOKENS_UINT16) {
+                uint16_t t = (uint16_t)tokens[done + (int64_t)i];
+                memcpy(w->chunk + 2 * i, &t, 2);
+            } else {
+                memcpy(w->chunk + 4 * i, &tokens[done + (int64_t)i], 4);
+            }
+        }
+        if (fwrite(w->chunk, size, k, w->bin) != k)
+            return zoe_fail(ZOE_ERR_IO, "cannot write '%s': %s", w->bin_tmp, strerror(errno));
+        done += (int64_t)k;
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_dataset_writer_add_document(zoe_dataset_writer *w, const int32_t *tokens,
+                                           int64_t n) {
+    if (w->finished || !w->bin)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': writer already finished or failed",
+                        w->bin_path);
+    if (n < 0 || n > INT32_MAX)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "'%s': document %lld has %lld tokens (the index stores int32 sizes)",
+                        w->bin_path, (long long)w->documents, (long long)n);
+    ZOE_TRY(check_tokens(w, tokens, n));
+    if (w->documents == w->capacity) {
+        int64_t cap = w->capacity ? 2 * w->capacity : 1024;
+        int32_t *sizes = realloc(w->sizes, (size_t)cap * sizeof *sizes);
+        if (!sizes)
+            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "'%s': index of %lld documents", w->idx_path,
+                            (long long)cap);
+        w->sizes = sizes;
+        w->capacity = cap;
+    }
+    ZOE_TRY(write_tokens(w, tokens, n));
+    w->sizes[w->documents++] = (int32_t)n;
+    w->tokens += n;
+    return ZOE_OK;
+}
+
+static zoe_status write_index(const zoe_dataset_writer *w) {
+    size_t len = zoe_index_image_size(w->documents);
+    unsigned char *image = malloc(len);
+    if (!image) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "'%s': %zu bytes", w->idx_path, len);
+    zoe_index_image_write(image, w->dtype, w->sizes, w->documents);
+    FILE *f = fopen(w->idx_tmp, "wb");
+    int ok = f && fwrite(image, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int err = errno;
+    if (f && fclose(f) != 0 && ok) ok = 0, err = errno;
+    free(image);
+    if (!ok) return zoe_fail(ZOE_ERR_IO, "cannot write '%s': %s", w->idx_tmp, strerror(err));
+    return ZOE_OK;
+}
+
+zoe_status zoe_dataset_writer_finish(zoe_dataset_writer *w) {
+    if (w->finished || !w->bin)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': writer already finished or failed",
+                        w->bin_path);
+    int ok = fflush(w->bin) == 0 && fsync(fileno(w->bin)) == 0;
+    int err = errno;
+    if (fclose(w->bin) != 0 && ok) ok = 0, err = errno;
+    w->bin = NULL;
+    if (!ok) return zoe_fail(ZOE_ERR_IO, "cannot write '%s': %s", w->bin_tmp, strerror(err));
+    ZOE_TRY(write_index(w));
+    if (rename(w->bin_tmp, w->bin_path) != 0)
+        return zoe_fail(ZOE_ERR_IO, "cannot rename '%s' to '%s': %s", w->bin_tmp, w->bin_path,
+                        strerror(errno));
+    if (rename(w->idx_tmp, w->idx_path) != 0) {
+        zoe_status st = zoe_fail(ZOE_ERR_IO, "cannot rename '%s' to '%s': %s", w->idx_tmp,
+                                 w->idx_path, strerror(errno));
+        remove(w->bin_path); /* never leave a .bin without its .idx */
+        return st;
+    }
+    w->finished = 1;
+    return ZOE_OK;
+}
