@@ -58,7 +58,8 @@ zoe_status zoe_token_dtype_parse(const char *name, zoe_token_dtype *out);
 
 /* How a text file splits into documents: at runs of blank (empty or whitespace-only) lines, at
  * every line, or one document per file. A document's bytes are kept exactly; only the
- * separating newlines and blank lines are dropped, and empty documents are skipped. */
+ * separating newlines and blank lines are dropped, and blank (whitespace-only) documents are
+ * skipped. */
 typedef enum zoe_doc_split {
     ZOE_SPLIT_BLANK_LINE = 0,
     ZOE_SPLIT_LINE = 1,
