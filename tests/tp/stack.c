@@ -28,8 +28,11 @@ static zoe_status describe(stack *s) {
                               r));
     s->params[s->nparams++] = &s->emb.wte;
     s->params[s->nparams++] = &s->emb.wpe;
-    zoe_tp_block_config bc = {.hidden = c->hidden, .heads = c->heads, .ffn = c->ffn,
-                              .hidden_dropout = c->dropout, .init_std = 0.02f,
+    zoe_tp_block_config bc = {.hidden = c->hidden,
+                              .heads = c->heads,
+                              .ffn = c->ffn,
+                              .hidden_dropout = c->dropout,
+                              .init_std = 0.02f,
                               .proj_init_std = 0.02f / 2.0f};
     for (int l = 0; l < c->layers; l++) {
         char prefix[32];
@@ -103,9 +106,8 @@ zoe_status stack_create(const stack_config *cfg, MPI_Comm group, stack **out) {
 
 void stack_destroy(stack *s) {
     if (!s) return;
-    void *bufs[] = {s->weights, s->grads,  s->acts_buf, s->scratch,   s->ln_f,      s->d_ln_f,
-                    s->dres,    s->logits, s->stats,    s->ln_f_mean, s->ln_f_rstd, s->tokens,
-                    s->targets};
+    void *bufs[] = {s->weights, s->grads, s->acts_buf,  s->scratch,   s->ln_f,   s->d_ln_f, s->dres,
+                    s->logits,  s->stats, s->ln_f_mean, s->ln_f_rstd, s->tokens, s->targets};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) zoe_device_free(s->dev, bufs[i]);
     for (int l = 0; l <= s->cfg.layers; l++) zoe_device_free(s->dev, s->resid[l]);
     free(s->losses);
@@ -153,8 +155,7 @@ zoe_status stack_backward(stack *s) {
 }
 
 zoe_status stack_zero_grads(stack *s) {
-    TRY(zoe_memset_async(s->grads, 0, (size_t)s->numel * zoe_dtype_size(s->cfg.dtype),
-                         s->stream));
+    TRY(zoe_memset_async(s->grads, 0, (size_t)s->numel * zoe_dtype_size(s->cfg.dtype), s->stream));
     return zoe_stream_synchronize(s->stream);
 }
 

@@ -9,7 +9,7 @@
 
 #define STACK_MAX_LAYERS 4
 #define STACK_MAX_PARAMS (2 + 2 + STACK_MAX_LAYERS * ZOE_TP_BLOCK_PARAMS)
-#define STACK_IGNORE (-1)
+#define STACK_IGNORE     (-1)
 
 typedef struct stack_config {
     int64_t vocab, pad_multiple, hidden, heads, ffn, layers, B, T;
@@ -31,17 +31,17 @@ typedef struct stack {
     zoe_tp_param *params[STACK_MAX_PARAMS];
     int nparams;
     int64_t numel;
-    void *weights, *grads;           /* flat, numel elements */
+    void *weights, *grads;             /* flat, numel elements */
     void *resid[STACK_MAX_LAYERS + 1]; /* block inputs / the last output, [N, C] */
     void *acts_buf;
     zoe_tp_block_acts acts[STACK_MAX_LAYERS];
-    void *scratch;                   /* block backward scratch */
-    void *ln_f, *d_ln_f, *dres;      /* [N, C] */
-    float *ln_f_mean, *ln_f_rstd;    /* [N] */
-    void *logits;                    /* [N, vocab.local], dlogits in place after backward */
+    void *scratch;                /* block backward scratch */
+    void *ln_f, *d_ln_f, *dres;   /* [N, C] */
+    float *ln_f_mean, *ln_f_rstd; /* [N] */
+    void *logits;                 /* [N, vocab.local], dlogits in place after backward */
     float *stats;
-    int32_t *tokens, *targets;       /* device [N] */
-    float *losses;                   /* host [N] */
+    int32_t *tokens, *targets; /* device [N] */
+    float *losses;             /* host [N] */
     float loss;
     int64_t count;
 } stack;

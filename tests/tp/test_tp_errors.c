@@ -32,8 +32,8 @@ static void block_errors(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         memset(&blk, SENTINEL, sizeof blk);
-        expect_error(zoe_tp_block_init(&blk, "h.0.", &cases[i].cfg, cases[i].tp, 0),
-                     cases[i].want, &blk, sizeof blk, cases[i].want);
+        expect_error(zoe_tp_block_init(&blk, "h.0.", &cases[i].cfg, cases[i].tp, 0), cases[i].want,
+                     &blk, sizeof blk, cases[i].want);
     }
     zoe_tp_block_config ok = {.hidden = 64, .heads = 4, .ffn = 256};
     CHECK_OK(zoe_tp_block_init(&blk, "h.0.", &ok, 4, 3));
@@ -42,7 +42,8 @@ static void block_errors(void) {
     CHECK(strcmp(blk.linear_qkv.weight.name, "h.0.attn.linear_qkv.weight") == 0 &&
               strcmp(blk.linear_fc2.bias.name, "h.0.mlp.linear_fc2.bias") == 0,
           "parameter names: %s, %s", blk.linear_qkv.weight.name, blk.linear_fc2.bias.name);
-    CHECK(blk.linear_qkv.weight.local_offset[0] == 144 && blk.linear_fc2.weight.local_offset[1] == 192,
+    CHECK(blk.linear_qkv.weight.local_offset[0] == 144 &&
+              blk.linear_fc2.weight.local_offset[1] == 192,
           "rank 3 shard offsets");
     CHECK(blk.linear_proj.bias.replicated && !blk.linear_qkv.bias.replicated &&
               blk.ln_2_weight.replicated,
@@ -66,9 +67,9 @@ static void linear_and_vocab_errors(void) {
                  sizeof e, "embedding hidden");
     zoe_tp_param p;
     memset(&p, SENTINEL, sizeof p);
-    expect_error(zoe_tp_param_describe(&p, "w", 2, 6, 10, ZOE_TP_SPLIT_COLS, ZOE_TP_INIT_ZEROS, 0,
-                                       4, 0),
-                 "w: cols=10 not divisible by tp=4", &p, sizeof p, "param cols");
+    expect_error(
+        zoe_tp_param_describe(&p, "w", 2, 6, 10, ZOE_TP_SPLIT_COLS, ZOE_TP_INIT_ZEROS, 0, 4, 0),
+        "w: cols=10 not divisible by tp=4", &p, sizeof p, "param cols");
 
     /* padding: a multiple of 128 for every t dividing 128 (TP-invariant), else of
      * t * ceil(128 / t); rank ranges cover the padded table */

@@ -20,7 +20,9 @@ typedef struct fixture {
     zoe_tp tp;
 } fixture;
 
-static size_t es(const fixture *f) { return zoe_dtype_size(f->tp.dtype); }
+static size_t es(const fixture *f) {
+    return zoe_dtype_size(f->tp.dtype);
+}
 
 /* Rank r's input [ROWS, cols] in dtype, values exact in bf16. */
 static void *make_input(const fixture *f, int r, int64_t n, uint64_t salt) {
@@ -46,7 +48,8 @@ static void *upload(const fixture *f, const void *host, int64_t n) {
     CHECK_OK(zoe_device_alloc(f->dev, (size_t)n * es(f), &d));
     if (host)
         CHECK_OK(zoe_memcpy_async(d, host, (size_t)n * es(f), ZOE_COPY_HOST_TO_DEVICE, f->stream));
-    else CHECK_OK(zoe_memset_async(d, 0xff, (size_t)n * es(f), f->stream));
+    else
+        CHECK_OK(zoe_memset_async(d, 0xff, (size_t)n * es(f), f->stream));
     return d;
 }
 
@@ -76,7 +79,8 @@ static void check_sum(const fixture *f, const void *got_dev, int64_t n, uint64_t
     void *got = download(f, got_dev, n);
     double worst = 0;
     for (int64_t i = 0; i < n; i++) {
-        double tol = t * FLT_EPSILON * mag[i] + (f->tp.dtype == ZOE_BF16 ? 0x1p-8 * fabs(ref[i]) : 0);
+        double tol =
+            t * FLT_EPSILON * mag[i] + (f->tp.dtype == ZOE_BF16 ? 0x1p-8 * fabs(ref[i]) : 0);
         double err = fabs(at(f, got, i) - ref[i]);
         if (!(err <= tol)) worst = fmax(worst, isnan(err) ? INFINITY : err);
     }
@@ -162,8 +166,8 @@ static void run(fixture *f) {
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     fixture f = {0};
-    zoe_kernel_plan plan = {.max_rows = ROWS, .max_dim = COLS, .max_seq = 1, .max_heads = 1,
-                            .max_head_dim = 1};
+    zoe_kernel_plan plan = {
+        .max_rows = ROWS, .max_dim = COLS, .max_seq = 1, .max_heads = 1, .max_head_dim = 1};
     CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &f.dev));
     CHECK_OK(zoe_stream_create(f.dev, &f.stream));
     CHECK_OK(zoe_kernels_create(f.dev, f.stream, &plan, &f.kernels));
