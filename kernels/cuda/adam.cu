@@ -124,8 +124,8 @@ extern "C" zoe_status zoe_sumsq_cuda(void *stream, const float *x, size_t n, dou
     ZOE_TRY(check(cudaMallocAsync((void **)&sum, sizeof(double), s), "cudaMallocAsync"));
     zoe_status st = check(cudaMemsetAsync(sum, 0, sizeof(double), s), "cudaMemsetAsync");
     if (st == ZOE_OK) {
-        unsigned b = blocks_for(n);
-        sumsq_kernel < <<b<1024 ? b : 1024, kThreads, 0, s>>>(x, n, sum);
+        unsigned blocks = blocks_for(n) < 1024 ? blocks_for(n) : 1024;
+        sumsq_kernel<<<blocks, kThreads, 0, s>>>(x, n, sum);
         st = check(cudaGetLastError(), "sumsq kernel launch");
     }
     if (st == ZOE_OK)
