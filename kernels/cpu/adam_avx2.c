@@ -1,0 +1,62 @@
+/* The host Adam loops for AVX2 (8 fp32 lanes), with F16C for fp16 and integer AVX2 for bf16's
+ * round-to-nearest-even, so every gradient and output dtype stays in SIMD. */
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+#include "kernels/cpu/adam_simd.h"
+
+static inline __m256 load_bf16_avx2(const zoe_bf16 *p) {
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+/* zoe_f32_to_bf16 lane-wise: NaN stays a quiet NaN, everything else rounds to nearest even. */
+static inline void store_bf16_avx2(zoe_bf16 *p, __m256 x) {
+    __m256i u = _mm256_castps_si256(x);
+    __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i bias = _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, q, nan);
+    /* packus works within 128-bit halves: [r0-3 r0-3 | r4-7 r4-7]; gather qwords 0 and 2. */
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+}
+
+static inline double hsum_avx2(__m256 x) {
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    double t[4];
+    _mm256_storeu_pd(t, _mm256_add_pd(lo, hi));
+    return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+#define VF                 __m256
+#define W                  8
+#define V_SET1(x)          _mm256_set1_ps(x)
+#define V_ADD(a, b)        _mm256_add_ps(a, b)
+#define V_SUB(a, b)        _mm256_sub_ps(a, b)
+#define V_MUL(a, b)        _mm256_mul_ps(a, b)
+#define V_DIV(a, b)        _mm256_div_ps(a, b)
+#define V_SQRT(a)          _mm256_sqrt_ps(a)
+#define V_LOAD_F32(p)      _mm256_loadu_ps(p)
+#define V_STORE_F32(p, x)  _mm256_storeu_ps(p, x)
+#define V_LOAD_BF16(p)     load_bf16_avx2(p)
+#define V_STORE_BF16(p, x) store_bf16_avx2(p, x)
+#define V_LOAD_F16(p)      _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define V_STORE_F16(p, x)                                                                          \
+    _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT))
+#define V_HSUM(x)     hsum_avx2(x)
+#define ADAM_FN(name) name##_avx2
+#include "kernels/cpu/adam_simd.h"
+
+void zoe_adam_avx2(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
+                   int gdt, void *out, int odt, size_t n) {
+    adam_avx2(c, master, m, v, grad, gdt, out, odt, n);
+}
+
+double zoe_accumulate_avx2(float *dst, const void *src, int sdt, float scale, int assign,
+                           size_t n) {
+    return accumulate_avx2(dst, src, sdt, scale, assign, n);
+}
