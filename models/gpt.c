@@ -226,13 +226,9 @@ zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *tar
                                ZOE_GPT_IGNORE_INDEX, g->losses, loss, &g->count);
 }
 
-static zoe_status acquire(const zoe_gpt_grad_sink *s, zoe_tp_param *p, int t) {
-    return s->acquire(s->user, t, &p->grad);
-}
-
 /* Acquires, or releases, the tensors [first, first + n). */
 static zoe_status acquire_range(zoe_gpt *g, const zoe_gpt_grad_sink *s, int first, int n) {
-    for (int t = first; t < first + n; t++) ZOE_TRY(acquire(s, g->tensors[t], t));
+    for (int t = first; t < first + n; t++) ZOE_TRY(s->acquire(s->user, t, &g->tensors[t]->grad));
     return ZOE_OK;
 }
 
@@ -247,7 +243,8 @@ zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sin
     int64_t B = c->micro_batch, T = c->shape.seq_len;
     /* Every token ignored: zero gradients, but the sink still sees every tensor. */
     float scale = g->count > 0 ? loss_scale / (float)g->count : 0.0f;
-    ZOE_TRY(acquire(sink, &g->emb.wte, 0)); /* tied: the LM head now, the lookup at the end */
+    /* The embedding's tensors (wte is tied: the LM head now, the lookup at the end). */
+    ZOE_TRY(acquire_range(g, sink, 0, 2));
     ZOE_TRY(zoe_tp_xent_backward(&g->tp, &g->emb, g->logits, g->logits, g->xent_stats, g->targets,
                                  g->N, ZOE_GPT_IGNORE_INDEX, scale));
     ZOE_TRY(zoe_tp_lm_head_backward(&g->tp, &g->emb, g->d_ln_f, g->logits, g->ln_f, g->N));
@@ -269,7 +266,6 @@ zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sin
                                       g->block_scratch));
         ZOE_TRY(release_range(sink, first, ZOE_TP_BLOCK_PARAMS));
     }
-    ZOE_TRY(acquire(sink, &g->emb.wpe, 1));
     ZOE_TRY(zoe_tp_embedding_backward(&g->tp, &g->emb, g->dres, g->tokens, B, T));
     return release_range(sink, 0, 2);
 }

@@ -24,8 +24,8 @@ typedef struct zoe_gpt_config {
 
 /* Where backward puts gradients. acquire returns tensor t's gradient buffer (zeroed, or holding
  * earlier micro-batches' sum; backward accumulates into it); release says it is final for this
- * micro-batch. Each tensor is acquired and released once per backward: the tied embedding is
- * acquired first (the LM head) and released last (the lookup). */
+ * micro-batch. Each tensor is acquired and released once per backward: the embedding's (wte,
+ * wpe) first, for the tied LM head, and released last, after the lookup's backward. */
 typedef struct zoe_gpt_grad_sink {
     void *user;
     zoe_status (*acquire)(void *user, int tensor, void **grad);
