@@ -162,7 +162,8 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
                 *(zoe_progress_style *)base = (zoe_progress_style)i;
                 return ZOE_OK;
             }
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--progress: '%s' is not auto, bar or lines", text);
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--progress: '%s' is not auto, bar or lines",
+                        text);
     }
     case OPT_FLAG:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0)
@@ -323,10 +324,7 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
         return zoe_fail(
             ZOE_ERR_INVALID_ARGUMENT,
             "--dtype=fp16 needs --backend=cuda (the CPU backend computes in fp32 or bf16)");
-    if (!c->data[0])
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--data is required (a .txt file or an indexed "
-                                                  "dataset prefix; see zoe-data)");
-    if (!data_exists(c->data))
+    if (c->data[0] && !data_exists(c->data))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--data: '%s' is neither a file nor a prefix of PREFIX.bin and PREFIX.idx",
                         c->data);

@@ -114,8 +114,8 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     oc.bucket_ring = 3;
     oc.dpu_warmup = c->dpu_warmup;
     oc.partial_ratio = c->offload == ZOE_OFFLOAD_NONE ? 1.0f : 0.0f;
-    zoe_status st = zoe_optimizer_create(tr->grid, tr->dev, tr->stream, c->dtype, tensors, n, &oc,
-                                         &tr->opt);
+    zoe_status st =
+        zoe_optimizer_create(tr->grid, tr->dev, tr->stream, c->dtype, tensors, n, &oc, &tr->opt);
     free(tensors);
     ZOE_TRY(st);
     char *base = zoe_optimizer_params(tr->opt);
@@ -130,7 +130,8 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
 }
 
 zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_trainer **out) {
-    if (!out || !cfg) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: NULL argument");
+    if (!out || !cfg)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: NULL argument");
     *out = NULL;
     int world_size;
     MPI_Comm_size(world, &world_size);
@@ -165,10 +166,18 @@ void zoe_trainer_destroy(zoe_trainer *tr) {
     free(tr);
 }
 
-int64_t zoe_trainer_param_count(const zoe_trainer *tr) { return zoe_gpt_global_numel(tr->gpt); }
-int zoe_trainer_rank(const zoe_trainer *tr) { return zoe_grid_rank(tr->grid); }
-int zoe_trainer_dp_rank(const zoe_trainer *tr) { return zoe_grid_dp_rank(tr->grid); }
-int zoe_trainer_dp_size(const zoe_trainer *tr) { return zoe_grid_dp_size(tr->grid); }
+int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
+    return zoe_gpt_global_numel(tr->gpt);
+}
+int zoe_trainer_rank(const zoe_trainer *tr) {
+    return zoe_grid_rank(tr->grid);
+}
+int zoe_trainer_dp_rank(const zoe_trainer *tr) {
+    return zoe_grid_dp_rank(tr->grid);
+}
+int zoe_trainer_dp_size(const zoe_trainer *tr) {
+    return zoe_grid_dp_size(tr->grid);
+}
 
 zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
                                    float *loss) {
@@ -231,4 +240,6 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     return ZOE_OK;
 }
 
-zoe_status zoe_trainer_flush(zoe_trainer *tr) { return zoe_optimizer_flush(tr->opt); }
+zoe_status zoe_trainer_flush(zoe_trainer *tr) {
+    return zoe_optimizer_flush(tr->opt);
+}

@@ -26,9 +26,9 @@ struct zoe_gpt {
     void *arena;
     size_t arena_bytes;
     int32_t *tokens, *targets;
-    void **resid;               /* [L + 1] x [N, C]: block inputs, then the last output */
-    zoe_tp_block_acts *acts;    /* L of them, or 1 shared with recompute */
-    void *recompute_out;        /* [N, C], the discarded output of a recomputed block */
+    void **resid;            /* [L + 1] x [N, C]: block inputs, then the last output */
+    zoe_tp_block_acts *acts; /* L of them, or 1 shared with recompute */
+    void *recompute_out;     /* [N, C], the discarded output of a recomputed block */
     void *block_scratch;
     void *ln_f, *d_ln_f, *dres; /* [N, C] */
     float *ln_f_mean, *ln_f_rstd;
@@ -53,7 +53,8 @@ static size_t layout(zoe_gpt *g, char *base) {
     CARVE(g->tokens, N * sizeof(int32_t));
     CARVE(g->targets, N * sizeof(int32_t));
     for (int l = 0; l <= L; l++) CARVE(g->resid[l], NC);
-    size_t acts = zoe_tp_block_acts_bytes(&g->blocks[0], c->micro_batch, c->shape.seq_len, c->dtype);
+    size_t acts =
+        zoe_tp_block_acts_bytes(&g->blocks[0], c->micro_batch, c->shape.seq_len, c->dtype);
     for (int a = 0; a < nacts; a++) {
         if (base)
             zoe_tp_block_acts_bind(&g->blocks[a], &g->acts[a], base + off, c->micro_batch,
@@ -76,8 +77,8 @@ static size_t layout(zoe_gpt *g, char *base) {
 
 static zoe_status describe(zoe_gpt *g, int tp_size, int tp_rank) {
     const zoe_model_config *m = &g->cfg.shape;
-    ZOE_TRY(zoe_tp_embedding_init(&g->emb, "", m->vocab, g->cfg.pad_multiple, m->hidden,
-                                  m->seq_len, 0.02f, tp_size, tp_rank));
+    ZOE_TRY(zoe_tp_embedding_init(&g->emb, "", m->vocab, g->cfg.pad_multiple, m->hidden, m->seq_len,
+                                  0.02f, tp_size, tp_rank));
     g->tensors[g->num_tensors++] = &g->emb.wte;
     g->tensors[g->num_tensors++] = &g->emb.wpe;
     /* GPT-2's scaled init of the residual projections: 0.02 / sqrt(2 L). */
@@ -168,12 +169,18 @@ void zoe_gpt_destroy(zoe_gpt *g) {
     free(g);
 }
 
-int zoe_gpt_num_tensors(const zoe_gpt *g) { return g->num_tensors; }
+int zoe_gpt_num_tensors(const zoe_gpt *g) {
+    return g->num_tensors;
+}
 const zoe_tp_param *zoe_gpt_tensor(const zoe_gpt *g, int t) {
     return t >= 0 && t < g->num_tensors ? g->tensors[t] : NULL;
 }
-size_t zoe_gpt_activation_bytes(const zoe_gpt *g) { return g->arena_bytes; }
-zoe_tp *zoe_gpt_tp(zoe_gpt *g) { return &g->tp; }
+size_t zoe_gpt_activation_bytes(const zoe_gpt *g) {
+    return g->arena_bytes;
+}
+zoe_tp *zoe_gpt_tp(zoe_gpt *g) {
+    return &g->tp;
+}
 
 int64_t zoe_gpt_local_numel(const zoe_gpt *g) {
     int64_t n = 0;
@@ -249,8 +256,8 @@ zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sin
                                  g->N, ZOE_GPT_IGNORE_INDEX, scale));
     ZOE_TRY(zoe_tp_lm_head_backward(&g->tp, &g->emb, g->d_ln_f, g->logits, g->ln_f, g->N));
     ZOE_TRY(acquire_range(g, sink, ln_f, 2));
-    ZOE_TRY(zoe_memset_async(g->dres, 0, (size_t)(g->N * g->C) * zoe_dtype_size(c->dtype),
-                             g->stream));
+    ZOE_TRY(
+        zoe_memset_async(g->dres, 0, (size_t)(g->N * g->C) * zoe_dtype_size(c->dtype), g->stream));
     ZOE_TRY(zoe_layernorm_backward(g->kernels, c->dtype, g->dres, g->ln_f_weight.grad,
                                    g->ln_f_bias.grad, g->d_ln_f, g->resid[L], g->ln_f_weight.data,
                                    g->ln_f_mean, g->ln_f_rstd, g->N, g->C));
@@ -258,8 +265,8 @@ zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sin
     for (int l = L - 1; l >= 0; l--) {
         zoe_tp_block_acts *acts = &g->acts[c->recompute ? 0 : l];
         if (c->recompute) /* same micro step, so the same dropout masks */
-            ZOE_TRY(zoe_tp_block_forward(&g->tp, &g->blocks[l], acts, g->recompute_out,
-                                         g->resid[l], acts->step));
+            ZOE_TRY(zoe_tp_block_forward(&g->tp, &g->blocks[l], acts, g->recompute_out, g->resid[l],
+                                         acts->step));
         int first = 2 + l * ZOE_TP_BLOCK_PARAMS;
         ZOE_TRY(acquire_range(g, sink, first, ZOE_TP_BLOCK_PARAMS));
         ZOE_TRY(zoe_tp_block_backward(&g->tp, &g->blocks[l], acts, g->dres, g->resid[l],

@@ -85,8 +85,9 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path);
  * *help is set when --help was given, *list_models for --list-models. */
 zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **argv, int *help,
                                        int *list_models);
-/* Checks the configuration against the world size (grid and shape divisibility, ranges,
- * the data file); the message names the first problem. Pure: no allocation, no MPI. */
+/* Checks the configuration against the world size (grid and shape divisibility, ranges, and
+ * the data file when one is named; a trainer with its own batches names none); the message
+ * names the first problem. Pure: no allocation, no MPI. */
 zoe_status zoe_train_config_validate(const zoe_train_config *cfg, int world_size);
 /* Writes the option list with defaults (zoe-train --help). */
 void zoe_train_config_print_help(FILE *out, const char *program);

@@ -17,8 +17,8 @@ static int fail(int rank, int code, const char *what) {
 }
 
 static void list_models(void) {
-    printf("%-10s %6s %6s %6s %7s %7s %9s  %s\n", "model", "layers", "hidden", "heads", "seq", "vocab",
-           "params", "shape from");
+    printf("%-10s %6s %6s %6s %7s %7s %9s  %s\n", "model", "layers", "hidden", "heads", "seq",
+           "vocab", "params", "shape from");
     for (int i = 0; i < zoe_model_preset_count(); i++) {
         const zoe_model_config *m = zoe_model_preset_at(i);
         double p = (double)zoe_model_param_count(m);
@@ -30,16 +30,19 @@ static void list_models(void) {
 
 static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int world) {
     int tp = c->tp, dp = world / tp;
-    printf("zoe-train: %s GPT, %.2fM parameters (%d layers, hidden %d, %d heads, seq %d, vocab %d)\n",
-           c->model.name, (double)zoe_trainer_param_count(tr) / 1e6, c->model.layers, c->model.hidden,
-           c->model.heads, c->model.seq_len, c->model.vocab);
-    printf("zoe-train: %d ranks = TP %d x DP %d, %s %s, optimizer on %s, DPU %s, global batch %d x %d "
-           "tokens\n",
-           world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype),
-           c->offload == ZOE_OFFLOAD_CPU ? "the host (ZeRO-Offload)" : "the device",
-           c->dpu_warmup > 0 ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch,
-           c->model.seq_len);
-    if (c->dpu_warmup > 0) printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
+    printf(
+        "zoe-train: %s GPT, %.2fM parameters (%d layers, hidden %d, %d heads, seq %d, vocab %d)\n",
+        c->model.name, (double)zoe_trainer_param_count(tr) / 1e6, c->model.layers, c->model.hidden,
+        c->model.heads, c->model.seq_len, c->model.vocab);
+    printf(
+        "zoe-train: %d ranks = TP %d x DP %d, %s %s, optimizer on %s, DPU %s, global batch %d x %d "
+        "tokens\n",
+        world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype),
+        c->offload == ZOE_OFFLOAD_CPU ? "the host (ZeRO-Offload)" : "the device",
+        c->dpu_warmup > 0 ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch,
+        c->model.seq_len);
+    if (c->dpu_warmup > 0)
+        printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
     fflush(stdout);
 }
 
@@ -59,6 +62,10 @@ int main(int argc, char **argv) {
         return st == ZOE_OK ? 0 : EXIT_USAGE;
     }
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
+    if (!cfg.data[0])
+        return fail(
+            rank, EXIT_USAGE,
+            "--data is required (a .txt file, or an indexed dataset prefix made by zoe-data)");
     if (zoe_train_config_validate(&cfg, world) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
 
@@ -82,7 +89,8 @@ int main(int argc, char **argv) {
     int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
     st = tokens && targets ? zoe_loader_create(ds, &lc, &loader) : ZOE_ERR_OUT_OF_MEMORY;
     if (st == ZOE_OK && rank == 0)
-        st = zoe_progress_create(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics, &progress);
+        st = zoe_progress_create(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
+                                 &progress);
     if (st == ZOE_OK && rank == 0) print_banner(&cfg, tr, world);
     float first_loss = 0, last_loss = 0;
     double ms = 0, toks = 0;
