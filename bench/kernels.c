@@ -243,11 +243,11 @@ int main(int argc, char **argv) {
         .max_rows = 256, .max_dim = 50304, .max_seq = 256, .max_heads = 12, .max_head_dim = 64};
     check(zoe_kernels_create(dev, stream, &plan, &k), "zoe_kernels_create");
     const int64_t M = 256;
-    const shape shapes[] = {{"qkv", 768, 2304},
-                            {"proj", 768, 768},
-                            {"fc1", 768, 3072},
-                            {"fc2", 3072, 768},
-                            {"lm_head", 768, 50304}};
+    const shape shapes[] = {{"qkv", 768, 2304, 1},
+                            {"proj", 768, 768, 1},
+                            {"fc1", 768, 3072, 1},
+                            {"fc2", 3072, 768, 1},
+                            {"lm_head", 768, 50304, 0}};
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     double ratio[2] = {1, 1}, layer_ms[2];
     for (int d = 0; d < 2; d++) {
