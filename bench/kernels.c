@@ -20,26 +20,18 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-#define MAX_REPS 64
-/* Best seconds of reps timed runs of the block (after one warm-up run): the minimum is the
- * figure least disturbed by other work on a shared machine. */
-#define TIME_BEST(out, reps, block)                                                                \
+#define MAX_REPS 1000
+/* Sets `into` to the seconds the block takes. */
+#define TIMED_INTO(into, block)                                                                    \
     do {                                                                                           \
-        double samples_[MAX_REPS];                                                                 \
+        double t0_ = now();                                                                        \
         block;                                                                                     \
-        for (int r_ = 0; r_ < (reps); r_++) {                                                      \
-            double t0_ = now();                                                                    \
-            block;                                                                                 \
-            samples_[r_] = now() - t0_;                                                            \
-        }                                                                                          \
-        qsort(samples_, (size_t)(reps), sizeof(double), cmp_double);                               \
-        (out) = samples_[0];                                                                       \
+        (into) = now() - t0_;                                                                      \
     } while (0)
+
+static double min2(double a, double b) {
+    return a < b ? a : b;
+}
 
 static void *alloc_random(zoe_dtype dt, size_t n, unsigned seed) {
     float *f = malloc(n * sizeof(float));
@@ -78,21 +70,27 @@ static double bench_matmul(zoe_kernels *k, zoe_dtype dt, const shape *s, int64_t
     float *yf = alloc_random(ZOE_F32, (size_t)(M * N), 4),
           *dxf = alloc_random(ZOE_F32, (size_t)(M * K), 5);
     float *dwf = alloc_random(ZOE_F32, (size_t)(N * K), 6);
-    double t_fwd, t_bwd, s_fwd, s_bwd;
-    TIME_BEST(
-        t_fwd, reps,
-        check(zoe_matmul_forward(k, dt, y, x, w, s->bias ? b : NULL, M, K, N), "matmul_forward"));
-    TIME_BEST(t_bwd, reps,
-              check(zoe_matmul_backward(k, dt, dx, dw, db, y, x, w, M, K, N), "matmul_backward"));
-    TIME_BEST(s_fwd, reps,
-              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, xf,
-                          (int)K, wf, (int)K, 0.0f, yf, (int)N));
-    TIME_BEST(s_bwd, reps, {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, yf,
-                    (int)N, wf, (int)K, 1.0f, dxf, (int)K);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, yf,
-                    (int)N, xf, (int)K, 1.0f, dwf, (int)K);
-    });
+    /* zoe and the bare sgemm alternate within each repetition, and each keeps its best time:
+     * load from other processes then hits both alike. One untimed warm-up round first. */
+    double t_fwd = INFINITY, t_bwd = INFINITY, s_fwd = INFINITY, s_bwd = INFINITY;
+    for (int r = 0; r <= reps; r++) {
+        double tf, tb, sf, sb;
+        TIMED_INTO(tf, check(zoe_matmul_forward(k, dt, y, x, w, s->bias ? b : NULL, M, K, N),
+                             "matmul_forward"));
+        TIMED_INTO(sf, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
+                                   1.0f, xf, (int)K, wf, (int)K, 0.0f, yf, (int)N));
+        TIMED_INTO(
+            tb, check(zoe_matmul_backward(k, dt, dx, dw, db, y, x, w, M, K, N), "matmul_backward"));
+        TIMED_INTO(sb, {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, yf,
+                        (int)N, wf, (int)K, 1.0f, dxf, (int)K);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, yf,
+                        (int)N, xf, (int)K, 1.0f, dwf, (int)K);
+        });
+        if (r == 0) continue;
+        t_fwd = min2(t_fwd, tf), t_bwd = min2(t_bwd, tb), s_fwd = min2(s_fwd, sf);
+        s_bwd = min2(s_bwd, sb);
+    }
     const double flops = 2.0 * (double)M * (double)K * (double)N;
     const double rf = s_fwd / t_fwd, rb = s_bwd / t_bwd;
     printf(

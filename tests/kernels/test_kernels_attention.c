@@ -8,6 +8,7 @@
  * bounded norm-wise by (HS + T) u32 times the tensor's scale (max |x|), with a factor 4 of
  * slack; stored bf16 values add one rounding, 2^-8 of the value. The reference backward takes
  * the stored out (what the kernel is given) for its row sums D = dout . out. */
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include "kernel_test.h"
@@ -180,7 +181,9 @@ int main(int argc, char **argv) {
     zoe_kernel_plan plan = {
         .max_rows = 512, .max_dim = 64, .max_seq = 200, .max_heads = 4, .max_head_dim = 128};
     kt_env env;
-    kt_setup(&env, &plan);
+    kt_setup(&env, &plan, 3);
+    /* the BLAS pool is switched to one thread around the parallel blocks and restored */
+    openblas_set_num_threads(2);
     const att_shape fixed[] = {{1, 1, 1, 1},    {2, 5, 3, 4},    {1, 67, 2, 8},   {1, 64, 1, 32},
                                {2, 130, 2, 32}, {1, 97, 1, 128}, {1, 200, 1, 16}, {3, 65, 2, 64}};
     for (int d = 0; d < 2; d++) {
@@ -193,6 +196,8 @@ int main(int argc, char **argv) {
             run_case(&env, &rng, dt, s, 0);
         }
     }
+
+    CHECK(openblas_get_num_threads() == 2, "BLAS threads restored: %d", openblas_get_num_threads());
 
     /* bad arguments */
     float buf[64], lse[8];

@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
     zoe_kernel_plan plan = {
         .max_rows = 64, .max_dim = 1000, .max_seq = 1, .max_heads = 1, .max_head_dim = 1};
     kt_env env;
-    kt_setup(&env, &plan);
+    kt_setup(&env, &plan, 3);
     for (int d = 0; d < 2; d++) {
         zoe_dtype dt = d ? ZOE_BF16 : ZOE_F32;
         layernorm_case(&env, &rng, dt, 3, 7, d == 0);

@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
     zoe_kernel_plan plan = {
         .max_rows = 64, .max_dim = 5000, .max_seq = 1, .max_heads = 1, .max_head_dim = 1};
     kt_env env;
-    kt_setup(&env, &plan);
+    kt_setup(&env, &plan, 3);
     const xent_case cases[] = {
         {1, 1, 1}, {7, 13, 10}, {5, 64, 64}, {33, 3000, 2977}, {64, 5000, 4099}};
     for (int d = 0; d < 2; d++)
