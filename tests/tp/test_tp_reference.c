@@ -8,17 +8,34 @@
  *    central difference (L(w + e d) - L(w - e d)) / 2e of the float64 loss (e = 1e-3: error
  *    O(e^2) ~1e-7, float64 rounding ~1e-13 / e; zoe's fp32 gradients ~1e-6 relative).
  *    Measured worst 2e-6 of sum |grad_i d_i|; the bound is 1e-4 of it, which a missing or
- *    doubled term exceeds by orders of magnitude. */
+ *    doubled term exceeds by orders of magnitude.
+ * TP_VERBOSE=1 prints the measured errors. */
 #include <math.h>
 #include <stdlib.h>
 #include "stack.h"
+#include "tensor_parallel/philox.h"
 #include "testing.h"
 
 typedef struct model64 {
     const stack_config *c;
     int64_t V; /* padded vocabulary */
     double *w[STACK_MAX_PARAMS];
+    uint64_t sites[STACK_MAX_LAYERS][2]; /* the blocks' dropout sites */
+    uint64_t step;
 } model64;
+
+/* x *= keep / (1 - p) with keep drawn as documented in layers.h (element index e of the
+ * [N, C] tensor: Philox stream_at_step(site, step), kept when its 24 bits >= round(p 2^24)). */
+static void dropout64(const model64 *m, double *x, int64_t n, uint64_t site) {
+    double p = m->c->dropout;
+    if (p <= 0) return;
+    uint32_t *bits = malloc((size_t)n * sizeof(uint32_t));
+    zoe_philox_bits24_fill(bits, (size_t)n, m->c->seed, zoe_philox_stream_at_step(site, m->step),
+                           0);
+    uint32_t threshold = (uint32_t)lrint(p * 16777216.0);
+    for (int64_t i = 0; i < n; i++) x[i] = bits[i] >= threshold ? x[i] / (1 - p) : 0;
+    free(bits);
+}
 
 static void layernorm(const double *x, const double *g, const double *b, double *y, int64_t N,
                       int64_t C) {
@@ -94,11 +111,13 @@ static double forward64(const model64 *m, const int32_t *tok, const int32_t *tgt
         linear(ln, p[2], p[3], big, N, C, 3 * C);
         attention(big, att, c);
         linear(att, p[4], p[5], br, N, C, C);
+        dropout64(m, br, N * C, m->sites[l][0]);
         for (int64_t i = 0; i < N * C; i++) x[i] += br[i];
         layernorm(x, p[6], p[7], ln, N, C);
         linear(ln, p[8], p[9], big, N, C, F);
         for (int64_t i = 0; i < N * F; i++) big[i] = gelu(big[i]);
         linear(big, p[10], p[11], br, N, F, C);
+        dropout64(m, br, N * C, m->sites[l][1]);
         for (int64_t i = 0; i < N * C; i++) x[i] += br[i];
     }
     int64_t last = 2 + c->layers * ZOE_TP_BLOCK_PARAMS;
@@ -119,8 +138,7 @@ static double forward64(const model64 *m, const int32_t *tok, const int32_t *tgt
     return loss / (double)count;
 }
 
-int main(int argc, char **argv) {
-    test_init(&argc, &argv);
+static void run(float dropout) {
     stack_config cfg = {.vocab = 257,
                         .pad_multiple = 128,
                         .hidden = 64,
@@ -129,6 +147,7 @@ int main(int argc, char **argv) {
                         .layers = 2,
                         .B = 2,
                         .T = 17,
+                        .dropout = dropout,
                         .dtype = ZOE_F32,
                         .seed = 9};
     stack *s = NULL;
@@ -140,7 +159,7 @@ int main(int argc, char **argv) {
         tok[i] = (int32_t)test_rng_int(&rng, 0, cfg.vocab - 1),
         tgt[i] = (int32_t)test_rng_int(&rng, 0, cfg.vocab - 1);
     tgt[5] = STACK_IGNORE;
-    if (!CHECK_OK(stack_create(&cfg, MPI_COMM_SELF, &s))) return test_finish("test_tp_reference");
+    if (!CHECK_OK(stack_create(&cfg, MPI_COMM_SELF, &s))) return;
     /* larger weights than GPT-2's 0.02 so that attention and GELU are far from linear
      * (written in place: CPU device memory is host memory) */
     for (int i = 0; i < s->nparams; i++) {
@@ -152,20 +171,25 @@ int main(int argc, char **argv) {
             w[j] = (p->init == ZOE_TP_INIT_ONES ? 1.0f : 0.0f) +
                    (float)(scale * (test_rng_uniform(&rng) * 2 - 1));
     }
-    model64 m = {.c = &cfg, .V = s->emb.vocab.padded};
+    model64 m = {.c = &cfg, .V = s->emb.vocab.padded, .step = 11};
+    for (int l = 0; l < cfg.layers; l++)
+        m.sites[l][0] = s->blocks[l].dropout_site[0], m.sites[l][1] = s->blocks[l].dropout_site[1];
     for (int i = 0; i < s->nparams; i++) {
         zoe_tp_param *p = s->params[i];
         m.w[i] = malloc((size_t)p->local_numel * 8);
         CHECK_OK(stack_param_global(s, i, false, m.w[i]));
     }
-    CHECK_OK(stack_forward(s, tok, tgt, 0));
+    CHECK_OK(stack_forward(s, tok, tgt, m.step));
     double *want = malloc((size_t)(N * m.V) * 8), *got = malloc((size_t)(N * m.V) * 8);
     double loss64 = forward64(&m, tok, tgt, want);
     CHECK_OK(stack_logits(s, got));
     double amax = 0;
     for (int64_t i = 0; i < N * m.V; i++) amax = fmax(amax, fabs(want[i]));
-    CHECK_CLOSE(got, want, (size_t)(N * m.V), 2e-4 * amax, 2e-4, "logits vs float64");
-    CHECK(fabs(s->loss - loss64) <= 2e-4 * loss64, "loss %.8g, float64 %.8g", s->loss, loss64);
+    char what[64];
+    snprintf(what, sizeof what, "logits vs float64, dropout %.1f", (double)dropout);
+    CHECK_CLOSE(got, want, (size_t)(N * m.V), 2e-4 * amax, 2e-4, what);
+    CHECK(fabs(s->loss - loss64) <= 2e-4 * loss64, "loss %.8g, float64 %.8g (dropout %.1f)",
+          s->loss, loss64, (double)dropout);
     CHECK_OK(stack_backward(s));
 
     const double eps = 1e-3;
@@ -190,12 +214,18 @@ int main(int argc, char **argv) {
             printf("  %-32s fd %.8g dot %.8g rel %.2g\n", p->name, fd, dot, fabs(fd - dot) / mag);
         CHECK(mag > 0, "%s: zero gradient", p->name);
         CHECK(fabs(fd - dot) <= 1e-4 * mag,
-              "%s: <grad, d> = %.8g, finite difference %.8g (sum|g d| %.3g)", p->name, dot, fd,
-              mag);
+              "%s dropout %.1f: <grad, d> = %.8g, finite difference %.8g (sum|g d| %.3g)", p->name,
+              (double)dropout, dot, fd, mag);
         free(w0), free(d);
     }
     for (int i = 0; i < s->nparams; i++) free(m.w[i]);
     free(want), free(got), free(tok), free(tgt);
     stack_destroy(s);
+}
+
+int main(int argc, char **argv) {
+    test_init(&argc, &argv);
+    run(0.0f);
+    run(0.2f); /* the masks, forward and backward, are the documented Philox draws */
     return test_finish("test_tp_reference");
 }
