@@ -1,8 +1,8 @@
 /* The TP stack (vocab-parallel embedding, 2 transformer blocks, final LayerNorm, tied LM head,
  * vocab-parallel cross-entropy) at TP = world size against the same stack at TP = 1 on this
- * rank (MPI_COMM_SELF): loss, logits and every gradient in global layout; after SGD steps the
- * replicated parameters are bit-identical across TP ranks; each layer's traffic equals the
- * formula.
+ * rank (MPI_COMM_SELF), and at 4 ranks also TP = 2 x DP = 2: loss, logits and every gradient in
+ * global layout; after SGD steps the replicated parameters are bit-identical across TP ranks; each
+ * layer's traffic equals the formula.
  *
  * Tolerances, relative to the largest magnitude of the reference tensor (|got - want| <=
  * tol * max|want| + tol * |want|): the two runs differ only in the order of sums (the split
@@ -12,7 +12,8 @@
  *  - bf16: every op rounds its output to bf16 (2^-8 = 3.9e-3 relative), and rounding of
  *    differently ordered partial sums flips bf16 ulps; a few ulps through the chain:
  *    tol = 6e-2 (about 15 ulps; measured: 1.4e-2 at TP=4). A wrong split, a bias added t
- *    times or a missing all-reduce gives O(1) errors (checked by breaking each once). */
+ *    times or a missing all-reduce gives O(1) errors (checked by breaking each once).
+ * TP_VERBOSE=1 prints the measured errors. */
 #include <math.h>
 #include <stdlib.h>
 #include "stack.h"
@@ -111,8 +112,8 @@ static void check_traffic(stack *s) {
           (unsigned long long)s->emb.head_traffic.backward);
 }
 
-/* Every TP rank holds the same bits of every replicated parameter. */
-static void check_replicated_identical(stack *s, const char *tag) {
+/* Every rank of the TP group holds the same bits of every replicated parameter. */
+static void check_replicated_identical(stack *s, MPI_Comm tp_group, const char *tag) {
     for (int i = 0; i < s->nparams; i++) {
         const zoe_tp_param *p = s->params[i];
         if (!p->replicated) continue;
@@ -121,24 +122,27 @@ static void check_replicated_identical(stack *s, const char *tag) {
         CHECK_OK(zoe_memcpy_async(mine, p->data, bytes, ZOE_COPY_DEVICE_TO_HOST, s->stream));
         CHECK_OK(zoe_stream_synchronize(s->stream));
         memcpy(root, mine, bytes);
-        MPI_Bcast(root, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(root, (int)bytes, MPI_BYTE, 0, tp_group);
         CHECK(memcmp(mine, root, bytes) == 0, "%s %s: replicated copy drifted from TP rank 0", tag,
               p->name);
         free(mine), free(root);
     }
 }
 
-static void run(zoe_dtype dt, float dropout) {
+/* TP group from the grid (tp x dp = world): each TP group runs the stack on the same batches. */
+static void run(zoe_dtype dt, float dropout, int tp_size) {
     stack_config cfg = config(dt, dropout);
     double tol = tol_of(dt);
     int64_t N = cfg.B * cfg.T;
     int32_t *tokens = malloc((size_t)N * 4), *targets = malloc((size_t)N * 4);
     char tag[64];
-    snprintf(tag, sizeof tag, "%s p=%.1f tp=%d", zoe_dtype_name(dt), (double)dropout,
-             test_world_size());
+    snprintf(tag, sizeof tag, "%s p=%.1f tp=%d dp=%d", zoe_dtype_name(dt), (double)dropout, tp_size,
+             test_world_size() / tp_size);
     stack *ref = NULL, *par = NULL;
-    if (!CHECK_OK(stack_create(&cfg, MPI_COMM_SELF, &ref)) ||
-        !CHECK_OK(stack_create(&cfg, MPI_COMM_WORLD, &par)))
+    zoe_grid *grid = NULL;
+    if (!CHECK_OK(zoe_grid_create(MPI_COMM_WORLD, tp_size, &grid)) ||
+        !CHECK_OK(stack_create(&cfg, MPI_COMM_SELF, &ref)) ||
+        !CHECK_OK(stack_create(&cfg, zoe_grid_tp_comm(grid), &par)))
         goto done;
     batch(&cfg, 0, tokens, targets);
     CHECK_OK(stack_forward(ref, tokens, targets, 3));
@@ -168,7 +172,7 @@ static void run(zoe_dtype dt, float dropout) {
         CHECK_OK(stack_backward(ref));
         CHECK_OK(stack_backward(par));
     }
-    check_replicated_identical(par, tag);
+    check_replicated_identical(par, zoe_grid_tp_comm(grid), tag);
     CHECK(fabs(par->loss - ref->loss) <= tol * fabs(ref->loss),
           "%s: loss after SGD %.9g, TP=1 %.9g", tag, par->loss, ref->loss);
     char after[96];
@@ -178,13 +182,16 @@ static void run(zoe_dtype dt, float dropout) {
 done:
     stack_destroy(par);
     stack_destroy(ref);
+    zoe_grid_destroy(grid);
     free(tokens), free(targets);
 }
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
-    run(ZOE_F32, 0.0f);
-    run(ZOE_F32, 0.1f);
-    run(ZOE_BF16, 0.0f);
+    int world = test_world_size();
+    run(ZOE_F32, 0.0f, world);
+    run(ZOE_F32, 0.1f, world);
+    run(ZOE_BF16, 0.0f, world);
+    if (world == 4) run(ZOE_F32, 0.1f, 2); /* TP=2 x DP=2: TP groups from the grid */
     return test_finish("test_tp_stack");
 }
