@@ -24,10 +24,11 @@ void zoe_layout_free(zoe_layout *lay) {
 }
 
 /* Appends [offset, offset + len) to the segments, merging with the previous one when it
- * continues it with the same counting. */
-static void push_segment(zoe_layout *lay, size_t offset, size_t len, int counted) {
+ * continues it with the same counting (never into a segment below index floor: device and
+ * host segments stay apart). */
+static void push_segment(zoe_layout *lay, int floor, size_t offset, size_t len, int counted) {
     if (len == 0) return;
-    zoe_segment *last = lay->num_segments ? &lay->segments[lay->num_segments - 1] : NULL;
+    zoe_segment *last = lay->num_segments > floor ? &lay->segments[lay->num_segments - 1] : NULL;
     if (last && last->offset + last->len == offset && last->counted == counted) {
         last->len += len;
         return;
@@ -39,6 +40,7 @@ static void push_segment(zoe_layout *lay, size_t offset, size_t len, int counted
  * tensor boundaries where the counting changes. */
 static void add_segments(zoe_layout *lay, size_t lo, size_t hi, int dp_rank,
                          int counted_replicated) {
+    int floor = lay->num_segments;
     for (int b = 0; b < lay->num_buckets; b++) {
         const zoe_bucket *bk = &lay->buckets[b];
         size_t rank_start = (size_t)dp_rank * bk->part; /* bucket-local */
@@ -51,7 +53,7 @@ static void add_segments(zoe_layout *lay, size_t lo, size_t hi, int dp_rank,
             if (p_lo < lo) p_lo = lo;
             if (p_hi > hi) p_hi = hi;
             if (p_lo >= p_hi) continue;
-            push_segment(lay, p_lo, p_hi - p_lo, !lay->replicated[t] || counted_replicated);
+            push_segment(lay, floor, p_lo, p_hi - p_lo, !lay->replicated[t] || counted_replicated);
         }
     }
 }

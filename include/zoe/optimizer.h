@@ -47,9 +47,9 @@
  * zoe_optimizer_step number i) read:
  *     w_{i-1}  for i <= N + 1                 (synchronous steps: step i refreshes w_i at once)
  *     w_{i-2}  for i >= N + 2                 (one step stale)
- * Step i for i > N: zoe_optimizer_step() first waits for step i-1's host update (if one is in
- * flight) and refreshes the parameter buffer with w_{i-1}; it then computes the norm and the
- * skip decision of g_i and starts the host update of step i on a host thread, and returns. That
+ * Step i for i > N: zoe_optimizer_step() computes the norm and the skip decision of g_i, waits
+ * for step i-1's host update (if one is in flight) and refreshes the parameter buffer with
+ * w_{i-1}, then starts the host update of step i on a host thread, and returns. That
  * update runs while the device computes iteration i+1 with w_{i-1}; iteration i+1's gradients
  * arrive in a second host gradient partition. The refresh of w_i lands at the start of step
  * i+1, before iteration i+2 reads the weights. zoe_optimizer_flush() waits for the update in

@@ -30,19 +30,20 @@ static inline double hsum_avx512(__m512 x) {
     return s;
 }
 
-#define VF                 __m512
-#define W                  16
-#define V_SET1(x)          _mm512_set1_ps(x)
-#define V_ADD(a, b)        _mm512_add_ps(a, b)
-#define V_SUB(a, b)        _mm512_sub_ps(a, b)
-#define V_MUL(a, b)        _mm512_mul_ps(a, b)
-#define V_DIV(a, b)        _mm512_div_ps(a, b)
-#define V_SQRT(a)          _mm512_sqrt_ps(a)
-#define V_LOAD_F32(p)      _mm512_loadu_ps(p)
-#define V_STORE_F32(p, x)  _mm512_storeu_ps(p, x)
-#define V_LOAD_BF16(p)     load_bf16_avx512(p)
-#define V_STORE_BF16(p, x) store_bf16_avx512(p, x)
-#define V_LOAD_F16(p)      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define VF                     __m512
+#define W                      16
+#define V_SET1(x)              _mm512_set1_ps(x)
+#define V_ADD(a, b)            _mm512_add_ps(a, b)
+#define V_SUB(a, b)            _mm512_sub_ps(a, b)
+#define V_MUL(a, b)            _mm512_mul_ps(a, b)
+#define V_DIV(a, b)            _mm512_div_ps(a, b)
+#define V_SQRT(a)              _mm512_sqrt_ps(a)
+#define V_LOAD_F32(p)          _mm512_loadu_ps(p)
+#define V_STORE_F32(p, x)      _mm512_storeu_ps(p, x)
+#define V_LOAD_BF16(p)         load_bf16_avx512(p)
+#define V_STORE_BF16(p, x)     store_bf16_avx512(p, x)
+#define V_STORE2_BF16(p, a, b) (store_bf16_avx512(p, a), store_bf16_avx512((p) + 16, b))
+#define V_LOAD_F16(p)          _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define V_STORE_F16(p, x)                                                                          \
     _mm256_storeu_si256((__m256i *)(p),                                                            \
                         _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))

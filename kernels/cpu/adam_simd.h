@@ -8,6 +8,7 @@
  *   VF, W              the vector type and its lane count
  *   V_SET1(x) V_ADD(a,b) V_SUB(a,b) V_MUL(a,b) V_DIV(a,b) V_SQRT(a)
  *   V_LOAD_F32(p) V_STORE_F32(p,x) V_LOAD_BF16(p) V_STORE_BF16(p,x) V_LOAD_F16(p) V_STORE_F16(p,x)
+ *   V_STORE2_BF16(p,a,b) two vectors to 2W bf16 values
  *   V_HSUM(x)          the sum of the lanes, as a double
  *   ADAM_FN(name)      the name of an instantiated function (e.g. name##_avx2)
  * and includes it inside a `#pragma GCC target` region for its instruction set. */
@@ -97,27 +98,52 @@ static inline __attribute__((always_inline)) void ADAM_FN(store)(void *p, size_t
         V_STORE_F32((float *)p + i, x);
 }
 
+/* Two vectors of output at once: bf16 packs them into one full-width store. */
+static inline __attribute__((always_inline)) void ADAM_FN(store2)(void *p, size_t i, int dt, VF a,
+                                                                  VF b) {
+    if (dt == ZOE_BF16)
+        V_STORE2_BF16((zoe_bf16 *)p + i, a, b);
+    else
+        ADAM_FN(store)(p, i, dt, a), ADAM_FN(store)(p, i + W, dt, b);
+}
+
+typedef struct ADAM_FN(vconsts) {
+    VF gs, l2, b1, omb1, b2, omb2, decay, step, isb2, eps;
+} ADAM_FN(vconsts);
+
+/* adam_element() on W lanes at i: updates master, m and v and returns the new weights. */
+static inline __attribute__((always_inline)) VF ADAM_FN(update)(const ADAM_FN(vconsts) * k,
+                                                                float *master, float *m, float *v,
+                                                                const void *grad, int gdt,
+                                                                size_t i) {
+    VF w = V_LOAD_F32(master + i);
+    VF g = V_ADD(V_MUL(ADAM_FN(load)(grad, i, gdt), k->gs), V_MUL(k->l2, w));
+    VF mm = V_ADD(V_MUL(k->b1, V_LOAD_F32(m + i)), V_MUL(k->omb1, g));
+    VF vv = V_ADD(V_MUL(k->b2, V_LOAD_F32(v + i)), V_MUL(k->omb2, V_MUL(g, g)));
+    w = V_MUL(w, k->decay);
+    w = V_SUB(w, V_MUL(k->step, V_DIV(mm, V_ADD(V_MUL(V_SQRT(vv), k->isb2), k->eps))));
+    V_STORE_F32(master + i, w);
+    V_STORE_F32(m + i, mm);
+    V_STORE_F32(v + i, vv);
+    return w;
+}
+
 /* gdt and odt are constants at every call site below, so each combination compiles to its own
- * branch-free loop. */
+ * branch-free loop. Two vectors per iteration: independent work for the out-of-order core, and
+ * a full-width store of bf16 output. */
 static inline __attribute__((always_inline)) void
 ADAM_FN(adam_body)(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
                    int gdt, void *out, int odt, size_t n) {
-    const VF gs = V_SET1(c->grad_scale), l2 = V_SET1(c->l2), b1 = V_SET1(c->beta1),
-             omb1 = V_SET1(c->one_minus_beta1), b2 = V_SET1(c->beta2),
-             omb2 = V_SET1(c->one_minus_beta2), decay = V_SET1(c->decay),
-             step = V_SET1(c->step_size), isb2 = V_SET1(c->inv_sqrt_bc2), eps = V_SET1(c->eps);
+    const ADAM_FN(vconsts) k = {V_SET1(c->grad_scale),   V_SET1(c->l2),
+                                V_SET1(c->beta1),        V_SET1(c->one_minus_beta1),
+                                V_SET1(c->beta2),        V_SET1(c->one_minus_beta2),
+                                V_SET1(c->decay),        V_SET1(c->step_size),
+                                V_SET1(c->inv_sqrt_bc2), V_SET1(c->eps)};
     size_t i = 0;
-    for (; i + W <= n; i += W) {
-        VF w = V_LOAD_F32(master + i);
-        VF g = V_ADD(V_MUL(ADAM_FN(load)(grad, i, gdt), gs), V_MUL(l2, w));
-        VF mm = V_ADD(V_MUL(b1, V_LOAD_F32(m + i)), V_MUL(omb1, g));
-        VF vv = V_ADD(V_MUL(b2, V_LOAD_F32(v + i)), V_MUL(omb2, V_MUL(g, g)));
-        w = V_MUL(w, decay);
-        w = V_SUB(w, V_MUL(step, V_DIV(mm, V_ADD(V_MUL(V_SQRT(vv), isb2), eps))));
-        V_STORE_F32(master + i, w);
-        V_STORE_F32(m + i, mm);
-        V_STORE_F32(v + i, vv);
-        ADAM_FN(store)(out, i, odt, w);
+    for (; i + 2 * W <= n; i += 2 * W) {
+        VF a = ADAM_FN(update)(&k, master, m, v, grad, gdt, i);
+        VF b = ADAM_FN(update)(&k, master, m, v, grad, gdt, i + W);
+        ADAM_FN(store2)(out, i, odt, a, b);
     }
     adam_scalar_range(c, master, m, v, grad, gdt, out, odt, i, n);
 }
