@@ -31,18 +31,14 @@ zoe_status zoe_tp_block_init(zoe_tp_block *blk, const char *prefix, const zoe_tp
         .cfg = *cfg, .local_heads = NH / tp_size, .head_dim = C / NH, .local_ffn = F / tp_size};
     char name[ZOE_TP_NAME_MAX];
 #define BLOCK_NAME(suffix) (snprintf(name, sizeof name, "%s%s", prefix, suffix), name)
-    ZOE_TRY(zoe_tp_param_describe(&b.ln_1_weight, BLOCK_NAME("ln_1.weight"), 1, C, 1,
-                                  ZOE_TP_REPLICATED, ZOE_TP_INIT_ONES, 0, tp_size, tp_rank));
-    ZOE_TRY(zoe_tp_param_describe(&b.ln_1_bias, BLOCK_NAME("ln_1.bias"), 1, C, 1, ZOE_TP_REPLICATED,
-                                  ZOE_TP_INIT_ZEROS, 0, tp_size, tp_rank));
+    ZOE_TRY(zoe_tp_layernorm_describe(&b.ln_1_weight, &b.ln_1_bias, BLOCK_NAME("ln_1"), C, tp_size,
+                                      tp_rank));
     ZOE_TRY(zoe_tp_column_linear_init(&b.linear_qkv, BLOCK_NAME("attn.linear_qkv"), C, 3 * C, true,
                                       false, cfg->init_std, tp_size, tp_rank));
     ZOE_TRY(zoe_tp_row_linear_init(&b.linear_proj, BLOCK_NAME("attn.linear_proj"), C, C, true,
                                    cfg->proj_init_std, tp_size, tp_rank));
-    ZOE_TRY(zoe_tp_param_describe(&b.ln_2_weight, BLOCK_NAME("ln_2.weight"), 1, C, 1,
-                                  ZOE_TP_REPLICATED, ZOE_TP_INIT_ONES, 0, tp_size, tp_rank));
-    ZOE_TRY(zoe_tp_param_describe(&b.ln_2_bias, BLOCK_NAME("ln_2.bias"), 1, C, 1, ZOE_TP_REPLICATED,
-                                  ZOE_TP_INIT_ZEROS, 0, tp_size, tp_rank));
+    ZOE_TRY(zoe_tp_layernorm_describe(&b.ln_2_weight, &b.ln_2_bias, BLOCK_NAME("ln_2"), C, tp_size,
+                                      tp_rank));
     ZOE_TRY(zoe_tp_column_linear_init(&b.linear_fc1, BLOCK_NAME("mlp.linear_fc1"), C, F, true,
                                       false, cfg->init_std, tp_size, tp_rank));
     ZOE_TRY(zoe_tp_row_linear_init(&b.linear_fc2, BLOCK_NAME("mlp.linear_fc2"), F, C, true,

@@ -109,7 +109,8 @@ zoe_status zoe_tp_lm_head_backward(const zoe_tp *tp, zoe_tp_embedding *e, void *
  * the real global vocabulary: the unsplit computation, no log(t) offsets. No label smoothing.
  * stats: device fp32 scratch of zoe_tp_xent_stats_bytes(rows), kept for backward. */
 size_t zoe_tp_xent_stats_bytes(int64_t rows);
-/* losses (host, [rows]) per row, *mean_loss over non-ignored rows, *count their number. */
+/* losses (host, [rows]) per row, *mean_loss over non-ignored rows, *count their number; any
+ * of the three may be NULL. */
 zoe_status zoe_tp_xent_forward(const zoe_tp *tp, zoe_tp_embedding *e, float *stats,
                                const void *logits, const int32_t *targets, int64_t rows,
                                int32_t ignore_index, float *losses, float *mean_loss,

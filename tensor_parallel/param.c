@@ -45,6 +45,20 @@ zoe_status zoe_tp_param_describe(zoe_tp_param *p, const char *name, int ndim, in
     return ZOE_OK;
 }
 
+zoe_status zoe_tp_layernorm_describe(zoe_tp_param *weight, zoe_tp_param *bias, const char *name,
+                                     int64_t C, int tp_size, int tp_rank) {
+    char full[ZOE_TP_NAME_MAX + 8];
+    zoe_tp_param w, b;
+    snprintf(full, sizeof full, "%s.weight", name);
+    ZOE_TRY(zoe_tp_param_describe(&w, full, 1, C, 1, ZOE_TP_REPLICATED, ZOE_TP_INIT_ONES, 0,
+                                  tp_size, tp_rank));
+    snprintf(full, sizeof full, "%s.bias", name);
+    ZOE_TRY(zoe_tp_param_describe(&b, full, 1, C, 1, ZOE_TP_REPLICATED, ZOE_TP_INIT_ZEROS, 0,
+                                  tp_size, tp_rank));
+    *weight = w, *bias = b;
+    return ZOE_OK;
+}
+
 int64_t zoe_tp_params_bind_flat(zoe_tp_param *const *params, int n, zoe_dtype dtype, void *data,
                                 void *grad) {
     int64_t used = 0;

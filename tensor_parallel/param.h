@@ -58,6 +58,10 @@ zoe_status zoe_tp_param_describe(zoe_tp_param *p, const char *name, int ndim, in
                                  int64_t cols, zoe_tp_split split, zoe_tp_init_kind init,
                                  float init_std, int tp_size, int tp_rank);
 
+/* A LayerNorm's replicated name.weight (ones) and name.bias (zeros), both [C]. */
+zoe_status zoe_tp_layernorm_describe(zoe_tp_param *weight, zoe_tp_param *bias, const char *name,
+                                     int64_t C, int tp_size, int tp_rank);
+
 static inline void zoe_tp_param_bind(zoe_tp_param *p, void *data, void *grad) {
     p->data = data;
     p->grad = grad;

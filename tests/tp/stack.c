@@ -40,10 +40,7 @@ static zoe_status describe(stack *s) {
         TRY(zoe_tp_block_init(&s->blocks[l], prefix, &bc, t, r));
         s->nparams += zoe_tp_block_params(&s->blocks[l], s->params + s->nparams);
     }
-    TRY(zoe_tp_param_describe(&s->ln_f_weight, "ln_f.weight", 1, c->hidden, 1, ZOE_TP_REPLICATED,
-                              ZOE_TP_INIT_ONES, 0, t, r));
-    TRY(zoe_tp_param_describe(&s->ln_f_bias, "ln_f.bias", 1, c->hidden, 1, ZOE_TP_REPLICATED,
-                              ZOE_TP_INIT_ZEROS, 0, t, r));
+    TRY(zoe_tp_layernorm_describe(&s->ln_f_weight, &s->ln_f_bias, "ln_f", c->hidden, t, r));
     s->params[s->nparams++] = &s->ln_f_weight;
     s->params[s->nparams++] = &s->ln_f_bias;
     return ZOE_OK;
