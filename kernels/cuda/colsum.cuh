@@ -25,8 +25,16 @@ enum {
 };
 
 /* Output columns; p[k] NULL drops output k (it is still summed). */
-template <typename T> struct zoe_colsum_out {
-    T *p[ZOE_COLSUM_MAX_OUTPUTS];
+template <typename T> struct zoe_colsum_out { T *p[ZOE_COLSUM_MAX_OUTPUTS]; };
+
+/* The plain column sums of a row-major matrix m[rows, ld]. */
+template <typename T> struct zoe_colsum_rows {
+    static constexpr int outputs = 1;
+    const T *m;
+    int64_t ld;
+    __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const {
+        v[0] = zoe_to_f32(m[r * ld + c]);
+    }
 };
 
 template <typename T>
@@ -71,8 +79,8 @@ __global__ void zoe_colsum_kernel(V value, zoe_colsum_out<T> out, float *partial
 
 /* out_k[c] += the groups' partial sums, in group order. */
 template <typename T, int K>
-__global__ void zoe_colsum_finish_kernel(zoe_colsum_out<T> out, const float *partials,
-                                         int64_t cols, int groups) {
+__global__ void zoe_colsum_finish_kernel(zoe_colsum_out<T> out, const float *partials, int64_t cols,
+                                         int groups) {
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols;
          c += (int64_t)gridDim.x * blockDim.x) {
 #pragma unroll
@@ -104,8 +112,8 @@ static zoe_status zoe_cuda_column_sums(zoe_cuda_kernels *ck, V value, zoe_colsum
     const int groups = zoe_colsum_groups(ck, rows, cols, K);
     const dim3 block(ZOE_COLSUM_COLS, ZOE_COLSUM_ROW_THREADS);
     const dim3 grid((unsigned)((cols + ZOE_COLSUM_COLS - 1) / ZOE_COLSUM_COLS), (unsigned)groups);
-    zoe_colsum_kernel<T, V><<<grid, block, 0, ck->stream>>>(value, out, ck->partials, rows, cols,
-                                                            groups);
+    zoe_colsum_kernel<T, V>
+        <<<grid, block, 0, ck->stream>>>(value, out, ck->partials, rows, cols, groups);
     ZOE_TRY(zoe_cuda_launched("zoe_colsum_kernel"));
     if (groups == 1) return ZOE_OK;
     zoe_colsum_finish_kernel<T, K>

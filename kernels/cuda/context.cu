@@ -8,7 +8,9 @@
 static const size_t BLAS_WORKSPACE_BYTES = (size_t)32 << 20;
 static const size_t REGION_ALIGN = 256;
 
-static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+static size_t round_up(size_t n, size_t to) {
+    return (n + to - 1) / to * to;
+}
 
 /* Hands out consecutive aligned regions of one allocation; with base NULL it only measures. */
 typedef struct carver {
@@ -53,8 +55,8 @@ extern "C" zoe_status zoe_cuda_kernels_create(zoe_device *dev, zoe_stream *strea
         (size_t)ZOE_COLSUM_MAX_GROUPS * ZOE_COLSUM_MAX_OUTPUTS * (size_t)plan->max_dim;
 
     zoe_status st = ZOE_OK;
-    cudaError_t err = cudaDeviceGetAttribute(&ck->sms, cudaDevAttrMultiProcessorCount,
-                                             zoe_device_ordinal(dev));
+    cudaError_t err =
+        cudaDeviceGetAttribute(&ck->sms, cudaDevAttrMultiProcessorCount, zoe_device_ordinal(dev));
     if (err != cudaSuccess) {
         st = zoe_fail(ZOE_ERR_CUDA, "cudaDeviceGetAttribute(multiprocessors): %s",
                       cudaGetErrorString(err));
@@ -73,8 +75,8 @@ extern "C" zoe_status zoe_cuda_kernels_create(zoe_device *dev, zoe_stream *strea
         }
         layout(ck, ck->workspace);
     }
-    err = cudaMallocHost((void **)&ck->host_loss, 2 * (size_t)(plan->max_rows ? plan->max_rows : 1) *
-                                                      sizeof(float));
+    err = cudaMallocHost((void **)&ck->host_loss,
+                         2 * (size_t)(plan->max_rows ? plan->max_rows : 1) * sizeof(float));
     if (err != cudaSuccess) {
         ck->host_loss = NULL;
         st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "zoe_kernels: pinned loss staging: %s",

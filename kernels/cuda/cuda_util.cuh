@@ -29,11 +29,11 @@ struct zoe_cuda_kernels {
     size_t blas_ws_bytes;
     float *partials; /* column-sum partials [groups, outputs, cols] */
     size_t partial_floats;
-    float *attn_delta; /* attention backward: rowsum(dout * out) [B, NH, T] */
+    float *attn_delta;  /* attention backward: rowsum(dout * out) [B, NH, T] */
     int32_t *sort_keys; /* embedding backward: 4 x max_rows ids, then CUB's temp storage */
     void *sort_temp;
     size_t sort_temp_bytes;
-    float *row_loss; /* cross-entropy: per-row loss and counted flag [2, max_rows] */
+    float *row_loss;  /* cross-entropy: per-row loss and counted flag [2, max_rows] */
     float *host_loss; /* page-locked copy of row_loss that zoe_xent_loss reads */
 };
 
@@ -65,9 +65,7 @@ static inline zoe_status zoe_cuda_launched(const char *kernel) {
 
 /* ---- storage dtypes ---- */
 
-template <typename T> struct zoe_type_tag {
-    using type = T;
-};
+template <typename T> struct zoe_type_tag { using type = T; };
 
 /* Calls f(zoe_type_tag<T>{}) with T the device type of storage dtype dt. */
 template <typename F> static zoe_status zoe_cuda_with_dtype(zoe_dtype dt, F &&f) {
@@ -83,13 +81,21 @@ template <typename F> static zoe_status zoe_cuda_with_dtype(zoe_dtype dt, F &&f)
     }
 }
 
-static __device__ __forceinline__ float zoe_to_f32(float x) { return x; }
-static __device__ __forceinline__ float zoe_to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-static __device__ __forceinline__ float zoe_to_f32(__half x) { return __half2float(x); }
+static __device__ __forceinline__ float zoe_to_f32(float x) {
+    return x;
+}
+static __device__ __forceinline__ float zoe_to_f32(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+static __device__ __forceinline__ float zoe_to_f32(__half x) {
+    return __half2float(x);
+}
 
 /* Round to nearest even, like include/zoe/dtype.h on the host. */
 template <typename T> static __device__ __forceinline__ T zoe_from_f32(float x);
-template <> __device__ __forceinline__ float zoe_from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ float zoe_from_f32<float>(float x) {
+    return x;
+}
 template <> __device__ __forceinline__ __nv_bfloat16 zoe_from_f32<__nv_bfloat16>(float x) {
     return __float2bfloat16_rn(x);
 }
@@ -98,9 +104,7 @@ template <> __device__ __forceinline__ __half zoe_from_f32<__half>(float x) {
 }
 
 /* N consecutive elements moved as one access (16 bytes when N = 16 / sizeof(T)). */
-template <typename T, int N> struct alignas(sizeof(T) * N) zoe_pack {
-    T v[N];
-};
+template <typename T, int N> struct alignas(sizeof(T) * N) zoe_pack { T v[N]; };
 
 template <int N, typename T>
 static __device__ __forceinline__ void zoe_load(float (&out)[N], const T *p) {
@@ -118,7 +122,9 @@ static __device__ __forceinline__ void zoe_store(T *p, const float (&in)[N]) {
 }
 
 /* Elements per 16-byte access. */
-template <typename T> constexpr int zoe_vec_width() { return 16 / (int)sizeof(T); }
+template <typename T> constexpr int zoe_vec_width() {
+    return 16 / (int)sizeof(T);
+}
 
 /* Whether p may be accessed `bytes` at a time (a power of two). NULL counts as aligned. */
 static inline bool zoe_aligned(const void *p, size_t bytes) {

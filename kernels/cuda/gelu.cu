@@ -24,8 +24,8 @@ extern "C" zoe_status zoe_cuda_gelu_forward(zoe_cuda_kernels *ck, zoe_dtype dt, 
                                             const void *x, int64_t n) {
     return zoe_cuda_with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        return zoe_cuda_map<1>(ck, "gelu_forward", gelu_op{}, (T *)y, (const T *)x,
-                               (const T *)NULL, (const T *)NULL, n);
+        return zoe_cuda_map<1>(ck, "gelu_forward", gelu_op{}, (T *)y, (const T *)x, (const T *)NULL,
+                               (const T *)NULL, n);
     });
 }
 

@@ -21,8 +21,8 @@ static unsigned row_blocks(int64_t rows) {
 }
 
 template <int N, typename T>
-__global__ void layernorm_forward_kernel(T *y, float *mean, float *rstd, const T *x,
-                                         const T *gamma, const T *beta, int64_t rows, int64_t C) {
+__global__ void layernorm_forward_kernel(T *y, float *mean, float *rstd, const T *x, const T *gamma,
+                                         const T *beta, int64_t rows, int64_t C) {
     const int64_t r = warp_row(rows);
     if (r < 0) return;
     const int lane = threadIdx.x % 32;
@@ -114,8 +114,8 @@ template <typename T> struct layernorm_param_grads {
 
 extern "C" zoe_status zoe_cuda_layernorm_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y,
                                                  float *mean, float *rstd, const void *x,
-                                                 const void *gamma, const void *beta,
-                                                 int64_t rows, int64_t C) {
+                                                 const void *gamma, const void *beta, int64_t rows,
+                                                 int64_t C) {
     if (rows == 0) return ZOE_OK;
     return zoe_cuda_with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;

@@ -10,8 +10,8 @@
 
 /* Elements [i, i + N) of the map. */
 template <int N, int ARITY, typename TY, typename TX, typename Op>
-static __device__ __forceinline__ void zoe_map_apply(const Op &op, TY *y, const TX *a,
-                                                     const TX *b, const TX *c, int64_t i) {
+static __device__ __forceinline__ void zoe_map_apply(const Op &op, TY *y, const TX *a, const TX *b,
+                                                     const TX *c, int64_t i) {
     float va[N], vb[N], vc[N], out[N];
     zoe_load<N>(va, a + i);
 #pragma unroll
@@ -27,8 +27,7 @@ template <int N, int ARITY, typename TY, typename TX, typename Op>
 __global__ void zoe_map_kernel(Op op, TY *y, const TX *a, const TX *b, const TX *c, int64_t n) {
     const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x, packs = n / N;
-    for (int64_t p = first; p < packs; p += stride)
-        zoe_map_apply<N, ARITY>(op, y, a, b, c, p * N);
+    for (int64_t p = first; p < packs; p += stride) zoe_map_apply<N, ARITY>(op, y, a, b, c, p * N);
     for (int64_t i = packs * N + first; i < n; i += stride)
         zoe_map_apply<1, ARITY>(op, y, a, b, c, i);
 }
@@ -45,11 +44,11 @@ static zoe_status zoe_cuda_map(zoe_cuda_kernels *ck, const char *name, Op op, TY
                         (ARITY < 2 || zoe_aligned(b, xb)) && (ARITY < 3 || zoe_aligned(c, xb));
     const int threads = 256;
     if (packed)
-        zoe_map_kernel<N, ARITY><<<zoe_grid_for(ck, n / N + 1, threads), threads, 0, ck->stream>>>(
-            op, y, a, b, c, n);
+        zoe_map_kernel<N, ARITY>
+            <<<zoe_grid_for(ck, n / N + 1, threads), threads, 0, ck->stream>>>(op, y, a, b, c, n);
     else
-        zoe_map_kernel<1, ARITY><<<zoe_grid_for(ck, n, threads), threads, 0, ck->stream>>>(
-            op, y, a, b, c, n);
+        zoe_map_kernel<1, ARITY>
+            <<<zoe_grid_for(ck, n, threads), threads, 0, ck->stream>>>(op, y, a, b, c, n);
     return zoe_cuda_launched(name);
 }
 

@@ -24,8 +24,8 @@ static zoe_status gemm(zoe_cuda_kernels *ck, zoe_dtype dt, cublasOperation_t ta,
                        int64_t lda, const void *B, int64_t ldb, float beta, void *C, int64_t ldc) {
     const float alpha = 1.0f;
     const cudaDataType_t t = blas_type(dt);
-    ZOE_CUBLAS_TRY(cublasGemmEx(ck->blas, ta, tb, (int)m, (int)n, (int)k, &alpha, A, t, (int)lda,
-                                B, t, (int)ldb, &beta, C, t, (int)ldc, CUBLAS_COMPUTE_32F,
+    ZOE_CUBLAS_TRY(cublasGemmEx(ck->blas, ta, tb, (int)m, (int)n, (int)k, &alpha, A, t, (int)lda, B,
+                                t, (int)ldb, &beta, C, t, (int)ldc, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
     return ZOE_OK;
 }
@@ -38,8 +38,8 @@ extern "C" zoe_status zoe_cuda_matmul_forward(zoe_cuda_kernels *ck, zoe_dtype dt
     if (b) {
         ZOE_TRY(zoe_cuda_with_dtype(dt, [&](auto tag) {
             using T = typename decltype(tag)::type;
-            broadcast_rows_kernel<T><<<zoe_grid_for(ck, M * N, 256), 256, 0, ck->stream>>>(
-                (T *)y, (const T *)b, M, N);
+            broadcast_rows_kernel<T>
+                <<<zoe_grid_for(ck, M * N, 256), 256, 0, ck->stream>>>((T *)y, (const T *)b, M, N);
             return zoe_cuda_launched("broadcast_rows_kernel");
         }));
     } else if (K == 0) {
@@ -49,16 +49,6 @@ extern "C" zoe_status zoe_cuda_matmul_forward(zoe_cuda_kernels *ck, zoe_dtype dt
     /* y^T[N, M] = w[N, K] . x^T[K, M]: w is stored as w^T (K x N, ld K), x as x^T (K x M). */
     return gemm(ck, dt, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w, K, x, K, b ? 1.0f : 0.0f, y, N);
 }
-
-/* db[c] += dy[r, c] summed over rows. */
-template <typename T> struct dy_column {
-    static constexpr int outputs = 1;
-    const T *dy;
-    int64_t N;
-    __device__ void operator()(int64_t r, int64_t c, float (&v)[1]) const {
-        v[0] = zoe_to_f32(dy[r * N + c]);
-    }
-};
 
 extern "C" zoe_status zoe_cuda_matmul_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dx,
                                                void *dw, void *db, const void *dy, const void *x,
@@ -73,6 +63,6 @@ extern "C" zoe_status zoe_cuda_matmul_backward(zoe_cuda_kernels *ck, zoe_dtype d
     return zoe_cuda_with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const zoe_colsum_out<T> out = {{(T *)db, NULL}};
-        return zoe_cuda_column_sums(ck, dy_column<T>{(const T *)dy, N}, out, M, N);
+        return zoe_cuda_column_sums(ck, zoe_colsum_rows<T>{(const T *)dy, N}, out, M, N);
     });
 }
