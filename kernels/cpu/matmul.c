@@ -5,10 +5,10 @@
  * OpenMP on its own, so zoe keeps the two apart by construction:
  *  - fp32 storage: one cblas_sgemm per product, called from the calling thread outside any
  *    OpenMP region; the OpenBLAS pool (openblas_get_num_threads(), from OPENBLAS_NUM_THREADS
- *    or the core count) owns the cores for that call. The bias and the column sums of db are
- *    short OpenMP regions before/after it.
+ *    or the core count) owns the cores for that call. The bias is copied into y before it
+ *    (serially), the column sums of db run as an OpenMP region after it.
  *  - bf16 storage: OpenMP owns the cores. Each thread takes whole output tiles
- *    [TILE_M, TILE_N], converts the operand tiles [.., TILE_K] it needs to fp32 in its own
+ *    (up to TILE_MAX square), converts the operand tiles [.., TILE_K] it needs to fp32 in its own
  *    slice of the workspace, and runs sgemm on them single-threaded: the region is bracketed
  *    by zoe_cpu_blas_serial_begin/end, which set the OpenBLAS pool to 1 thread and back.
  *    Nothing is converted as a whole tensor, and outputs (or the += of gradients) are
@@ -21,15 +21,17 @@
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"
 
-/* 128 x 128 outputs over 256-deep slices: the three fp32 tiles total 320 KiB, about an L2,
- * and each sgemm call does 4 MFMA against 64 Ki conversions. */
-enum { TILE_M = 128, TILE_N = 128, TILE_K = 256 };
+/* bf16 output tiles are at most TILE_MAX x TILE_MAX over TILE_K-deep slices: the three fp32
+ * tiles total 768 KiB, about one L2. Every operand tile is converted once per output tile that
+ * needs it, so conversions cost ~1/TILE_MAX of the flops each side: tiles stay large, shrunk
+ * (down to TILE_MIN) only to give every thread at least two output tiles. */
+enum { TILE_MAX = 256, TILE_MIN = 64, TILE_K = 256 };
 /* Columns per task of the db column sums (a stack accumulator). */
 enum { DB_COLUMNS = 128 };
 
 size_t zoe_cpu_matmul_thread_floats(const zoe_kernel_plan *plan) {
     (void)plan;
-    return (size_t)TILE_M * TILE_N + (size_t)TILE_M * TILE_K + (size_t)TILE_K * TILE_N;
+    return (size_t)TILE_MAX * TILE_MAX + 2 * (size_t)TILE_MAX * TILE_K;
 }
 
 static int64_t min64(int64_t a, int64_t b) {
@@ -37,6 +39,20 @@ static int64_t min64(int64_t a, int64_t b) {
 }
 static CBLAS_TRANSPOSE blas_op(int trans) {
     return trans ? CblasTrans : CblasNoTrans;
+}
+static int64_t tiles_of(int64_t n, int64_t tile) {
+    return (n + tile - 1) / tile;
+}
+
+/* Output tile sizes for an m x n product on `threads` threads (see TILE_MAX). */
+static void pick_tiles(int64_t m, int64_t n, int threads, int64_t *tm, int64_t *tn) {
+    *tm = min64(m, TILE_MAX);
+    *tn = min64(n, TILE_MAX);
+    while (tiles_of(m, *tm) * tiles_of(n, *tn) < 2 * (int64_t)threads) {
+        int64_t *wider = *tn >= *tm ? tn : tm;
+        if (*wider <= TILE_MIN) break;
+        *wider = (*wider / 2 + 15) / 16 * 16;
+    }
 }
 
 /* One stored operand: op(X) is X (trans 0) or X^T (trans 1); ld is the stored row stride. */
@@ -66,8 +82,9 @@ static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, 
     if (dt == ZOE_F32) {
         float *cf = c;
         if (bias) {
+            /* A serial copy: memory-bound, and no OpenMP team left spinning while the BLAS
+             * pool starts on the same cores. */
             const float *bf = bias;
-#pragma omp parallel for num_threads(ck->threads) schedule(static) if (m * n > 65536)
             for (int64_t i = 0; i < m; i++) {
                 float *row = cf + i * ldc;
                 if (accumulate) {
@@ -88,15 +105,16 @@ static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, 
         return;
     }
 
-    const int64_t tiles_n = (n + TILE_N - 1) / TILE_N;
-    const int64_t tiles = (m + TILE_M - 1) / TILE_M * tiles_n;
+    int64_t tm, tn;
+    pick_tiles(m, n, ck->threads, &tm, &tn);
+    const int64_t tiles_n = tiles_of(n, tn), tiles = tiles_of(m, tm) * tiles_n;
     int saved = zoe_cpu_blas_serial_begin();
-#pragma omp parallel for num_threads(ck->threads) schedule(static)
+#pragma omp parallel for num_threads(ck->threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; t++) {
-        const int64_t i0 = t / tiles_n * TILE_M, j0 = t % tiles_n * TILE_N;
-        const int64_t mb = min64(TILE_M, m - i0), nb = min64(TILE_N, n - j0);
+        const int64_t i0 = t / tiles_n * tm, j0 = t % tiles_n * tn;
+        const int64_t mb = min64(tm, m - i0), nb = min64(tn, n - j0);
         float *ct = zoe_cpu_thread_scratch(ck, omp_get_thread_num());
-        float *at = ct + TILE_M * TILE_N, *bt = at + TILE_M * TILE_K;
+        float *at = ct + TILE_MAX * TILE_MAX, *bt = at + TILE_MAX * TILE_K;
         if (accumulate)
             zoe_cpu_load_tile(ct, c, dt, ldc, i0, j0, mb, nb);
         else

@@ -1,9 +1,11 @@
 #include "kernel_test.h"
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
-void kt_setup(kt_env *env, const zoe_kernel_plan *plan) {
+void kt_setup(kt_env *env, const zoe_kernel_plan *plan, int threads) {
     memset(env, 0, sizeof *env);
+    omp_set_num_threads(threads); /* the context takes its thread count at create */
     if (!CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &env->dev))) return;
     if (!CHECK_OK(zoe_stream_create(env->dev, &env->stream))) return;
     CHECK_OK(zoe_kernels_create(env->dev, env->stream, plan, &env->k));

@@ -15,8 +15,10 @@ typedef struct kt_env {
     zoe_kernels *k;
 } kt_env;
 
-/* A CPU context planned for plan (the test fails when it cannot be created). */
-void kt_setup(kt_env *env, const zoe_kernel_plan *plan);
+/* A CPU context planned for plan whose ops run on `threads` OpenMP threads (the test fails when
+ * it cannot be created). Tests use more threads than ctest's OMP_NUM_THREADS=1 so that the
+ * parallel partitions (tiles, row blocks, partial sums) are exercised. */
+void kt_setup(kt_env *env, const zoe_kernel_plan *plan, int threads);
 void kt_teardown(kt_env *env);
 
 /* Unit roundoff of fp32 (2^-24) and of bf16 (2^-8): the relative error of one rounding. */

@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
     zoe_kernel_plan plan = {
         .max_rows = 300, .max_dim = 600, .max_seq = 1, .max_heads = 1, .max_head_dim = 1};
     kt_env env;
-    kt_setup(&env, &plan);
+    kt_setup(&env, &plan, 3);
     const mm_case fixed[] = {
         {1, 1, 1}, {3, 5, 7}, {130, 260, 129}, {257, 520, 131}, {64, 128, 384}};
     for (int d = 0; d < 2; d++) {
