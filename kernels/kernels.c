@@ -88,6 +88,13 @@ zoe_status zoe_kernels_create(zoe_device *dev, zoe_stream *stream, const zoe_ker
     TRY_SIZE(op, plan->max_seq);
     TRY_SIZE(op, plan->max_heads);
     TRY_SIZE(op, plan->max_head_dim);
+    const int64_t limits[] = {plan->max_rows, plan->max_dim, plan->max_seq, plan->max_heads,
+                              plan->max_head_dim};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
+        if (limits[i] > INT32_MAX) /* BLAS takes 32-bit sizes and leading dimensions */
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "%s: plan limit %lld exceeds the 32-bit sizes BLAS takes", op,
+                            (long long)limits[i]);
     if (zoe_stream_device(stream) != dev)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: the stream belongs to another device", op);
     zoe_backend backend = zoe_device_backend(dev);

@@ -11,6 +11,8 @@
  *  - Any gradient output may be NULL: that gradient is not computed.
  *  - Work is issued on the context's stream; on CPU it has completed when the call returns.
  *  - Scratch comes from the workspace planned at create time: no allocation inside an op.
+ *    So a context serves one host thread at a time; threads that issue ops concurrently
+ *    each need their own context.
  */
 #ifndef ZOE_KERNELS_H
 #define ZOE_KERNELS_H
@@ -105,7 +107,8 @@ zoe_status zoe_xent_row_sums(zoe_kernels *k, zoe_dtype dt, float *sum_exp, float
                              int64_t rows, int64_t V, int64_t v_valid, int64_t vocab_start,
                              int32_t ignore_index);
 /* losses[r] = log(sum_exp) + row_max - target_logit (0 for ignored rows); *mean_loss the mean
- * over non-ignored rows (0 if none), *count their number. Reads device stats, writes host. */
+ * over non-ignored rows (0 if none), *count their number. Reads device stats, writes host.
+ * Any of losses, mean_loss and count may be NULL (not wanted). */
 zoe_status zoe_xent_loss(zoe_kernels *k, float *losses, float *mean_loss, int64_t *count,
                          const float *row_max, const float *sum_exp, const float *target_logit,
                          const int32_t *targets, int64_t rows, int32_t ignore_index);
