@@ -40,11 +40,6 @@ static size_t layout(zoe_cuda_kernels *ck, void *base) {
 extern "C" zoe_status zoe_cuda_kernels_create(zoe_device *dev, zoe_stream *stream,
                                               const zoe_kernel_plan *plan, zoe_cuda_kernels **out) {
     *out = NULL;
-    if (plan->max_rows > INT32_MAX || plan->max_dim > INT32_MAX)
-        return zoe_fail(ZOE_ERR_UNSUPPORTED,
-                        "zoe_kernels_create: max_rows=%lld / max_dim=%lld exceed cuBLAS's int "
-                        "sizes",
-                        (long long)plan->max_rows, (long long)plan->max_dim);
     ZOE_CUDA_TRY(cudaSetDevice(zoe_device_ordinal(dev)));
     zoe_cuda_kernels *ck = (zoe_cuda_kernels *)calloc(1, sizeof *ck);
     if (!ck) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "zoe_kernels: CUDA context allocation failed");
