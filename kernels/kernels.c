@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
+#ifdef ZOE_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 #include "runtime/error.h"
 
 struct zoe_kernels {
@@ -12,11 +15,17 @@ struct zoe_kernels {
     zoe_device *dev;
     zoe_stream *stream;
     zoe_kernel_plan plan;
-    zoe_cpu_kernels *cpu; /* the CPU backend's context and workspace */
-    void *cuda;           /* the CUDA backend's context (kernels/cuda), when built */
+    zoe_cpu_kernels *cpu;          /* the CPU backend's context and workspace */
+    struct zoe_cuda_kernels *cuda; /* the CUDA backend's context (kernels/cuda), when built */
 };
 
+#ifdef ZOE_HAVE_CUDA
+#define DISPATCH(op, ...)                                                                          \
+    (k->backend == ZOE_BACKEND_CUDA ? zoe_cuda_##op(k->cuda, __VA_ARGS__)                          \
+                                    : zoe_cpu_##op(k->cpu, __VA_ARGS__))
+#else
 #define DISPATCH(op, ...) zoe_cpu_##op(k->cpu, __VA_ARGS__)
+#endif
 
 /* ---- validation ---- */
 
@@ -79,20 +88,35 @@ zoe_status zoe_kernels_create(zoe_device *dev, zoe_stream *stream, const zoe_ker
     TRY_SIZE(op, plan->max_seq);
     TRY_SIZE(op, plan->max_heads);
     TRY_SIZE(op, plan->max_head_dim);
+    const int64_t limits[] = {plan->max_rows, plan->max_dim, plan->max_seq, plan->max_heads,
+                              plan->max_head_dim};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
+        if (limits[i] > INT32_MAX) /* BLAS takes 32-bit sizes and leading dimensions */
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "%s: plan limit %lld exceeds the 32-bit sizes BLAS takes", op,
+                            (long long)limits[i]);
     if (zoe_stream_device(stream) != dev)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: the stream belongs to another device", op);
     zoe_backend backend = zoe_device_backend(dev);
+#ifndef ZOE_HAVE_CUDA
     if (backend != ZOE_BACKEND_CPU)
         return zoe_fail(ZOE_ERR_UNSUPPORTED,
-                        "%s: CUDA kernels not built (device backend %s has no op table yet)", op,
+                        "%s: CUDA kernels not built (device backend %s has no op table)", op,
                         zoe_backend_name(backend));
+#endif
     zoe_kernels *k = calloc(1, sizeof *k);
     if (!k) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%s: context allocation failed", op);
     k->backend = backend;
     k->dev = dev;
     k->stream = stream;
     k->plan = *plan;
+#ifdef ZOE_HAVE_CUDA
+    zoe_status st = backend == ZOE_BACKEND_CUDA
+                        ? zoe_cuda_kernels_create(dev, stream, plan, &k->cuda)
+                        : zoe_cpu_kernels_create(plan, &k->cpu);
+#else
     zoe_status st = zoe_cpu_kernels_create(plan, &k->cpu);
+#endif
     if (st != ZOE_OK) {
         zoe_kernels_destroy(k);
         return st;
@@ -104,6 +128,9 @@ zoe_status zoe_kernels_create(zoe_device *dev, zoe_stream *stream, const zoe_ker
 void zoe_kernels_destroy(zoe_kernels *k) {
     if (!k) return;
     zoe_cpu_kernels_destroy(k->cpu);
+#ifdef ZOE_HAVE_CUDA
+    zoe_cuda_kernels_destroy(k->cuda);
+#endif
     free(k);
 }
 

@@ -10,10 +10,11 @@
  * dq_i += scale dS k_j, dk_j += scale dS^T q_i. dk_j, dv_j are block tiles; dq is the head's
  * [T, HS] fp32 accumulator; all are added into dqkv once.
  *
- * The products go to cblas_sgemm (single-threaded inside the OpenMP region, see matmul.c)
- * when HS >= 32 and T >= 64; below that the call overhead dominates and a plain loop kernel
- * does them. fp32 operands are read in place through their row stride (NH * 3 * HS for qkv);
- * bf16 blocks are converted into per-thread tiles. */
+ * Every block product is a cblas_sgemm, single-threaded inside the OpenMP region (see
+ * matmul.c). Measured against a SIMD loop kernel (one thread, CPU time), OpenBLAS won at every
+ * shape tried, HS 4 ... 128 and T 16 ... 1024 (2x at HS 4, T 16; 3-4x at HS 16-32, T 256), so
+ * there is no second path. fp32 operands are read in place through their row stride
+ * (NH * 3 * HS for qkv); bf16 blocks are converted into per-thread tiles. */
 #include <math.h>
 #include <omp.h>
 #include <cblas.h>
@@ -33,61 +34,19 @@ static int64_t min64(int64_t a, int64_t b) {
     return a < b ? a : b;
 }
 
-/* ---- products ---- */
-
-/* C[m,n] = alpha op(A) op(B) + beta C for small operands, with the innermost loop contiguous. */
-ZOE_CPU_INLINE void small_gemm_body(zoe_cpu_isa isa, int ta, int tb, int64_t m, int64_t n,
-                                    int64_t k, float alpha, const float *A, int64_t lda,
-                                    const float *B, int64_t ldb, float beta, float *C,
-                                    int64_t ldc) {
-    for (int64_t i = 0; i < m; i++) {
-        float *c = C + i * ldc;
-        if (beta == 0.0f) {
-            memset(c, 0, (size_t)n * sizeof(float));
-        } else if (beta != 1.0f) {
-#pragma omp simd
-            for (int64_t j = 0; j < n; j++) c[j] *= beta;
-        }
-        if (tb) { /* row i of op(A) against row j of B: dot products */
-            for (int64_t j = 0; j < n; j++) {
-                const float *b = B + j * ldb;
-                float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                for (int64_t p = 0; p < k; p++) s += (ta ? A[p * lda + i] : A[i * lda + p]) * b[p];
-                c[j] += alpha * s;
-            }
-        } else { /* c += a_ip * row p of B */
-            for (int64_t p = 0; p < k; p++) {
-                const float a = alpha * (ta ? A[p * lda + i] : A[i * lda + p]);
-                const float *b = B + p * ldb;
-#pragma omp simd
-                for (int64_t j = 0; j < n; j++) c[j] += a * b[j];
-            }
-        }
-    }
-}
-ZOE_CPU_MULTIVERSION(small_gemm,
-                     (zoe_cpu_isa isa, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                      float *C, int64_t ldc),
-                     (isa, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc))
-
 typedef struct attention_ctx {
     const zoe_cpu_kernels *ck;
     zoe_dtype dt;
     int64_t T, NH, HS;
-    int use_blas;
     float scale;
 } attention_ctx;
 
-static void block_gemm(const attention_ctx *a, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                       float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                       float beta, float *C, int64_t ldc) {
-    if (a->use_blas)
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    (int)m, (int)n, (int)k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    else
-        small_gemm(a->ck->isa, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+/* C[m,n] = alpha op(A) op(B) + beta C on the calling thread (the pool is serial here). */
+static void block_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A,
+                       int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                       int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
 /* ---- row kernels ---- */
@@ -195,11 +154,11 @@ static void forward_block(const attention_ctx *a, float *ws, void *out, float *l
         const int64_t k0 = j * BLOCK, nk = min64(BLOCK, T - k0);
         const float *k = slice_rows(a, slice_of(a, qkv, 3, b, h, 1), k0, nk, kt, &ldk);
         const float *v = slice_rows(a, slice_of(a, qkv, 3, b, h, 2), k0, nk, vt, &ldv);
-        block_gemm(a, 0, 1, nq, nk, HS, a->scale, q, ldq, k, ldk, 0.0f, S, nk);
+        block_gemm(0, 1, nq, nk, HS, a->scale, q, ldq, k, ldk, 0.0f, S, nk);
         for (int64_t r = 0; r < nq; r++)
             online_softmax(a->ck->isa, S + r * nk, causal_valid(i, j, r, nk), nk, &m[r], &l[r],
                            acc + r * HS, HS);
-        block_gemm(a, 0, 0, nq, HS, nk, 1.0f, S, nk, v, ldv, 1.0f, acc, HS);
+        block_gemm(0, 0, nq, HS, nk, 1.0f, S, nk, v, ldv, 1.0f, acc, HS);
     }
     float *lse_row = lse + (b * a->NH + h) * T + q0;
     for (int64_t r = 0; r < nq; r++) {
@@ -214,9 +173,9 @@ static void forward_block(const attention_ctx *a, float *ws, void *out, float *l
 zoe_status zoe_cpu_attention_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *out, float *lse,
                                      const void *qkv, int64_t B, int64_t T, int64_t NH,
                                      int64_t HS) {
-    const attention_ctx a = {ck, dt, T, NH, HS, HS >= 32 && T >= 64, 1.0f / sqrtf((float)HS)};
+    const attention_ctx a = {ck, dt, T, NH, HS, 1.0f / sqrtf((float)HS)};
     const int64_t blocks = (T + BLOCK - 1) / BLOCK, items = B * NH * blocks;
-    int saved = a.use_blas ? zoe_cpu_blas_serial_begin() : 1;
+    int saved = zoe_cpu_blas_serial_begin();
 #pragma omp parallel for num_threads(ck->threads) schedule(dynamic, 1)
     for (int64_t it = 0; it < items; it++) {
         /* The longest rows (last query blocks) first, for the dynamic schedule. */
@@ -224,7 +183,7 @@ zoe_status zoe_cpu_attention_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *ou
         forward_block(&a, zoe_cpu_thread_scratch(ck, omp_get_thread_num()), out, lse, qkv, bh / NH,
                       bh % NH, i);
     }
-    if (a.use_blas) zoe_cpu_blas_serial_end(saved);
+    zoe_cpu_blas_serial_end(saved);
     return ZOE_OK;
 }
 
@@ -259,14 +218,14 @@ static void backward_head(const attention_ctx *a, float *ws, void *dqkv, const v
             const int64_t q0 = i * BLOCK, nq = min64(BLOCK, T - q0);
             const float *q = slice_rows(a, sq, q0, nq, qt, &ldq);
             const float *g = slice_rows(a, sg, q0, nq, gt, &ldg);
-            block_gemm(a, 0, 1, nq, nk, HS, a->scale, q, ldq, k, ldk, 0.0f, P, nk);
+            block_gemm(0, 1, nq, nk, HS, a->scale, q, ldq, k, ldk, 0.0f, P, nk);
             for (int64_t r = 0; r < nq; r++)
                 probs(isa, P + r * nk, causal_valid(i, j, r, nk), nk, lse_bh[q0 + r]);
-            block_gemm(a, 1, 0, nk, HS, nq, 1.0f, P, nk, g, ldg, 1.0f, dv, HS);
-            block_gemm(a, 0, 1, nq, nk, HS, 1.0f, g, ldg, v, ldv, 0.0f, dP, nk);
+            block_gemm(1, 0, nk, HS, nq, 1.0f, P, nk, g, ldg, 1.0f, dv, HS);
+            block_gemm(0, 1, nq, nk, HS, 1.0f, g, ldg, v, ldv, 0.0f, dP, nk);
             for (int64_t r = 0; r < nq; r++) dscores(isa, dP + r * nk, P + r * nk, D[q0 + r], nk);
-            block_gemm(a, 0, 0, nq, HS, nk, a->scale, dP, nk, k, ldk, 1.0f, dq + q0 * HS, HS);
-            block_gemm(a, 1, 0, nk, HS, nq, a->scale, dP, nk, q, ldq, 1.0f, dk, HS);
+            block_gemm(0, 0, nq, HS, nk, a->scale, dP, nk, k, ldk, 1.0f, dq + q0 * HS, HS);
+            block_gemm(1, 0, nk, HS, nq, a->scale, dP, nk, q, ldq, 1.0f, dk, HS);
         }
         head_slice dks = slice_of(a, dqkv, 3, b, h, 1), dvs = slice_of(a, dqkv, 3, b, h, 2);
         zoe_cpu_store_tile((void *)dks.base, a->dt, dks.ld, k0, 0, dk, nk, HS, 1);
@@ -281,12 +240,12 @@ zoe_status zoe_cpu_attention_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *d
                                       const float *lse, int64_t B, int64_t T, int64_t NH,
                                       int64_t HS) {
     if (!dqkv) return ZOE_OK;
-    const attention_ctx a = {ck, dt, T, NH, HS, HS >= 32 && T >= 64, 1.0f / sqrtf((float)HS)};
-    int saved = a.use_blas ? zoe_cpu_blas_serial_begin() : 1;
+    const attention_ctx a = {ck, dt, T, NH, HS, 1.0f / sqrtf((float)HS)};
+    int saved = zoe_cpu_blas_serial_begin();
 #pragma omp parallel for num_threads(ck->threads) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; bh++)
         backward_head(&a, zoe_cpu_thread_scratch(ck, omp_get_thread_num()), dqkv, dout, qkv, out,
                       lse + bh * T, bh / NH, bh % NH);
-    if (a.use_blas) zoe_cpu_blas_serial_end(saved);
+    zoe_cpu_blas_serial_end(saved);
     return ZOE_OK;
 }

@@ -280,6 +280,16 @@ int main(int argc, char **argv) {
     CHECK(zoe_scale(env.k, ZOE_F16, y, 2.0f, 4) == ZOE_ERR_UNSUPPORTED, "fp16 on CPU");
     CHECK(zoe_cast(env.k, y, ZOE_I32, x, ZOE_F32, 4) == ZOE_ERR_INVALID_ARGUMENT, "cast to int32");
     CHECK(zoe_add(NULL, ZOE_F32, y, x, 4) == ZOE_ERR_INVALID_ARGUMENT, "NULL context");
+    zoe_kernels *k2 = (zoe_kernels *)&plan; /* must be reset to NULL on failure */
+    zoe_kernel_plan bad = plan;
+    bad.max_seq = -3;
+    CHECK(zoe_kernels_create(env.dev, env.stream, &bad, &k2) == ZOE_ERR_INVALID_ARGUMENT && !k2,
+          "negative plan field");
+    CHECK(strstr(zoe_last_error(), "max_seq=-3") != NULL, "names max_seq: %s", zoe_last_error());
+    CHECK(zoe_kernels_create(env.dev, env.stream, NULL, &k2) == ZOE_ERR_INVALID_ARGUMENT,
+          "NULL plan");
+    CHECK(zoe_kernels_backend(env.k) == ZOE_BACKEND_CPU && zoe_kernels_stream(env.k) == env.stream,
+          "accessors");
     kt_teardown(&env);
     return test_finish("test_kernels_pointwise");
 }
