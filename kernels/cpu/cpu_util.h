@@ -29,6 +29,10 @@ struct zoe_cpu_kernels {
  * buffers of this many floats, so no op needs more than a few KiB of stack. */
 #define ZOE_CPU_CHUNK 1024
 
+static inline int64_t zoe_cpu_min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
 static inline int64_t zoe_cpu_chunk_count(int64_t n) {
     return (n + ZOE_CPU_CHUNK - 1) / ZOE_CPU_CHUNK;
 }

@@ -34,9 +34,6 @@ size_t zoe_cpu_matmul_thread_floats(const zoe_kernel_plan *plan) {
     return (size_t)TILE_MAX * TILE_MAX + 2 * (size_t)TILE_MAX * TILE_K;
 }
 
-static int64_t min64(int64_t a, int64_t b) {
-    return a < b ? a : b;
-}
 static CBLAS_TRANSPOSE blas_op(int trans) {
     return trans ? CblasTrans : CblasNoTrans;
 }
@@ -46,8 +43,8 @@ static int64_t tiles_of(int64_t n, int64_t tile) {
 
 /* Output tile sizes for an m x n product on `threads` threads (see TILE_MAX). */
 static void pick_tiles(int64_t m, int64_t n, int threads, int64_t *tm, int64_t *tn) {
-    *tm = min64(m, TILE_MAX);
-    *tn = min64(n, TILE_MAX);
+    *tm = zoe_cpu_min64(m, TILE_MAX);
+    *tn = zoe_cpu_min64(n, TILE_MAX);
     while (tiles_of(m, *tm) * tiles_of(n, *tn) < 2 * (int64_t)threads) {
         int64_t *wider = *tn >= *tm ? tn : tm;
         if (*wider <= TILE_MIN) break;
@@ -112,7 +109,7 @@ static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, 
 #pragma omp parallel for num_threads(ck->threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; t++) {
         const int64_t i0 = t / tiles_n * tm, j0 = t % tiles_n * tn;
-        const int64_t mb = min64(tm, m - i0), nb = min64(tn, n - j0);
+        const int64_t mb = zoe_cpu_min64(tm, m - i0), nb = zoe_cpu_min64(tn, n - j0);
         float *ct = zoe_cpu_thread_scratch(ck, omp_get_thread_num());
         float *at = ct + TILE_MAX * TILE_MAX, *bt = at + TILE_MAX * TILE_K;
         if (accumulate)
@@ -127,7 +124,7 @@ static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, 
             }
         }
         for (int64_t p0 = 0; p0 < k; p0 += TILE_K) {
-            const int64_t kb = min64(TILE_K, k - p0);
+            const int64_t kb = zoe_cpu_min64(TILE_K, k - p0);
             int64_t lda = load_operand_tile(at, a, dt, i0, p0, mb, kb);
             int64_t ldb = load_operand_tile(bt, b, dt, p0, j0, kb, nb);
             cblas_sgemm(CblasRowMajor, blas_op(a.trans), blas_op(b.trans), (int)mb, (int)nb,
@@ -145,7 +142,7 @@ static void column_sums_into(const zoe_cpu_kernels *ck, zoe_dtype dt, void *db, 
     const int64_t tasks = (n + DB_COLUMNS - 1) / DB_COLUMNS;
 #pragma omp parallel for num_threads(ck->threads) schedule(static) if (m * n > 65536)
     for (int64_t t = 0; t < tasks; t++) {
-        const int64_t c0 = t * DB_COLUMNS, nc = min64(DB_COLUMNS, n - c0);
+        const int64_t c0 = t * DB_COLUMNS, nc = zoe_cpu_min64(DB_COLUMNS, n - c0);
         float acc[DB_COLUMNS] = {0}, buf[DB_COLUMNS];
         for (int64_t r = 0; r < m; r++) {
             const float *row = zoe_cpu_load(dy, dt, r * n + c0, nc, buf);
