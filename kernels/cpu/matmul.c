@@ -72,36 +72,36 @@ static int64_t load_operand_tile(float *tile, operand x, zoe_dtype dt, int64_t r
 }
 
 /* c[m, n] (row stride ldc) = op(a)[m, k] . op(b)[k, n], plus c itself when accumulate, plus
- * bias[n] on every row when bias is not NULL. Storage in dt, arithmetic in fp32. */
-static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, void *c,
-                 int64_t ldc, int64_t m, int64_t n, int64_t k, int accumulate, const void *bias) {
-    if (m == 0 || n == 0) return;
-    if (dt == ZOE_F32) {
-        float *cf = c;
-        if (bias) {
-            /* A serial copy: memory-bound, and no OpenMP team left spinning while the BLAS
-             * pool starts on the same cores. */
-            const float *bf = bias;
-            for (int64_t i = 0; i < m; i++) {
-                float *row = cf + i * ldc;
-                if (accumulate) {
+ * bias[n] on every row when bias is not NULL: fp32 storage, one sgemm on the BLAS pool. */
+static void gemm_f32(operand a, operand b, float *c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+                     int accumulate, const float *bias) {
+    if (bias) {
+        /* A serial copy: memory-bound, and no OpenMP team left spinning while the BLAS pool
+         * starts on the same cores. */
+        for (int64_t i = 0; i < m; i++) {
+            float *row = c + i * ldc;
+            if (accumulate) {
 #pragma omp simd
-                    for (int64_t j = 0; j < n; j++) row[j] += bf[j];
-                } else {
-                    memcpy(row, bf, (size_t)n * sizeof(float));
-                }
+                for (int64_t j = 0; j < n; j++) row[j] += bias[j];
+            } else {
+                memcpy(row, bias, (size_t)n * sizeof(float));
             }
         }
-        float beta = accumulate || bias ? 1.0f : 0.0f;
-        if (k > 0) {
-            cblas_sgemm(CblasRowMajor, blas_op(a.trans), blas_op(b.trans), (int)m, (int)n, (int)k,
-                        1.0f, a.data, (int)a.ld, b.data, (int)b.ld, beta, cf, (int)ldc);
-        } else if (beta == 0.0f) {
-            for (int64_t i = 0; i < m; i++) memset(cf + i * ldc, 0, (size_t)n * sizeof(float));
-        }
-        return;
     }
+    const float beta = accumulate || bias ? 1.0f : 0.0f;
+    if (k > 0) {
+        cblas_sgemm(CblasRowMajor, blas_op(a.trans), blas_op(b.trans), (int)m, (int)n, (int)k, 1.0f,
+                    a.data, (int)a.ld, b.data, (int)b.ld, beta, c, (int)ldc);
+    } else if (beta == 0.0f) {
+        for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+    }
+}
 
+/* The same product for bf16 storage: OpenMP over output tiles, each thread converting the
+ * operand tiles it needs and running sgemm on them single-threaded. */
+static void gemm_tiled(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, void *c,
+                       int64_t ldc, int64_t m, int64_t n, int64_t k, int accumulate,
+                       const void *bias) {
     int64_t tm, tn;
     pick_tiles(m, n, ck->threads, &tm, &tn);
     const int64_t tiles_n = tiles_of(n, tn), tiles = tiles_of(m, tm) * tiles_n;
@@ -133,6 +133,15 @@ static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, 
         zoe_cpu_store_tile(c, dt, ldc, i0, j0, ct, mb, nb, 0);
     }
     zoe_cpu_blas_serial_end(saved);
+}
+
+static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, void *c,
+                 int64_t ldc, int64_t m, int64_t n, int64_t k, int accumulate, const void *bias) {
+    if (m == 0 || n == 0) return;
+    if (dt == ZOE_F32)
+        gemm_f32(a, b, c, ldc, m, n, k, accumulate, bias);
+    else
+        gemm_tiled(ck, dt, a, b, c, ldc, m, n, k, accumulate, bias);
 }
 
 /* db[n] += sum over the m rows of dy[m, n]: each task owns DB_COLUMNS columns and sums the
