@@ -163,7 +163,7 @@ static void forward_block(const attention_ctx *a, float *ws, void *out, float *l
         lse_row[r] = m[r] + logf(l[r]);
     }
     head_slice o = slice_of(a, out, 1, b, h, 0);
-    zoe_cpu_store_tile((void *)o.base, a->dt, o.ld, q0, 0, acc, nq, HS, 0);
+    zoe_cpu_store_tile(a->ck, (void *)o.base, a->dt, o.ld, q0, 0, acc, nq, HS, 0);
 }
 
 zoe_status zoe_cpu_attention_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *out, float *lse,
@@ -224,11 +224,11 @@ static void backward_head(const attention_ctx *a, float *ws, void *dqkv, const v
             block_gemm(1, 0, nk, HS, nq, a->scale, dP, nk, q, ldq, 1.0f, dk, HS);
         }
         head_slice dks = slice_of(a, dqkv, 3, b, h, 1), dvs = slice_of(a, dqkv, 3, b, h, 2);
-        zoe_cpu_store_tile((void *)dks.base, a->dt, dks.ld, k0, 0, dk, nk, HS, 1);
-        zoe_cpu_store_tile((void *)dvs.base, a->dt, dvs.ld, k0, 0, dv, nk, HS, 1);
+        zoe_cpu_store_tile(a->ck, (void *)dks.base, a->dt, dks.ld, k0, 0, dk, nk, HS, 1);
+        zoe_cpu_store_tile(a->ck, (void *)dvs.base, a->dt, dvs.ld, k0, 0, dv, nk, HS, 1);
     }
     head_slice dqs = slice_of(a, dqkv, 3, b, h, 0);
-    zoe_cpu_store_tile((void *)dqs.base, a->dt, dqs.ld, 0, 0, dq, T, HS, 1);
+    zoe_cpu_store_tile(a->ck, (void *)dqs.base, a->dt, dqs.ld, 0, 0, dq, T, HS, 1);
 }
 
 zoe_status zoe_cpu_attention_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *dqkv,

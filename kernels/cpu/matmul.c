@@ -130,7 +130,7 @@ static void gemm_tiled(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, opera
             cblas_sgemm(CblasRowMajor, blas_op(a.trans), blas_op(b.trans), (int)mb, (int)nb,
                         (int)kb, 1.0f, at, (int)lda, bt, (int)ldb, 1.0f, ct, (int)nb);
         }
-        zoe_cpu_store_tile(c, dt, ldc, i0, j0, ct, mb, nb, 0);
+        zoe_cpu_store_tile(ck, c, dt, ldc, i0, j0, ct, mb, nb, 0);
     }
     zoe_cpu_blas_serial_end(saved);
 }
@@ -154,14 +154,9 @@ static void column_sums_into(const zoe_cpu_kernels *ck, zoe_dtype dt, void *db, 
         const int64_t c0 = t * DB_COLUMNS, nc = zoe_cpu_min64(DB_COLUMNS, n - c0);
         float acc[DB_COLUMNS] = {0}, buf[DB_COLUMNS];
         for (int64_t r = 0; r < m; r++) {
-            const float *row = zoe_cpu_load(dy, dt, r * n + c0, nc, buf);
-#pragma omp simd
-            for (int64_t j = 0; j < nc; j++) acc[j] += row[j];
+            zoe_cpu_accumulate(ck->isa, acc, zoe_cpu_load(dy, dt, r * n + c0, nc, buf), nc);
         }
-        float *d = zoe_cpu_inout(db, dt, c0, nc, buf);
-#pragma omp simd
-        for (int64_t j = 0; j < nc; j++) d[j] += acc[j];
-        zoe_cpu_store(db, dt, c0, d, nc);
+        zoe_cpu_add_into(ck, dt, db, c0, acc, nc, buf);
     }
 }
 
