@@ -42,10 +42,11 @@ zoe_status zoe_cpu_kernels_create(const zoe_kernel_plan *plan, zoe_cpu_kernels *
     ck->thread_scratch = aligned_alloc(64, scratch_bytes ? scratch_bytes : 64);
     ck->shared = aligned_alloc(64, ck->shared_bytes ? ck->shared_bytes : 64);
     if (!ck->thread_scratch || !ck->shared) {
+        const size_t shared_bytes = ck->shared_bytes;
         zoe_cpu_kernels_destroy(ck);
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY,
                         "zoe_kernels: workspace of %zu + %zu bytes could not be allocated",
-                        scratch_bytes, ck->shared_bytes);
+                        scratch_bytes, shared_bytes);
     }
     *out = ck;
     return ZOE_OK;
