@@ -14,23 +14,34 @@
 #include "kernels/kernels.h"
 #include "zoe/zoe.h"
 
-static double now(void) {
+static double clock_seconds(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+static double now(void) {
+    return clock_seconds(CLOCK_MONOTONIC);
+}
+
+/* Wall seconds, and process CPU seconds: on a shared machine other processes stretch the wall
+ * time of a call but not (much) the CPU time it uses, so with one thread the CPU figure is
+ * the steadier one; with several it also counts idle-spinning threads. */
+typedef struct span {
+    double wall, cpu;
+} span;
 
 #define MAX_REPS 1000
-/* Sets `into` to the seconds the block takes. */
+/* Sets `into` to the span the block takes. */
 #define TIMED_INTO(into, block)                                                                    \
     do {                                                                                           \
-        double t0_ = now();                                                                        \
+        double w0_ = now(), c0_ = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);                         \
         block;                                                                                     \
-        (into) = now() - t0_;                                                                      \
+        (into).cpu = clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - c0_;                                \
+        (into).wall = now() - w0_;                                                                 \
     } while (0)
 
-static double min2(double a, double b) {
-    return a < b ? a : b;
+static span best(span a, span b) {
+    return (span){a.wall < b.wall ? a.wall : b.wall, a.cpu < b.cpu ? a.cpu : b.cpu};
 }
 
 static void *alloc_random(zoe_dtype dt, size_t n, unsigned seed) {
@@ -58,8 +69,10 @@ typedef struct shape {
     int bias; /* the LM head (tied to the embedding) has none */
 } shape;
 
-/* Returns the geometric-mean ratio (zoe / sgemm) over forward and backward of this shape. */
-static double bench_matmul(zoe_kernels *k, zoe_dtype dt, const shape *s, int64_t M, int reps) {
+/* Returns the geometric-mean wall-time ratio (sgemm time / zoe time, so > 1 means zoe is
+ * faster) over forward and backward of this shape; *cpu_ratio the same in CPU time. */
+static double bench_matmul(zoe_kernels *k, zoe_dtype dt, const shape *s, int64_t M, int reps,
+                           double *cpu_ratio) {
     const int64_t K = s->K, N = s->N;
     void *x = alloc_random(dt, (size_t)(M * K), 1), *w = alloc_random(dt, (size_t)(N * K), 2);
     void *b = alloc_random(dt, (size_t)N, 3), *y = alloc_random(dt, (size_t)(M * N), 4);
@@ -72,9 +85,10 @@ static double bench_matmul(zoe_kernels *k, zoe_dtype dt, const shape *s, int64_t
     float *dwf = alloc_random(ZOE_F32, (size_t)(N * K), 6);
     /* zoe and the bare sgemm alternate within each repetition, and each keeps its best time:
      * load from other processes then hits both alike. One untimed warm-up round first. */
-    double t_fwd = INFINITY, t_bwd = INFINITY, s_fwd = INFINITY, s_bwd = INFINITY;
+    const span none = {INFINITY, INFINITY};
+    span t_fwd = none, t_bwd = none, s_fwd = none, s_bwd = none;
     for (int r = 0; r <= reps; r++) {
-        double tf, tb, sf, sb;
+        span tf, tb, sf, sb;
         TIMED_INTO(tf, check(zoe_matmul_forward(k, dt, y, x, w, s->bias ? b : NULL, M, K, N),
                              "matmul_forward"));
         TIMED_INTO(sf, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
@@ -88,20 +102,22 @@ static double bench_matmul(zoe_kernels *k, zoe_dtype dt, const shape *s, int64_t
                         (int)N, xf, (int)K, 1.0f, dwf, (int)K);
         });
         if (r == 0) continue;
-        t_fwd = min2(t_fwd, tf), t_bwd = min2(t_bwd, tb), s_fwd = min2(s_fwd, sf);
-        s_bwd = min2(s_bwd, sb);
+        t_fwd = best(t_fwd, tf), t_bwd = best(t_bwd, tb), s_fwd = best(s_fwd, sf);
+        s_bwd = best(s_bwd, sb);
     }
-    const double flops = 2.0 * (double)M * (double)K * (double)N;
-    const double rf = s_fwd / t_fwd, rb = s_bwd / t_bwd;
-    printf(
-        "{\"bench\":\"matmul\",\"name\":\"%s\",\"dtype\":\"%s\",\"M\":%lld,\"K\":%lld,\"N\":%lld,"
-        "\"fwd_gflops\":%.2f,\"bwd_gflops\":%.2f,\"sgemm_fwd_gflops\":%.2f,"
-        "\"sgemm_bwd_gflops\":%.2f,\"fwd_vs_sgemm\":%.3f,\"bwd_vs_sgemm\":%.3f}\n",
-        s->name, zoe_dtype_name(dt), (long long)M, (long long)K, (long long)N, flops / t_fwd * 1e-9,
-        2 * flops / t_bwd * 1e-9, flops / s_fwd * 1e-9, 2 * flops / s_bwd * 1e-9, rf, rb);
+    const double gflop = 2e-9 * (double)M * (double)K * (double)N;
+    const double rf = s_fwd.wall / t_fwd.wall, rb = s_bwd.wall / t_bwd.wall;
+    printf("{\"bench\":\"matmul\",\"name\":\"%s\",\"dtype\":\"%s\",\"M\":%lld,\"K\":%lld,"
+           "\"N\":%lld,\"fwd_gflops\":%.2f,\"bwd_gflops\":%.2f,\"sgemm_fwd_gflops\":%.2f,"
+           "\"sgemm_bwd_gflops\":%.2f,\"fwd_vs_sgemm\":%.3f,\"bwd_vs_sgemm\":%.3f,"
+           "\"fwd_vs_sgemm_cpu\":%.3f,\"bwd_vs_sgemm_cpu\":%.3f}\n",
+           s->name, zoe_dtype_name(dt), (long long)M, (long long)K, (long long)N,
+           gflop / t_fwd.wall, 2 * gflop / t_bwd.wall, gflop / s_fwd.wall, 2 * gflop / s_bwd.wall,
+           rf, rb, s_fwd.cpu / t_fwd.cpu, s_bwd.cpu / t_bwd.cpu);
     fflush(stdout);
     free(x), free(w), free(b), free(y), free(dx), free(dw), free(db);
     free(xf), free(wf), free(yf), free(dxf), free(dwf);
+    *cpu_ratio = sqrt(s_fwd.cpu / t_fwd.cpu * s_bwd.cpu / t_bwd.cpu);
     return sqrt(rf * rb);
 }
 
@@ -247,21 +263,27 @@ int main(int argc, char **argv) {
                             {"fc2", 3072, 768, 1},
                             {"lm_head", 768, 50304, 0}};
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
-    double ratio[2] = {1, 1}, layer_ms[2];
+    /* geometric means over the shapes of the per-shape ratios (sgemm time / zoe time) */
+    double ratio[2], cpu_ratio[2], layer_ms[2];
     for (int d = 0; d < 2; d++) {
         zoe_dtype dt = d ? ZOE_BF16 : ZOE_F32;
-        double log_sum = 0;
-        for (int i = 0; i < nshapes; i++)
-            log_sum +=
-                log(bench_matmul(k, dt, &shapes[i], M, i == nshapes - 1 ? (reps + 1) / 2 : reps));
-        ratio[d] = exp(log_sum / nshapes);
+        double log_wall = 0, log_cpu = 0;
+        for (int i = 0; i < nshapes; i++) {
+            double cpu;
+            const int r = i == nshapes - 1 ? (reps + 1) / 2 : reps; /* the LM head is 65x qkv */
+            log_wall += log(bench_matmul(k, dt, &shapes[i], M, r, &cpu));
+            log_cpu += log(cpu);
+        }
+        ratio[d] = exp(log_wall / nshapes);
+        cpu_ratio[d] = exp(log_cpu / nshapes);
     }
     for (int d = 0; d < 2; d++) layer_ms[d] = bench_layer(k, d ? ZOE_BF16 : ZOE_F32, 1, 256, reps);
     printf("{\"summary\":\"kernels\",\"omp_threads\":%d,\"blas_threads\":%d,"
            "\"matmul_vs_sgemm_ratio\":%.3f,\"matmul_vs_sgemm_ratio_bf16\":%.3f,"
+           "\"matmul_vs_sgemm_cpu_ratio\":%.3f,\"matmul_vs_sgemm_cpu_ratio_bf16\":%.3f,"
            "\"layer_fwd_bwd_ms_fp32\":%.3f,\"layer_fwd_bwd_ms_bf16\":%.3f}\n",
-           omp_get_max_threads(), openblas_get_num_threads(), ratio[0], ratio[1], layer_ms[0],
-           layer_ms[1]);
+           omp_get_max_threads(), openblas_get_num_threads(), ratio[0], ratio[1], cpu_ratio[0],
+           cpu_ratio[1], layer_ms[0], layer_ms[1]);
     zoe_kernels_destroy(k);
     zoe_stream_destroy(stream);
     zoe_device_destroy(dev);

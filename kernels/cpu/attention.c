@@ -30,10 +30,6 @@ size_t zoe_cpu_attention_thread_floats(const zoe_kernel_plan *plan) {
     return forward > backward ? forward : backward;
 }
 
-static int64_t min64(int64_t a, int64_t b) {
-    return a < b ? a : b;
-}
-
 typedef struct attention_ctx {
     const zoe_cpu_kernels *ck;
     zoe_dtype dt;
@@ -135,7 +131,7 @@ static const float *slice_rows(const attention_ctx *a, head_slice s, int64_t r0,
 
 /* The number of unmasked keys of query row r of block i against key block j. */
 static int64_t causal_valid(int64_t i, int64_t j, int64_t r, int64_t nk) {
-    return i == j ? min64(r + 1, nk) : nk;
+    return i == j ? zoe_cpu_min64(r + 1, nk) : nk;
 }
 
 /* ---- forward ---- */
@@ -145,13 +141,13 @@ static void forward_block(const attention_ctx *a, float *ws, void *out, float *l
     const int64_t HS = a->HS, T = a->T;
     float *S = ws, *acc = S + BLOCK * BLOCK, *m = acc + BLOCK * HS, *l = m + BLOCK;
     float *qt = l + BLOCK, *kt = qt + BLOCK * HS, *vt = kt + BLOCK * HS;
-    const int64_t q0 = i * BLOCK, nq = min64(BLOCK, T - q0);
+    const int64_t q0 = i * BLOCK, nq = zoe_cpu_min64(BLOCK, T - q0);
     int64_t ldq, ldk, ldv;
     const float *q = slice_rows(a, slice_of(a, qkv, 3, b, h, 0), q0, nq, qt, &ldq);
     for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0.0f;
     memset(acc, 0, (size_t)(nq * HS) * sizeof(float));
     for (int64_t j = 0; j <= i; j++) {
-        const int64_t k0 = j * BLOCK, nk = min64(BLOCK, T - k0);
+        const int64_t k0 = j * BLOCK, nk = zoe_cpu_min64(BLOCK, T - k0);
         const float *k = slice_rows(a, slice_of(a, qkv, 3, b, h, 1), k0, nk, kt, &ldk);
         const float *v = slice_rows(a, slice_of(a, qkv, 3, b, h, 2), k0, nk, vt, &ldv);
         block_gemm(0, 1, nq, nk, HS, a->scale, q, ldq, k, ldk, 0.0f, S, nk);
@@ -167,7 +163,7 @@ static void forward_block(const attention_ctx *a, float *ws, void *out, float *l
         lse_row[r] = m[r] + logf(l[r]);
     }
     head_slice o = slice_of(a, out, 1, b, h, 0);
-    zoe_cpu_store_tile((void *)o.base, a->dt, o.ld, q0, 0, acc, nq, HS, 0);
+    zoe_cpu_store_tile(a->ck, (void *)o.base, a->dt, o.ld, q0, 0, acc, nq, HS, 0);
 }
 
 zoe_status zoe_cpu_attention_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *out, float *lse,
@@ -203,19 +199,19 @@ static void backward_head(const attention_ctx *a, float *ws, void *dqkv, const v
     int64_t ldq, ldk, ldv, ldg, ldo;
 
     for (int64_t i = 0; i < blocks; i++) { /* D = rowsum(dout * out) */
-        const int64_t q0 = i * BLOCK, nq = min64(BLOCK, T - q0);
+        const int64_t q0 = i * BLOCK, nq = zoe_cpu_min64(BLOCK, T - q0);
         const float *g = slice_rows(a, sg, q0, nq, gt, &ldg);
         const float *o = slice_rows(a, so, q0, nq, qt, &ldo);
         for (int64_t r = 0; r < nq; r++) row_dot(isa, &D[q0 + r], g + r * ldg, o + r * ldo, HS);
     }
     memset(dq, 0, (size_t)(T * HS) * sizeof(float));
     for (int64_t j = 0; j < blocks; j++) {
-        const int64_t k0 = j * BLOCK, nk = min64(BLOCK, T - k0);
+        const int64_t k0 = j * BLOCK, nk = zoe_cpu_min64(BLOCK, T - k0);
         const float *k = slice_rows(a, sk, k0, nk, kt, &ldk);
         const float *v = slice_rows(a, sv, k0, nk, vt, &ldv);
         memset(dk, 0, (size_t)(2 * BLOCK * HS) * sizeof(float)); /* dk and dv */
         for (int64_t i = j; i < blocks; i++) {
-            const int64_t q0 = i * BLOCK, nq = min64(BLOCK, T - q0);
+            const int64_t q0 = i * BLOCK, nq = zoe_cpu_min64(BLOCK, T - q0);
             const float *q = slice_rows(a, sq, q0, nq, qt, &ldq);
             const float *g = slice_rows(a, sg, q0, nq, gt, &ldg);
             block_gemm(0, 1, nq, nk, HS, a->scale, q, ldq, k, ldk, 0.0f, P, nk);
@@ -228,11 +224,11 @@ static void backward_head(const attention_ctx *a, float *ws, void *dqkv, const v
             block_gemm(1, 0, nk, HS, nq, a->scale, dP, nk, q, ldq, 1.0f, dk, HS);
         }
         head_slice dks = slice_of(a, dqkv, 3, b, h, 1), dvs = slice_of(a, dqkv, 3, b, h, 2);
-        zoe_cpu_store_tile((void *)dks.base, a->dt, dks.ld, k0, 0, dk, nk, HS, 1);
-        zoe_cpu_store_tile((void *)dvs.base, a->dt, dvs.ld, k0, 0, dv, nk, HS, 1);
+        zoe_cpu_store_tile(a->ck, (void *)dks.base, a->dt, dks.ld, k0, 0, dk, nk, HS, 1);
+        zoe_cpu_store_tile(a->ck, (void *)dvs.base, a->dt, dvs.ld, k0, 0, dv, nk, HS, 1);
     }
     head_slice dqs = slice_of(a, dqkv, 3, b, h, 0);
-    zoe_cpu_store_tile((void *)dqs.base, a->dt, dqs.ld, 0, 0, dq, T, HS, 1);
+    zoe_cpu_store_tile(a->ck, (void *)dqs.base, a->dt, dqs.ld, 0, 0, dq, T, HS, 1);
 }
 
 zoe_status zoe_cpu_attention_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *dqkv,

@@ -42,10 +42,11 @@ zoe_status zoe_cpu_kernels_create(const zoe_kernel_plan *plan, zoe_cpu_kernels *
     ck->thread_scratch = aligned_alloc(64, scratch_bytes ? scratch_bytes : 64);
     ck->shared = aligned_alloc(64, ck->shared_bytes ? ck->shared_bytes : 64);
     if (!ck->thread_scratch || !ck->shared) {
+        const size_t shared_bytes = ck->shared_bytes;
         zoe_cpu_kernels_destroy(ck);
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY,
                         "zoe_kernels: workspace of %zu + %zu bytes could not be allocated",
-                        scratch_bytes, ck->shared_bytes);
+                        scratch_bytes, shared_bytes);
     }
     *out = ck;
     return ZOE_OK;
@@ -68,6 +69,24 @@ void zoe_cpu_blas_serial_end(int saved_threads) {
     if (saved_threads != 1) openblas_set_num_threads(saved_threads);
 }
 
+ZOE_CPU_INLINE void accumulate_row_body(zoe_cpu_isa isa, float *acc, const float *x, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+ZOE_CPU_MULTIVERSION(accumulate_row, (zoe_cpu_isa isa, float *acc, const float *x, int64_t n),
+                     (isa, acc, x, n))
+
+void zoe_cpu_accumulate(zoe_cpu_isa isa, float *acc, const float *x, int64_t n) {
+    accumulate_row(isa, acc, x, n);
+}
+
+void zoe_cpu_add_into(const zoe_cpu_kernels *ck, zoe_dtype dt, void *dst, int64_t off,
+                      const float *x, int64_t n, float *buf) {
+    float *d = zoe_cpu_inout(dst, dt, off, n, buf);
+    accumulate_row(ck->isa, d, x, n);
+    zoe_cpu_store(dst, dt, off, d, n);
+}
+
 void zoe_cpu_load_tile(float *tile, const void *src, zoe_dtype dt, int64_t ld, int64_t r0,
                        int64_t c0, int64_t rows, int64_t cols) {
     for (int64_t r = 0; r < rows; r++) {
@@ -79,22 +98,18 @@ void zoe_cpu_load_tile(float *tile, const void *src, zoe_dtype dt, int64_t ld, i
     }
 }
 
-void zoe_cpu_store_tile(void *dst, zoe_dtype dt, int64_t ld, int64_t r0, int64_t c0,
-                        const float *tile, int64_t rows, int64_t cols, int accumulate) {
-    float row[ZOE_CPU_CHUNK];
+void zoe_cpu_store_tile(const zoe_cpu_kernels *ck, void *dst, zoe_dtype dt, int64_t ld, int64_t r0,
+                        int64_t c0, const float *tile, int64_t rows, int64_t cols, int accumulate) {
+    float buf[ZOE_CPU_CHUNK];
     for (int64_t r = 0; r < rows; r++) {
         const float *t = tile + r * cols;
         for (int64_t c = 0; c < cols; c += ZOE_CPU_CHUNK) {
-            int64_t n = cols - c < ZOE_CPU_CHUNK ? cols - c : ZOE_CPU_CHUNK;
-            int64_t off = (r0 + r) * ld + c0 + c;
-            if (!accumulate) {
+            const int64_t n = zoe_cpu_min64(cols - c, ZOE_CPU_CHUNK);
+            const int64_t off = (r0 + r) * ld + c0 + c;
+            if (accumulate)
+                zoe_cpu_add_into(ck, dt, dst, off, t + c, n, buf);
+            else
                 zoe_cpu_store(dst, dt, off, t + c, n);
-                continue;
-            }
-            float *d = zoe_cpu_inout(dst, dt, off, n, row);
-#pragma omp simd
-            for (int64_t i = 0; i < n; i++) d[i] += t[c + i];
-            zoe_cpu_store(dst, dt, off, d, n);
         }
     }
 }

@@ -29,6 +29,10 @@ struct zoe_cpu_kernels {
  * buffers of this many floats, so no op needs more than a few KiB of stack. */
 #define ZOE_CPU_CHUNK 1024
 
+static inline int64_t zoe_cpu_min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
 static inline int64_t zoe_cpu_chunk_count(int64_t n) {
     return (n + ZOE_CPU_CHUNK - 1) / ZOE_CPU_CHUNK;
 }
@@ -93,8 +97,8 @@ static inline void zoe_cpu_store(void *dst, zoe_dtype dt, int64_t off, const flo
  * tile [rows, cols]; and the reverse, overwriting or adding into the storage. */
 void zoe_cpu_load_tile(float *tile, const void *src, zoe_dtype dt, int64_t ld, int64_t r0,
                        int64_t c0, int64_t rows, int64_t cols);
-void zoe_cpu_store_tile(void *dst, zoe_dtype dt, int64_t ld, int64_t r0, int64_t c0,
-                        const float *tile, int64_t rows, int64_t cols, int accumulate);
+void zoe_cpu_store_tile(const zoe_cpu_kernels *ck, void *dst, zoe_dtype dt, int64_t ld, int64_t r0,
+                        int64_t c0, const float *tile, int64_t rows, int64_t cols, int accumulate);
 
 /* ---- ISA dispatch ----
  * ZOE_CPU_MULTIVERSION(name, params, args) compiles the always-inline function name##_body
@@ -132,6 +136,12 @@ void zoe_cpu_store_tile(void *dst, zoe_dtype dt, int64_t ld, int64_t r0, int64_t
     }
 
 zoe_cpu_isa zoe_cpu_detect_isa(void);
+
+/* acc[0, n) += x[0, n), vectorised for isa. */
+void zoe_cpu_accumulate(zoe_cpu_isa isa, float *acc, const float *x, int64_t n);
+/* dst[off, off + n) += x in fp32, whatever the storage (buf: n floats for bf16). */
+void zoe_cpu_add_into(const zoe_cpu_kernels *ck, zoe_dtype dt, void *dst, int64_t off,
+                      const float *x, int64_t n, float *buf);
 
 /* exp(x) for fp32 in plain arithmetic the vectoriser handles (no libm call): x = n ln2 + r,
  * |r| <= ln2/2, e^r by its degree-7 Taylor polynomial (truncation < 2e-9 relative), 2^n by

@@ -39,17 +39,13 @@ ZOE_CPU_MULTIVERSION(softmax_chunk,
                      (zoe_cpu_isa isa, float *d, const float *x, float mx, float k, int64_t n),
                      (isa, d, x, mx, k, n))
 
-static int64_t min64(int64_t a, int64_t b) {
-    return a < b ? a : b;
-}
-
 zoe_status zoe_cpu_xent_row_max(zoe_cpu_kernels *ck, zoe_dtype dt, float *row_max,
                                 const void *logits, int64_t rows, int64_t V, int64_t v_valid) {
 #pragma omp parallel for num_threads(ck->threads) schedule(static) if (rows >= PARALLEL_MIN_ROWS)
     for (int64_t r = 0; r < rows; r++) {
         float buf[ZOE_CPU_CHUNK], mx = -INFINITY;
         for (int64_t c = 0; c < v_valid; c += ZOE_CPU_CHUNK) {
-            const int64_t n = min64(ZOE_CPU_CHUNK, v_valid - c);
+            const int64_t n = zoe_cpu_min64(ZOE_CPU_CHUNK, v_valid - c);
             max_chunk(ck->isa, &mx, zoe_cpu_load(logits, dt, r * V + c, n, buf), n);
         }
         row_max[r] = mx;
@@ -79,7 +75,7 @@ zoe_status zoe_cpu_xent_row_sums(zoe_cpu_kernels *ck, zoe_dtype dt, float *sum_e
     for (int64_t r = 0; r < rows; r++) {
         float buf[ZOE_CPU_CHUNK], s = 0.0f;
         for (int64_t c = 0; c < v_valid; c += ZOE_CPU_CHUNK) {
-            const int64_t n = min64(ZOE_CPU_CHUNK, v_valid - c);
+            const int64_t n = zoe_cpu_min64(ZOE_CPU_CHUNK, v_valid - c);
             sum_exp_chunk(ck->isa, &s, zoe_cpu_load(logits, dt, r * V + c, n, buf), row_max[r], n);
         }
         sum_exp[r] = s;
@@ -124,7 +120,7 @@ zoe_status zoe_cpu_xent_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *dlogit
         const int64_t col = target_column(targets[r], vocab_start, v_valid, ignore_index);
         const float k = scale / sum_exp[r];
         for (int64_t c = 0; c < v_valid; c += ZOE_CPU_CHUNK) {
-            const int64_t n = min64(ZOE_CPU_CHUNK, v_valid - c);
+            const int64_t n = zoe_cpu_min64(ZOE_CPU_CHUNK, v_valid - c);
             float in[ZOE_CPU_CHUNK], out[ZOE_CPU_CHUNK];
             const float *x = zoe_cpu_load(logits, dt, r * V + c, n, in);
             float *d = zoe_cpu_out(dlogits, dt, r * V + c, out);

@@ -2,6 +2,7 @@
  * OpenMP over chunks of ZOE_CPU_CHUNK elements; bf16 chunks go through stack buffers. */
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"
+#include "runtime/error.h"
 
 /* Below this many chunks a parallel region costs more than it saves. */
 enum { PARALLEL_MIN_CHUNKS = 16 };
@@ -61,18 +62,18 @@ zoe_status zoe_cpu_cast(zoe_cpu_kernels *ck, void *dst, zoe_dtype dst_dt, const 
                         zoe_dtype src_dt, int64_t n) {
     const size_t dsz = zoe_dtype_size(dst_dt), ssz = zoe_dtype_size(src_dt);
     const int64_t chunks = zoe_cpu_chunk_count(n);
-    zoe_status status = ZOE_OK;
+    int failed = 0; /* dispatch checked the dtypes; a failure here is a bug */
 #pragma omp parallel for num_threads(ck->threads)                                                  \
-    schedule(static) if (chunks >= PARALLEL_MIN_CHUNKS)
+    schedule(static) if (chunks >= PARALLEL_MIN_CHUNKS) reduction(|                                \
+                                                                  : failed)
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t off = c * ZOE_CPU_CHUNK;
-        zoe_status st = zoe_convert((char *)dst + (size_t)off * dsz, dst_dt,
-                                    (const char *)src + (size_t)off * ssz, src_dt,
-                                    (size_t)zoe_cpu_chunk_len(n, c));
-        if (st != ZOE_OK) {
-#pragma omp critical(zoe_cpu_cast_status)
-            status = st;
-        }
+        failed |= zoe_convert((char *)dst + (size_t)off * dsz, dst_dt,
+                              (const char *)src + (size_t)off * ssz, src_dt,
+                              (size_t)zoe_cpu_chunk_len(n, c)) != ZOE_OK;
     }
-    return status;
+    if (failed)
+        return zoe_fail(ZOE_ERR_INTERNAL, "zoe_cast: converting %s to %s failed",
+                        zoe_dtype_name(src_dt), zoe_dtype_name(dst_dt));
+    return ZOE_OK;
 }

@@ -14,13 +14,6 @@ size_t zoe_cpu_embedding_shared_bytes(const zoe_kernel_plan *plan) {
     return ((size_t)plan->max_dim + 2 * (size_t)plan->max_rows) * sizeof(int32_t);
 }
 
-ZOE_CPU_INLINE void add_row_body(zoe_cpu_isa isa, float *acc, const float *row, int64_t C) {
-#pragma omp simd
-    for (int64_t i = 0; i < C; i++) acc[i] += row[i];
-}
-ZOE_CPU_MULTIVERSION(add_row, (zoe_cpu_isa isa, float *acc, const float *row, int64_t C),
-                     (isa, acc, row, C))
-
 zoe_status zoe_cpu_embedding_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *y,
                                      const int32_t *tokens, const void *wte, const void *wpe,
                                      int64_t B, int64_t T, int64_t C, int64_t vocab_start,
@@ -36,19 +29,12 @@ zoe_status zoe_cpu_embedding_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *y,
                 memcpy(yr, zoe_cpu_load(wte, dt, v * C, C, buf), (size_t)C * sizeof(float));
             else
                 memset(yr, 0, (size_t)C * sizeof(float));
-            if (wpe) add_row(ck->isa, yr, zoe_cpu_load(wpe, dt, (bt % T) * C, C, buf), C);
+            if (wpe)
+                zoe_cpu_accumulate(ck->isa, yr, zoe_cpu_load(wpe, dt, (bt % T) * C, C, buf), C);
             zoe_cpu_store(y, dt, bt * C, yr, C);
         }
     }
     return ZOE_OK;
-}
-
-/* dst[row] += acc, in fp32 (buf converts a bf16 row). */
-static void add_into_row(const zoe_cpu_kernels *ck, zoe_dtype dt, void *dst, int64_t row,
-                         const float *acc, int64_t C, float *buf) {
-    float *d = zoe_cpu_inout(dst, dt, row * C, C, buf);
-    add_row(ck->isa, d, acc, C);
-    zoe_cpu_store(dst, dt, row * C, d, C);
 }
 
 zoe_status zoe_cpu_embedding_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *dwte, void *dwpe,
@@ -73,8 +59,8 @@ zoe_status zoe_cpu_embedding_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *d
             for (int64_t i = 0; i < distinct; i++) {
                 memset(acc, 0, (size_t)C * sizeof(float));
                 for (int64_t p = first[rows[i]]; p >= 0; p = next[p])
-                    add_row(ck->isa, acc, zoe_cpu_load(dy, dt, p * C, C, buf), C);
-                add_into_row(ck, dt, dwte, rows[i], acc, C, buf);
+                    zoe_cpu_accumulate(ck->isa, acc, zoe_cpu_load(dy, dt, p * C, C, buf), C);
+                zoe_cpu_add_into(ck, dt, dwte, rows[i] * C, acc, C, buf);
             }
         }
     }
@@ -86,8 +72,9 @@ zoe_status zoe_cpu_embedding_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *d
             for (int64_t t = 0; t < T; t++) {
                 memset(acc, 0, (size_t)C * sizeof(float));
                 for (int64_t b = 0; b < B; b++)
-                    add_row(ck->isa, acc, zoe_cpu_load(dy, dt, (b * T + t) * C, C, buf), C);
-                add_into_row(ck, dt, dwpe, t, acc, C, buf);
+                    zoe_cpu_accumulate(ck->isa, acc, zoe_cpu_load(dy, dt, (b * T + t) * C, C, buf),
+                                       C);
+                zoe_cpu_add_into(ck, dt, dwpe, t * C, acc, C, buf);
             }
         }
     }

@@ -116,26 +116,19 @@ zoe_status zoe_cpu_layernorm_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *d
         }
         if (want_params) {
 #pragma omp barrier
-            /* Reduce the partials column block by column block, threads in order. */
-            const int64_t c0 = C * tid / team, c1 = C * (tid + 1) / team;
-            for (int64_t c = c0; c < c1; c++) {
-                float sg = 0.0f, sb = 0.0f;
-                for (int t = 0; t < team; t++) {
-                    const float *part = zoe_cpu_thread_scratch(ck, t) + 3 * C;
-                    sg += part[c];
-                    sb += part[C + c];
-                }
-                if (dgamma) {
-                    float *d = zoe_cpu_inout(dgamma, dt, c, 1, xbuf);
-                    d[0] += sg;
-                    zoe_cpu_store(dgamma, dt, c, d, 1);
-                }
-                if (dbeta) {
-                    float *d = zoe_cpu_inout(dbeta, dt, c, 1, xbuf);
-                    d[0] += sb;
-                    zoe_cpu_store(dbeta, dt, c, d, 1);
-                }
+            /* Each thread reduces a block of columns over the partials, threads in order,
+             * then adds the sums into the gradients. */
+            const int64_t c0 = C * tid / team, nc = C * (tid + 1) / team - c0;
+            float *sg = xbuf, *sb = dybuf; /* this thread's rows are done with them */
+            memset(sg, 0, (size_t)nc * sizeof(float));
+            memset(sb, 0, (size_t)nc * sizeof(float));
+            for (int t = 0; t < team; t++) {
+                const float *part = zoe_cpu_thread_scratch(ck, t) + 3 * C + c0;
+                zoe_cpu_accumulate(ck->isa, sg, part, nc);
+                zoe_cpu_accumulate(ck->isa, sb, part + C, nc);
             }
+            if (dgamma) zoe_cpu_add_into(ck, dt, dgamma, c0, sg, nc, dxbuf);
+            if (dbeta) zoe_cpu_add_into(ck, dt, dbeta, c0, sb, nc, dxbuf);
         }
     }
     return ZOE_OK;

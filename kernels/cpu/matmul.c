@@ -34,9 +34,6 @@ size_t zoe_cpu_matmul_thread_floats(const zoe_kernel_plan *plan) {
     return (size_t)TILE_MAX * TILE_MAX + 2 * (size_t)TILE_MAX * TILE_K;
 }
 
-static int64_t min64(int64_t a, int64_t b) {
-    return a < b ? a : b;
-}
 static CBLAS_TRANSPOSE blas_op(int trans) {
     return trans ? CblasTrans : CblasNoTrans;
 }
@@ -46,8 +43,8 @@ static int64_t tiles_of(int64_t n, int64_t tile) {
 
 /* Output tile sizes for an m x n product on `threads` threads (see TILE_MAX). */
 static void pick_tiles(int64_t m, int64_t n, int threads, int64_t *tm, int64_t *tn) {
-    *tm = min64(m, TILE_MAX);
-    *tn = min64(n, TILE_MAX);
+    *tm = zoe_cpu_min64(m, TILE_MAX);
+    *tn = zoe_cpu_min64(n, TILE_MAX);
     while (tiles_of(m, *tm) * tiles_of(n, *tn) < 2 * (int64_t)threads) {
         int64_t *wider = *tn >= *tm ? tn : tm;
         if (*wider <= TILE_MIN) break;
@@ -75,36 +72,36 @@ static int64_t load_operand_tile(float *tile, operand x, zoe_dtype dt, int64_t r
 }
 
 /* c[m, n] (row stride ldc) = op(a)[m, k] . op(b)[k, n], plus c itself when accumulate, plus
- * bias[n] on every row when bias is not NULL. Storage in dt, arithmetic in fp32. */
-static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, void *c,
-                 int64_t ldc, int64_t m, int64_t n, int64_t k, int accumulate, const void *bias) {
-    if (m == 0 || n == 0) return;
-    if (dt == ZOE_F32) {
-        float *cf = c;
-        if (bias) {
-            /* A serial copy: memory-bound, and no OpenMP team left spinning while the BLAS
-             * pool starts on the same cores. */
-            const float *bf = bias;
-            for (int64_t i = 0; i < m; i++) {
-                float *row = cf + i * ldc;
-                if (accumulate) {
+ * bias[n] on every row when bias is not NULL: fp32 storage, one sgemm on the BLAS pool. */
+static void gemm_f32(operand a, operand b, float *c, int64_t ldc, int64_t m, int64_t n, int64_t k,
+                     int accumulate, const float *bias) {
+    if (bias) {
+        /* A serial copy: memory-bound, and no OpenMP team left spinning while the BLAS pool
+         * starts on the same cores. */
+        for (int64_t i = 0; i < m; i++) {
+            float *row = c + i * ldc;
+            if (accumulate) {
 #pragma omp simd
-                    for (int64_t j = 0; j < n; j++) row[j] += bf[j];
-                } else {
-                    memcpy(row, bf, (size_t)n * sizeof(float));
-                }
+                for (int64_t j = 0; j < n; j++) row[j] += bias[j];
+            } else {
+                memcpy(row, bias, (size_t)n * sizeof(float));
             }
         }
-        float beta = accumulate || bias ? 1.0f : 0.0f;
-        if (k > 0) {
-            cblas_sgemm(CblasRowMajor, blas_op(a.trans), blas_op(b.trans), (int)m, (int)n, (int)k,
-                        1.0f, a.data, (int)a.ld, b.data, (int)b.ld, beta, cf, (int)ldc);
-        } else if (beta == 0.0f) {
-            for (int64_t i = 0; i < m; i++) memset(cf + i * ldc, 0, (size_t)n * sizeof(float));
-        }
-        return;
     }
+    const float beta = accumulate || bias ? 1.0f : 0.0f;
+    if (k > 0) {
+        cblas_sgemm(CblasRowMajor, blas_op(a.trans), blas_op(b.trans), (int)m, (int)n, (int)k, 1.0f,
+                    a.data, (int)a.ld, b.data, (int)b.ld, beta, c, (int)ldc);
+    } else if (beta == 0.0f) {
+        for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+    }
+}
 
+/* The same product for bf16 storage: OpenMP over output tiles, each thread converting the
+ * operand tiles it needs and running sgemm on them single-threaded. */
+static void gemm_tiled(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, void *c,
+                       int64_t ldc, int64_t m, int64_t n, int64_t k, int accumulate,
+                       const void *bias) {
     int64_t tm, tn;
     pick_tiles(m, n, ck->threads, &tm, &tn);
     const int64_t tiles_n = tiles_of(n, tn), tiles = tiles_of(m, tm) * tiles_n;
@@ -112,7 +109,7 @@ static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, 
 #pragma omp parallel for num_threads(ck->threads) schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; t++) {
         const int64_t i0 = t / tiles_n * tm, j0 = t % tiles_n * tn;
-        const int64_t mb = min64(tm, m - i0), nb = min64(tn, n - j0);
+        const int64_t mb = zoe_cpu_min64(tm, m - i0), nb = zoe_cpu_min64(tn, n - j0);
         float *ct = zoe_cpu_thread_scratch(ck, omp_get_thread_num());
         float *at = ct + TILE_MAX * TILE_MAX, *bt = at + TILE_MAX * TILE_K;
         if (accumulate)
@@ -127,15 +124,24 @@ static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, 
             }
         }
         for (int64_t p0 = 0; p0 < k; p0 += TILE_K) {
-            const int64_t kb = min64(TILE_K, k - p0);
+            const int64_t kb = zoe_cpu_min64(TILE_K, k - p0);
             int64_t lda = load_operand_tile(at, a, dt, i0, p0, mb, kb);
             int64_t ldb = load_operand_tile(bt, b, dt, p0, j0, kb, nb);
             cblas_sgemm(CblasRowMajor, blas_op(a.trans), blas_op(b.trans), (int)mb, (int)nb,
                         (int)kb, 1.0f, at, (int)lda, bt, (int)ldb, 1.0f, ct, (int)nb);
         }
-        zoe_cpu_store_tile(c, dt, ldc, i0, j0, ct, mb, nb, 0);
+        zoe_cpu_store_tile(ck, c, dt, ldc, i0, j0, ct, mb, nb, 0);
     }
     zoe_cpu_blas_serial_end(saved);
+}
+
+static void gemm(const zoe_cpu_kernels *ck, zoe_dtype dt, operand a, operand b, void *c,
+                 int64_t ldc, int64_t m, int64_t n, int64_t k, int accumulate, const void *bias) {
+    if (m == 0 || n == 0) return;
+    if (dt == ZOE_F32)
+        gemm_f32(a, b, c, ldc, m, n, k, accumulate, bias);
+    else
+        gemm_tiled(ck, dt, a, b, c, ldc, m, n, k, accumulate, bias);
 }
 
 /* db[n] += sum over the m rows of dy[m, n]: each task owns DB_COLUMNS columns and sums the
@@ -145,17 +151,12 @@ static void column_sums_into(const zoe_cpu_kernels *ck, zoe_dtype dt, void *db, 
     const int64_t tasks = (n + DB_COLUMNS - 1) / DB_COLUMNS;
 #pragma omp parallel for num_threads(ck->threads) schedule(static) if (m * n > 65536)
     for (int64_t t = 0; t < tasks; t++) {
-        const int64_t c0 = t * DB_COLUMNS, nc = min64(DB_COLUMNS, n - c0);
+        const int64_t c0 = t * DB_COLUMNS, nc = zoe_cpu_min64(DB_COLUMNS, n - c0);
         float acc[DB_COLUMNS] = {0}, buf[DB_COLUMNS];
         for (int64_t r = 0; r < m; r++) {
-            const float *row = zoe_cpu_load(dy, dt, r * n + c0, nc, buf);
-#pragma omp simd
-            for (int64_t j = 0; j < nc; j++) acc[j] += row[j];
+            zoe_cpu_accumulate(ck->isa, acc, zoe_cpu_load(dy, dt, r * n + c0, nc, buf), nc);
         }
-        float *d = zoe_cpu_inout(db, dt, c0, nc, buf);
-#pragma omp simd
-        for (int64_t j = 0; j < nc; j++) d[j] += acc[j];
-        zoe_cpu_store(db, dt, c0, d, nc);
+        zoe_cpu_add_into(ck, dt, db, c0, acc, nc, buf);
     }
 }
 
