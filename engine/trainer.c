@@ -2,6 +2,8 @@
  * wired so that backward hands every finished gradient to the optimizer (bucketed
  * reduce-scatter and offload while backward goes on) and each step runs on the DPU schedule. */
 #include <math.h>
+#include <stdio.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +30,7 @@ struct zoe_trainer {
     double ms_forward, ms_backward, ms_offload;
     double step_started;
     int steps_done;
+    double tp_seconds_at_reset;
 };
 
 static double now_ms(void) {
@@ -110,8 +113,10 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     oc.dynamic_loss_scale = c->dtype == ZOE_F16;
     oc.loss_scale = c->dtype == ZOE_F16 ? 65536.0f : 1.0f;
     oc.bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
-    /* The tied embedding's bucket stays open through backward (LM head first, lookup last). */
-    oc.bucket_ring = 3;
+    /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
+     * buckets of one block, and the one it shares with the block before. */
+    size_t block = (size_t)zoe_gpt_block_local_numel(tr->gpt);
+    oc.bucket_ring = 3 + (int)((block + oc.bucket_numel - 1) / oc.bucket_numel);
     oc.dpu_warmup = c->dpu_warmup;
     oc.partial_ratio = c->offload == ZOE_OFFLOAD_NONE ? 1.0f : 0.0f;
     zoe_status st =
@@ -242,4 +247,28 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
 
 zoe_status zoe_trainer_flush(zoe_trainer *tr) {
     return zoe_optimizer_flush(tr->opt);
+}
+
+zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset) {
+    if (!tr || !out)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_profile: NULL argument");
+    zoe_kernels *k = zoe_gpt_tp(tr->gpt)->kernels;
+    zoe_kernel_profile kp;
+    zoe_kernels_profile(k, &kp);
+    memset(out, 0, sizeof *out);
+    for (int op = 0; op < ZOE_KOP_COUNT && out->count < ZOE_PROFILE_MAX - 1; op++) {
+        if (!kp.calls[op]) continue;
+        snprintf(out->entries[out->count].name, sizeof out->entries[0].name, "%s",
+                 zoe_kernel_op_name((zoe_kernel_op)op));
+        out->entries[out->count].ms = kp.seconds[op] * 1e3;
+        out->entries[out->count++].calls = kp.calls[op];
+    }
+    double tp_seconds = zoe_comm_seconds(tr->tp_comm);
+    snprintf(out->entries[out->count].name, sizeof out->entries[0].name, "tp_collectives");
+    out->entries[out->count++].ms = (tp_seconds - tr->tp_seconds_at_reset) * 1e3;
+    if (reset) {
+        zoe_kernels_profile_reset(k);
+        tr->tp_seconds_at_reset = tp_seconds;
+    }
+    return ZOE_OK;
 }

@@ -3,6 +3,8 @@
  * public op's arguments after k>); DISPATCH picks it. The CUDA half adds its context in the
  * `cuda` slot and a branch to DISPATCH. */
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 #ifdef ZOE_HAVE_CUDA
@@ -17,6 +19,7 @@ struct zoe_kernels {
     zoe_kernel_plan plan;
     zoe_cpu_kernels *cpu;          /* the CPU backend's context and workspace */
     struct zoe_cuda_kernels *cuda; /* the CUDA backend's context (kernels/cuda), when built */
+    zoe_kernel_profile profile;
 };
 
 #ifdef ZOE_HAVE_CUDA
@@ -26,6 +29,39 @@ struct zoe_kernels {
 #else
 #define DISPATCH(op, ...) zoe_cpu_##op(k->cpu, __VA_ARGS__)
 #endif
+
+/* RUN: the dispatch, timed into the context's profile (a clock read each side: ~50 ns). */
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define RUN(op, ...)                                                                               \
+    do {                                                                                           \
+        double t0_ = seconds_now();                                                                \
+        zoe_status st_ = DISPATCH(op, __VA_ARGS__);                                                \
+        k->profile.seconds[ZOE_KOP_##op] += seconds_now() - t0_;                                   \
+        k->profile.calls[ZOE_KOP_##op]++;                                                          \
+        return st_;                                                                                \
+    } while (0)
+
+const char *zoe_kernel_op_name(zoe_kernel_op op) {
+    static const char *const names[] = {
+#define ZOE_KERNEL_OP_NAME(name) #name,
+        ZOE_KERNEL_OP_LIST(ZOE_KERNEL_OP_NAME)
+#undef ZOE_KERNEL_OP_NAME
+    };
+    return op >= 0 && op < ZOE_KOP_COUNT ? names[op] : "unknown";
+}
+
+void zoe_kernels_profile(const zoe_kernels *k, zoe_kernel_profile *out) {
+    *out = k->profile;
+}
+
+void zoe_kernels_profile_reset(zoe_kernels *k) {
+    memset(&k->profile, 0, sizeof k->profile);
+}
 
 /* ---- validation ---- */
 
@@ -154,7 +190,7 @@ zoe_status zoe_matmul_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void 
     TRY_PLANNED(op, M, max_rows);
     TRY_PLANNED(op, K, max_dim);
     TRY_PLANNED(op, N, max_dim);
-    return DISPATCH(matmul_forward, dt, y, x, w, b, M, K, N);
+    RUN(matmul_forward, dt, y, x, w, b, M, K, N);
 }
 
 zoe_status zoe_matmul_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dw, void *db,
@@ -169,7 +205,7 @@ zoe_status zoe_matmul_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dw,
     TRY_PLANNED(op, M, max_rows);
     TRY_PLANNED(op, K, max_dim);
     TRY_PLANNED(op, N, max_dim);
-    return DISPATCH(matmul_backward, dt, dx, dw, db, dy, x, w, M, K, N);
+    RUN(matmul_backward, dt, dx, dw, db, dy, x, w, M, K, N);
 }
 
 zoe_status zoe_layernorm_forward(zoe_kernels *k, zoe_dtype dt, void *y, float *mean, float *rstd,
@@ -186,7 +222,7 @@ zoe_status zoe_layernorm_forward(zoe_kernels *k, zoe_dtype dt, void *y, float *m
     TRY_PTR(op, beta);
     TRY_PLANNED(op, rows, max_rows);
     TRY_PLANNED(op, C, max_dim);
-    return DISPATCH(layernorm_forward, dt, y, mean, rstd, x, gamma, beta, rows, C);
+    RUN(layernorm_forward, dt, y, mean, rstd, x, gamma, beta, rows, C);
 }
 
 zoe_status zoe_layernorm_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dgamma, void *dbeta,
@@ -202,7 +238,7 @@ zoe_status zoe_layernorm_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *
     TRY_PTR(op, rstd);
     TRY_PLANNED(op, rows, max_rows);
     TRY_PLANNED(op, C, max_dim);
-    return DISPATCH(layernorm_backward, dt, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, C);
+    RUN(layernorm_backward, dt, dx, dgamma, dbeta, dy, x, gamma, mean, rstd, rows, C);
 }
 
 zoe_status zoe_gelu_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t n) {
@@ -212,7 +248,7 @@ zoe_status zoe_gelu_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *x
     TRY_PTR(op, y);
     TRY_PTR(op, x);
     TRY_SIZE(op, n);
-    return DISPATCH(gelu_forward, dt, y, x, n);
+    RUN(gelu_forward, dt, y, x, n);
 }
 
 zoe_status zoe_gelu_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const void *dy, const void *x,
@@ -224,7 +260,7 @@ zoe_status zoe_gelu_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const void 
     TRY_PTR(op, x);
     TRY_SIZE(op, n);
     if (!dx) return ZOE_OK;
-    return DISPATCH(gelu_backward, dt, dx, dy, x, n);
+    RUN(gelu_backward, dt, dx, dy, x, n);
 }
 
 static zoe_status check_attention_shape(const zoe_kernels *k, const char *op, int64_t B, int64_t T,
@@ -250,7 +286,7 @@ zoe_status zoe_attention_forward(zoe_kernels *k, zoe_dtype dt, void *out, float 
     TRY_PTR(op, lse);
     TRY_PTR(op, qkv);
     ZOE_TRY(check_attention_shape(k, op, B, T, NH, HS));
-    return DISPATCH(attention_forward, dt, out, lse, qkv, B, T, NH, HS);
+    RUN(attention_forward, dt, out, lse, qkv, B, T, NH, HS);
 }
 
 zoe_status zoe_attention_backward(zoe_kernels *k, zoe_dtype dt, void *dqkv, const void *dout,
@@ -264,7 +300,7 @@ zoe_status zoe_attention_backward(zoe_kernels *k, zoe_dtype dt, void *dqkv, cons
     TRY_PTR(op, out);
     TRY_PTR(op, lse);
     ZOE_TRY(check_attention_shape(k, op, B, T, NH, HS));
-    return DISPATCH(attention_backward, dt, dqkv, dout, qkv, out, lse, B, T, NH, HS);
+    RUN(attention_backward, dt, dqkv, dout, qkv, out, lse, B, T, NH, HS);
 }
 
 zoe_status zoe_residual_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *a, const void *b,
@@ -276,7 +312,7 @@ zoe_status zoe_residual_forward(zoe_kernels *k, zoe_dtype dt, void *y, const voi
     TRY_PTR(op, a);
     TRY_PTR(op, b);
     TRY_SIZE(op, n);
-    return DISPATCH(residual_forward, dt, y, a, b, n);
+    RUN(residual_forward, dt, y, a, b, n);
 }
 
 zoe_status zoe_add(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t n) {
@@ -286,7 +322,7 @@ zoe_status zoe_add(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t
     TRY_PTR(op, y);
     TRY_PTR(op, x);
     TRY_SIZE(op, n);
-    return DISPATCH(add, dt, y, x, n);
+    RUN(add, dt, y, x, n);
 }
 
 zoe_status zoe_scale(zoe_kernels *k, zoe_dtype dt, void *y, float s, int64_t n) {
@@ -295,7 +331,7 @@ zoe_status zoe_scale(zoe_kernels *k, zoe_dtype dt, void *y, float s, int64_t n) 
     ZOE_TRY(check_dtype(k, op, dt));
     TRY_PTR(op, y);
     TRY_SIZE(op, n);
-    return DISPATCH(scale, dt, y, s, n);
+    RUN(scale, dt, y, s, n);
 }
 
 static zoe_status check_vocab_range(const zoe_kernels *k, const char *op, int64_t vocab_start,
@@ -325,7 +361,7 @@ zoe_status zoe_embedding_forward(zoe_kernels *k, zoe_dtype dt, void *y, const in
     if (B * T > k->plan.max_rows)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: B*T=%lld exceeds the plan's max_rows=%lld",
                         op, (long long)(B * T), (long long)k->plan.max_rows);
-    return DISPATCH(embedding_forward, dt, y, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows);
+    RUN(embedding_forward, dt, y, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows);
 }
 
 zoe_status zoe_embedding_backward(zoe_kernels *k, zoe_dtype dt, void *dwte, void *dwpe,
@@ -343,8 +379,7 @@ zoe_status zoe_embedding_backward(zoe_kernels *k, zoe_dtype dt, void *dwte, void
     if (B * T > k->plan.max_rows)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: B*T=%lld exceeds the plan's max_rows=%lld",
                         op, (long long)(B * T), (long long)k->plan.max_rows);
-    return DISPATCH(embedding_backward, dt, dwte, dwpe, dy, tokens, B, T, C, vocab_start,
-                    vocab_rows);
+    RUN(embedding_backward, dt, dwte, dwpe, dy, tokens, B, T, C, vocab_start, vocab_rows);
 }
 
 /* rows and V within the plan, 0 <= v_valid <= V. */
@@ -367,7 +402,7 @@ zoe_status zoe_xent_row_max(zoe_kernels *k, zoe_dtype dt, float *row_max, const 
     TRY_PTR(op, row_max);
     TRY_PTR(op, logits);
     ZOE_TRY(check_logits_shape(k, op, rows, V, v_valid));
-    return DISPATCH(xent_row_max, dt, row_max, logits, rows, V, v_valid);
+    RUN(xent_row_max, dt, row_max, logits, rows, V, v_valid);
 }
 
 zoe_status zoe_xent_row_sums(zoe_kernels *k, zoe_dtype dt, float *sum_exp, float *target_logit,
@@ -384,8 +419,8 @@ zoe_status zoe_xent_row_sums(zoe_kernels *k, zoe_dtype dt, float *sum_exp, float
     TRY_PTR(op, targets);
     ZOE_TRY(check_logits_shape(k, op, rows, V, v_valid));
     TRY_SIZE(op, vocab_start);
-    return DISPATCH(xent_row_sums, dt, sum_exp, target_logit, logits, row_max, targets, rows, V,
-                    v_valid, vocab_start, ignore_index);
+    RUN(xent_row_sums, dt, sum_exp, target_logit, logits, row_max, targets, rows, V, v_valid,
+        vocab_start, ignore_index);
 }
 
 zoe_status zoe_xent_loss(zoe_kernels *k, float *losses, float *mean_loss, int64_t *count,
@@ -398,8 +433,8 @@ zoe_status zoe_xent_loss(zoe_kernels *k, float *losses, float *mean_loss, int64_
     TRY_PTR(op, target_logit);
     TRY_PTR(op, targets);
     TRY_PLANNED(op, rows, max_rows);
-    return DISPATCH(xent_loss, losses, mean_loss, count, row_max, sum_exp, target_logit, targets,
-                    rows, ignore_index);
+    RUN(xent_loss, losses, mean_loss, count, row_max, sum_exp, target_logit, targets, rows,
+        ignore_index);
 }
 
 zoe_status zoe_xent_backward(zoe_kernels *k, zoe_dtype dt, void *dlogits, const void *logits,
@@ -416,8 +451,8 @@ zoe_status zoe_xent_backward(zoe_kernels *k, zoe_dtype dt, void *dlogits, const 
     TRY_PTR(op, targets);
     ZOE_TRY(check_logits_shape(k, op, rows, V, v_valid));
     TRY_SIZE(op, vocab_start);
-    return DISPATCH(xent_backward, dt, dlogits, logits, row_max, sum_exp, targets, rows, V, v_valid,
-                    vocab_start, ignore_index, scale);
+    RUN(xent_backward, dt, dlogits, logits, row_max, sum_exp, targets, rows, V, v_valid,
+        vocab_start, ignore_index, scale);
 }
 
 zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src, zoe_dtype src_dt,
@@ -432,5 +467,5 @@ zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src
         (src_dt != ZOE_F32 && src_dt != ZOE_BF16 && src_dt != ZOE_F16))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: cannot cast %s (%d) to %s (%d)", op,
                         zoe_dtype_name(src_dt), (int)src_dt, zoe_dtype_name(dst_dt), (int)dst_dt);
-    return DISPATCH(cast, dst, dst_dt, src, src_dt, n);
+    RUN(cast, dst, dst_dt, src, src_dt, n);
 }

@@ -195,6 +195,13 @@ int64_t zoe_gpt_global_numel(const zoe_gpt *g) {
     return n;
 }
 
+int64_t zoe_gpt_block_local_numel(const zoe_gpt *g) {
+    int64_t n = 0;
+    for (int t = 2; t < 2 + ZOE_TP_BLOCK_PARAMS && t < g->num_tensors; t++)
+        n += g->tensors[t]->local_numel;
+    return n;
+}
+
 zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs) {
     for (int t = 0; t < g->num_tensors; t++) {
         if (!ptrs[t])
@@ -250,8 +257,8 @@ zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sin
     int64_t B = c->micro_batch, T = c->shape.seq_len;
     /* Every token ignored: zero gradients, but the sink still sees every tensor. */
     float scale = g->count > 0 ? loss_scale / (float)g->count : 0.0f;
-    /* The embedding's tensors (wte is tied: the LM head now, the lookup at the end). */
-    ZOE_TRY(acquire_range(g, sink, 0, 2));
+    /* wte is tied: its gradient is open from the LM head here to the lookup at the end. */
+    ZOE_TRY(acquire_range(g, sink, 0, 1));
     ZOE_TRY(zoe_tp_xent_backward(&g->tp, &g->emb, g->logits, g->logits, g->xent_stats, g->targets,
                                  g->N, ZOE_GPT_IGNORE_INDEX, scale));
     ZOE_TRY(zoe_tp_lm_head_backward(&g->tp, &g->emb, g->d_ln_f, g->logits, g->ln_f, g->N));
@@ -273,6 +280,7 @@ zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sin
                                       g->block_scratch));
         ZOE_TRY(release_range(sink, first, ZOE_TP_BLOCK_PARAMS));
     }
+    ZOE_TRY(acquire_range(g, sink, 1, 1));
     ZOE_TRY(zoe_tp_embedding_backward(&g->tp, &g->emb, g->dres, g->tokens, B, T));
     return release_range(sink, 0, 2);
 }

@@ -24,8 +24,9 @@ typedef struct zoe_gpt_config {
 
 /* Where backward puts gradients. acquire returns tensor t's gradient buffer (zeroed, or holding
  * earlier micro-batches' sum; backward accumulates into it); release says it is final for this
- * micro-batch. Each tensor is acquired and released once per backward: the embedding's (wte,
- * wpe) first, for the tied LM head, and released last, after the lookup's backward. */
+ * micro-batch. Each tensor is acquired and released once per backward, in reverse order of the
+ * tensors, except wte: tied, it is acquired first (the LM head) and released last (the lookup).
+ * So at most the tensors of one block, wte and the tail of the previous block are open. */
 typedef struct zoe_gpt_grad_sink {
     void *user;
     zoe_status (*acquire)(void *user, int tensor, void **grad);
@@ -46,6 +47,9 @@ const zoe_tp_param *zoe_gpt_tensor(const zoe_gpt *g, int t);
 /* Elements on this rank (sum of local shards) and in the whole model (padded vocabulary). */
 int64_t zoe_gpt_local_numel(const zoe_gpt *g);
 int64_t zoe_gpt_global_numel(const zoe_gpt *g);
+/* Elements of one transformer block on this rank (the most backward holds open at once,
+ * besides wte). */
+int64_t zoe_gpt_block_local_numel(const zoe_gpt *g);
 /* Device bytes of the planned activation allocation. */
 size_t zoe_gpt_activation_bytes(const zoe_gpt *g);
 zoe_tp *zoe_gpt_tp(zoe_gpt *g);

@@ -45,9 +45,14 @@ zoe_status zoe_tp_embedding_init(zoe_tp_embedding *e, const char *prefix, int64_
     return ZOE_OK;
 }
 
-static zoe_status check_embedding(const zoe_tp_embedding *e, bool need_grad, int64_t T) {
-    if (!e->wte.data || (e->max_seq > 0 && !e->wpe.data) ||
-        (need_grad && (!e->wte.grad || (e->max_seq > 0 && !e->wpe.grad))))
+/* need_grad: the gradients the call writes; the tied head writes wte's alone, so a caller may
+ * bind wpe's gradient later (when the lookup's backward comes). */
+enum { NEED_NO_GRAD = 0, NEED_WTE_GRAD = 1, NEED_ALL_GRADS = 2 };
+
+static zoe_status check_embedding(const zoe_tp_embedding *e, int need_grad, int64_t T) {
+    bool need_wpe = need_grad == NEED_ALL_GRADS && e->max_seq > 0;
+    if (!e->wte.data || (e->max_seq > 0 && !e->wpe.data) || (need_grad && !e->wte.grad) ||
+        (need_wpe && !e->wpe.grad))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: parameters not bound", e->wte.name);
     if (e->max_seq > 0 && T > e->max_seq)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "sequence T=%lld longer than max_seq=%lld",
@@ -57,7 +62,7 @@ static zoe_status check_embedding(const zoe_tp_embedding *e, bool need_grad, int
 
 zoe_status zoe_tp_embedding_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *y,
                                     const int32_t *tokens, int64_t B, int64_t T) {
-    ZOE_TRY(check_embedding(e, false, T));
+    ZOE_TRY(check_embedding(e, NEED_NO_GRAD, T));
     uint64_t before = zoe_comm_bytes(tp->comm);
     /* Rows outside this rank's range are zero; rank 0 alone adds the positions, so the sum
      * over ranks is wte[token] + wpe[t] with every other term an exact zero. */
@@ -71,7 +76,7 @@ zoe_status zoe_tp_embedding_forward(const zoe_tp *tp, zoe_tp_embedding *e, void 
 
 zoe_status zoe_tp_embedding_backward(const zoe_tp *tp, zoe_tp_embedding *e, const void *dy,
                                      const int32_t *tokens, int64_t B, int64_t T) {
-    ZOE_TRY(check_embedding(e, true, T));
+    ZOE_TRY(check_embedding(e, NEED_ALL_GRADS, T));
     ZOE_TRY(zoe_embedding_backward(tp->kernels, tp->dtype, e->wte.grad,
                                    e->max_seq > 0 ? e->wpe.grad : NULL, dy, tokens, B, T, e->hidden,
                                    e->vocab.start, e->vocab.local));
@@ -81,7 +86,7 @@ zoe_status zoe_tp_embedding_backward(const zoe_tp *tp, zoe_tp_embedding *e, cons
 
 zoe_status zoe_tp_lm_head_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *logits,
                                   const void *x, int64_t rows) {
-    ZOE_TRY(check_embedding(e, false, 0));
+    ZOE_TRY(check_embedding(e, NEED_NO_GRAD, 0));
     e->head_traffic.forward = 0;
     return zoe_matmul_forward(tp->kernels, tp->dtype, logits, x, e->wte.data, NULL, rows, e->hidden,
                               e->vocab.local);
@@ -89,7 +94,7 @@ zoe_status zoe_tp_lm_head_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *l
 
 zoe_status zoe_tp_lm_head_backward(const zoe_tp *tp, zoe_tp_embedding *e, void *dx,
                                    const void *dlogits, const void *x, int64_t rows) {
-    ZOE_TRY(check_embedding(e, true, 0));
+    ZOE_TRY(check_embedding(e, NEED_WTE_GRAD, 0));
     uint64_t before = zoe_comm_bytes(tp->comm);
     ZOE_TRY(zoe_memset_async(dx, 0, (size_t)(rows * e->hidden) * zoe_dtype_size(tp->dtype),
                              tp->stream));

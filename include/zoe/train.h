@@ -120,6 +120,20 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
 /* Waits for a delayed update in flight, so the device weights are the latest. */
 zoe_status zoe_trainer_flush(zoe_trainer *tr);
 
+/* Where this rank's compute time went since creation or the last reset: each kernel op of the
+ * model and the tensor-parallel collectives, in milliseconds (on CPU the ops' own time; on
+ * CUDA the time to enqueue them). */
+#define ZOE_PROFILE_MAX 32
+typedef struct zoe_profile {
+    int count;
+    struct {
+        char name[32];
+        double ms;
+        long long calls;
+    } entries[ZOE_PROFILE_MAX];
+} zoe_profile;
+zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset);
+
 /* ---- one step's figures, progress display and metrics ---- */
 struct zoe_step_stats {
     int step;   /* 0-based */
