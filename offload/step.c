@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "offload/optimizer_impl.h"
+#include "runtime/device_impl.h"
 #include "runtime/error.h"
 
 static float *host_array(size_t n) {
@@ -144,7 +145,14 @@ static zoe_status refresh(zoe_optimizer *opt) {
 
 static void *update_worker(void *arg) {
     zoe_optimizer *opt = arg;
-    opt->flight_status = run_update(opt, &opt->flight_consts, opt->flight_buf);
+    opt->flight_status = ZOE_OK;
+#ifdef ZOE_HAVE_CUDA
+    /* The current GPU is per thread: this one starts on GPU 0. */
+    if (zoe_device_backend(opt->dev) == ZOE_BACKEND_CUDA)
+        opt->flight_status = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
+#endif
+    if (opt->flight_status == ZOE_OK)
+        opt->flight_status = run_update(opt, &opt->flight_consts, opt->flight_buf);
     if (opt->flight_status != ZOE_OK)
         snprintf(opt->flight_error, sizeof opt->flight_error, "%s", zoe_last_error());
     return NULL;
