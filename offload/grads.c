@@ -45,16 +45,6 @@ void zoe_grads_destroy(zoe_optimizer *opt) {
     free(opt->tensor_ready);
 }
 
-/* Partition coordinates of bucket b's partition split at the device/host boundary:
- * [lo, mid) on the device, [mid, hi) on the host. */
-static void bucket_split(const zoe_optimizer *opt, int b, size_t *lo, size_t *mid, size_t *hi) {
-    const zoe_bucket *bk = &opt->lay.buckets[b];
-    size_t dev_end = opt->lay.device_numel;
-    *lo = bk->part_offset;
-    *hi = bk->part_offset + bk->part;
-    *mid = dev_end < *lo ? *lo : dev_end > *hi ? *hi : dev_end;
-}
-
 /* Adds (or, for the first micro-batch of a step, assigns) the host part of bucket b's
  * partition, held in pinned from partition offset pinned_start, into the host gradient
  * partition, segment by segment, with the norm's sum of squares of the result. Large segments
@@ -62,7 +52,7 @@ static void bucket_split(const zoe_optimizer *opt, int b, size_t *lo, size_t *mi
 static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pinned,
                                        size_t pinned_start, int assign) {
     size_t lo, mid, hi;
-    bucket_split(opt, b, &lo, &mid, &hi);
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     const zoe_layout *lay = &opt->lay;
     float *grad = opt->h_grad[opt->grad_buf];
     const float scale = 1.0f / (float)opt->dp_size;
@@ -102,7 +92,7 @@ static zoe_status reduce_bucket(zoe_optimizer *opt, int b, void *grads, void *pi
     ZOE_TRY(zoe_comm_reduce_scatter(opt->dp, grads, mine, bk->part, opt->dtype, ZOE_REDUCE_SUM,
                                     opt->copy_stream));
     size_t lo, mid, hi;
-    bucket_split(opt, b, &lo, &mid, &hi);
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     if (mid > lo)
         ZOE_TRY(zoe_grad_accumulate_stream(opt->copy_stream, opt->d_grad[opt->grad_buf] + lo, mine,
                                            opt->dtype, 1.0f / (float)opt->dp_size, assign,
@@ -119,7 +109,7 @@ static zoe_status drain_slot(zoe_optimizer *opt, int s) {
     grad_slot *slot = &opt->slots[s];
     ZOE_TRY(zoe_event_synchronize(slot->done));
     size_t lo, mid, hi;
-    bucket_split(opt, slot->bucket, &lo, &mid, &hi);
+    zoe_bucket_split(&opt->lay, slot->bucket, &lo, &mid, &hi);
     ZOE_TRY(accumulate_host_part(opt, slot->bucket, slot->pinned, mid, opt->micro_batches == 0));
     opt->progress[slot->bucket].slot = -1;
     slot->bucket = -1;
@@ -169,7 +159,7 @@ static zoe_status complete_bucket(zoe_optimizer *opt, int b) {
     if (p->slot < 0) ZOE_TRY(acquire_slot(opt, b));
     grad_slot *slot = &opt->slots[p->slot];
     size_t lo, mid, hi;
-    bucket_split(opt, b, &lo, &mid, &hi);
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     ZOE_TRY(reduce_bucket(opt, b, slot->device, slot->pinned, mid, opt->micro_batches == 0));
     ZOE_TRY(zoe_event_record(slot->done, opt->copy_stream));
     slot->state = SLOT_IN_FLIGHT;

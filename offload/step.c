@@ -276,7 +276,8 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
         const zoe_bucket *bk = &lay->buckets[b];
         const char *mine = (const char *)opt->params +
                            (bk->flat_offset + (size_t)opt->dp_rank * bk->part) * opt->esz;
-        size_t lo = bk->part_offset, hi = lo + bk->part, mid = pd < lo ? lo : pd > hi ? hi : pd;
+        size_t lo, mid, hi;
+        zoe_bucket_split(lay, b, &lo, &mid, &hi);
         if (mid > lo)
             ZOE_TRY(zoe_convert_stream(opt->update_stream, opt->d_master + lo, ZOE_F32, mine,
                                        opt->dtype, mid - lo));

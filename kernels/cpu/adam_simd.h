@@ -7,8 +7,11 @@
  * A file that instantiates the vector loops defines, before including this header:
  *   VF, W              the vector type and its lane count
  *   V_SET1(x) V_ADD(a,b) V_SUB(a,b) V_MUL(a,b) V_DIV(a,b) V_SQRT(a)
- *   V_LOAD_F32(p) V_STORE_F32(p,x) V_LOAD_BF16(p) V_STORE_BF16(p,x) V_LOAD_F16(p) V_STORE_F16(p,x)
- *   V_STORE2_BF16(p,a,b) two vectors to 2W bf16 values
+ *   V_LOAD_F32(p) V_STORE_F32(p,x) V_LOAD_BF16(p) V_LOAD_F16(p)
+ *   V_STREAM_F32(p,x)  non-temporal store of one vector (p aligned to W * 4 bytes)
+ *   V_STREAM2_BF16(p,a,b) V_STREAM2_F16(p,a,b)  two vectors rounded to 2W 16-bit values, one
+ *                      non-temporal store (p aligned to W * 4 bytes)
+ *   V_FENCE()          orders the non-temporal stores before later stores (sfence)
  *   V_HSUM(x)          the sum of the lanes, as a double
  *   ADAM_FN(name)      the name of an instantiated function (e.g. name##_avx2)
  * and includes it inside a `#pragma GCC target` region for its instruction set. */
@@ -17,6 +20,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "kernels/adam.h"
 #include "zoe/dtype.h"
 
@@ -89,22 +93,26 @@ static inline __attribute__((always_inline)) VF ADAM_FN(load)(const void *p, siz
     return V_LOAD_F32((const float *)p + i);
 }
 
-static inline __attribute__((always_inline)) void ADAM_FN(store)(void *p, size_t i, int dt, VF x) {
+/* Two vectors of output at i with non-temporal stores: the compute-dtype weights go to a
+ * pinned buffer that only the copy engine reads, so they should neither displace the state in
+ * the cache nor cost a read-for-ownership (2 or 4 bytes per parameter of memory traffic). */
+static inline __attribute__((always_inline)) void ADAM_FN(stream2)(void *p, size_t i, int dt, VF a,
+                                                                   VF b) {
     if (dt == ZOE_BF16)
-        V_STORE_BF16((zoe_bf16 *)p + i, x);
+        V_STREAM2_BF16((zoe_bf16 *)p + i, a, b);
     else if (dt == ZOE_F16)
-        V_STORE_F16((zoe_f16 *)p + i, x);
+        V_STREAM2_F16((zoe_f16 *)p + i, a, b);
     else if (dt == ZOE_F32)
-        V_STORE_F32((float *)p + i, x);
+        V_STREAM_F32((float *)p + i, a), V_STREAM_F32((float *)p + i + W, b);
 }
 
-/* Two vectors of output at once: bf16 packs them into one full-width store. */
-static inline __attribute__((always_inline)) void ADAM_FN(store2)(void *p, size_t i, int dt, VF a,
-                                                                  VF b) {
-    if (dt == ZOE_BF16)
-        V_STORE2_BF16((zoe_bf16 *)p + i, a, b);
-    else
-        ADAM_FN(store)(p, i, dt, a), ADAM_FN(store)(p, i + W, dt, b);
+/* Elements before the output is aligned for the streaming stores (done by the scalar code;
+ * the result does not depend on the split). The output is aligned to its element size. */
+static inline size_t ADAM_FN(peel)(const void *out, int odt, size_t n) {
+    if (odt == ADAM_OUT_NONE) return 0;
+    size_t esz = odt == ZOE_F32 ? 4 : 2, align = W * 4, mis = (uintptr_t)out % align;
+    size_t p = mis ? (align - mis) / esz : 0;
+    return p < n ? p : n;
 }
 
 typedef struct ADAM_FN(vconsts) {
@@ -130,7 +138,7 @@ static inline __attribute__((always_inline)) VF ADAM_FN(update)(const ADAM_FN(vc
 
 /* gdt and odt are constants at every call site below, so each combination compiles to its own
  * branch-free loop. Two vectors per iteration: independent work for the out-of-order core, and
- * a full-width store of bf16 output. */
+ * one full-width store of 16-bit output. */
 static inline __attribute__((always_inline)) void
 ADAM_FN(adam_body)(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
                    int gdt, void *out, int odt, size_t n) {
@@ -139,12 +147,14 @@ ADAM_FN(adam_body)(const zoe_adam_consts *c, float *master, float *m, float *v, 
                                 V_SET1(c->beta2),        V_SET1(c->one_minus_beta2),
                                 V_SET1(c->decay),        V_SET1(c->step_size),
                                 V_SET1(c->inv_sqrt_bc2), V_SET1(c->eps)};
-    size_t i = 0;
+    size_t i = ADAM_FN(peel)(out, odt, n);
+    adam_scalar_range(c, master, m, v, grad, gdt, out, odt, 0, i);
     for (; i + 2 * W <= n; i += 2 * W) {
         VF a = ADAM_FN(update)(&k, master, m, v, grad, gdt, i);
         VF b = ADAM_FN(update)(&k, master, m, v, grad, gdt, i + W);
-        ADAM_FN(store2)(out, i, odt, a, b);
+        ADAM_FN(stream2)(out, i, odt, a, b);
     }
+    if (odt != ADAM_OUT_NONE) V_FENCE();
     adam_scalar_range(c, master, m, v, grad, gdt, out, odt, i, n);
 }
 
