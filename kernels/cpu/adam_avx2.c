@@ -13,8 +13,8 @@ static inline __m256 load_bf16_avx2(const zoe_bf16 *p) {
  * everything else rounds to nearest even. */
 static inline __m256i round_bf16_avx2(__m256 x) {
     __m256i u = _mm256_castps_si256(x), high = _mm256_srli_epi32(u, 16);
-    __m256i bias = _mm256_add_epi32(_mm256_and_si256(high, _mm256_set1_epi32(1)),
-                                    _mm256_set1_epi32(0x7fff));
+    __m256i bias =
+        _mm256_add_epi32(_mm256_and_si256(high, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7fff));
     __m256 rounded = _mm256_castsi256_ps(_mm256_srli_epi32(_mm256_add_epi32(u, bias), 16));
     __m256 quiet = _mm256_castsi256_ps(_mm256_or_si256(high, _mm256_set1_epi32(0x40)));
     return _mm256_castps_si256(_mm256_blendv_ps(rounded, quiet, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
