@@ -4,14 +4,15 @@
  * two fp32 moments, and writes the master weight, the moments and the new weight in the compute
  * dtype. Per element, in this order (the same operations, in the same order, on every path):
  *
- *     g  = grad * grad_scale + l2 * w          grad_scale folds 1/loss_scale, 1/k and clipping
+ *     g  = grad * grad_scale                   grad_scale folds 1/loss_scale, 1/k and clipping
+ *     g  = g + wd * w                          Adam with L2 only
  *     m  = beta1 * m + (1 - beta1) * g
  *     v  = beta2 * v + (1 - beta2) * g * g
- *     w  = w * decay                           decay = 1 - lr * wd (AdamW), else 1
+ *     w  = w * decay                           AdamW only: decay = 1 - lr * wd
  *     w  = w - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps)
  *     out = dtype(w)                           round to nearest even
  *
- * with l2 = wd for Adam+L2 and 0 for AdamW, step_size = lr / (1 - beta1^t) and
+ * with step_size = lr / (1 - beta1^t) and
  * inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t). There is no fused multiply-add: the step is memory-bound,
  * so FMA buys no time, and without it the scalar, AVX2 and AVX-512 paths give bit-identical
  * results, so a run does not depend on which CPU executed it.
@@ -44,6 +45,7 @@ typedef struct zoe_adam_hparams {
 typedef struct zoe_adam_consts {
     float grad_scale, l2, beta1, one_minus_beta1, beta2, one_minus_beta2;
     float decay, step_size, inv_sqrt_bc2, eps;
+    int decoupled;
 } zoe_adam_consts;
 
 void zoe_adam_consts_init(zoe_adam_consts *c, const zoe_adam_hparams *h);

@@ -45,36 +45,36 @@ void zoe_grads_destroy(zoe_optimizer *opt) {
     free(opt->tensor_ready);
 }
 
-/* Partition coordinates of bucket b's partition split at the device/host boundary:
- * [lo, mid) on the device, [mid, hi) on the host. */
-static void bucket_split(const zoe_optimizer *opt, int b, size_t *lo, size_t *mid, size_t *hi) {
-    const zoe_bucket *bk = &opt->lay.buckets[b];
-    size_t dev_end = opt->lay.device_numel;
-    *lo = bk->part_offset;
-    *hi = bk->part_offset + bk->part;
-    *mid = dev_end < *lo ? *lo : dev_end > *hi ? *hi : dev_end;
-}
-
-/* Adds the host part of bucket b's partition (in pinned, starting at partition offset
- * pinned_start) into the host gradient partition, segment by segment, with the norm's sum of
- * squares. The first micro-batch of a step assigns instead of adding. */
+/* Adds (or, for the first micro-batch of a step, assigns) the host part of bucket b's
+ * partition, held in pinned from partition offset pinned_start, into the host gradient
+ * partition, segment by segment, with the norm's sum of squares of the result. Large segments
+ * are split over the OpenMP threads. */
 static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pinned,
-                                       size_t pinned_start) {
+                                       size_t pinned_start, int assign) {
     size_t lo, mid, hi;
-    bucket_split(opt, b, &lo, &mid, &hi);
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     const zoe_layout *lay = &opt->lay;
     float *grad = opt->h_grad[opt->grad_buf];
-    float scale = 1.0f / (float)opt->dp_size;
-    int assign = opt->micro_batches == 0;
+    const float scale = 1.0f / (float)opt->dp_size;
     for (int s = lay->num_device_segments; s < lay->num_segments; s++) {
         const zoe_segment *seg = &lay->segments[s];
         size_t a = seg->offset > mid ? seg->offset : mid;
         size_t e = seg->offset + seg->len < hi ? seg->offset + seg->len : hi;
         if (a >= e) continue;
+        long tiles = (long)((e - a + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
         double sumsq = 0;
-        ZOE_TRY(zoe_grad_accumulate_host(grad + (a - lay->device_numel),
-                                         (const char *)pinned + (a - pinned_start) * opt->esz,
-                                         opt->dtype, scale, assign, e - a, &sumsq));
+        int failed = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sumsq) reduction(| : failed) if (tiles > 4)
+        for (long t = 0; t < tiles; t++) {
+            size_t x = a + (size_t)t * ZOE_ADAM_TILE,
+                   n = e - x < ZOE_ADAM_TILE ? e - x : ZOE_ADAM_TILE;
+            double part = 0;
+            failed |= zoe_grad_accumulate_host(grad + (x - lay->device_numel),
+                                               (const char *)pinned + (x - pinned_start) * opt->esz,
+                                               opt->dtype, scale, assign, n, &part) != ZOE_OK;
+            sumsq += part;
+        }
+        if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "gradient accumulation failed");
         if (seg->counted) opt->host_sumsq += sumsq;
     }
     return ZOE_OK;
@@ -84,7 +84,7 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
  * copy stream, adds the device part of the rank's partition into the device gradient partition
  * and starts the copy of the host part into pinned (at partition offset pinned_start). */
 static zoe_status reduce_bucket(zoe_optimizer *opt, int b, void *grads, void *pinned,
-                                size_t pinned_start) {
+                                size_t pinned_start, int assign) {
     const zoe_bucket *bk = &opt->lay.buckets[b];
     char *mine = (char *)grads + (size_t)opt->dp_rank * bk->part * opt->esz;
     ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
@@ -92,11 +92,11 @@ static zoe_status reduce_bucket(zoe_optimizer *opt, int b, void *grads, void *pi
     ZOE_TRY(zoe_comm_reduce_scatter(opt->dp, grads, mine, bk->part, opt->dtype, ZOE_REDUCE_SUM,
                                     opt->copy_stream));
     size_t lo, mid, hi;
-    bucket_split(opt, b, &lo, &mid, &hi);
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     if (mid > lo)
         ZOE_TRY(zoe_grad_accumulate_stream(opt->copy_stream, opt->d_grad[opt->grad_buf] + lo, mine,
-                                           opt->dtype, 1.0f / (float)opt->dp_size,
-                                           opt->micro_batches == 0, mid - lo));
+                                           opt->dtype, 1.0f / (float)opt->dp_size, assign,
+                                           mid - lo));
     if (hi > mid)
         ZOE_TRY(zoe_memcpy_async((char *)pinned + (mid - pinned_start) * opt->esz,
                                  mine + (mid - lo) * opt->esz, (hi - mid) * opt->esz,
@@ -109,8 +109,8 @@ static zoe_status drain_slot(zoe_optimizer *opt, int s) {
     grad_slot *slot = &opt->slots[s];
     ZOE_TRY(zoe_event_synchronize(slot->done));
     size_t lo, mid, hi;
-    bucket_split(opt, slot->bucket, &lo, &mid, &hi);
-    ZOE_TRY(accumulate_host_part(opt, slot->bucket, slot->pinned, mid));
+    zoe_bucket_split(&opt->lay, slot->bucket, &lo, &mid, &hi);
+    ZOE_TRY(accumulate_host_part(opt, slot->bucket, slot->pinned, mid, opt->micro_batches == 0));
     opt->progress[slot->bucket].slot = -1;
     slot->bucket = -1;
     slot->state = SLOT_FREE;
@@ -159,8 +159,8 @@ static zoe_status complete_bucket(zoe_optimizer *opt, int b) {
     if (p->slot < 0) ZOE_TRY(acquire_slot(opt, b));
     grad_slot *slot = &opt->slots[p->slot];
     size_t lo, mid, hi;
-    bucket_split(opt, b, &lo, &mid, &hi);
-    ZOE_TRY(reduce_bucket(opt, b, slot->device, slot->pinned, mid));
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
+    ZOE_TRY(reduce_bucket(opt, b, slot->device, slot->pinned, mid, opt->micro_batches == 0));
     ZOE_TRY(zoe_event_record(slot->done, opt->copy_stream));
     slot->state = SLOT_IN_FLIGHT;
     slot->sequence = opt->sequence++;
@@ -239,20 +239,17 @@ zoe_status zoe_optimizer_end_micro_batch(zoe_optimizer *opt) {
 }
 
 zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
-    /* All buckets reduced back to back, then one wait: the sums of k micro-batches at once. */
-    int first = opt->micro_batches;
-    opt->micro_batches = 0; /* assign into the gradient partitions */
+    /* All buckets reduced back to back, then one wait: the sums of k micro-batches at once,
+     * assigned into the gradient partitions. */
     opt->host_sumsq = 0;
-    for (int b = 0; b < opt->lay.num_buckets; b++)
-        ZOE_TRY(reduce_bucket(opt, b,
-                              (char *)opt->full_grad + opt->lay.buckets[b].flat_offset * opt->esz,
-                              opt->full_pinned, opt->lay.device_numel));
+    for (int b = 0; b < opt->lay.num_buckets; b++) {
+        char *grads = (char *)opt->full_grad + opt->lay.buckets[b].flat_offset * opt->esz;
+        ZOE_TRY(reduce_bucket(opt, b, grads, opt->full_pinned, opt->lay.device_numel, 1));
+    }
     ZOE_TRY(zoe_stream_synchronize(opt->copy_stream));
     for (int b = 0; b < opt->lay.num_buckets; b++)
-        ZOE_TRY(accumulate_host_part(opt, b, opt->full_pinned, opt->lay.device_numel));
+        ZOE_TRY(accumulate_host_part(opt, b, opt->full_pinned, opt->lay.device_numel, 1));
     ZOE_TRY(zoe_event_record(opt->grads_written, opt->copy_stream));
     ZOE_TRY(zoe_stream_wait_event(opt->stream, opt->grads_written));
-    ZOE_TRY(zoe_memset_async(opt->full_grad, 0, opt->lay.flat_numel * opt->esz, opt->stream));
-    opt->micro_batches = first;
-    return ZOE_OK;
+    return zoe_memset_async(opt->full_grad, 0, opt->lay.flat_numel * opt->esz, opt->stream);
 }

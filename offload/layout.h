@@ -40,6 +40,17 @@ typedef struct zoe_layout {
     zoe_segment *segments;
 } zoe_layout;
 
+/* Partition coordinates of bucket b's partition split at the device/host boundary:
+ * [lo, mid) lives on the device, [mid, hi) on the host. */
+static inline void zoe_bucket_split(const zoe_layout *lay, int b, size_t *lo, size_t *mid,
+                                    size_t *hi) {
+    const zoe_bucket *bk = &lay->buckets[b];
+    size_t dev_end = lay->device_numel;
+    *lo = bk->part_offset;
+    *hi = bk->part_offset + bk->part;
+    *mid = dev_end < *lo ? *lo : dev_end > *hi ? *hi : dev_end;
+}
+
 /* Builds the layout of the tensors for DP rank dp_rank of dp_size (tensors already checked).
  * align is the partition alignment in elements; counted_replicated says whether this rank
  * counts TP-replicated tensors in the norm (tp_rank 0). */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "offload/optimizer_impl.h"
+#include "runtime/device_impl.h"
 #include "runtime/error.h"
 
 static float *host_array(size_t n) {
@@ -144,7 +145,14 @@ static zoe_status refresh(zoe_optimizer *opt) {
 
 static void *update_worker(void *arg) {
     zoe_optimizer *opt = arg;
-    opt->flight_status = run_update(opt, &opt->flight_consts, opt->flight_buf);
+    opt->flight_status = ZOE_OK;
+#ifdef ZOE_HAVE_CUDA
+    /* The current GPU is per thread: this one starts on GPU 0. */
+    if (zoe_device_backend(opt->dev) == ZOE_BACKEND_CUDA)
+        opt->flight_status = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
+#endif
+    if (opt->flight_status == ZOE_OK)
+        opt->flight_status = run_update(opt, &opt->flight_consts, opt->flight_buf);
     if (opt->flight_status != ZOE_OK)
         snprintf(opt->flight_error, sizeof opt->flight_error, "%s", zoe_last_error());
     return NULL;
@@ -268,7 +276,8 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
         const zoe_bucket *bk = &lay->buckets[b];
         const char *mine = (const char *)opt->params +
                            (bk->flat_offset + (size_t)opt->dp_rank * bk->part) * opt->esz;
-        size_t lo = bk->part_offset, hi = lo + bk->part, mid = pd < lo ? lo : pd > hi ? hi : pd;
+        size_t lo, mid, hi;
+        zoe_bucket_split(lay, b, &lo, &mid, &hi);
         if (mid > lo)
             ZOE_TRY(zoe_convert_stream(opt->update_stream, opt->d_master + lo, ZOE_F32, mine,
                                        opt->dtype, mid - lo));

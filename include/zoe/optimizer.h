@@ -30,15 +30,16 @@
  * the rank's partition copied to pinned host memory (on CUDA on a copy stream, overlapping the
  * rest of backward) and added in fp32 into the host gradient partition, and the buffer is
  * reused. Only as many buckets as the ring holds can be open (written but not yet complete) at
- * once. With ZOE_GRAD_FULL_BUFFER a device gradient buffer as large as the parameters
- * accumulates all micro-batches and is reduced once, in zoe_optimizer_step().
+ * once, and every DP rank must complete buckets in the same order (the same backward does). With
+ * ZOE_GRAD_FULL_BUFFER a device gradient buffer as large as the parameters accumulates all
+ * micro-batches and is reduced once, in zoe_optimizer_step().
  *
  * Step. The global gradient norm is the square root of the sum of squares over every DP
- * partition and TP rank, a TP-replicated tensor counted once (on tp_rank 0). With a dynamic
- * loss scaler, a non-finite gradient on any rank makes every rank skip the step (master
- * weights, moments and the step count unchanged) and halve the scale; after loss_scale_window
- * clean steps the scale doubles. Clipping multiplies the gradients by
- * clip = min(1, clip_norm / (norm + 1e-6)). The host pass then updates master weights and
+ * partition and TP rank, a TP-replicated tensor counted once (on tp_rank 0). A non-finite
+ * gradient on any rank makes every rank skip the step (master weights, moments and the step
+ * count unchanged); the dynamic loss scaler then halves the scale, and doubles it after
+ * loss_scale_window clean steps. When norm > clip_norm the gradients are multiplied by
+ * clip_norm / (norm + 1e-6). The host pass then updates master weights and
  * moments and writes the compute-dtype weights, which are copied back and all-gathered over DP
  * into the parameter buffer (the refresh).
  *

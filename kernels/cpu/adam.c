@@ -16,6 +16,7 @@ void zoe_adam_consts_init(zoe_adam_consts *c, const zoe_adam_hparams *h) {
     c->step_size = (float)(h->lr / bc1);
     c->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     c->eps = h->eps;
+    c->decoupled = h->decoupled != 0;
 }
 
 zoe_cpu_isa zoe_cpu_isa_best(void) {
@@ -70,7 +71,10 @@ zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *m
         zoe_adam_avx2(c, master, m, v, grad, grad_dtype, out, odt, n);
         break;
     default:
-        adam_scalar_range(c, master, m, v, grad, grad_dtype, out, odt, 0, n);
+        if (c->decoupled)
+            adam_scalar_range(c, 1, master, m, v, grad, grad_dtype, out, odt, 0, n);
+        else
+            adam_scalar_range(c, 0, master, m, v, grad, grad_dtype, out, odt, 0, n);
         break;
     }
     return ZOE_OK;

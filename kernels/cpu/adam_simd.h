@@ -7,8 +7,11 @@
  * A file that instantiates the vector loops defines, before including this header:
  *   VF, W              the vector type and its lane count
  *   V_SET1(x) V_ADD(a,b) V_SUB(a,b) V_MUL(a,b) V_DIV(a,b) V_SQRT(a)
- *   V_LOAD_F32(p) V_STORE_F32(p,x) V_LOAD_BF16(p) V_STORE_BF16(p,x) V_LOAD_F16(p) V_STORE_F16(p,x)
- *   V_STORE2_BF16(p,a,b) two vectors to 2W bf16 values
+ *   V_LOAD_F32(p) V_STORE_F32(p,x) V_LOAD_BF16(p) V_LOAD_F16(p)
+ *   V_STREAM_F32(p,x)  non-temporal store of one vector (p aligned to W * 4 bytes)
+ *   V_STREAM2_BF16(p,a,b) V_STREAM2_F16(p,a,b)  two vectors rounded to 2W 16-bit values, one
+ *                      non-temporal store (p aligned to W * 4 bytes)
+ *   V_FENCE()          orders the non-temporal stores before later stores (sfence)
  *   V_HSUM(x)          the sum of the lanes, as a double
  *   ADAM_FN(name)      the name of an instantiated function (e.g. name##_avx2)
  * and includes it inside a `#pragma GCC target` region for its instruction set. */
@@ -17,6 +20,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "kernels/adam.h"
 #include "zoe/dtype.h"
 
@@ -38,21 +42,24 @@ static inline void adam_store_scalar(void *p, size_t i, int dtype, float x) {
         ((float *)p)[i] = x;
 }
 
-static inline void adam_element(const zoe_adam_consts *c, float grad, float *w, float *m,
+/* dec (AdamW) is a constant at every call site, so each mode compiles without the other's
+ * operations. */
+static inline void adam_element(const zoe_adam_consts *c, int dec, float grad, float *w, float *m,
                                 float *v) {
-    float g = grad * c->grad_scale + c->l2 * *w;
+    float g = grad * c->grad_scale;
+    if (!dec) g = g + c->l2 * *w;
     float mm = c->beta1 * *m + c->one_minus_beta1 * g;
     float vv = c->beta2 * *v + c->one_minus_beta2 * (g * g);
-    float ww = *w * c->decay;
+    float ww = dec ? *w * c->decay : *w;
     ww = ww - c->step_size * (mm / (sqrtf(vv) * c->inv_sqrt_bc2 + c->eps));
     *w = ww, *m = mm, *v = vv;
 }
 
-static inline void adam_scalar_range(const zoe_adam_consts *c, float *master, float *m, float *v,
-                                     const void *grad, int gdt, void *out, int odt, size_t lo,
-                                     size_t hi) {
+static inline void adam_scalar_range(const zoe_adam_consts *c, int dec, float *master, float *m,
+                                     float *v, const void *grad, int gdt, void *out, int odt,
+                                     size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; i++) {
-        adam_element(c, adam_load_scalar(grad, i, gdt), &master[i], &m[i], &v[i]);
+        adam_element(c, dec, adam_load_scalar(grad, i, gdt), &master[i], &m[i], &v[i]);
         adam_store_scalar(out, i, odt, master[i]);
     }
 }
@@ -89,22 +96,26 @@ static inline __attribute__((always_inline)) VF ADAM_FN(load)(const void *p, siz
     return V_LOAD_F32((const float *)p + i);
 }
 
-static inline __attribute__((always_inline)) void ADAM_FN(store)(void *p, size_t i, int dt, VF x) {
+/* Two vectors of output at i with non-temporal stores: the compute-dtype weights go to a
+ * pinned buffer that only the copy engine reads, so they should neither displace the state in
+ * the cache nor cost a read-for-ownership (2 or 4 bytes per parameter of memory traffic). */
+static inline __attribute__((always_inline)) void ADAM_FN(stream2)(void *p, size_t i, int dt, VF a,
+                                                                   VF b) {
     if (dt == ZOE_BF16)
-        V_STORE_BF16((zoe_bf16 *)p + i, x);
+        V_STREAM2_BF16((zoe_bf16 *)p + i, a, b);
     else if (dt == ZOE_F16)
-        V_STORE_F16((zoe_f16 *)p + i, x);
+        V_STREAM2_F16((zoe_f16 *)p + i, a, b);
     else if (dt == ZOE_F32)
-        V_STORE_F32((float *)p + i, x);
+        V_STREAM_F32((float *)p + i, a), V_STREAM_F32((float *)p + i + W, b);
 }
 
-/* Two vectors of output at once: bf16 packs them into one full-width store. */
-static inline __attribute__((always_inline)) void ADAM_FN(store2)(void *p, size_t i, int dt, VF a,
-                                                                  VF b) {
-    if (dt == ZOE_BF16)
-        V_STORE2_BF16((zoe_bf16 *)p + i, a, b);
-    else
-        ADAM_FN(store)(p, i, dt, a), ADAM_FN(store)(p, i + W, dt, b);
+/* Elements before the output is aligned for the streaming stores (done by the scalar code;
+ * the result does not depend on the split). The output is aligned to its element size. */
+static inline size_t ADAM_FN(peel)(const void *out, int odt, size_t n) {
+    if (odt == ADAM_OUT_NONE) return 0;
+    size_t esz = odt == ZOE_F32 ? 4 : 2, align = W * 4, mis = (uintptr_t)out % align;
+    size_t p = mis ? (align - mis) / esz : 0;
+    return p < n ? p : n;
 }
 
 typedef struct ADAM_FN(vconsts) {
@@ -112,15 +123,16 @@ typedef struct ADAM_FN(vconsts) {
 } ADAM_FN(vconsts);
 
 /* adam_element() on W lanes at i: updates master, m and v and returns the new weights. */
-static inline __attribute__((always_inline)) VF ADAM_FN(update)(const ADAM_FN(vconsts) * k,
+static inline __attribute__((always_inline)) VF ADAM_FN(update)(const ADAM_FN(vconsts) * k, int dec,
                                                                 float *master, float *m, float *v,
                                                                 const void *grad, int gdt,
                                                                 size_t i) {
     VF w = V_LOAD_F32(master + i);
-    VF g = V_ADD(V_MUL(ADAM_FN(load)(grad, i, gdt), k->gs), V_MUL(k->l2, w));
+    VF g = V_MUL(ADAM_FN(load)(grad, i, gdt), k->gs);
+    if (!dec) g = V_ADD(g, V_MUL(k->l2, w));
     VF mm = V_ADD(V_MUL(k->b1, V_LOAD_F32(m + i)), V_MUL(k->omb1, g));
     VF vv = V_ADD(V_MUL(k->b2, V_LOAD_F32(v + i)), V_MUL(k->omb2, V_MUL(g, g)));
-    w = V_MUL(w, k->decay);
+    if (dec) w = V_MUL(w, k->decay);
     w = V_SUB(w, V_MUL(k->step, V_DIV(mm, V_ADD(V_MUL(V_SQRT(vv), k->isb2), k->eps))));
     V_STORE_F32(master + i, w);
     V_STORE_F32(m + i, mm);
@@ -130,56 +142,67 @@ static inline __attribute__((always_inline)) VF ADAM_FN(update)(const ADAM_FN(vc
 
 /* gdt and odt are constants at every call site below, so each combination compiles to its own
  * branch-free loop. Two vectors per iteration: independent work for the out-of-order core, and
- * a full-width store of bf16 output. */
+ * one full-width store of 16-bit output. */
 static inline __attribute__((always_inline)) void
-ADAM_FN(adam_body)(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
-                   int gdt, void *out, int odt, size_t n) {
+ADAM_FN(adam_body)(const zoe_adam_consts *c, int dec, float *master, float *m, float *v,
+                   const void *grad, int gdt, void *out, int odt, size_t n) {
     const ADAM_FN(vconsts) k = {V_SET1(c->grad_scale),   V_SET1(c->l2),
                                 V_SET1(c->beta1),        V_SET1(c->one_minus_beta1),
                                 V_SET1(c->beta2),        V_SET1(c->one_minus_beta2),
                                 V_SET1(c->decay),        V_SET1(c->step_size),
                                 V_SET1(c->inv_sqrt_bc2), V_SET1(c->eps)};
-    size_t i = 0;
+    size_t i = ADAM_FN(peel)(out, odt, n);
+    adam_scalar_range(c, dec, master, m, v, grad, gdt, out, odt, 0, i);
     for (; i + 2 * W <= n; i += 2 * W) {
-        VF a = ADAM_FN(update)(&k, master, m, v, grad, gdt, i);
-        VF b = ADAM_FN(update)(&k, master, m, v, grad, gdt, i + W);
-        ADAM_FN(store2)(out, i, odt, a, b);
+        VF a = ADAM_FN(update)(&k, dec, master, m, v, grad, gdt, i);
+        VF b = ADAM_FN(update)(&k, dec, master, m, v, grad, gdt, i + W);
+        ADAM_FN(stream2)(out, i, odt, a, b);
     }
-    adam_scalar_range(c, master, m, v, grad, gdt, out, odt, i, n);
+    if (odt != ADAM_OUT_NONE) V_FENCE();
+    adam_scalar_range(c, dec, master, m, v, grad, gdt, out, odt, i, n);
 }
 
-#define ADAM_OUT_CASES(gdt)                                                                        \
+/* Every (AdamW or not, gradient dtype, output dtype) gets its own loop. */
+#define ADAM_BODY(dec, gdt, odt) ADAM_FN(adam_body)(c, dec, master, m, v, grad, gdt, out, odt, n)
+#define ADAM_OUT_CASES(dec, gdt)                                                                   \
     switch (odt) {                                                                                 \
     case ZOE_F32:                                                                                  \
-        ADAM_FN(adam_body)(c, master, m, v, grad, gdt, out, ZOE_F32, n);                           \
+        ADAM_BODY(dec, gdt, ZOE_F32);                                                              \
         break;                                                                                     \
     case ZOE_BF16:                                                                                 \
-        ADAM_FN(adam_body)(c, master, m, v, grad, gdt, out, ZOE_BF16, n);                          \
+        ADAM_BODY(dec, gdt, ZOE_BF16);                                                             \
         break;                                                                                     \
     case ZOE_F16:                                                                                  \
-        ADAM_FN(adam_body)(c, master, m, v, grad, gdt, out, ZOE_F16, n);                           \
+        ADAM_BODY(dec, gdt, ZOE_F16);                                                              \
         break;                                                                                     \
     default:                                                                                       \
-        ADAM_FN(adam_body)(c, master, m, v, grad, gdt, out, ADAM_OUT_NONE, n);                     \
+        ADAM_BODY(dec, gdt, ADAM_OUT_NONE);                                                        \
+        break;                                                                                     \
+    }
+#define ADAM_GRAD_CASES(dec)                                                                       \
+    switch (gdt) {                                                                                 \
+    case ZOE_BF16:                                                                                 \
+        ADAM_OUT_CASES(dec, ZOE_BF16);                                                             \
+        break;                                                                                     \
+    case ZOE_F16:                                                                                  \
+        ADAM_OUT_CASES(dec, ZOE_F16);                                                              \
+        break;                                                                                     \
+    default:                                                                                       \
+        ADAM_OUT_CASES(dec, ZOE_F32);                                                              \
         break;                                                                                     \
     }
 
 /* odt is ADAM_OUT_NONE when there is no output; dtypes were validated by the caller. */
 static void ADAM_FN(adam)(const zoe_adam_consts *c, float *master, float *m, float *v,
                           const void *grad, int gdt, void *out, int odt, size_t n) {
-    switch (gdt) {
-    case ZOE_BF16:
-        ADAM_OUT_CASES(ZOE_BF16);
-        break;
-    case ZOE_F16:
-        ADAM_OUT_CASES(ZOE_F16);
-        break;
-    default:
-        ADAM_OUT_CASES(ZOE_F32);
-        break;
-    }
+    if (c->decoupled)
+        ADAM_GRAD_CASES(1)
+    else
+        ADAM_GRAD_CASES(0)
 }
+#undef ADAM_GRAD_CASES
 #undef ADAM_OUT_CASES
+#undef ADAM_BODY
 
 static inline __attribute__((always_inline)) double
 ADAM_FN(accumulate_body)(float *dst, const void *src, int sdt, float scale, int assign, size_t n) {

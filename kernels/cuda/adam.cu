@@ -45,11 +45,12 @@ __global__ void adam_kernel(zoe_adam_consts c, float *master, float *m, float *v
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float w = master[i];
-        float g = __fadd_rn(__fmul_rn(grad[i], c.grad_scale), __fmul_rn(c.l2, w));
+        float g = __fmul_rn(grad[i], c.grad_scale);
+        if (!c.decoupled) g = __fadd_rn(g, __fmul_rn(c.l2, w));
         float mm = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
         float vv =
             __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
-        w = __fmul_rn(w, c.decay);
+        if (c.decoupled) w = __fmul_rn(w, c.decay);
         float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vv), c.inv_sqrt_bc2), c.eps);
         w = __fsub_rn(w, __fmul_rn(c.step_size, __fdiv_rn(mm, denom)));
         master[i] = w, m[i] = mm, v[i] = vv;
