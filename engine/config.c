@@ -22,8 +22,11 @@ typedef enum {
     OPT_OFFLOAD,
     OPT_BACKEND,
     OPT_FLAG,
-    OPT_MODEL
+    OPT_MODEL,
+    OPT_PROGRESS
 } opt_kind;
+
+static const char *const progress_names[] = {"auto", "bar", "lines"}; /* zoe_progress_style */
 
 typedef struct option_spec {
     const char *name; /* without the leading "--" */
@@ -60,14 +63,15 @@ static const option_spec options[] = {
     {"clip-grad", OPT_FLOAT, CFG(clip_grad), 0, 1e9, "clip the global gradient norm (0: off)"},
     {"dtype", OPT_DTYPE, CFG(dtype), 0, 0, "compute dtype: fp32, bf16 or fp16"},
     {"offload", OPT_OFFLOAD, CFG(offload), 0, 0, "optimizer on the host (cpu) or device (none)"},
-    {"dpu-warmup", OPT_INT, CFG(dpu_warmup), -1, 1e9,
-     "steps before the delayed parameter update (-1: off)"},
+    {"dpu-warmup", OPT_INT, CFG(dpu_warmup), 0, 1e9,
+     "synchronous steps before the delayed parameter update (0: no DPU)"},
     {"recompute", OPT_FLAG, CFG(recompute), 0, 1, "recompute activations in backward"},
     {"data", OPT_PATH, CFG(data), 0, 0, "indexed dataset prefix (.bin/.idx) or a .txt file"},
     {"seed", OPT_U64, CFG(seed), 0, 0, "seed of initialisation, dropout and data order"},
     {"metrics", OPT_PATH, CFG(metrics), 0, 0, "write one JSON object per step to this file"},
     {"log-every", OPT_INT, CFG(log_every), 1, 1e9, "print progress every N steps"},
     {"bucket-mb", OPT_INT64, CFG(bucket_mb), 1, 1 << 20, "gradient bucket size in MiB"},
+    {"progress", OPT_PROGRESS, CFG(progress), 0, 0, "auto, bar (live) or lines"},
 };
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
 
@@ -152,6 +156,15 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         else
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload: '%s' is not cpu or none", text);
         return ZOE_OK;
+    case OPT_PROGRESS: {
+        for (int i = 0; i < 3; i++)
+            if (strcmp(text, progress_names[i]) == 0) {
+                *(zoe_progress_style *)base = (zoe_progress_style)i;
+                return ZOE_OK;
+            }
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--progress: '%s' is not auto, bar or lines",
+                        text);
+    }
     case OPT_FLAG:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0)
             *(int *)base = 1;
@@ -311,10 +324,7 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
         return zoe_fail(
             ZOE_ERR_INVALID_ARGUMENT,
             "--dtype=fp16 needs --backend=cuda (the CPU backend computes in fp32 or bf16)");
-    if (!c->data[0])
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--data is required (a .txt file or an indexed "
-                                                  "dataset prefix; see zoe-data)");
-    if (!data_exists(c->data))
+    if (c->data[0] && !data_exists(c->data))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--data: '%s' is neither a file nor a prefix of PREFIX.bin and PREFIX.idx",
                         c->data);
@@ -341,6 +351,9 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         break;
     case OPT_FLAG:
         snprintf(buf, n, "%s", *(const int *)base ? "on" : "off");
+        break;
+    case OPT_PROGRESS:
+        snprintf(buf, n, "%s", progress_names[*(const zoe_progress_style *)base]);
         break;
     case OPT_INT:
         snprintf(buf, n, "%d", *(const int *)base);

@@ -14,8 +14,13 @@ struct zoe_progress {
     double tokens_sum, ms_sum; /* since start, for the average rate */
 };
 
-zoe_status zoe_progress_create(FILE *out, int total_steps, int log_every, const char *metrics_path,
-                               zoe_progress **out_p) {
+static int live_bar(FILE *out, zoe_progress_style style) {
+    if (style != ZOE_PROGRESS_AUTO) return style == ZOE_PROGRESS_BAR;
+    return out && isatty(fileno(out)) && !getenv("OMPI_COMM_WORLD_SIZE");
+}
+
+zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
+                               const char *metrics_path, zoe_progress **out_p) {
     *out_p = NULL;
     if (total_steps <= 0 || log_every <= 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "progress: steps %d, every %d", total_steps,
@@ -25,7 +30,7 @@ zoe_status zoe_progress_create(FILE *out, int total_steps, int log_every, const 
     p->out = out;
     p->total = total_steps;
     p->every = log_every;
-    p->live = out && isatty(fileno(out));
+    p->live = live_bar(out, style);
     if (metrics_path && metrics_path[0]) {
         p->metrics = fopen(metrics_path, "w");
         if (!p->metrics) {

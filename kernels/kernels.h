@@ -11,6 +11,8 @@
  *  - Any gradient output may be NULL: that gradient is not computed.
  *  - Work is issued on the context's stream; on CPU it has completed when the call returns.
  *  - Scratch comes from the workspace planned at create time: no allocation inside an op.
+ *    So a context serves one host thread at a time; threads that issue ops concurrently
+ *    each need their own context.
  */
 #ifndef ZOE_KERNELS_H
 #define ZOE_KERNELS_H
@@ -49,15 +51,15 @@ zoe_status zoe_matmul_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dw,
 zoe_status zoe_layernorm_forward(zoe_kernels *k, zoe_dtype dt, void *y, float *mean, float *rstd,
                                  const void *x, const void *gamma, const void *beta, int64_t rows,
                                  int64_t C);
-zoe_status zoe_layernorm_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dgamma,
-                                  void *dbeta, const void *dy, const void *x, const void *gamma,
+zoe_status zoe_layernorm_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dgamma, void *dbeta,
+                                  const void *dy, const void *x, const void *gamma,
                                   const float *mean, const float *rstd, int64_t rows, int64_t C);
 
 /* ---- GELU, tanh approximation ---- */
 zoe_status zoe_gelu_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t n);
 /* dx += dy * gelu'(x) */
-zoe_status zoe_gelu_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const void *dy,
-                             const void *x, int64_t n);
+zoe_status zoe_gelu_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const void *dy, const void *x,
+                             int64_t n);
 
 /* ---- causal multi-head self-attention ----
  * qkv [B, T, NH, 3, HS]: per head its q, k and v side by side, so a column-parallel QKV whose
@@ -71,8 +73,8 @@ zoe_status zoe_attention_backward(zoe_kernels *k, zoe_dtype dt, void *dqkv, cons
                                   int64_t T, int64_t NH, int64_t HS);
 
 /* ---- residual: y = a + b (y may alias a or b); backward is zoe_add: y += x ---- */
-zoe_status zoe_residual_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *a,
-                                const void *b, int64_t n);
+zoe_status zoe_residual_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *a, const void *b,
+                                int64_t n);
 zoe_status zoe_add(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t n);
 /* y *= s (loss and gradient scaling, averaging) */
 zoe_status zoe_scale(zoe_kernels *k, zoe_dtype dt, void *y, float s, int64_t n);
@@ -82,8 +84,8 @@ zoe_status zoe_scale(zoe_kernels *k, zoe_dtype dt, void *y, float s, int64_t n);
  *          (+ wpe[t] when wpe is not NULL).
  * The vocabulary range serves VocabParallelEmbedding; a single rank passes 0 and the vocab. */
 zoe_status zoe_embedding_forward(zoe_kernels *k, zoe_dtype dt, void *y, const int32_t *tokens,
-                                 const void *wte, const void *wpe, int64_t B, int64_t T,
-                                 int64_t C, int64_t vocab_start, int64_t vocab_rows);
+                                 const void *wte, const void *wpe, int64_t B, int64_t T, int64_t C,
+                                 int64_t vocab_start, int64_t vocab_rows);
 /* Scatter-add: dwte[tok - vocab_start] += dy[b,t] for tokens in range; dwpe[t] += dy[b,t].
  * Deterministic (no order-dependent races). */
 zoe_status zoe_embedding_backward(zoe_kernels *k, zoe_dtype dt, void *dwte, void *dwpe,
@@ -105,7 +107,8 @@ zoe_status zoe_xent_row_sums(zoe_kernels *k, zoe_dtype dt, float *sum_exp, float
                              int64_t rows, int64_t V, int64_t v_valid, int64_t vocab_start,
                              int32_t ignore_index);
 /* losses[r] = log(sum_exp) + row_max - target_logit (0 for ignored rows); *mean_loss the mean
- * over non-ignored rows (0 if none), *count their number. Reads device stats, writes host. */
+ * over non-ignored rows (0 if none), *count their number. Reads device stats, writes host.
+ * Any of losses, mean_loss and count may be NULL (not wanted). */
 zoe_status zoe_xent_loss(zoe_kernels *k, float *losses, float *mean_loss, int64_t *count,
                          const float *row_max, const float *sum_exp, const float *target_logit,
                          const int32_t *targets, int64_t rows, int32_t ignore_index);
@@ -118,7 +121,34 @@ zoe_status zoe_xent_backward(zoe_kernels *k, zoe_dtype dt, void *dlogits, const 
                              int32_t ignore_index, float scale);
 
 /* ---- casts between storage dtypes on the device ---- */
-zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src,
-                    zoe_dtype src_dt, int64_t n);
+zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src, zoe_dtype src_dt,
+                    int64_t n);
+
+/* ---- time per op, for benchmarks and the trainer's split of a step ----
+ * Wall time of each op's calls since create or the last reset: on CPU the op's own time (it
+ * completes inside the call); on CUDA the time to enqueue it. */
+#define ZOE_KERNEL_OP_LIST(X)                                                                      \
+    X(matmul_forward)                                                                              \
+    X(matmul_backward) X(layernorm_forward) X(layernorm_backward) X(gelu_forward) X(gelu_backward) \
+        X(attention_forward) X(attention_backward) X(residual_forward) X(add) X(scale)             \
+            X(embedding_forward) X(embedding_backward) X(xent_row_max) X(xent_row_sums)            \
+                X(xent_loss) X(xent_backward) X(cast)
+
+typedef enum zoe_kernel_op {
+#define ZOE_KERNEL_OP_ENUM(name) ZOE_KOP_##name,
+    ZOE_KERNEL_OP_LIST(ZOE_KERNEL_OP_ENUM)
+#undef ZOE_KERNEL_OP_ENUM
+        ZOE_KOP_COUNT
+} zoe_kernel_op;
+
+typedef struct zoe_kernel_profile {
+    double seconds[ZOE_KOP_COUNT];
+    int64_t calls[ZOE_KOP_COUNT];
+} zoe_kernel_profile;
+
+/* "matmul_forward", ... */
+const char *zoe_kernel_op_name(zoe_kernel_op op);
+void zoe_kernels_profile(const zoe_kernels *k, zoe_kernel_profile *out);
+void zoe_kernels_profile_reset(zoe_kernels *k);
 
 #endif

@@ -7,6 +7,7 @@
  * sum rounded once. It doubles the bytes on the wire, which the CPU backend (tests, small
  * grids) can afford; the NCCL backend reduces 16-bit data natively. */
 #include <limits.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm_impl.h"
@@ -126,8 +127,8 @@ static zoe_status stage_reserve(zoe_comm *c, size_t count) {
     return ZOE_OK;
 }
 
-zoe_status zoe_comm_all_reduce(zoe_comm *c, const void *send, void *recv, size_t count,
-                               zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
+static zoe_status comm_all_reduce(zoe_comm *c, const void *send, void *recv, size_t count,
+                                  zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
     ZOE_TRY(check_args(c, send, recv, count, dtype, "all_reduce"));
     ZOE_TRY(check_op(op, dtype, "all_reduce"));
     c->bytes += count * zoe_dtype_size(dtype);
@@ -151,8 +152,8 @@ zoe_status zoe_comm_all_reduce(zoe_comm *c, const void *send, void *recv, size_t
     return ZOE_OK;
 }
 
-zoe_status zoe_comm_reduce_scatter(zoe_comm *c, const void *send, void *recv, size_t recv_count,
-                                   zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
+static zoe_status comm_reduce_scatter(zoe_comm *c, const void *send, void *recv, size_t recv_count,
+                                      zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
     ZOE_TRY(check_args(c, send, recv, recv_count, dtype, "reduce_scatter"));
     ZOE_TRY(check_op(op, dtype, "reduce_scatter"));
     size_t total = recv_count * (size_t)c->size, esz = zoe_dtype_size(dtype);
@@ -194,8 +195,8 @@ static MPI_Datatype raw_type(zoe_dtype dtype) {
     return zoe_dtype_size(dtype) == 2 ? MPI_UINT16_T : dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
 }
 
-zoe_status zoe_comm_all_gather(zoe_comm *c, const void *send, void *recv, size_t send_count,
-                               zoe_dtype dtype, zoe_stream *stream) {
+static zoe_status comm_all_gather(zoe_comm *c, const void *send, void *recv, size_t send_count,
+                                  zoe_dtype dtype, zoe_stream *stream) {
     ZOE_TRY(check_args(c, send, recv, send_count, dtype, "all_gather"));
     size_t esz = zoe_dtype_size(dtype);
     c->bytes += send_count * (size_t)c->size * esz;
@@ -212,8 +213,8 @@ zoe_status zoe_comm_all_gather(zoe_comm *c, const void *send, void *recv, size_t
     return ZOE_OK;
 }
 
-zoe_status zoe_comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dtype, int root,
-                              zoe_stream *stream) {
+static zoe_status comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dtype, int root,
+                                 zoe_stream *stream) {
     ZOE_TRY(check_args(c, buf, buf, count, dtype, "broadcast"));
     if (root < 0 || root >= c->size)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "broadcast root %d outside group of %d", root,
@@ -228,10 +229,54 @@ zoe_status zoe_comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dt
     return ZOE_OK;
 }
 
-zoe_status zoe_comm_barrier(zoe_comm *c, zoe_stream *stream) {
+static zoe_status comm_barrier(zoe_comm *c, zoe_stream *stream) {
     if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "barrier: communicator is NULL");
     /* Work queued on the stream is part of "before the barrier". */
     ZOE_TRY(zoe_stream_synchronize(stream));
     MPI_TRY(MPI_Barrier(c->group), "MPI_Barrier");
     return ZOE_OK;
+}
+
+/* ---- the public collectives: the backends above, timed ---- */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define TIMED(c, call)                                                                             \
+    do {                                                                                           \
+        double t0_ = now_seconds();                                                                \
+        zoe_status st_ = (call);                                                                   \
+        if (c) (c)->seconds += now_seconds() - t0_;                                                \
+        return st_;                                                                                \
+    } while (0)
+
+zoe_status zoe_comm_all_reduce(zoe_comm *c, const void *send, void *recv, size_t count,
+                               zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
+    TIMED(c, comm_all_reduce(c, send, recv, count, dtype, op, stream));
+}
+
+zoe_status zoe_comm_reduce_scatter(zoe_comm *c, const void *send, void *recv, size_t recv_count,
+                                   zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
+    TIMED(c, comm_reduce_scatter(c, send, recv, recv_count, dtype, op, stream));
+}
+
+zoe_status zoe_comm_all_gather(zoe_comm *c, const void *send, void *recv, size_t send_count,
+                               zoe_dtype dtype, zoe_stream *stream) {
+    TIMED(c, comm_all_gather(c, send, recv, send_count, dtype, stream));
+}
+
+zoe_status zoe_comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dtype, int root,
+                              zoe_stream *stream) {
+    TIMED(c, comm_broadcast(c, buf, count, dtype, root, stream));
+}
+
+zoe_status zoe_comm_barrier(zoe_comm *c, zoe_stream *stream) {
+    TIMED(c, comm_barrier(c, stream));
+}
+
+double zoe_comm_seconds(const zoe_comm *c) {
+    return c->seconds;
 }

@@ -11,6 +11,7 @@ struct zoe_comm {
     MPI_Comm group; /* our duplicate: collectives of zoe never match a caller's messages */
     int rank, size;
     uint64_t bytes;
+    double seconds; /* spent inside collective calls */
     /* MPI backend: fp32 staging for bf16/fp16 reductions, grown once to the largest call. */
     float *stage;
     size_t stage_count;

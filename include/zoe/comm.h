@@ -37,6 +37,9 @@ const char *zoe_comm_backend_name(const zoe_comm *comm);
  * count x element size per call, whatever the algorithm); for comparing with formulas. */
 uint64_t zoe_comm_bytes(const zoe_comm *comm);
 void zoe_comm_reset_bytes(zoe_comm *comm);
+/* Seconds spent inside this communicator's collective calls so far: the collectives' own time
+ * with MPI (they complete in the call); with NCCL only the time to enqueue them. */
+double zoe_comm_seconds(const zoe_comm *comm);
 
 /* recv[i] = op over ranks of send[i]; send == recv is in-place. */
 zoe_status zoe_comm_all_reduce(zoe_comm *comm, const void *send, void *recv, size_t count,

@@ -44,6 +44,15 @@ typedef enum zoe_offload_mode {
 
 #define ZOE_PATH_MAX 1024
 
+/* How rank 0 shows progress. AUTO: a live bar when stdout is a terminal, except under Open MPI,
+ * whose launcher hands every rank a pseudo-terminal even when mpirun's output is a file
+ * (open-mpi/ompi#7868): there AUTO means lines, and --progress=bar asks for the bar. */
+typedef enum zoe_progress_style {
+    ZOE_PROGRESS_AUTO = 0,
+    ZOE_PROGRESS_BAR = 1,
+    ZOE_PROGRESS_LINES = 2,
+} zoe_progress_style;
+
 typedef struct zoe_train_config {
     zoe_model_config model;
     zoe_backend backend;
@@ -58,13 +67,14 @@ typedef struct zoe_train_config {
     float clip_grad; /* global norm; 0 disables */
     zoe_dtype dtype; /* compute dtype of device weights and activations */
     zoe_offload_mode offload;
-    int dpu_warmup;          /* steps before the delayed parameter update starts; -1 disables DPU */
+    int dpu_warmup;          /* synchronous steps before the delayed parameter update; 0: no DPU */
     int recompute;           /* recompute each layer's activations in backward */
     char data[ZOE_PATH_MAX]; /* indexed dataset prefix or a .txt file */
     uint64_t seed;
     char metrics[ZOE_PATH_MAX]; /* JSON lines, one per step; "" for none */
     int log_every;
     int64_t bucket_mb; /* gradient bucket size in MiB */
+    zoe_progress_style progress;
 } zoe_train_config;
 
 void zoe_train_config_defaults(zoe_train_config *cfg);
@@ -75,16 +85,57 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path);
  * *help is set when --help was given, *list_models for --list-models. */
 zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **argv, int *help,
                                        int *list_models);
-/* Checks the configuration against the world size (grid and shape divisibility, ranges,
- * the data file); the message names the first problem. Pure: no allocation, no MPI. */
+/* Checks the configuration against the world size (grid and shape divisibility, ranges, and
+ * the data file when one is named; a trainer with its own batches names none); the message
+ * names the first problem. Pure: no allocation, no MPI. */
 zoe_status zoe_train_config_validate(const zoe_train_config *cfg, int world_size);
 /* Writes the option list with defaults (zoe-train --help). */
 void zoe_train_config_print_help(FILE *out, const char *program);
 /* Learning rate at a step: linear warm-up from 0, then cosine to min_lr at cfg->steps. */
 float zoe_train_lr_at(const zoe_train_config *cfg, int step);
 
+typedef struct zoe_step_stats zoe_step_stats;
+
+/* ---- the trainer: grid, device, GPT and offload optimizer from one configuration ---- */
+typedef struct zoe_trainer zoe_trainer;
+
+/* Collective over world. Validates cfg against the world size first, so that every rank fails
+ * alike before allocating; binds the rank's threads (hwloc) and builds the TP x DP grid, the
+ * device, the model and the optimizer, with initial weights from cfg->seed. */
+zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_trainer **out);
+void zoe_trainer_destroy(zoe_trainer *tr);
+/* Parameters of the model as built (padded vocabulary), over all TP ranks. */
+int64_t zoe_trainer_param_count(const zoe_trainer *tr);
+int zoe_trainer_rank(const zoe_trainer *tr);
+int zoe_trainer_dp_rank(const zoe_trainer *tr);
+int zoe_trainer_dp_size(const zoe_trainer *tr);
+/* One micro-batch: forward and backward of host int32 tokens and targets [micro_batch,
+ * seq_len] (targets may hold -1 to ignore a position). *loss: this rank's micro-batch mean. */
+zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
+                                   float *loss);
+/* The optimizer step over the micro-batches since the last step, at learning rate lr. Collective
+ * over the grid. stats (optional) gets the step's figures: loss averaged over the global batch,
+ * gradient norm, loss scale, skip, and the time split since the last step. */
+zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
+/* Waits for a delayed update in flight, so the device weights are the latest. */
+zoe_status zoe_trainer_flush(zoe_trainer *tr);
+
+/* Where this rank's compute time went since creation or the last reset: each kernel op of the
+ * model and the tensor-parallel collectives, in milliseconds (on CPU the ops' own time; on
+ * CUDA the time to enqueue them). */
+#define ZOE_PROFILE_MAX 32
+typedef struct zoe_profile {
+    int count;
+    struct {
+        char name[32];
+        double ms;
+        long long calls;
+    } entries[ZOE_PROFILE_MAX];
+} zoe_profile;
+zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset);
+
 /* ---- one step's figures, progress display and metrics ---- */
-typedef struct zoe_step_stats {
+struct zoe_step_stats {
     int step;   /* 0-based */
     float loss; /* mean over the global batch's tokens */
     float lr;
@@ -93,13 +144,13 @@ typedef struct zoe_step_stats {
     int skipped;      /* overflow: the update was skipped */
     int64_t tokens;   /* tokens in the global batch */
     double ms_total, ms_forward, ms_backward, ms_offload, ms_host_step, ms_refresh;
-} zoe_step_stats;
+};
 
 typedef struct zoe_progress zoe_progress;
-/* Progress on out (a live bar when out is a terminal, plain lines otherwise, every log_every
- * steps) and, when metrics_path is not "", one JSON object per step appended to that file. */
-zoe_status zoe_progress_create(FILE *out, int total_steps, int log_every, const char *metrics_path,
-                               zoe_progress **p);
+/* Progress on out (a live bar or plain lines every log_every steps, as style says) and, when
+ * metrics_path is not "", one JSON object per step written to that file. */
+zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
+                               const char *metrics_path, zoe_progress **p);
 zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *stats);
 /* Ends the live line; closes the metrics file. */
 void zoe_progress_destroy(zoe_progress *p);

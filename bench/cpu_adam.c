@@ -1,0 +1,222 @@
+/* bench_cpu_adam [N] [REPS]: the fused host Adam step against a streaming probe that moves the
+ * same bytes with trivial arithmetic, at 1 and 2 threads, in fp32 mode (fp32 weights out) and
+ * bf16-weight mode (bf16 weights out); and a naive scalar AdamW for the factor gained.
+ *
+ * Bytes per parameter of the step: reads gradient (fp32, the host accumulation buffer), master,
+ * m, v = 16; writes master, m, v = 12; writes the compute-dtype weight = 4 (fp32) or 2 (bf16).
+ * The probe reads and writes exactly those arrays. Each figure is the fastest of REPS runs,
+ * step and probe interleaved so that noise from other processes hits both alike. Default N is
+ * 16M parameters (~0.5 GB); pass 100000000 for the 100M figure. */
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "kernels/adam.h"
+#include "zoe/dtype.h"
+
+typedef struct arrays {
+    size_t n;
+    float *grad, *master, *m, *v;
+    void *out;
+} arrays;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static size_t tiles(size_t n) {
+    return (n + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE;
+}
+
+/* The optimizer's threading: static schedule over ZOE_ADAM_TILE tiles. */
+static void fused_step(const arrays *a, const zoe_adam_consts *c, zoe_dtype odt) {
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < (long)tiles(a->n); t++) {
+        size_t lo = (size_t)t * ZOE_ADAM_TILE;
+        size_t len = lo + ZOE_ADAM_TILE < a->n ? ZOE_ADAM_TILE : a->n - lo;
+        zoe_adam_host(c, a->master + lo, a->m + lo, a->v + lo, a->grad + lo, ZOE_F32,
+                      (char *)a->out + lo * zoe_dtype_size(odt), odt, len);
+    }
+}
+
+/* Same reads and writes, one multiply-add per array, and the weights' copy stored the way the
+ * step stores it (non-temporal, truncated to bf16 in the bf16 mode): a memory-speed yardstick.
+ * Tiles start 64-byte aligned. */
+__attribute__((target("avx2"))) static void
+probe_tile_avx2(float *w, float *m, float *v, const float *g, void *out, int bf16, size_t len) {
+    const __m256 c = _mm256_set1_ps(1e-7f), a = _mm256_set1_ps(0.999999f),
+                 b = _mm256_set1_ps(1e-9f);
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m256 x[2];
+        for (int k = 0; k < 2; k++) {
+            size_t j = i + 8 * (size_t)k;
+            __m256 gj = _mm256_loadu_ps(g + j);
+            x[k] = _mm256_add_ps(_mm256_loadu_ps(w + j), _mm256_mul_ps(c, gj));
+            _mm256_storeu_ps(w + j, x[k]);
+            _mm256_storeu_ps(m + j, _mm256_add_ps(_mm256_loadu_ps(m + j), _mm256_mul_ps(c, gj)));
+            _mm256_storeu_ps(v + j, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + j), a), b));
+        }
+        if (bf16) {
+            __m256i hi = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(x[0]), 16),
+                                             _mm256_srli_epi32(_mm256_castps_si256(x[1]), 16));
+            _mm256_stream_si256((__m256i *)((uint16_t *)out + i),
+                                _mm256_permute4x64_epi64(hi, 0xD8));
+        } else {
+            _mm256_stream_ps((float *)out + i, x[0]);
+            _mm256_stream_ps((float *)out + i + 8, x[1]);
+        }
+    }
+    _mm_sfence();
+    for (; i < len; i++) {
+        w[i] += 1e-7f * g[i], m[i] += 1e-7f * g[i], v[i] = v[i] * 0.999999f + 1e-9f;
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        if (bf16)
+            ((uint16_t *)out)[i] = (uint16_t)(u >> 16);
+        else
+            ((float *)out)[i] = w[i];
+    }
+}
+
+static void probe_tile(float *w, float *m, float *v, const float *g, void *out, int bf16,
+                       size_t len) {
+    if (__builtin_cpu_supports("avx2")) {
+        probe_tile_avx2(w, m, v, g, out, bf16, len);
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        w[i] += 1e-7f * g[i], m[i] += 1e-7f * g[i], v[i] = v[i] * 0.999999f + 1e-9f;
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        if (bf16)
+            ((uint16_t *)out)[i] = (uint16_t)(u >> 16);
+        else
+            ((float *)out)[i] = w[i];
+    }
+}
+
+static void probe(const arrays *a, zoe_dtype odt) {
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < (long)tiles(a->n); t++) {
+        size_t lo = (size_t)t * ZOE_ADAM_TILE;
+        size_t len = lo + ZOE_ADAM_TILE < a->n ? ZOE_ADAM_TILE : a->n - lo;
+        probe_tile(a->master + lo, a->m + lo, a->v + lo, a->grad + lo,
+                   (char *)a->out + lo * zoe_dtype_size(odt), odt == ZOE_BF16, len);
+    }
+}
+
+/* AdamW as it is usually first written: one thread, bias corrections per element. */
+static void naive_adamw(const arrays *a, const zoe_adam_hparams *h, zoe_dtype odt) {
+    for (size_t i = 0; i < a->n; i++) {
+        float g = a->grad[i] * h->grad_scale;
+        a->m[i] = h->beta1 * a->m[i] + (1 - h->beta1) * g;
+        a->v[i] = h->beta2 * a->v[i] + (1 - h->beta2) * g * g;
+        float mhat = a->m[i] / (1 - powf(h->beta1, (float)h->step));
+        float vhat = a->v[i] / (1 - powf(h->beta2, (float)h->step));
+        a->master[i] -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + h->weight_decay * a->master[i]);
+        if (odt == ZOE_BF16)
+            ((zoe_bf16 *)a->out)[i] = zoe_f32_to_bf16(a->master[i]);
+        else
+            ((float *)a->out)[i] = a->master[i];
+    }
+}
+
+static int alloc_arrays(arrays *a, size_t n) {
+    a->n = n;
+    size_t bytes = (n * 4 + 63) / 64 * 64;
+    a->grad = aligned_alloc(64, bytes), a->master = aligned_alloc(64, bytes);
+    a->m = aligned_alloc(64, bytes), a->v = aligned_alloc(64, bytes);
+    a->out = aligned_alloc(64, bytes);
+    if (!a->grad || !a->master || !a->m || !a->v || !a->out) return 0;
+        /* First touch in the tiling and thread count of the runs that follow. */
+#pragma omp parallel for schedule(static)
+    for (long t = 0; t < (long)tiles(n); t++) {
+        size_t lo = (size_t)t * ZOE_ADAM_TILE, hi = lo + ZOE_ADAM_TILE < n ? lo + ZOE_ADAM_TILE : n;
+        for (size_t i = lo; i < hi; i++) {
+            uint32_t x = (uint32_t)i * 2654435761u;
+            a->grad[i] = ((float)(x >> 8) * 0x1p-24f - 0.5f) * 1e-2f;
+            a->master[i] = (float)(x >> 9) * 0x1p-23f - 0.5f;
+            a->m[i] = 0, a->v[i] = 1e-6f;
+            ((float *)a->out)[i] = 0;
+        }
+    }
+    return 1;
+}
+
+static void free_arrays(arrays *a) {
+    free(a->grad), free(a->master), free(a->m), free(a->v), free(a->out);
+}
+
+int main(int argc, char **argv) {
+    size_t n = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : (size_t)16 << 20;
+    int reps = argc > 2 ? atoi(argv[2]) : 7;
+    if (n == 0 || reps < 1) {
+        fprintf(stderr, "usage: bench_cpu_adam [N > 0] [REPS >= 1]\n");
+        return 2;
+    }
+    zoe_adam_hparams h = {.lr = 1e-4f,
+                          .beta1 = 0.9f,
+                          .beta2 = 0.999f,
+                          .eps = 1e-8f,
+                          .weight_decay = 0.01f,
+                          .decoupled = 1,
+                          .grad_scale = 1.0f,
+                          .step = 10};
+    zoe_adam_consts c;
+    zoe_adam_consts_init(&c, &h);
+    const zoe_dtype modes[] = {ZOE_F32, ZOE_BF16};
+    double worst_ratio = 0, max_bytes = 0;
+    int max_threads = omp_get_num_procs() < 2 ? omp_get_num_procs() : 2;
+    for (int threads = 1; threads <= max_threads; threads++) {
+        omp_set_num_threads(threads);
+        arrays a;
+        if (!alloc_arrays(&a, n)) {
+            fprintf(stderr, "bench_cpu_adam: cannot allocate 5 x %zu floats\n", n);
+            return 1;
+        }
+        for (int mi = 0; mi < 2; mi++) {
+            zoe_dtype odt = modes[mi];
+            double bytes = 16 + 12 + (double)zoe_dtype_size(odt);
+            double step_ms = INFINITY, probe_ms = INFINITY, naive_ms = INFINITY;
+            fused_step(&a, &c, odt), probe(&a, odt); /* warm-up */
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_ms();
+                fused_step(&a, &c, odt);
+                double t1 = now_ms();
+                probe(&a, odt);
+                double t2 = now_ms();
+                step_ms = fmin(step_ms, t1 - t0), probe_ms = fmin(probe_ms, t2 - t1);
+            }
+            if (threads == 1)
+                for (int r = 0; r < (reps < 3 ? reps : 3); r++) {
+                    double t0 = now_ms();
+                    naive_adamw(&a, &h, odt);
+                    naive_ms = fmin(naive_ms, now_ms() - t0);
+                }
+            double ratio = step_ms / probe_ms;
+            if (ratio > worst_ratio) worst_ratio = ratio;
+            if (bytes > max_bytes) max_bytes = bytes;
+            printf(
+                "{\"bench\":\"cpu_adam\",\"mode\":\"%s\",\"isa\":\"%s\",\"threads\":%d,\"n\":%zu,"
+                "\"bytes_per_param\":%.0f,\"step_ms\":%.3f,\"probe_ms\":%.3f,"
+                "\"step_over_probe\":%.3f,\"step_gb_s\":%.2f",
+                odt == ZOE_F32 ? "fp32" : "bf16_weights", zoe_cpu_isa_name(zoe_cpu_isa_best()),
+                threads, n, bytes, step_ms, probe_ms, ratio, bytes * n / step_ms * 1e-6);
+            if (threads == 1)
+                printf(",\"naive_ms\":%.3f,\"naive_over_step\":%.2f", naive_ms, naive_ms / step_ms);
+            printf("}\n");
+            fflush(stdout);
+        }
+        free_arrays(&a);
+    }
+    printf("{\"bench\":\"cpu_adam\",\"summary\":true,\"n\":%zu,\"worst_step_over_probe\":%.3f,"
+           "\"goal_ratio\":1.03,\"max_bytes_per_param\":%.0f,\"goal_bytes\":32}\n",
+           n, worst_ratio, max_bytes);
+    return 0;
+}

@@ -1,0 +1,274 @@
+/* The trainer: one configuration in, a grid, a device, the GPT and the offload optimizer out,
+ * wired so that backward hands every finished gradient to the optimizer (bucketed
+ * reduce-scatter and offload while backward goes on) and each step runs on the DPU schedule. */
+#include <math.h>
+#include <stdio.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "models/gpt.h"
+#include "runtime/error.h"
+#include "zoe/grid.h"
+#include "zoe/log.h"
+#include "zoe/optimizer.h"
+#include "zoe/topology.h"
+#include "zoe/train.h"
+
+struct zoe_trainer {
+    zoe_train_config cfg;
+    zoe_grid *grid;
+    zoe_device *dev;
+    zoe_stream *stream;
+    zoe_comm *tp_comm;
+    zoe_gpt *gpt;
+    zoe_optimizer *opt;
+    void **weight_ptrs;
+    /* since the last step */
+    double loss_sum;
+    int micro_batches;
+    double ms_forward, ms_backward, ms_offload;
+    double step_started;
+    int steps_done;
+    double tp_seconds_at_reset;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Gradient sink: the optimizer's buffers; the time spent handing them back is the offload. */
+static zoe_status sink_acquire(void *user, int t, void **grad) {
+    zoe_trainer *tr = user;
+    return zoe_optimizer_grad_buffer(tr->opt, t, grad);
+}
+
+static zoe_status sink_release(void *user, int t) {
+    zoe_trainer *tr = user;
+    double t0 = now_ms();
+    zoe_status st = zoe_optimizer_grad_ready(tr->opt, t);
+    tr->ms_offload += now_ms() - t0;
+    return st;
+}
+
+/* Each rank's host threads on its share of the node's cores, near its GPU if it has one. */
+static void bind_threads(const zoe_trainer *tr) {
+    zoe_topology *topo = NULL;
+    if (zoe_topology_load_host(&topo) != ZOE_OK) {
+        zoe_log(ZOE_LOG_WARN, "no topology (%s); threads left unbound", zoe_last_error());
+        return;
+    }
+    zoe_placement p;
+    int gpu = zoe_device_backend(tr->dev) == ZOE_BACKEND_CUDA ? zoe_device_ordinal(tr->dev) : -1;
+    if (gpu >= zoe_topology_num_gpus(topo)) gpu = -1;
+    if (zoe_topology_place(topo, zoe_grid_local_rank(tr->grid), zoe_grid_local_size(tr->grid), gpu,
+                           &p) == ZOE_OK)
+        zoe_topology_bind(topo, &p);
+    zoe_topology_destroy(topo);
+}
+
+static zoe_status create_device(zoe_trainer *tr) {
+    int ordinal = 0;
+    if (tr->cfg.backend == ZOE_BACKEND_CUDA) {
+        int n = zoe_cuda_device_count();
+        if (n == 0) return zoe_fail(ZOE_ERR_UNSUPPORTED, "--backend=cuda but no GPU is visible");
+        ordinal = zoe_grid_local_rank(tr->grid) % n;
+    }
+    ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
+    return zoe_stream_create(tr->dev, &tr->stream);
+}
+
+static zoe_status create_model(zoe_trainer *tr) {
+    const zoe_train_config *c = &tr->cfg;
+    zoe_gpt_config gc = {.shape = c->model,
+                         .micro_batch = c->micro_batch,
+                         .dtype = c->dtype,
+                         .seed = c->seed,
+                         .recompute = c->recompute};
+    ZOE_TRY(zoe_comm_create_for_device(zoe_grid_tp_comm(tr->grid), tr->dev, &tr->tp_comm));
+    return zoe_gpt_create(&gc, tr->dev, tr->stream, tr->tp_comm, &tr->gpt);
+}
+
+static zoe_status create_optimizer(zoe_trainer *tr) {
+    const zoe_train_config *c = &tr->cfg;
+    int n = zoe_gpt_num_tensors(tr->gpt);
+    zoe_param_tensor *tensors = calloc((size_t)n, sizeof *tensors);
+    tr->weight_ptrs = calloc((size_t)n, sizeof(void *));
+    if (!tensors || !tr->weight_ptrs) {
+        free(tensors);
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor table of %d", n);
+    }
+    for (int t = 0; t < n; t++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(tr->gpt, t);
+        tensors[t] = (zoe_param_tensor){p->name, (size_t)p->local_numel, p->replicated};
+    }
+    zoe_optimizer_config oc;
+    zoe_optimizer_config_default(&oc);
+    oc.beta1 = c->beta1, oc.beta2 = c->beta2, oc.eps = c->eps;
+    oc.weight_decay = c->weight_decay;
+    oc.adamw = 1;
+    oc.clip_norm = c->clip_grad;
+    oc.dynamic_loss_scale = c->dtype == ZOE_F16;
+    oc.loss_scale = c->dtype == ZOE_F16 ? 65536.0f : 1.0f;
+    oc.bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
+    /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
+     * buckets of one block, and the one it shares with the block before. */
+    size_t block = (size_t)zoe_gpt_block_local_numel(tr->gpt);
+    oc.bucket_ring = 3 + (int)((block + oc.bucket_numel - 1) / oc.bucket_numel);
+    oc.dpu_warmup = c->dpu_warmup;
+    oc.partial_ratio = c->offload == ZOE_OFFLOAD_NONE ? 1.0f : 0.0f;
+    zoe_status st =
+        zoe_optimizer_create(tr->grid, tr->dev, tr->stream, c->dtype, tensors, n, &oc, &tr->opt);
+    free(tensors);
+    ZOE_TRY(st);
+    char *base = zoe_optimizer_params(tr->opt);
+    for (int t = 0; t < n; t++) {
+        size_t off;
+        ZOE_TRY(zoe_optimizer_tensor_offset(tr->opt, t, &off));
+        tr->weight_ptrs[t] = base + off * zoe_dtype_size(c->dtype);
+    }
+    ZOE_TRY(zoe_gpt_bind_weights(tr->gpt, tr->weight_ptrs));
+    ZOE_TRY(zoe_gpt_init_weights(tr->gpt));
+    return zoe_optimizer_init_from_params(tr->opt);
+}
+
+zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_trainer **out) {
+    if (!out || !cfg)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: NULL argument");
+    *out = NULL;
+    int world_size;
+    MPI_Comm_size(world, &world_size);
+    ZOE_TRY(zoe_train_config_validate(cfg, world_size));
+    zoe_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "trainer struct");
+    tr->cfg = *cfg;
+    zoe_status st = zoe_grid_create(world, cfg->tp, &tr->grid);
+    if (st == ZOE_OK) st = create_device(tr);
+    if (st == ZOE_OK) bind_threads(tr);
+    if (st == ZOE_OK) st = create_model(tr);
+    if (st == ZOE_OK) st = create_optimizer(tr);
+    if (st != ZOE_OK) {
+        zoe_trainer_destroy(tr);
+        return st;
+    }
+    tr->step_started = now_ms();
+    *out = tr;
+    return ZOE_OK;
+}
+
+void zoe_trainer_destroy(zoe_trainer *tr) {
+    if (!tr) return;
+    if (tr->opt) zoe_optimizer_flush(tr->opt);
+    zoe_optimizer_destroy(tr->opt);
+    zoe_gpt_destroy(tr->gpt);
+    zoe_comm_destroy(tr->tp_comm);
+    zoe_stream_destroy(tr->stream);
+    zoe_device_destroy(tr->dev);
+    zoe_grid_destroy(tr->grid);
+    free(tr->weight_ptrs);
+    free(tr);
+}
+
+int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
+    return zoe_gpt_global_numel(tr->gpt);
+}
+int zoe_trainer_rank(const zoe_trainer *tr) {
+    return zoe_grid_rank(tr->grid);
+}
+int zoe_trainer_dp_rank(const zoe_trainer *tr) {
+    return zoe_grid_dp_rank(tr->grid);
+}
+int zoe_trainer_dp_size(const zoe_trainer *tr) {
+    return zoe_grid_dp_size(tr->grid);
+}
+
+zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
+                                   float *loss) {
+    if (!tr || !tokens || !targets)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_micro_batch: NULL argument");
+    zoe_optimizer_stats os;
+    ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
+    ZOE_TRY(zoe_optimizer_begin_micro_batch(tr->opt));
+    double t0 = now_ms();
+    float l = 0;
+    ZOE_TRY(zoe_gpt_forward(tr->gpt, tokens, targets, &l));
+    double t1 = now_ms(), offload_before = tr->ms_offload;
+    zoe_gpt_grad_sink sink = {tr, sink_acquire, sink_release};
+    ZOE_TRY(zoe_gpt_backward(tr->gpt, (float)os.loss_scale, &sink));
+    double t2 = now_ms();
+    ZOE_TRY(zoe_optimizer_end_micro_batch(tr->opt));
+    double t3 = now_ms();
+    tr->ms_forward += t1 - t0;
+    tr->ms_backward += (t2 - t1) - (tr->ms_offload - offload_before);
+    tr->ms_offload += t3 - t2;
+    tr->loss_sum += l;
+    tr->micro_batches++;
+    if (loss) *loss = l;
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step: NULL trainer");
+    if (tr->micro_batches == 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step before any micro-batch");
+    double t0 = now_ms();
+    ZOE_TRY(zoe_optimizer_step(tr->opt, lr));
+    double t1 = now_ms();
+    zoe_optimizer_stats os;
+    ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
+    /* Every TP rank has the same loss; average the micro-batches over DP. */
+    double sums[2] = {tr->loss_sum, (double)tr->micro_batches};
+    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    if (stats) {
+        const zoe_train_config *c = &tr->cfg;
+        memset(stats, 0, sizeof *stats);
+        stats->step = tr->steps_done;
+        stats->loss = (float)(sums[0] / sums[1]);
+        stats->lr = lr;
+        stats->grad_norm = (float)os.grad_norm;
+        stats->loss_scale = (float)os.loss_scale;
+        stats->skipped = os.skipped;
+        stats->tokens = (int64_t)sums[1] * c->micro_batch * c->model.seq_len;
+        stats->ms_forward = tr->ms_forward;
+        stats->ms_backward = tr->ms_backward;
+        stats->ms_offload = tr->ms_offload;
+        stats->ms_host_step = t1 - t0;
+        stats->ms_total = t1 - tr->step_started;
+    }
+    tr->steps_done++;
+    tr->loss_sum = 0;
+    tr->micro_batches = 0;
+    tr->ms_forward = tr->ms_backward = tr->ms_offload = 0;
+    tr->step_started = now_ms();
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_flush(zoe_trainer *tr) {
+    return zoe_optimizer_flush(tr->opt);
+}
+
+zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset) {
+    if (!tr || !out)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_profile: NULL argument");
+    zoe_kernels *k = zoe_gpt_tp(tr->gpt)->kernels;
+    zoe_kernel_profile kp;
+    zoe_kernels_profile(k, &kp);
+    memset(out, 0, sizeof *out);
+    for (int op = 0; op < ZOE_KOP_COUNT && out->count < ZOE_PROFILE_MAX - 1; op++) {
+        if (!kp.calls[op]) continue;
+        snprintf(out->entries[out->count].name, sizeof out->entries[0].name, "%s",
+                 zoe_kernel_op_name((zoe_kernel_op)op));
+        out->entries[out->count].ms = kp.seconds[op] * 1e3;
+        out->entries[out->count++].calls = kp.calls[op];
+    }
+    double tp_seconds = zoe_comm_seconds(tr->tp_comm);
+    snprintf(out->entries[out->count].name, sizeof out->entries[0].name, "tp_collectives");
+    out->entries[out->count++].ms = (tp_seconds - tr->tp_seconds_at_reset) * 1e3;
+    if (reset) {
+        zoe_kernels_profile_reset(k);
+        tr->tp_seconds_at_reset = tp_seconds;
+    }
+    return ZOE_OK;
+}

@@ -1,0 +1,105 @@
+/* The fused Adam/AdamW step and the gradient accumulation that feeds it.
+ *
+ * One pass per element reads the gradient (fp32, bf16 or fp16), the fp32 master weight and the
+ * two fp32 moments, and writes the master weight, the moments and the new weight in the compute
+ * dtype. Per element, in this order (the same operations, in the same order, on every path):
+ *
+ *     g  = grad * grad_scale                   grad_scale folds 1/loss_scale, 1/k and clipping
+ *     g  = g + wd * w                          Adam with L2 only
+ *     m  = beta1 * m + (1 - beta1) * g
+ *     v  = beta2 * v + (1 - beta2) * g * g
+ *     w  = w * decay                           AdamW only: decay = 1 - lr * wd
+ *     w  = w - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps)
+ *     out = dtype(w)                           round to nearest even
+ *
+ * with step_size = lr / (1 - beta1^t) and
+ * inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t). There is no fused multiply-add: the step is memory-bound,
+ * so FMA buys no time, and without it the scalar, AVX2 and AVX-512 paths give bit-identical
+ * results, so a run does not depend on which CPU executed it.
+ *
+ * Host paths are single-threaded over the range they are given; callers split work into tiles
+ * of ZOE_ADAM_TILE elements and run the tiles on OpenMP threads with a static schedule, the same
+ * tiling that first-touched the arrays. The *_stream variants run on a device stream: the host
+ * path on the CPU backend (whose device memory is host memory), CUDA kernels on a CUDA stream. */
+#ifndef ZOE_KERNELS_ADAM_H
+#define ZOE_KERNELS_ADAM_H
+
+#include <stddef.h>
+#include "zoe/device.h"
+#include "zoe/dtype.h"
+#include "zoe/status.h"
+
+/* Elements per tile of the threaded host step: 64 KiB of fp32, a whole number of 4 KiB pages. */
+#define ZOE_ADAM_TILE ((size_t)16384)
+
+typedef struct zoe_adam_hparams {
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay;
+    int decoupled;    /* 1: AdamW (decoupled decay), 0: L2 term added to the gradient */
+    float grad_scale; /* multiplier applied to every incoming gradient */
+    long step;        /* 1-based step number, for the bias corrections */
+} zoe_adam_hparams;
+
+/* The per-element constants, derived once per step from the hyper-parameters. */
+typedef struct zoe_adam_consts {
+    float grad_scale, l2, beta1, one_minus_beta1, beta2, one_minus_beta2;
+    float decay, step_size, inv_sqrt_bc2, eps;
+    int decoupled;
+} zoe_adam_consts;
+
+void zoe_adam_consts_init(zoe_adam_consts *c, const zoe_adam_hparams *h);
+
+typedef enum zoe_cpu_isa {
+    ZOE_ISA_SCALAR = 0, /* portable C, any CPU */
+    ZOE_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    ZOE_ISA_AVX512 = 2, /* AVX-512 F + BW */
+    ZOE_ISA_COUNT
+} zoe_cpu_isa;
+
+/* The best path this CPU runs; whether it runs a given one; "scalar", "avx2", "avx512". */
+zoe_cpu_isa zoe_cpu_isa_best(void);
+int zoe_cpu_isa_supported(zoe_cpu_isa isa);
+const char *zoe_cpu_isa_name(zoe_cpu_isa isa);
+
+/* The fused step over n elements with the best path. grad in grad_dtype (f32, bf16, f16); out
+ * (out_dtype f32, bf16 or f16) may be NULL. No buffer may overlap another. */
+zoe_status zoe_adam_host(const zoe_adam_consts *c, float *master, float *m, float *v,
+                         const void *grad, zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype,
+                         size_t n);
+/* The same with a chosen path (tests and benchmarks); ZOE_ERR_UNSUPPORTED if the CPU lacks it. */
+zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *master, float *m,
+                             float *v, const void *grad, zoe_dtype grad_dtype, void *out,
+                             zoe_dtype out_dtype, size_t n);
+
+/* dst[i] = (assign ? 0 : dst[i]) + scale * src[i] (src in f32, bf16 or f16). When sumsq is not
+ * NULL it receives the sum of squares of the new dst (for the gradient norm, fused into the pass
+ * that writes the gradient so that the norm costs no extra read). */
+zoe_status zoe_grad_accumulate_host(float *dst, const void *src, zoe_dtype src_dtype, float scale,
+                                    int assign, size_t n, double *sumsq);
+/* Sum of squares of n floats. */
+double zoe_sumsq_host(const float *x, size_t n);
+
+/* On a device stream (host memory on CPU, device memory on CUDA). The *_stream sumsq adds into
+ * *host_sumsq once the stream has finished (it synchronises the stream). */
+zoe_status zoe_adam_stream(zoe_stream *stream, const zoe_adam_consts *c, float *master, float *m,
+                           float *v, const float *grad, void *out, zoe_dtype out_dtype, size_t n);
+zoe_status zoe_grad_accumulate_stream(zoe_stream *stream, float *dst, const void *src,
+                                      zoe_dtype src_dtype, float scale, int assign, size_t n);
+zoe_status zoe_sumsq_stream(zoe_stream *stream, const float *x, size_t n, double *host_sumsq);
+/* Converts n fp32 values to out_dtype on the stream (initialising master weights and back). */
+zoe_status zoe_convert_stream(zoe_stream *stream, void *dst, zoe_dtype dst_dtype, const void *src,
+                              zoe_dtype src_dtype, size_t n);
+
+#ifdef ZOE_HAVE_CUDA
+/* The CUDA half (kernels/cuda/adam.cu): kernels launched on a cudaStream_t. */
+zoe_status zoe_adam_cuda(void *stream, const zoe_adam_consts *c, float *master, float *m, float *v,
+                         const float *grad, void *out, zoe_dtype out_dtype, size_t n);
+zoe_status zoe_grad_accumulate_cuda(void *stream, float *dst, const void *src, zoe_dtype src_dtype,
+                                    float scale, int assign, size_t n);
+zoe_status zoe_sumsq_cuda(void *stream, const float *x, size_t n, double *host_sumsq);
+zoe_status zoe_convert_cuda(void *stream, void *dst, zoe_dtype dst_dtype, const void *src,
+                            zoe_dtype src_dtype, size_t n);
+#endif
+
+#endif

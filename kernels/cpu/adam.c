@@ -1,0 +1,122 @@
+/* The host Adam step: the constants, the portable path, and the choice of instruction set. */
+#include <math.h>
+#include "kernels/cpu/adam_simd.h"
+#include "runtime/error.h"
+
+void zoe_adam_consts_init(zoe_adam_consts *c, const zoe_adam_hparams *h) {
+    double bc1 = 1.0 - pow((double)h->beta1, (double)h->step);
+    double bc2 = 1.0 - pow((double)h->beta2, (double)h->step);
+    c->grad_scale = h->grad_scale;
+    c->l2 = h->decoupled ? 0.0f : h->weight_decay;
+    c->beta1 = h->beta1;
+    c->one_minus_beta1 = 1.0f - h->beta1;
+    c->beta2 = h->beta2;
+    c->one_minus_beta2 = 1.0f - h->beta2;
+    c->decay = h->decoupled ? (float)(1.0 - (double)h->lr * h->weight_decay) : 1.0f;
+    c->step_size = (float)(h->lr / bc1);
+    c->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    c->eps = h->eps;
+    c->decoupled = h->decoupled != 0;
+}
+
+zoe_cpu_isa zoe_cpu_isa_best(void) {
+    if (zoe_cpu_isa_supported(ZOE_ISA_AVX512)) return ZOE_ISA_AVX512;
+    if (zoe_cpu_isa_supported(ZOE_ISA_AVX2)) return ZOE_ISA_AVX2;
+    return ZOE_ISA_SCALAR;
+}
+
+int zoe_cpu_isa_supported(zoe_cpu_isa isa) {
+    switch (isa) {
+    case ZOE_ISA_SCALAR:
+        return 1;
+    case ZOE_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    case ZOE_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f");
+    default:
+        return 0;
+    }
+}
+
+const char *zoe_cpu_isa_name(zoe_cpu_isa isa) {
+    static const char *names[] = {"scalar", "avx2", "avx512"};
+    return isa >= 0 && isa < ZOE_ISA_COUNT ? names[isa] : "unknown";
+}
+
+static int is_float_dtype(zoe_dtype dt) {
+    return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
+}
+
+zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *master, float *m,
+                             float *v, const void *grad, zoe_dtype grad_dtype, void *out,
+                             zoe_dtype out_dtype, size_t n) {
+    if (!is_float_dtype(grad_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: gradient dtype %s is not fp32/bf16/fp16",
+                        zoe_dtype_name(grad_dtype));
+    if (out && !is_float_dtype(out_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: output dtype %s is not fp32/bf16/fp16",
+                        zoe_dtype_name(out_dtype));
+    if (n && (!c || !master || !m || !v || !grad))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: NULL buffer for %zu elements", n);
+    if (!zoe_cpu_isa_supported(isa))
+        return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam: this CPU cannot run the %s path",
+                        zoe_cpu_isa_name(isa));
+    int odt = out ? (int)out_dtype : ADAM_OUT_NONE;
+    switch (isa) {
+    case ZOE_ISA_AVX512:
+        zoe_adam_avx512(c, master, m, v, grad, grad_dtype, out, odt, n);
+        break;
+    case ZOE_ISA_AVX2:
+        zoe_adam_avx2(c, master, m, v, grad, grad_dtype, out, odt, n);
+        break;
+    default:
+        if (c->decoupled)
+            adam_scalar_range(c, 1, master, m, v, grad, grad_dtype, out, odt, 0, n);
+        else
+            adam_scalar_range(c, 0, master, m, v, grad, grad_dtype, out, odt, 0, n);
+        break;
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_adam_host(const zoe_adam_consts *c, float *master, float *m, float *v,
+                         const void *grad, zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype,
+                         size_t n) {
+    return zoe_adam_host_isa(zoe_cpu_isa_best(), c, master, m, v, grad, grad_dtype, out, out_dtype,
+                             n);
+}
+
+zoe_status zoe_grad_accumulate_host(float *dst, const void *src, zoe_dtype src_dtype, float scale,
+                                    int assign, size_t n, double *sumsq) {
+    if (!is_float_dtype(src_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "accumulate: gradient dtype %s is not fp32/bf16/fp16",
+                        zoe_dtype_name(src_dtype));
+    if (n && (!dst || !src))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "accumulate: NULL buffer for %zu elements", n);
+    double s;
+    switch (zoe_cpu_isa_best()) {
+    case ZOE_ISA_AVX512:
+        s = zoe_accumulate_avx512(dst, src, src_dtype, scale, assign, n);
+        break;
+    case ZOE_ISA_AVX2:
+        s = zoe_accumulate_avx2(dst, src, src_dtype, scale, assign, n);
+        break;
+    default:
+        s = accumulate_scalar_range(dst, src, src_dtype, scale, assign, 0, n);
+        break;
+    }
+    if (sumsq) *sumsq = s;
+    return ZOE_OK;
+}
+
+double zoe_sumsq_host(const float *x, size_t n) {
+    /* Four double accumulators: a dependency chain per lane, not one long one. */
+    double s[4] = {0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) s[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++) s[0] += (double)x[i] * x[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}

@@ -1,0 +1,72 @@
+/* The host Adam loops for AVX2 (8 fp32 lanes), with F16C for fp16 and integer AVX2 for bf16's
+ * round-to-nearest-even, so every gradient and output dtype stays in SIMD. */
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+#include "kernels/cpu/adam_simd.h"
+
+static inline __m256 load_bf16_avx2(const zoe_bf16 *p) {
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+/* zoe_f32_to_bf16 lane-wise, into the low 16 bits of each 32-bit lane: NaN stays a quiet NaN,
+ * everything else rounds to nearest even. */
+static inline __m256i round_bf16_avx2(__m256 x) {
+    __m256i u = _mm256_castps_si256(x), high = _mm256_srli_epi32(u, 16);
+    __m256i bias =
+        _mm256_add_epi32(_mm256_and_si256(high, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7fff));
+    __m256 rounded = _mm256_castsi256_ps(_mm256_srli_epi32(_mm256_add_epi32(u, bias), 16));
+    __m256 quiet = _mm256_castsi256_ps(_mm256_or_si256(high, _mm256_set1_epi32(0x40)));
+    return _mm256_castps_si256(_mm256_blendv_ps(rounded, quiet, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+}
+
+/* packus works within 128-bit halves, [a0-3 b0-3 | a4-7 b4-7]: the permute puts qwords in
+ * order 0, 2, 1, 3. */
+static inline void stream2_bf16_avx2(zoe_bf16 *p, __m256 a, __m256 b) {
+    __m256i packed = _mm256_packus_epi32(round_bf16_avx2(a), round_bf16_avx2(b));
+    _mm256_stream_si256((__m256i *)p, _mm256_permute4x64_epi64(packed, 0xD8));
+}
+
+static inline void stream2_f16_avx2(zoe_f16 *p, __m256 a, __m256 b) {
+    __m128i lo = _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT);
+    __m128i hi = _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT);
+    _mm256_stream_si256((__m256i *)p, _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+static inline double hsum_avx2(__m256 x) {
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    double t[4];
+    _mm256_storeu_pd(t, _mm256_add_pd(lo, hi));
+    return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+#define VF                      __m256
+#define W                       8
+#define V_SET1(x)               _mm256_set1_ps(x)
+#define V_ADD(a, b)             _mm256_add_ps(a, b)
+#define V_SUB(a, b)             _mm256_sub_ps(a, b)
+#define V_MUL(a, b)             _mm256_mul_ps(a, b)
+#define V_DIV(a, b)             _mm256_div_ps(a, b)
+#define V_SQRT(a)               _mm256_sqrt_ps(a)
+#define V_LOAD_F32(p)           _mm256_loadu_ps(p)
+#define V_STORE_F32(p, x)       _mm256_storeu_ps(p, x)
+#define V_LOAD_BF16(p)          load_bf16_avx2(p)
+#define V_LOAD_F16(p)           _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define V_STREAM_F32(p, x)      _mm256_stream_ps(p, x)
+#define V_STREAM2_BF16(p, a, b) stream2_bf16_avx2(p, a, b)
+#define V_STREAM2_F16(p, a, b)  stream2_f16_avx2(p, a, b)
+#define V_FENCE()               _mm_sfence()
+#define V_HSUM(x)               hsum_avx2(x)
+#define ADAM_FN(name)           name##_avx2
+#include "kernels/cpu/adam_simd.h"
+
+void zoe_adam_avx2(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
+                   int gdt, void *out, int odt, size_t n) {
+    adam_avx2(c, master, m, v, grad, gdt, out, odt, n);
+}
+
+double zoe_accumulate_avx2(float *dst, const void *src, int sdt, float scale, int assign,
+                           size_t n) {
+    return accumulate_avx2(dst, src, sdt, scale, assign, n);
+}

@@ -1,0 +1,74 @@
+/* The host Adam loops for AVX-512 (16 fp32 lanes); picked at run time where the CPU has
+ * AVX-512F (this file compiles on any x86-64 compiler that knows the target). */
+#pragma GCC target("avx512f")
+#include <immintrin.h>
+#include "kernels/cpu/adam_simd.h"
+
+static inline __m512 load_bf16_avx512(const zoe_bf16 *p) {
+    __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+
+/* zoe_f32_to_bf16 lane-wise, to 16 bf16 values: NaN stays a quiet NaN, everything else rounds
+ * to nearest even. */
+static inline __m256i round_bf16_avx512(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+    __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
+}
+
+static inline void stream2_bf16_avx512(zoe_bf16 *p, __m512 a, __m512 b) {
+    __m512i both =
+        _mm512_inserti64x4(_mm512_castsi256_si512(round_bf16_avx512(a)), round_bf16_avx512(b), 1);
+    _mm512_stream_si512((__m512i *)p, both);
+}
+
+#define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+static inline void stream2_f16_avx512(zoe_f16 *p, __m512 a, __m512 b) {
+    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(a, ROUND_NEAREST)),
+                                      _mm512_cvtps_ph(b, ROUND_NEAREST), 1);
+    _mm512_stream_si512((__m512i *)p, both);
+}
+
+static inline double hsum_avx512(__m512 x) {
+    float t[16];
+    _mm512_storeu_ps(t, x);
+    double s = 0;
+    for (int i = 0; i < 16; i++) s += t[i];
+    return s;
+}
+
+#define VF                      __m512
+#define W                       16
+#define V_SET1(x)               _mm512_set1_ps(x)
+#define V_ADD(a, b)             _mm512_add_ps(a, b)
+#define V_SUB(a, b)             _mm512_sub_ps(a, b)
+#define V_MUL(a, b)             _mm512_mul_ps(a, b)
+#define V_DIV(a, b)             _mm512_div_ps(a, b)
+#define V_SQRT(a)               _mm512_sqrt_ps(a)
+#define V_LOAD_F32(p)           _mm512_loadu_ps(p)
+#define V_STORE_F32(p, x)       _mm512_storeu_ps(p, x)
+#define V_LOAD_BF16(p)          load_bf16_avx512(p)
+#define V_LOAD_F16(p)           _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define V_STREAM_F32(p, x)      _mm512_stream_ps(p, x)
+#define V_STREAM2_BF16(p, a, b) stream2_bf16_avx512(p, a, b)
+#define V_STREAM2_F16(p, a, b)  stream2_f16_avx512(p, a, b)
+#define V_FENCE()               _mm_sfence()
+#define V_HSUM(x)               hsum_avx512(x)
+#define ADAM_FN(name)           name##_avx512
+#include "kernels/cpu/adam_simd.h"
+
+void zoe_adam_avx512(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
+                     int gdt, void *out, int odt, size_t n) {
+    adam_avx512(c, master, m, v, grad, gdt, out, odt, n);
+}
+
+double zoe_accumulate_avx512(float *dst, const void *src, int sdt, float scale, int assign,
+                             size_t n) {
+    return accumulate_avx512(dst, src, sdt, scale, assign, n);
+}

@@ -1,0 +1,359 @@
+/* Causal multi-head attention on CUDA, flash-style: no T x T matrix exists anywhere; fp32
+ * arithmetic on the CUDA cores.
+ *
+ * Every kernel has the same shape. A 256-thread block owns a tile of 32 rows of one (batch,
+ * head) (its "own" rows: queries, or keys in the dk/dv kernel), kept in shared memory as fp32,
+ * and walks the partner tiles of 32 rows that causality lets it see, staged in shared memory
+ * one after another. Each warp owns 4 of the rows; lane j of the warp computes the dot
+ * products of those rows with partner row j (partner rows padded by one float so the lanes hit
+ * distinct banks), and the weighted sums over the 32 partners are formed with each weight
+ * broadcast by a warp shuffle, lane l accumulating head dims l, l + 32, ... in registers
+ * (HS <= 256).
+ *
+ * Forward: own = q, partners = k, v; an online softmax per row (running max m and sum l,
+ * accumulator rescaled as m grows); out = acc / l, lse = m + log l.
+ * Backward, without atomics (each output element has one writer, fixed summation order):
+ *  - delta = rowsum(dout * out), one warp per row, into the workspace;
+ *  - dq kernel: own = q, dout; partners = k, v; p = exp(s - lse), ds = p (dout.v - delta),
+ *    dq += scale sum ds k;
+ *  - dk/dv kernel: own = k, v; partners = q, dout (with their lse, delta);
+ *    dv += sum p dout, dk += scale sum ds q.
+ * P is recomputed in both backward kernels rather than shared through atomics. */
+#include <type_traits>
+#include "kernels/cuda/cuda_util.cuh"
+
+enum {
+    TILE = 32,           /* rows per tile: one partner per lane */
+    WARPS = 8,           /* warps per block */
+    ROWS = TILE / WARPS, /* own rows per warp */
+    MAX_HEAD_DIM = 256,  /* 8 dims per lane */
+};
+
+/* One head's [T, HS] slice of a [B, T, NH, parts, HS] tensor: row t starts at base + t * ld. */
+template <typename T> struct head_rows {
+    T *base;
+    int64_t ld;
+};
+
+template <typename T>
+static __device__ __forceinline__ head_rows<T> head_slice(T *t, int parts, int part, int64_t seq,
+                                                          int NH, int HS) {
+    const int64_t b = blockIdx.z, h = blockIdx.y;
+    return {t + ((b * seq * NH + h) * parts + part) * HS, (int64_t)NH * parts * HS};
+}
+
+/* dst[j * ldd + d] = rows[t0 + j][d] as fp32 for j < TILE, d < HS; zeros past the sequence.
+ * The whole block calls it; rows are read along d (coalesced). */
+template <typename T>
+static __device__ void load_tile(float *dst, int ldd, head_rows<const T> rows, int64_t t0,
+                                 int64_t seq, int HS) {
+    for (int idx = threadIdx.x; idx < TILE * HS; idx += blockDim.x) {
+        const int j = idx / HS, d = idx % HS;
+        dst[j * ldd + d] = t0 + j < seq ? zoe_to_f32(rows.base[(t0 + j) * rows.ld + d]) : 0.0f;
+    }
+}
+
+/* s[r] = own row r of this warp . partner row (the lane's), over HS dims. */
+static __device__ __forceinline__ void lane_dots(float (&s)[ROWS], const float *own,
+                                                 const float *partner, int HS) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) s[r] = 0.0f;
+    for (int d = 0; d < HS; d++) {
+        const float p = partner[d];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) s[r] += own[r * HS + d] * p;
+    }
+}
+
+/* acc[r][i] += sum over lanes j of w[r] (held by lane j) * tile[j][lane + 32 i]. */
+template <int DPL>
+static __device__ __forceinline__ void lane_accumulate(float (&acc)[ROWS][DPL],
+                                                       const float (&w)[ROWS], const float *tile,
+                                                       int ldt, int HS) {
+    const int lane = threadIdx.x % 32;
+    for (int j = 0; j < TILE; j++) {
+        float wj[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) wj[r] = __shfl_sync(0xffffffffu, w[r], j);
+        const float *row = tile + j * ldt;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            const int d = lane + 32 * i;
+            if (d < HS) {
+                const float t = row[d];
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) acc[r][i] += wj[r] * t;
+            }
+        }
+    }
+}
+
+template <int DPL> static __device__ __forceinline__ void zero(float (&acc)[ROWS][DPL]) {
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int i = 0; i < DPL; i++) acc[r][i] = 0.0f;
+}
+
+/* rows[t][d] (+)= acc[r][i] * k for the warp's row r at sequence position t, if t < seq. */
+template <int DPL, typename T>
+static __device__ __forceinline__ void store_rows(head_rows<T> rows, const float (&acc)[ROWS][DPL],
+                                                  int64_t t_first, int64_t seq, int HS, float k,
+                                                  bool accumulate) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int64_t t = t_first + r;
+        if (t >= seq) continue;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            const int d = lane + 32 * i;
+            if (d >= HS) continue;
+            T *p = rows.base + t * rows.ld + d;
+            *p = zoe_from_f32<T>((accumulate ? zoe_to_f32(*p) : 0.0f) + acc[r][i] * k);
+        }
+    }
+}
+
+/* The tile this block owns, counted so that blockIdx.x 0 is the one with most work. */
+static __device__ __forceinline__ int64_t tile_longest_first(int64_t tiles, bool query_tiles) {
+    return query_tiles ? tiles - 1 - blockIdx.x : blockIdx.x;
+}
+
+/* ---- forward ---- */
+
+template <typename T, int DPL>
+__global__ void __launch_bounds__(WARPS * 32)
+    attention_forward_kernel(T *out, float *lse, const T *qkv, int64_t seq, int NH, int HS,
+                             float scale) {
+    extern __shared__ float smem[];
+    const int ldt = HS + 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *own = smem, *kt = own + TILE * HS, *vt = kt + TILE * ldt;
+    const int64_t tiles = (seq + TILE - 1) / TILE, qtile = tile_longest_first(tiles, true);
+    const int64_t q0 = qtile * TILE, q_first = q0 + warp * ROWS;
+    const head_rows<const T> q = head_slice(qkv, 3, 0, seq, NH, HS);
+    const head_rows<const T> k = head_slice(qkv, 3, 1, seq, NH, HS);
+    const head_rows<const T> v = head_slice(qkv, 3, 2, seq, NH, HS);
+    load_tile(own, HS, q, q0, seq, HS);
+    float acc[ROWS][DPL], m[ROWS], l[ROWS];
+    zero(acc);
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) m[r] = -INFINITY, l[r] = 0.0f;
+    for (int64_t kt_i = 0; kt_i <= qtile; kt_i++) {
+        const int64_t k0 = kt_i * TILE;
+        __syncthreads(); /* the previous tiles are no longer read */
+        load_tile(kt, ldt, k, k0, seq, HS);
+        load_tile(vt, ldt, v, k0, seq, HS);
+        __syncthreads();
+        float s[ROWS];
+        lane_dots(s, own + warp * ROWS * HS, kt + lane * ldt, HS);
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int64_t qi = q_first + r, kj = k0 + lane;
+            s[r] = kj <= qi && qi < seq ? s[r] * scale : -INFINITY;
+            const float m_new = fmaxf(m[r], zoe_warp_max(s[r]));
+            /* A row with nothing visible yet (only past the sequence) keeps p = 0. */
+            const float p = m_new == -INFINITY ? 0.0f : expf(s[r] - m_new);
+            const float corr = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+            l[r] = l[r] * corr + zoe_warp_sum(p);
+            m[r] = m_new;
+#pragma unroll
+            for (int i = 0; i < DPL; i++) acc[r][i] *= corr;
+            s[r] = p;
+        }
+        lane_accumulate(acc, s, vt, ldt, HS);
+    }
+    const head_rows<T> o = head_slice(out, 1, 0, seq, NH, HS);
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int64_t qi = q_first + r;
+        if (qi >= seq) continue;
+        const float inv = 1.0f / l[r];
+#pragma unroll
+        for (int i = 0; i < DPL; i++) acc[r][i] *= inv;
+        if (lane == 0) lse[((int64_t)blockIdx.z * NH + blockIdx.y) * seq + qi] = m[r] + logf(l[r]);
+    }
+    store_rows(o, acc, q_first, seq, HS, 1.0f, false);
+}
+
+/* ---- backward ---- */
+
+/* delta[b, h, t] = sum_d dout[b, t, h, d] * out[b, t, h, d]: one warp per (b, t, h) row. */
+template <typename T>
+__global__ void attention_delta_kernel(float *delta, const T *dout, const T *out, int64_t rows,
+                                       int64_t seq, int NH, int HS) {
+    const int64_t row = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; /* (b * T + t) * NH + h */
+    if (row >= rows) return;
+    const int lane = threadIdx.x % 32;
+    float s = 0.0f;
+    for (int d = lane; d < HS; d += 32)
+        s += zoe_to_f32(dout[row * HS + d]) * zoe_to_f32(out[row * HS + d]);
+    s = zoe_warp_sum(s);
+    const int64_t h = row % NH, bt = row / NH, b = bt / seq, t = bt % seq;
+    if (lane == 0) delta[(b * NH + h) * seq + t] = s;
+}
+
+/* dq: own rows are queries (q, dout), partners are keys (k, v). */
+template <typename T, int DPL>
+__global__ void __launch_bounds__(WARPS * 32)
+    attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta,
+                        int64_t seq, int NH, int HS, float scale) {
+    extern __shared__ float smem[];
+    const int ldt = HS + 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *own_q = smem, *own_g = own_q + TILE * HS, *kt = own_g + TILE * HS, *vt = kt + TILE * ldt;
+    const int64_t tiles = (seq + TILE - 1) / TILE, qtile = tile_longest_first(tiles, true);
+    const int64_t q0 = qtile * TILE, q_first = q0 + warp * ROWS;
+    const int64_t stats = ((int64_t)blockIdx.z * NH + blockIdx.y) * seq;
+    load_tile(own_q, HS, head_slice(qkv, 3, 0, seq, NH, HS), q0, seq, HS);
+    load_tile(own_g, HS, head_slice(dout, 1, 0, seq, NH, HS), q0, seq, HS);
+    float row_lse[ROWS], row_delta[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const bool in = q_first + r < seq;
+        row_lse[r] = in ? lse[stats + q_first + r] : 0.0f;
+        row_delta[r] = in ? delta[stats + q_first + r] : 0.0f;
+    }
+    float acc[ROWS][DPL];
+    zero(acc);
+    for (int64_t kt_i = 0; kt_i <= qtile; kt_i++) {
+        const int64_t k0 = kt_i * TILE;
+        __syncthreads();
+        load_tile(kt, ldt, head_slice(qkv, 3, 1, seq, NH, HS), k0, seq, HS);
+        load_tile(vt, ldt, head_slice(qkv, 3, 2, seq, NH, HS), k0, seq, HS);
+        __syncthreads();
+        float s[ROWS], dp[ROWS];
+        lane_dots(s, own_q + warp * ROWS * HS, kt + lane * ldt, HS);
+        lane_dots(dp, own_g + warp * ROWS * HS, vt + lane * ldt, HS);
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int64_t qi = q_first + r, kj = k0 + lane;
+            const float p = kj <= qi && qi < seq ? expf(s[r] * scale - row_lse[r]) : 0.0f;
+            s[r] = p * (dp[r] - row_delta[r]); /* ds */
+        }
+        lane_accumulate(acc, s, kt, ldt, HS);
+    }
+    store_rows(head_slice(dqkv, 3, 0, seq, NH, HS), acc, q_first, seq, HS, scale, true);
+}
+
+/* dk, dv: own rows are keys (k, v), partners are queries (q, dout, lse, delta). */
+template <typename T, int DPL>
+__global__ void __launch_bounds__(WARPS * 32)
+    attention_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta,
+                         int64_t seq, int NH, int HS, float scale) {
+    extern __shared__ float smem[];
+    const int ldt = HS + 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *own_k = smem, *own_v = own_k + TILE * HS, *qt = own_v + TILE * HS, *gt = qt + TILE * ldt,
+          *tile_lse = gt + TILE * ldt, *tile_delta = tile_lse + TILE;
+    const int64_t tiles = (seq + TILE - 1) / TILE, ktile = tile_longest_first(tiles, false);
+    const int64_t k0 = ktile * TILE, k_first = k0 + warp * ROWS;
+    const int64_t stats = ((int64_t)blockIdx.z * NH + blockIdx.y) * seq;
+    load_tile(own_k, HS, head_slice(qkv, 3, 1, seq, NH, HS), k0, seq, HS);
+    load_tile(own_v, HS, head_slice(qkv, 3, 2, seq, NH, HS), k0, seq, HS);
+    float dk[ROWS][DPL], dv[ROWS][DPL];
+    zero(dk);
+    zero(dv);
+    for (int64_t qt_i = ktile; qt_i < tiles; qt_i++) {
+        const int64_t q0 = qt_i * TILE;
+        __syncthreads();
+        load_tile(qt, ldt, head_slice(qkv, 3, 0, seq, NH, HS), q0, seq, HS);
+        load_tile(gt, ldt, head_slice(dout, 1, 0, seq, NH, HS), q0, seq, HS);
+        if (threadIdx.x < TILE) {
+            const int64_t qi = q0 + threadIdx.x;
+            tile_lse[threadIdx.x] = qi < seq ? lse[stats + qi] : 0.0f;
+            tile_delta[threadIdx.x] = qi < seq ? delta[stats + qi] : 0.0f;
+        }
+        __syncthreads();
+        float s[ROWS], dp[ROWS], p[ROWS];
+        lane_dots(s, own_k + warp * ROWS * HS, qt + lane * ldt, HS);
+        lane_dots(dp, own_v + warp * ROWS * HS, gt + lane * ldt, HS);
+        const int64_t qi = q0 + lane;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int64_t kj = k_first + r;
+            p[r] = kj <= qi && qi < seq ? expf(s[r] * scale - tile_lse[lane]) : 0.0f;
+            s[r] = p[r] * (dp[r] - tile_delta[lane]); /* ds */
+        }
+        lane_accumulate(dv, p, gt, ldt, HS);
+        lane_accumulate(dk, s, qt, ldt, HS);
+    }
+    store_rows(head_slice(dqkv, 3, 1, seq, NH, HS), dk, k_first, seq, HS, scale, true);
+    store_rows(head_slice(dqkv, 3, 2, seq, NH, HS), dv, k_first, seq, HS, 1.0f, true);
+}
+
+/* ---- launch ---- */
+
+/* Calls f(std::integral_constant<int, DPL>) with DPL the dims per lane (1, 2, 4, 8) for HS. */
+template <typename F> static zoe_status with_dims_per_lane(int64_t HS, F &&f) {
+    if (HS <= 32) return f(std::integral_constant<int, 1>{});
+    if (HS <= 64) return f(std::integral_constant<int, 2>{});
+    if (HS <= 128) return f(std::integral_constant<int, 4>{});
+    return f(std::integral_constant<int, 8>{});
+}
+
+static zoe_status check_shape(const char *op, int64_t B, int64_t NH, int64_t HS) {
+    if (HS > MAX_HEAD_DIM)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED, "%s: HS=%lld exceeds the CUDA kernels' %d", op,
+                        (long long)HS, MAX_HEAD_DIM);
+    if (B > 65535 || NH > 65535)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED, "%s: B=%lld or NH=%lld exceeds a grid dimension", op,
+                        (long long)B, (long long)NH);
+    return ZOE_OK;
+}
+
+/* Launches kernel with `floats` of dynamic shared memory, raising the kernel's limit first
+ * when it needs more than the default 48 KiB. */
+template <typename K, typename... Args>
+static zoe_status launch_tiles(zoe_cuda_kernels *ck, const char *name, K kernel, size_t floats,
+                               int64_t B, int64_t T, int64_t NH, Args... args) {
+    const size_t bytes = floats * sizeof(float);
+    ZOE_CUDA_TRY(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    const dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)NH, (unsigned)B);
+    kernel<<<grid, WARPS * 32, bytes, ck->stream>>>(args...);
+    return zoe_cuda_launched(name);
+}
+
+extern "C" zoe_status zoe_cuda_attention_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out,
+                                                 float *lse, const void *qkv, int64_t B, int64_t T,
+                                                 int64_t NH, int64_t HS) {
+    if (B == 0 || T == 0 || NH == 0) return ZOE_OK;
+    ZOE_TRY(check_shape("zoe_attention_forward", B, NH, HS));
+    const float scale = 1.0f / sqrtf((float)HS);
+    const size_t floats = (size_t)TILE * HS + 2 * (size_t)TILE * (HS + 1);
+    return zoe_cuda_with_dtype(dt, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        return with_dims_per_lane(HS, [&](auto dpl) {
+            return launch_tiles(ck, "attention_forward_kernel",
+                                attention_forward_kernel<E, decltype(dpl)::value>, floats, B, T, NH,
+                                (E *)out, lse, (const E *)qkv, T, (int)NH, (int)HS, scale);
+        });
+    });
+}
+
+extern "C" zoe_status zoe_cuda_attention_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dqkv,
+                                                  const void *dout, const void *qkv,
+                                                  const void *out, const float *lse, int64_t B,
+                                                  int64_t T, int64_t NH, int64_t HS) {
+    if (!dqkv || B == 0 || T == 0 || NH == 0) return ZOE_OK;
+    ZOE_TRY(check_shape("zoe_attention_backward", B, NH, HS));
+    const float scale = 1.0f / sqrtf((float)HS);
+    const int64_t rows = B * T * NH;
+    const size_t floats = 2 * (size_t)TILE * HS + 2 * (size_t)TILE * (HS + 1) + 2 * TILE;
+    float *delta = ck->attn_delta;
+    return zoe_cuda_with_dtype(dt, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        attention_delta_kernel<E>
+            <<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, ck->stream>>>(
+                delta, (const E *)dout, (const E *)out, rows, T, (int)NH, (int)HS);
+        ZOE_TRY(zoe_cuda_launched("attention_delta_kernel"));
+        return with_dims_per_lane(HS, [&](auto dpl) {
+            constexpr int DPL = decltype(dpl)::value;
+            ZOE_TRY(launch_tiles(ck, "attention_dq_kernel", attention_dq_kernel<E, DPL>, floats, B,
+                                 T, NH, (E *)dqkv, (const E *)dout, (const E *)qkv, lse,
+                                 (const float *)delta, T, (int)NH, (int)HS, scale));
+            return launch_tiles(ck, "attention_dkv_kernel", attention_dkv_kernel<E, DPL>, floats, B,
+                                T, NH, (E *)dqkv, (const E *)dout, (const E *)qkv, lse,
+                                (const float *)delta, T, (int)NH, (int)HS, scale);
+        });
+    });
+}

@@ -1,0 +1,84 @@
+/* Internal: the CUDA backend of the op table. kernels.c validates every argument once and then
+ * calls zoe_cuda_<op>(ck, <the public op's arguments after the context>); the functions here
+ * assume valid arguments (sizes within the plan, required pointers non-NULL, device pointers
+ * for every tensor). Work is enqueued on the context's stream and returns without waiting,
+ * except zoe_cuda_xent_loss, which returns host values and so waits for its stream. */
+#ifndef ZOE_KERNELS_CUDA_OPS_H
+#define ZOE_KERNELS_CUDA_OPS_H
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zoe_cuda_kernels zoe_cuda_kernels;
+
+/* Binds the device's current GPU, creates the cuBLAS handle on the stream's native stream and
+ * allocates once the workspace planned from plan (cuBLAS workspace, reduction partials,
+ * attention statistics, the embedding sort buffers, the staging for host-side losses). */
+zoe_status zoe_cuda_kernels_create(zoe_device *dev, zoe_stream *stream, const zoe_kernel_plan *plan,
+                                   zoe_cuda_kernels **out);
+void zoe_cuda_kernels_destroy(zoe_cuda_kernels *ck);
+
+zoe_status zoe_cuda_matmul_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *x,
+                                   const void *w, const void *b, int64_t M, int64_t K, int64_t N);
+zoe_status zoe_cuda_matmul_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dx, void *dw,
+                                    void *db, const void *dy, const void *x, const void *w,
+                                    int64_t M, int64_t K, int64_t N);
+
+zoe_status zoe_cuda_layernorm_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, float *mean,
+                                      float *rstd, const void *x, const void *gamma,
+                                      const void *beta, int64_t rows, int64_t C);
+zoe_status zoe_cuda_layernorm_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dx, void *dgamma,
+                                       void *dbeta, const void *dy, const void *x,
+                                       const void *gamma, const float *mean, const float *rstd,
+                                       int64_t rows, int64_t C);
+
+zoe_status zoe_cuda_gelu_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *x,
+                                 int64_t n);
+zoe_status zoe_cuda_gelu_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dx, const void *dy,
+                                  const void *x, int64_t n);
+
+zoe_status zoe_cuda_attention_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out, float *lse,
+                                      const void *qkv, int64_t B, int64_t T, int64_t NH,
+                                      int64_t HS);
+zoe_status zoe_cuda_attention_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dqkv,
+                                       const void *dout, const void *qkv, const void *out,
+                                       const float *lse, int64_t B, int64_t T, int64_t NH,
+                                       int64_t HS);
+
+zoe_status zoe_cuda_residual_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *a,
+                                     const void *b, int64_t n);
+zoe_status zoe_cuda_add(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *x, int64_t n);
+zoe_status zoe_cuda_scale(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, float s, int64_t n);
+
+zoe_status zoe_cuda_embedding_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y,
+                                      const int32_t *tokens, const void *wte, const void *wpe,
+                                      int64_t B, int64_t T, int64_t C, int64_t vocab_start,
+                                      int64_t vocab_rows);
+zoe_status zoe_cuda_embedding_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dwte, void *dwpe,
+                                       const void *dy, const int32_t *tokens, int64_t B, int64_t T,
+                                       int64_t C, int64_t vocab_start, int64_t vocab_rows);
+
+zoe_status zoe_cuda_xent_row_max(zoe_cuda_kernels *ck, zoe_dtype dt, float *row_max,
+                                 const void *logits, int64_t rows, int64_t V, int64_t v_valid);
+zoe_status zoe_cuda_xent_row_sums(zoe_cuda_kernels *ck, zoe_dtype dt, float *sum_exp,
+                                  float *target_logit, const void *logits, const float *row_max,
+                                  const int32_t *targets, int64_t rows, int64_t V, int64_t v_valid,
+                                  int64_t vocab_start, int32_t ignore_index);
+zoe_status zoe_cuda_xent_loss(zoe_cuda_kernels *ck, float *losses, float *mean_loss, int64_t *count,
+                              const float *row_max, const float *sum_exp, const float *target_logit,
+                              const int32_t *targets, int64_t rows, int32_t ignore_index);
+zoe_status zoe_cuda_xent_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dlogits,
+                                  const void *logits, const float *row_max, const float *sum_exp,
+                                  const int32_t *targets, int64_t rows, int64_t V, int64_t v_valid,
+                                  int64_t vocab_start, int32_t ignore_index, float scale);
+
+zoe_status zoe_cuda_cast(zoe_cuda_kernels *ck, void *dst, zoe_dtype dst_dt, const void *src,
+                         zoe_dtype src_dt, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

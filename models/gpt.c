@@ -1,0 +1,286 @@
+/* The GPT of models/gpt.h: composition of the tensor_parallel layers, one planned activation
+ * allocation, and the backward that hands each tensor's gradient to the sink as it completes. */
+#include "models/gpt.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/error.h"
+
+#define GPT_MAX_TENSORS_FIXED 4 /* wte, wpe, ln_f.weight, ln_f.bias */
+
+struct zoe_gpt {
+    zoe_gpt_config cfg;
+    zoe_device *dev;
+    zoe_stream *stream;
+    zoe_kernels *kernels;
+    zoe_tp tp;
+    zoe_tp_embedding emb;
+    zoe_tp_block *blocks;
+    zoe_tp_param ln_f_weight, ln_f_bias;
+    zoe_tp_param **tensors; /* the fixed order of zoe_gpt_tensor */
+    int num_tensors;
+    int64_t N, C; /* tokens per micro-batch, hidden */
+
+    /* activations, carved from one device allocation */
+    void *arena;
+    size_t arena_bytes;
+    int32_t *tokens, *targets;
+    void **resid;            /* [L + 1] x [N, C]: block inputs, then the last output */
+    zoe_tp_block_acts *acts; /* L of them, or 1 shared with recompute */
+    void *recompute_out;     /* [N, C], the discarded output of a recomputed block */
+    void *block_scratch;
+    void *ln_f, *d_ln_f, *dres; /* [N, C] */
+    float *ln_f_mean, *ln_f_rstd;
+    void *logits; /* [N, vocab.local]; its gradient in place after backward */
+    float *xent_stats;
+    float *losses; /* host [N] */
+    int64_t count; /* non-ignored tokens of the last forward */
+    uint64_t micro_step;
+};
+
+/* The activation layout, run twice: with base NULL to size it, then to carve it. */
+static size_t layout(zoe_gpt *g, char *base) {
+    const zoe_gpt_config *c = &g->cfg;
+    size_t off = 0, es = zoe_dtype_size(c->dtype), NC = (size_t)(g->N * g->C) * es;
+    size_t N = (size_t)g->N;
+    int L = c->shape.layers, nacts = c->recompute ? 1 : L;
+#define CARVE(ptr, bytes)                                                                          \
+    do {                                                                                           \
+        if (base) *(void **)&(ptr) = base + off;                                                   \
+        off += zoe_tp_align(bytes);                                                                \
+    } while (0)
+    CARVE(g->tokens, N * sizeof(int32_t));
+    CARVE(g->targets, N * sizeof(int32_t));
+    for (int l = 0; l <= L; l++) CARVE(g->resid[l], NC);
+    size_t acts =
+        zoe_tp_block_acts_bytes(&g->blocks[0], c->micro_batch, c->shape.seq_len, c->dtype);
+    for (int a = 0; a < nacts; a++) {
+        if (base)
+            zoe_tp_block_acts_bind(&g->blocks[a], &g->acts[a], base + off, c->micro_batch,
+                                   c->shape.seq_len, c->dtype);
+        off += zoe_tp_align(acts);
+    }
+    if (c->recompute) CARVE(g->recompute_out, NC);
+    CARVE(g->block_scratch,
+          zoe_tp_block_scratch_bytes(&g->blocks[0], c->micro_batch, c->shape.seq_len, c->dtype));
+    CARVE(g->ln_f, NC);
+    CARVE(g->d_ln_f, NC);
+    CARVE(g->dres, NC);
+    CARVE(g->ln_f_mean, N * sizeof(float));
+    CARVE(g->ln_f_rstd, N * sizeof(float));
+    CARVE(g->logits, N * (size_t)g->emb.vocab.local * es);
+    CARVE(g->xent_stats, zoe_tp_xent_stats_bytes(g->N));
+#undef CARVE
+    return off;
+}
+
+static zoe_status describe(zoe_gpt *g, int tp_size, int tp_rank) {
+    const zoe_model_config *m = &g->cfg.shape;
+    ZOE_TRY(zoe_tp_embedding_init(&g->emb, "", m->vocab, g->cfg.pad_multiple, m->hidden, m->seq_len,
+                                  0.02f, tp_size, tp_rank));
+    g->tensors[g->num_tensors++] = &g->emb.wte;
+    g->tensors[g->num_tensors++] = &g->emb.wpe;
+    /* GPT-2's scaled init of the residual projections: 0.02 / sqrt(2 L). */
+    zoe_tp_block_config bc = {.hidden = m->hidden,
+                              .heads = m->heads,
+                              .ffn = m->ffn ? m->ffn : 4 * (int64_t)m->hidden,
+                              .hidden_dropout = m->dropout,
+                              .init_std = 0.02f,
+                              .proj_init_std = 0.02f / sqrtf(2.0f * (float)m->layers)};
+    for (int l = 0; l < m->layers; l++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "h.%d.", l);
+        ZOE_TRY(zoe_tp_block_init(&g->blocks[l], prefix, &bc, tp_size, tp_rank));
+        g->num_tensors += zoe_tp_block_params(&g->blocks[l], g->tensors + g->num_tensors);
+    }
+    ZOE_TRY(zoe_tp_param_describe(&g->ln_f_weight, "ln_f.weight", 1, m->hidden, 1,
+                                  ZOE_TP_REPLICATED, ZOE_TP_INIT_ONES, 0, tp_size, tp_rank));
+    ZOE_TRY(zoe_tp_param_describe(&g->ln_f_bias, "ln_f.bias", 1, m->hidden, 1, ZOE_TP_REPLICATED,
+                                  ZOE_TP_INIT_ZEROS, 0, tp_size, tp_rank));
+    g->tensors[g->num_tensors++] = &g->ln_f_weight;
+    g->tensors[g->num_tensors++] = &g->ln_f_bias;
+    return ZOE_OK;
+}
+
+static zoe_status check_config(const zoe_gpt_config *c) {
+    const zoe_model_config *m = &c->shape;
+    if (m->layers <= 0 || m->hidden <= 0 || m->heads <= 0 || m->seq_len <= 0 || m->vocab <= 1 ||
+        c->micro_batch <= 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "GPT shape: layers=%d hidden=%d heads=%d seq_len=%d vocab=%d batch=%lld "
+                        "must be positive",
+                        m->layers, m->hidden, m->heads, m->seq_len, m->vocab,
+                        (long long)c->micro_batch);
+    if (m->dropout < 0 || m->dropout >= 1)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "dropout=%g outside [0, 1)", (double)m->dropout);
+    return ZOE_OK;
+}
+
+zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream *stream,
+                          zoe_comm *tp_comm, zoe_gpt **out) {
+    if (!out || !cfg || !dev || !stream || !tp_comm)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_gpt_create: NULL argument");
+    *out = NULL;
+    ZOE_TRY(check_config(cfg));
+    zoe_gpt *g = calloc(1, sizeof *g);
+    if (!g) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "GPT struct");
+    int L = cfg->shape.layers;
+    g->cfg = *cfg;
+    g->dev = dev;
+    g->stream = stream;
+    g->N = cfg->micro_batch * cfg->shape.seq_len;
+    g->C = cfg->shape.hidden;
+    g->blocks = calloc((size_t)L, sizeof *g->blocks);
+    g->tensors = calloc((size_t)(L * ZOE_TP_BLOCK_PARAMS + GPT_MAX_TENSORS_FIXED), sizeof(void *));
+    g->resid = calloc((size_t)L + 1, sizeof(void *));
+    g->acts = calloc((size_t)L, sizeof *g->acts);
+    g->losses = malloc((size_t)g->N * sizeof(float));
+    zoe_status st = g->blocks && g->tensors && g->resid && g->acts && g->losses
+                        ? ZOE_OK
+                        : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "GPT tables for %d layers", L);
+    int t = zoe_comm_size(tp_comm), r = zoe_comm_rank(tp_comm);
+    if (st == ZOE_OK) st = describe(g, t, r);
+    zoe_kernel_plan plan = {.max_dim = g->emb.vocab.local};
+    for (int l = 0; st == ZOE_OK && l < L; l++)
+        zoe_tp_block_plan(&g->blocks[l], cfg->micro_batch, cfg->shape.seq_len, &plan);
+    if (plan.max_rows < g->N) plan.max_rows = g->N;
+    if (plan.max_dim < g->C) plan.max_dim = g->C;
+    if (st == ZOE_OK) st = zoe_kernels_create(dev, stream, &plan, &g->kernels);
+    if (st == ZOE_OK) st = zoe_tp_init(&g->tp, g->kernels, tp_comm, cfg->dtype, cfg->seed);
+    if (st == ZOE_OK) {
+        g->arena_bytes = layout(g, NULL);
+        st = zoe_device_alloc(dev, g->arena_bytes, &g->arena);
+    }
+    if (st == ZOE_OK) layout(g, g->arena);
+    if (st != ZOE_OK) {
+        zoe_gpt_destroy(g);
+        return st;
+    }
+    *out = g;
+    return ZOE_OK;
+}
+
+void zoe_gpt_destroy(zoe_gpt *g) {
+    if (!g) return;
+    zoe_device_free(g->dev, g->arena);
+    zoe_kernels_destroy(g->kernels);
+    free(g->blocks), free(g->tensors), free(g->resid), free(g->acts), free(g->losses);
+    free(g);
+}
+
+int zoe_gpt_num_tensors(const zoe_gpt *g) {
+    return g->num_tensors;
+}
+const zoe_tp_param *zoe_gpt_tensor(const zoe_gpt *g, int t) {
+    return t >= 0 && t < g->num_tensors ? g->tensors[t] : NULL;
+}
+size_t zoe_gpt_activation_bytes(const zoe_gpt *g) {
+    return g->arena_bytes;
+}
+zoe_tp *zoe_gpt_tp(zoe_gpt *g) {
+    return &g->tp;
+}
+
+int64_t zoe_gpt_local_numel(const zoe_gpt *g) {
+    int64_t n = 0;
+    for (int t = 0; t < g->num_tensors; t++) n += g->tensors[t]->local_numel;
+    return n;
+}
+
+int64_t zoe_gpt_global_numel(const zoe_gpt *g) {
+    int64_t n = 0;
+    for (int t = 0; t < g->num_tensors; t++)
+        n += g->tensors[t]->global_shape[0] * g->tensors[t]->global_shape[1];
+    return n;
+}
+
+int64_t zoe_gpt_block_local_numel(const zoe_gpt *g) {
+    int64_t n = 0;
+    for (int t = 2; t < 2 + ZOE_TP_BLOCK_PARAMS && t < g->num_tensors; t++)
+        n += g->tensors[t]->local_numel;
+    return n;
+}
+
+zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs) {
+    for (int t = 0; t < g->num_tensors; t++) {
+        if (!ptrs[t])
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weights of %s: NULL pointer",
+                            g->tensors[t]->name);
+        g->tensors[t]->data = ptrs[t];
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_gpt_init_weights(zoe_gpt *g) {
+    for (int t = 0; t < g->num_tensors; t++) ZOE_TRY(zoe_tp_param_init(&g->tp, g->tensors[t]));
+    return zoe_stream_synchronize(g->stream);
+}
+
+zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss) {
+    const zoe_gpt_config *c = &g->cfg;
+    int L = c->shape.layers;
+    int64_t B = c->micro_batch, T = c->shape.seq_len;
+    for (int64_t i = 0; i < g->N; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->shape.vocab)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "token %d at position %lld outside [0, %d)",
+                            tokens[i], (long long)i, c->shape.vocab);
+    size_t ids = (size_t)g->N * sizeof(int32_t);
+    ZOE_TRY(zoe_memcpy_async(g->tokens, tokens, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
+    ZOE_TRY(zoe_memcpy_async(g->targets, targets, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
+    g->micro_step++;
+    ZOE_TRY(zoe_tp_embedding_forward(&g->tp, &g->emb, g->resid[0], g->tokens, B, T));
+    for (int l = 0; l < L; l++)
+        ZOE_TRY(zoe_tp_block_forward(&g->tp, &g->blocks[l], &g->acts[c->recompute ? 0 : l],
+                                     g->resid[l + 1], g->resid[l], g->micro_step));
+    ZOE_TRY(zoe_layernorm_forward(g->kernels, c->dtype, g->ln_f, g->ln_f_mean, g->ln_f_rstd,
+                                  g->resid[L], g->ln_f_weight.data, g->ln_f_bias.data, g->N, g->C));
+    ZOE_TRY(zoe_tp_lm_head_forward(&g->tp, &g->emb, g->logits, g->ln_f, g->N));
+    return zoe_tp_xent_forward(&g->tp, &g->emb, g->xent_stats, g->logits, g->targets, g->N,
+                               ZOE_GPT_IGNORE_INDEX, g->losses, loss, &g->count);
+}
+
+/* Acquires, or releases, the tensors [first, first + n). */
+static zoe_status acquire_range(zoe_gpt *g, const zoe_gpt_grad_sink *s, int first, int n) {
+    for (int t = first; t < first + n; t++) ZOE_TRY(s->acquire(s->user, t, &g->tensors[t]->grad));
+    return ZOE_OK;
+}
+
+static zoe_status release_range(const zoe_gpt_grad_sink *s, int first, int n) {
+    for (int t = first + n - 1; t >= first; t--) ZOE_TRY(s->release(s->user, t));
+    return ZOE_OK;
+}
+
+zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sink *sink) {
+    const zoe_gpt_config *c = &g->cfg;
+    int L = c->shape.layers, ln_f = g->num_tensors - 2;
+    int64_t B = c->micro_batch, T = c->shape.seq_len;
+    /* Every token ignored: zero gradients, but the sink still sees every tensor. */
+    float scale = g->count > 0 ? loss_scale / (float)g->count : 0.0f;
+    /* wte is tied: its gradient is open from the LM head here to the lookup at the end. */
+    ZOE_TRY(acquire_range(g, sink, 0, 1));
+    ZOE_TRY(zoe_tp_xent_backward(&g->tp, &g->emb, g->logits, g->logits, g->xent_stats, g->targets,
+                                 g->N, ZOE_GPT_IGNORE_INDEX, scale));
+    ZOE_TRY(zoe_tp_lm_head_backward(&g->tp, &g->emb, g->d_ln_f, g->logits, g->ln_f, g->N));
+    ZOE_TRY(acquire_range(g, sink, ln_f, 2));
+    ZOE_TRY(
+        zoe_memset_async(g->dres, 0, (size_t)(g->N * g->C) * zoe_dtype_size(c->dtype), g->stream));
+    ZOE_TRY(zoe_layernorm_backward(g->kernels, c->dtype, g->dres, g->ln_f_weight.grad,
+                                   g->ln_f_bias.grad, g->d_ln_f, g->resid[L], g->ln_f_weight.data,
+                                   g->ln_f_mean, g->ln_f_rstd, g->N, g->C));
+    ZOE_TRY(release_range(sink, ln_f, 2));
+    for (int l = L - 1; l >= 0; l--) {
+        zoe_tp_block_acts *acts = &g->acts[c->recompute ? 0 : l];
+        if (c->recompute) /* same micro step, so the same dropout masks */
+            ZOE_TRY(zoe_tp_block_forward(&g->tp, &g->blocks[l], acts, g->recompute_out, g->resid[l],
+                                         acts->step));
+        int first = 2 + l * ZOE_TP_BLOCK_PARAMS;
+        ZOE_TRY(acquire_range(g, sink, first, ZOE_TP_BLOCK_PARAMS));
+        ZOE_TRY(zoe_tp_block_backward(&g->tp, &g->blocks[l], acts, g->dres, g->resid[l],
+                                      g->block_scratch));
+        ZOE_TRY(release_range(sink, first, ZOE_TP_BLOCK_PARAMS));
+    }
+    ZOE_TRY(acquire_range(g, sink, 1, 1));
+    ZOE_TRY(zoe_tp_embedding_backward(&g->tp, &g->emb, g->dres, g->tokens, B, T));
+    return release_range(sink, 0, 2);
+}

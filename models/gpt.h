@@ -1,0 +1,70 @@
+/* GPT: a vocab-parallel embedding with learned positions, N pre-LayerNorm transformer blocks
+ * with tensor-parallel attention and MLP, a final LayerNorm and the LM head tied to the
+ * embedding, trained with the vocab-parallel cross-entropy. Built from tensor_parallel/ alone.
+ *
+ * The model owns its activations (one planned device allocation) and its kernels context, but
+ * not its weights or gradients: the caller binds each tensor's weight pointer (the optimizer's
+ * flat buffer) and gives backward a gradient sink that hands out each tensor's gradient buffer
+ * and takes it back once final, so an optimizer can reduce and offload buckets while backward
+ * goes on (DESIGN.md, step 3). */
+#ifndef ZOE_MODELS_GPT_H
+#define ZOE_MODELS_GPT_H
+
+#include "tensor_parallel/block.h"
+#include "zoe/train.h"
+
+typedef struct zoe_gpt_config {
+    zoe_model_config shape;
+    int64_t micro_batch;  /* B: sequences per forward */
+    zoe_dtype dtype;      /* storage dtype of weights, activations, gradients */
+    uint64_t seed;        /* Philox key of initial weights and dropout */
+    int recompute;        /* keep only each block's input; recompute the block in backward */
+    int64_t pad_multiple; /* vocabulary padding (<= 0: ZOE_TP_VOCAB_PAD_MULTIPLE) */
+} zoe_gpt_config;
+
+/* Where backward puts gradients. acquire returns tensor t's gradient buffer (zeroed, or holding
+ * earlier micro-batches' sum; backward accumulates into it); release says it is final for this
+ * micro-batch. Each tensor is acquired and released once per backward, in reverse order of the
+ * tensors, except wte: tied, it is acquired first (the LM head) and released last (the lookup).
+ * So at most the tensors of one block, wte and the tail of the previous block are open. */
+typedef struct zoe_gpt_grad_sink {
+    void *user;
+    zoe_status (*acquire)(void *user, int tensor, void **grad);
+    zoe_status (*release)(void *user, int tensor);
+} zoe_gpt_grad_sink;
+
+typedef struct zoe_gpt zoe_gpt;
+
+/* tp_comm: the TP group's communicator (borrowed). Fails naming the value when a shape does
+ * not divide by its size. */
+zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream *stream,
+                          zoe_comm *tp_comm, zoe_gpt **out);
+void zoe_gpt_destroy(zoe_gpt *g);
+
+/* The tensors in their fixed order: wte, wpe, h.0.* ... h.{L-1}.*, ln_f.weight, ln_f.bias. */
+int zoe_gpt_num_tensors(const zoe_gpt *g);
+const zoe_tp_param *zoe_gpt_tensor(const zoe_gpt *g, int t);
+/* Elements on this rank (sum of local shards) and in the whole model (padded vocabulary). */
+int64_t zoe_gpt_local_numel(const zoe_gpt *g);
+int64_t zoe_gpt_global_numel(const zoe_gpt *g);
+/* Elements of one transformer block on this rank (the most backward holds open at once,
+ * besides wte). */
+int64_t zoe_gpt_block_local_numel(const zoe_gpt *g);
+/* Device bytes of the planned activation allocation. */
+size_t zoe_gpt_activation_bytes(const zoe_gpt *g);
+zoe_tp *zoe_gpt_tp(zoe_gpt *g);
+
+/* Points tensor t's weights at ptrs[t] (device, dtype, local_numel elements each). */
+zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs);
+/* Writes the TP-invariant initial values (Philox) into the bound weights. */
+zoe_status zoe_gpt_init_weights(zoe_gpt *g);
+
+/* tokens and targets: host int32 [B, T] (targets may hold ignore_index -1). *loss is the mean
+ * over this micro-batch's non-ignored tokens (identical on every TP rank). */
+zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss);
+/* Gradients of loss_scale x the micro-batch's mean loss, into the sink's buffers. */
+zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sink *sink);
+
+#define ZOE_GPT_IGNORE_INDEX (-1)
+
+#endif

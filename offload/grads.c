@@ -1,0 +1,255 @@
+/* The gradient path: bucket buffers handed to the model, reduce-scatter over DP as buckets
+ * complete, device-to-host copy of the rank's partition, fp32 accumulation on the host. */
+#include <stdlib.h>
+#include <string.h>
+#include "offload/optimizer_impl.h"
+#include "runtime/error.h"
+
+zoe_status zoe_grads_create(zoe_optimizer *opt) {
+    const zoe_layout *lay = &opt->lay;
+    opt->progress = calloc((size_t)lay->num_buckets, sizeof *opt->progress);
+    opt->tensor_ready = calloc((size_t)lay->num_tensors, 1);
+    if (!opt->progress || !opt->tensor_ready)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "gradient bookkeeping");
+    for (int b = 0; b < lay->num_buckets; b++) opt->progress[b].slot = -1;
+    size_t bucket_bytes = (size_t)opt->dp_size * lay->max_part * opt->esz;
+    if (opt->cfg.grad_mode == ZOE_GRAD_FULL_BUFFER) {
+        ZOE_TRY(zoe_device_alloc(opt->dev, lay->flat_numel * opt->esz, &opt->full_grad));
+        ZOE_TRY(zoe_memset_async(opt->full_grad, 0, lay->flat_numel * opt->esz, opt->stream));
+        ZOE_TRY(zoe_host_alloc(opt->dev, (opt->host_numel ? opt->host_numel : 1) * opt->esz,
+                               &opt->full_pinned));
+        return ZOE_OK;
+    }
+    opt->slots = calloc((size_t)opt->cfg.bucket_ring, sizeof *opt->slots);
+    if (!opt->slots) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "bucket ring");
+    for (int s = 0; s < opt->cfg.bucket_ring; s++) {
+        grad_slot *slot = &opt->slots[s];
+        slot->bucket = -1;
+        ZOE_TRY(zoe_device_alloc(opt->dev, bucket_bytes, &slot->device));
+        ZOE_TRY(zoe_host_alloc(opt->dev, lay->max_part * opt->esz, &slot->pinned));
+        ZOE_TRY(zoe_event_create(opt->dev, &slot->done));
+    }
+    return ZOE_OK;
+}
+
+void zoe_grads_destroy(zoe_optimizer *opt) {
+    for (int s = 0; opt->slots && s < opt->cfg.bucket_ring; s++) {
+        zoe_device_free(opt->dev, opt->slots[s].device);
+        zoe_host_free(opt->dev, opt->slots[s].pinned);
+        zoe_event_destroy(opt->slots[s].done);
+    }
+    free(opt->slots);
+    zoe_device_free(opt->dev, opt->full_grad);
+    zoe_host_free(opt->dev, opt->full_pinned);
+    free(opt->progress);
+    free(opt->tensor_ready);
+}
+
+/* Adds (or, for the first micro-batch of a step, assigns) the host part of bucket b's
+ * partition, held in pinned from partition offset pinned_start, into the host gradient
+ * partition, segment by segment, with the norm's sum of squares of the result. Large segments
+ * are split over the OpenMP threads. */
+static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pinned,
+                                       size_t pinned_start, int assign) {
+    size_t lo, mid, hi;
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
+    const zoe_layout *lay = &opt->lay;
+    float *grad = opt->h_grad[opt->grad_buf];
+    const float scale = 1.0f / (float)opt->dp_size;
+    for (int s = lay->num_device_segments; s < lay->num_segments; s++) {
+        const zoe_segment *seg = &lay->segments[s];
+        size_t a = seg->offset > mid ? seg->offset : mid;
+        size_t e = seg->offset + seg->len < hi ? seg->offset + seg->len : hi;
+        if (a >= e) continue;
+        long tiles = (long)((e - a + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
+        double sumsq = 0;
+        int failed = 0;
+#pragma omp parallel for schedule(static) reduction(+ : sumsq) reduction(| : failed) if (tiles > 4)
+        for (long t = 0; t < tiles; t++) {
+            size_t x = a + (size_t)t * ZOE_ADAM_TILE,
+                   n = e - x < ZOE_ADAM_TILE ? e - x : ZOE_ADAM_TILE;
+            double part = 0;
+            failed |= zoe_grad_accumulate_host(grad + (x - lay->device_numel),
+                                               (const char *)pinned + (x - pinned_start) * opt->esz,
+                                               opt->dtype, scale, assign, n, &part) != ZOE_OK;
+            sumsq += part;
+        }
+        if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "gradient accumulation failed");
+        if (seg->counted) opt->host_sumsq += sumsq;
+    }
+    return ZOE_OK;
+}
+
+/* Reduce-scatters bucket b held in device buffer `grads` (its padded d*part elements) on the
+ * copy stream, adds the device part of the rank's partition into the device gradient partition
+ * and starts the copy of the host part into pinned (at partition offset pinned_start). */
+static zoe_status reduce_bucket(zoe_optimizer *opt, int b, void *grads, void *pinned,
+                                size_t pinned_start, int assign) {
+    const zoe_bucket *bk = &opt->lay.buckets[b];
+    char *mine = (char *)grads + (size_t)opt->dp_rank * bk->part * opt->esz;
+    ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
+    ZOE_TRY(zoe_stream_wait_event(opt->copy_stream, opt->grads_written));
+    ZOE_TRY(zoe_comm_reduce_scatter(opt->dp, grads, mine, bk->part, opt->dtype, ZOE_REDUCE_SUM,
+                                    opt->copy_stream));
+    size_t lo, mid, hi;
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
+    if (mid > lo)
+        ZOE_TRY(zoe_grad_accumulate_stream(opt->copy_stream, opt->d_grad[opt->grad_buf] + lo, mine,
+                                           opt->dtype, 1.0f / (float)opt->dp_size, assign,
+                                           mid - lo));
+    if (hi > mid)
+        ZOE_TRY(zoe_memcpy_async((char *)pinned + (mid - pinned_start) * opt->esz,
+                                 mine + (mid - lo) * opt->esz, (hi - mid) * opt->esz,
+                                 ZOE_COPY_DEVICE_TO_HOST, opt->copy_stream));
+    return ZOE_OK;
+}
+
+/* Waits for the copy of the slot's bucket and folds it into the host gradient partition. */
+static zoe_status drain_slot(zoe_optimizer *opt, int s) {
+    grad_slot *slot = &opt->slots[s];
+    ZOE_TRY(zoe_event_synchronize(slot->done));
+    size_t lo, mid, hi;
+    zoe_bucket_split(&opt->lay, slot->bucket, &lo, &mid, &hi);
+    ZOE_TRY(accumulate_host_part(opt, slot->bucket, slot->pinned, mid, opt->micro_batches == 0));
+    opt->progress[slot->bucket].slot = -1;
+    slot->bucket = -1;
+    slot->state = SLOT_FREE;
+    return ZOE_OK;
+}
+
+/* A free slot, else the one in flight the longest, else -1 (all hold open buckets). */
+static int pick_slot(const zoe_optimizer *opt) {
+    int oldest = -1;
+    for (int s = 0; s < opt->cfg.bucket_ring; s++) {
+        const grad_slot *slot = &opt->slots[s];
+        if (slot->state == SLOT_FREE) return s;
+        if (slot->state == SLOT_IN_FLIGHT &&
+            (oldest < 0 || slot->sequence < opt->slots[oldest].sequence))
+            oldest = s;
+    }
+    return oldest;
+}
+
+/* A zeroed ring buffer for bucket b: a free slot, else the oldest one in flight, drained. */
+static zoe_status acquire_slot(zoe_optimizer *opt, int b) {
+    int pick = pick_slot(opt);
+    if (pick < 0)
+        return zoe_fail(
+            ZOE_ERR_INVALID_ARGUMENT,
+            "bucket ring of %d full: all hold incomplete buckets when bucket %d (tensor "
+            "'%s') was requested; raise bucket_ring or complete buckets in order",
+            opt->cfg.bucket_ring, b, opt->lay.names[opt->lay.buckets[b].first_tensor]);
+    grad_slot *slot = &opt->slots[pick];
+    if (slot->state == SLOT_IN_FLIGHT) ZOE_TRY(drain_slot(opt, pick));
+    /* The compute stream may reuse the buffer once the copy stream has read it. */
+    ZOE_TRY(zoe_stream_wait_event(opt->stream, slot->done));
+    const zoe_bucket *bk = &opt->lay.buckets[b];
+    ZOE_TRY(
+        zoe_memset_async(slot->device, 0, (size_t)opt->dp_size * bk->part * opt->esz, opt->stream));
+    slot->state = SLOT_OPEN;
+    slot->bucket = b;
+    opt->progress[b].slot = pick;
+    return ZOE_OK;
+}
+
+static zoe_status complete_bucket(zoe_optimizer *opt, int b) {
+    bucket_progress *p = &opt->progress[b];
+    p->reduced = 1;
+    if (opt->cfg.grad_mode == ZOE_GRAD_FULL_BUFFER) return ZOE_OK; /* reduced in the step */
+    if (p->slot < 0) ZOE_TRY(acquire_slot(opt, b));
+    grad_slot *slot = &opt->slots[p->slot];
+    size_t lo, mid, hi;
+    zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
+    ZOE_TRY(reduce_bucket(opt, b, slot->device, slot->pinned, mid, opt->micro_batches == 0));
+    ZOE_TRY(zoe_event_record(slot->done, opt->copy_stream));
+    slot->state = SLOT_IN_FLIGHT;
+    slot->sequence = opt->sequence++;
+    return ZOE_OK;
+}
+
+static zoe_status check_tensor(const zoe_optimizer *opt, int t, const char *what) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", what);
+    if (!opt->in_micro_batch)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s outside a micro-batch: call zoe_optimizer_begin_micro_batch first",
+                        what);
+    if (t < 0 || t >= opt->lay.num_tensors)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: tensor index %d outside [0, %d)", what, t,
+                        opt->lay.num_tensors);
+    if (opt->tensor_ready[t])
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: tensor %d ('%s') was already marked ready in this micro-batch", what,
+                        t, opt->lay.names[t]);
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_begin_micro_batch(zoe_optimizer *opt) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "begin_micro_batch: optimizer is NULL");
+    if (opt->in_micro_batch)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "begin_micro_batch: micro-batch %d was not ended",
+                        opt->micro_batches);
+    memset(opt->tensor_ready, 0, (size_t)opt->lay.num_tensors);
+    for (int b = 0; b < opt->lay.num_buckets; b++)
+        opt->progress[b] = (bucket_progress){.ready = 0, .slot = -1, .reduced = 0};
+    opt->host_sumsq = 0; /* the last micro-batch's passes see the final sums */
+    opt->in_micro_batch = 1;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_grad_buffer(zoe_optimizer *opt, int t, void **grad) {
+    ZOE_TRY(check_tensor(opt, t, "grad_buffer"));
+    if (!grad) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "grad_buffer: out pointer is NULL");
+    *grad = NULL;
+    int b = opt->lay.bucket_of[t];
+    const zoe_bucket *bk = &opt->lay.buckets[b];
+    if (opt->cfg.grad_mode == ZOE_GRAD_FULL_BUFFER) {
+        *grad = (char *)opt->full_grad + opt->lay.offset[t] * opt->esz;
+        return ZOE_OK;
+    }
+    if (opt->progress[b].slot < 0) ZOE_TRY(acquire_slot(opt, b));
+    *grad = (char *)opt->slots[opt->progress[b].slot].device +
+            (opt->lay.offset[t] - bk->flat_offset) * opt->esz;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_grad_ready(zoe_optimizer *opt, int t) {
+    ZOE_TRY(check_tensor(opt, t, "grad_ready"));
+    opt->tensor_ready[t] = 1;
+    int b = opt->lay.bucket_of[t];
+    if (++opt->progress[b].ready == opt->lay.buckets[b].num_tensors)
+        ZOE_TRY(complete_bucket(opt, b));
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_end_micro_batch(zoe_optimizer *opt) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "end_micro_batch: optimizer is NULL");
+    if (!opt->in_micro_batch)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "end_micro_batch without begin_micro_batch");
+    /* Buckets with tensors never marked ready: open ones first (they hold slots), then the
+     * untouched ones, in bucket order on every rank so the collectives match. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int b = 0; b < opt->lay.num_buckets; b++)
+            if (!opt->progress[b].reduced && (opt->progress[b].slot >= 0) == (pass == 0))
+                ZOE_TRY(complete_bucket(opt, b));
+    for (int s = 0; opt->slots && s < opt->cfg.bucket_ring; s++)
+        if (opt->slots[s].state == SLOT_IN_FLIGHT) ZOE_TRY(drain_slot(opt, s));
+    opt->in_micro_batch = 0;
+    opt->micro_batches++;
+    return ZOE_OK;
+}
+
+zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
+    /* All buckets reduced back to back, then one wait: the sums of k micro-batches at once,
+     * assigned into the gradient partitions. */
+    opt->host_sumsq = 0;
+    for (int b = 0; b < opt->lay.num_buckets; b++) {
+        char *grads = (char *)opt->full_grad + opt->lay.buckets[b].flat_offset * opt->esz;
+        ZOE_TRY(reduce_bucket(opt, b, grads, opt->full_pinned, opt->lay.device_numel, 1));
+    }
+    ZOE_TRY(zoe_stream_synchronize(opt->copy_stream));
+    for (int b = 0; b < opt->lay.num_buckets; b++)
+        ZOE_TRY(accumulate_host_part(opt, b, opt->full_pinned, opt->lay.device_numel, 1));
+    ZOE_TRY(zoe_event_record(opt->grads_written, opt->copy_stream));
+    ZOE_TRY(zoe_stream_wait_event(opt->stream, opt->grads_written));
+    return zoe_memset_async(opt->full_grad, 0, opt->lay.flat_numel * opt->esz, opt->stream);
+}

@@ -1,0 +1,62 @@
+/* Internal: the flat layout (tensors -> buckets -> DP partitions) and the rank's view of it.
+ * Pure arithmetic, no memory beyond its own tables. */
+#ifndef ZOE_OFFLOAD_LAYOUT_H
+#define ZOE_OFFLOAD_LAYOUT_H
+
+#include <stddef.h>
+#include "zoe/optimizer.h"
+
+typedef struct zoe_bucket {
+    int first_tensor, num_tensors;
+    size_t numel;       /* real elements */
+    size_t part;        /* elements per DP partition, rounded up to 64 bytes */
+    size_t flat_offset; /* start in the padded parameter buffer; the bucket spans d * part */
+    size_t part_offset; /* start of this rank's partition of the bucket in partition coords */
+    size_t real;        /* real (non-padding) elements in this rank's partition */
+} zoe_bucket;
+
+/* A run of real elements of the partition, all updated in one place (device or host) and all
+ * counted in the norm or none. Partition coordinates. */
+typedef struct zoe_segment {
+    size_t offset, len;
+    int counted;
+} zoe_segment;
+
+typedef struct zoe_layout {
+    int num_tensors;
+    char **names;
+    size_t *numel;   /* per tensor */
+    size_t *offset;  /* per tensor, in the parameter buffer */
+    int *replicated; /* per tensor */
+    int *bucket_of;  /* per tensor */
+    int num_buckets;
+    zoe_bucket *buckets;
+    size_t flat_numel;   /* the padded parameter buffer */
+    size_t part_numel;   /* this rank's partition, padding included */
+    size_t max_part;     /* the largest bucket partition */
+    size_t device_numel; /* the first device_numel of the partition live on the device */
+    int num_segments;    /* device segments first, then host segments, each in order */
+    int num_device_segments;
+    zoe_segment *segments;
+} zoe_layout;
+
+/* Partition coordinates of bucket b's partition split at the device/host boundary:
+ * [lo, mid) lives on the device, [mid, hi) on the host. */
+static inline void zoe_bucket_split(const zoe_layout *lay, int b, size_t *lo, size_t *mid,
+                                    size_t *hi) {
+    const zoe_bucket *bk = &lay->buckets[b];
+    size_t dev_end = lay->device_numel;
+    *lo = bk->part_offset;
+    *hi = bk->part_offset + bk->part;
+    *mid = dev_end < *lo ? *lo : dev_end > *hi ? *hi : dev_end;
+}
+
+/* Builds the layout of the tensors for DP rank dp_rank of dp_size (tensors already checked).
+ * align is the partition alignment in elements; counted_replicated says whether this rank
+ * counts TP-replicated tensors in the norm (tp_rank 0). */
+zoe_status zoe_layout_build(zoe_layout *lay, const zoe_param_tensor *tensors, int num_tensors,
+                            size_t bucket_numel, int dp_size, int dp_rank, size_t align,
+                            int counted_replicated, double partial_ratio);
+void zoe_layout_free(zoe_layout *lay);
+
+#endif

@@ -1,0 +1,230 @@
+/* The optimizer's life cycle: configuration checks, creation on a grid, accessors and the
+ * checkpoint view of the partition's state. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "offload/optimizer_impl.h"
+#include "runtime/error.h"
+
+void zoe_optimizer_config_default(zoe_optimizer_config *cfg) {
+    *cfg = (zoe_optimizer_config){
+        .beta1 = 0.9f,
+        .beta2 = 0.999f,
+        .eps = 1e-8f,
+        .weight_decay = 0.0f,
+        .adamw = 1,
+        .clip_norm = 1.0f,
+        .dynamic_loss_scale = 0,
+        .loss_scale = 1.0f,
+        .loss_scale_window = 1000,
+        .min_loss_scale = 1.0f,
+        .bucket_numel = (size_t)1 << 24,
+        .bucket_ring = 2,
+        .grad_mode = ZOE_GRAD_BUCKETS,
+        .dpu_warmup = 0,
+        .partial_ratio = 0.0f,
+    };
+}
+
+static zoe_status check_config(const zoe_optimizer_config *c) {
+#define BAD(...) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+    if (!(c->beta1 >= 0 && c->beta1 < 1)) BAD("beta1 %g outside [0, 1)", (double)c->beta1);
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) BAD("beta2 %g outside [0, 1)", (double)c->beta2);
+    if (!(c->eps > 0) || !isfinite(c->eps)) BAD("eps %g is not a finite value > 0", (double)c->eps);
+    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+        BAD("weight_decay %g is not a finite value >= 0", (double)c->weight_decay);
+    if (isnan(c->clip_norm)) BAD("clip_norm is NaN");
+    if (!(c->loss_scale > 0) || !isfinite(c->loss_scale))
+        BAD("loss_scale %g is not a finite value > 0", (double)c->loss_scale);
+    if (c->dynamic_loss_scale && c->loss_scale_window < 1)
+        BAD("loss_scale_window %d must be >= 1", c->loss_scale_window);
+    if (c->dynamic_loss_scale && !(c->min_loss_scale > 0 && c->min_loss_scale <= c->loss_scale))
+        BAD("min_loss_scale %g outside (0, loss_scale %g]", (double)c->min_loss_scale,
+            (double)c->loss_scale);
+    if (c->bucket_numel == 0) BAD("bucket_numel 0 must be positive");
+    if (c->bucket_ring < 1) BAD("bucket_ring %d must be >= 1", c->bucket_ring);
+    if (c->grad_mode != ZOE_GRAD_BUCKETS && c->grad_mode != ZOE_GRAD_FULL_BUFFER)
+        BAD("unknown gradient mode %d", (int)c->grad_mode);
+    if (c->dpu_warmup < 0) BAD("dpu_warmup %d must be >= 0 (0 disables DPU)", c->dpu_warmup);
+    if (!(c->partial_ratio >= 0 && c->partial_ratio <= 1))
+        BAD("partial offload ratio %g outside [0, 1]", (double)c->partial_ratio);
+    return ZOE_OK;
+#undef BAD
+}
+
+static zoe_status check_tensors(const zoe_param_tensor *tensors, int n) {
+    if (n <= 0) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "num_tensors %d must be positive", n);
+    if (!tensors) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "tensor list is NULL");
+    for (int t = 0; t < n; t++) {
+        if (!tensors[t].name) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "tensor %d has no name", t);
+        if (tensors[t].numel == 0)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "tensor %d ('%s') has numel 0", t,
+                            tensors[t].name);
+    }
+    return ZOE_OK;
+}
+
+static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, int n) {
+    ZOE_TRY(zoe_comm_create_for_device(zoe_grid_dp_comm(opt->grid), opt->dev, &opt->dp));
+    ZOE_TRY(zoe_stream_create(opt->dev, &opt->copy_stream));
+    ZOE_TRY(zoe_stream_create(opt->dev, &opt->update_stream));
+    ZOE_TRY(zoe_event_create(opt->dev, &opt->grads_written));
+    ZOE_TRY(zoe_event_create(opt->dev, &opt->grads_reduced));
+    ZOE_TRY(zoe_event_create(opt->dev, &opt->refreshed));
+    ZOE_TRY(zoe_layout_build(&opt->lay, tensors, n, opt->cfg.bucket_numel, opt->dp_size,
+                             opt->dp_rank, 64 / opt->esz, zoe_grid_tp_rank(opt->grid) == 0,
+                             opt->cfg.partial_ratio));
+    opt->host_numel = opt->lay.part_numel - opt->lay.device_numel;
+    ZOE_TRY(zoe_state_create(opt));
+    ZOE_TRY(zoe_grads_create(opt));
+    opt->loss_scale = opt->cfg.loss_scale;
+    opt->stats.loss_scale = opt->loss_scale;
+    opt->stats.clip_coef = 1.0;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *stream,
+                                zoe_dtype compute_dtype, const zoe_param_tensor *tensors,
+                                int num_tensors, const zoe_optimizer_config *cfg,
+                                zoe_optimizer **out) {
+    if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "optimizer out pointer is NULL");
+    *out = NULL;
+    if (!grid || !device || !stream || !cfg)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "optimizer create: grid, device, stream and "
+                                                  "config must not be NULL");
+    if (compute_dtype != ZOE_F32 && compute_dtype != ZOE_BF16 && compute_dtype != ZOE_F16)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "compute dtype %s is not fp32, bf16 or fp16",
+                        zoe_dtype_name(compute_dtype));
+    ZOE_TRY(check_config(cfg));
+    ZOE_TRY(check_tensors(tensors, num_tensors));
+    zoe_optimizer *opt = calloc(1, sizeof *opt);
+    if (!opt) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "optimizer struct");
+    opt->cfg = *cfg;
+    opt->grid = grid, opt->dev = device, opt->stream = stream;
+    opt->dp_size = zoe_grid_dp_size(grid), opt->dp_rank = zoe_grid_dp_rank(grid);
+    opt->dtype = compute_dtype;
+    opt->esz = zoe_dtype_size(compute_dtype);
+    zoe_status st = create(opt, tensors, num_tensors);
+    if (st != ZOE_OK) {
+        zoe_optimizer_destroy(opt);
+        return st;
+    }
+    *out = opt;
+    return ZOE_OK;
+}
+
+void zoe_optimizer_destroy(zoe_optimizer *opt) {
+    if (!opt) return;
+    if (opt->in_flight) pthread_join(opt->worker, NULL);
+    if (opt->update_stream) zoe_stream_synchronize(opt->update_stream);
+    if (opt->copy_stream) zoe_stream_synchronize(opt->copy_stream);
+    if (opt->progress) zoe_grads_destroy(opt);
+    zoe_state_destroy(opt);
+    zoe_layout_free(&opt->lay);
+    zoe_event_destroy(opt->grads_written);
+    zoe_event_destroy(opt->grads_reduced);
+    zoe_event_destroy(opt->refreshed);
+    zoe_stream_destroy(opt->copy_stream);
+    zoe_stream_destroy(opt->update_stream);
+    zoe_comm_destroy(opt->dp);
+    free(opt);
+}
+
+void *zoe_optimizer_params(zoe_optimizer *opt) {
+    return opt ? opt->params : NULL;
+}
+size_t zoe_optimizer_params_numel(const zoe_optimizer *opt) {
+    return opt ? opt->lay.flat_numel : 0;
+}
+size_t zoe_optimizer_partition_numel(const zoe_optimizer *opt) {
+    return opt ? opt->lay.part_numel : 0;
+}
+
+static zoe_status check_index(const zoe_optimizer *opt, int t, const char *what) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", what);
+    if (t < 0 || t >= opt->lay.num_tensors)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: tensor index %d outside [0, %d)", what, t,
+                        opt->lay.num_tensors);
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_tensor_offset(const zoe_optimizer *opt, int t, size_t *offset) {
+    ZOE_TRY(check_index(opt, t, "tensor_offset"));
+    if (!offset) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "tensor_offset: out pointer is NULL");
+    *offset = opt->lay.offset[t];
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_tensor_shard(const zoe_optimizer *opt, int t, size_t *first, size_t *count,
+                                      size_t *partition_offset) {
+    ZOE_TRY(check_index(opt, t, "tensor_shard"));
+    if (!first || !count || !partition_offset)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "tensor_shard: out pointer is NULL");
+    const zoe_bucket *bk = &opt->lay.buckets[opt->lay.bucket_of[t]];
+    size_t lo = opt->lay.offset[t] - bk->flat_offset, hi = lo + opt->lay.numel[t];
+    size_t mine = (size_t)opt->dp_rank * bk->part, a = lo > mine ? lo : mine;
+    size_t e = hi < mine + bk->part ? hi : mine + bk->part;
+    *first = a < e ? a - lo : 0;
+    *count = a < e ? e - a : 0;
+    *partition_offset = a < e ? bk->part_offset + (a - mine) : 0;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_stats_get(const zoe_optimizer *opt, zoe_optimizer_stats *out) {
+    if (!opt || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "stats: NULL argument");
+    *out = opt->stats;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_set_step(zoe_optimizer *opt, long step) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "set_step: optimizer is NULL");
+    if (step < 0) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "step count %ld is negative", step);
+    opt->stats.step = step;
+    return ZOE_OK;
+}
+
+/* Copies [offset, offset + count) of one state array between the caller's host buffer and the
+ * partition, whose first device_numel elements live in device memory. */
+static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
+                             size_t count, float *host, int write) {
+    const char *what = write ? "write_state" : "read_state";
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", what);
+    if (which < ZOE_STATE_MASTER || which > ZOE_STATE_EXP_AVG_SQ)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown state %d", what, (int)which);
+    if (offset > opt->lay.part_numel || count > opt->lay.part_numel - offset)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: range [%zu, %zu) outside the partition of %zu", what, offset,
+                        offset + count, opt->lay.part_numel);
+    if (count && !host) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: NULL buffer", what);
+    if (opt->in_flight)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s while a delayed update is in flight: call zoe_optimizer_flush first",
+                        what);
+    float *dev[] = {opt->d_master, opt->d_m, opt->d_v},
+          *hst[] = {opt->h_master, opt->h_m, opt->h_v};
+    size_t pd = opt->lay.device_numel, end = offset + count;
+    if (offset < pd) {
+        size_t n = (end < pd ? end : pd) - offset;
+        float *d = dev[which] + offset;
+        ZOE_TRY(zoe_memcpy_async(
+            write ? (void *)d : host, write ? (void *)host : d, n * sizeof(float),
+            write ? ZOE_COPY_HOST_TO_DEVICE : ZOE_COPY_DEVICE_TO_HOST, opt->update_stream));
+        ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+    }
+    if (end > pd) {
+        size_t a = offset > pd ? offset : pd;
+        float *h = hst[which] + (a - pd), *u = host + (a - offset);
+        memcpy(write ? h : u, write ? u : h, (end - a) * sizeof(float));
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_read_state(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
+                                    size_t count, float *dst) {
+    return state_copy(opt, which, offset, count, dst, 0);
+}
+
+zoe_status zoe_optimizer_write_state(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
+                                     size_t count, const float *src) {
+    return state_copy(opt, which, offset, count, (float *)src, 1);
+}

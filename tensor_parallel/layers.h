@@ -1,0 +1,135 @@
+/* Megatron's parallel layers: ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+ * with the tied LM head, the vocab-parallel cross-entropy, and TP-invariant hidden dropout.
+ *
+ * Shapes: rows = B * T tokens. `x`/`y` are activations, `dx`/`dy` their gradients. Weight and
+ * bias gradients ACCUMULATE (+=) into the bound grad buffers, as in kernels.h. */
+#ifndef ZOE_TP_LAYERS_H
+#define ZOE_TP_LAYERS_H
+
+#include "tensor_parallel/param.h"
+#include "tensor_parallel/tp.h"
+
+/* ---- linear layers: y = x . W^T + b with W [out, in] ----
+ * Column-parallel: W split by rows (output features), [out / t, in], bias [out / t]; input
+ * replicated (copy_to), output split, or gathered to [rows, out] with gather_output.
+ * Row-parallel: W split by columns (input features), [out, in / t]; input already split
+ * [rows, in / t]; the partial products are all-reduced and the replicated bias [out] enters
+ * once (rank 0 adds it into its partial sum, so the reduced output holds it exactly once). */
+typedef struct zoe_tp_linear {
+    int64_t in, out;             /* global features */
+    int64_t in_local, out_local; /* this rank's */
+    bool column;                 /* column-parallel (true) or row-parallel */
+    bool gather_output;          /* column-parallel only */
+    bool has_bias;
+    zoe_tp_param weight, bias; /* bias unused without has_bias */
+    zoe_tp_traffic traffic;    /* bytes of the last forward / backward */
+} zoe_tp_linear;
+
+/* name is the layer's full name ("h.0.attn.linear_qkv"); parameters are name.weight and
+ * name.bias, weights N(0, init_std^2), biases zero. */
+zoe_status zoe_tp_column_linear_init(zoe_tp_linear *l, const char *name, int64_t in, int64_t out,
+                                     bool has_bias, bool gather_output, float init_std, int tp_size,
+                                     int tp_rank);
+zoe_status zoe_tp_row_linear_init(zoe_tp_linear *l, const char *name, int64_t in, int64_t out,
+                                  bool has_bias, float init_std, int tp_size, int tp_rank);
+/* Scratch a call needs: rows * out elements with gather_output, else 0. */
+size_t zoe_tp_linear_scratch_bytes(const zoe_tp_linear *l, int64_t rows, zoe_dtype dtype);
+
+/* y [rows, out_local] (or [rows, out] with gather_output) from replicated x [rows, in]. */
+zoe_status zoe_tp_column_linear_forward(const zoe_tp *tp, zoe_tp_linear *l, void *y, const void *x,
+                                        int64_t rows, void *scratch);
+/* dx [rows, in] is OVERWRITTEN with the full input gradient (all-reduced over TP: copy_to's
+ * backward), because the all-reduce must see this path's gradient alone; NULL skips it and the
+ * all-reduce. dy is [rows, out_local], or [rows, out] with gather_output. */
+zoe_status zoe_tp_column_linear_backward(const zoe_tp *tp, zoe_tp_linear *l, void *dx,
+                                         const void *dy, const void *x, int64_t rows,
+                                         void *scratch);
+/* y [rows, out], replicated, from split x [rows, in_local]. */
+zoe_status zoe_tp_row_linear_forward(const zoe_tp *tp, zoe_tp_linear *l, void *y, const void *x,
+                                     int64_t rows);
+/* dx [rows, in_local] += dy . W_local (no communication); dy [rows, out] replicated. The bias
+ * gradient is the full one on every rank (see param.h on replicated parameters). */
+zoe_status zoe_tp_row_linear_backward(const zoe_tp *tp, zoe_tp_linear *l, void *dx, const void *dy,
+                                      const void *x, int64_t rows);
+
+/* ---- the vocabulary split ----
+ * padded = vocab rounded up to a multiple of m = t * ceil(pad_multiple / t) (Megatron's
+ * make-vocab-size-divisible-by, default pad_multiple 128). For every t that divides
+ * pad_multiple (t = 1, 2, 4, ..., 128 with the default) m == pad_multiple, so the padded
+ * vocabulary, and the checkpointed embedding, do not depend on t; otherwise m is the smallest
+ * multiple of t not below pad_multiple. Rank r owns rows [r * padded / t, (r + 1) * padded / t);
+ * of those, the ones at or above vocab are padding: their logits never enter the loss and
+ * their gradients stay zero. */
+#define ZOE_TP_VOCAB_PAD_MULTIPLE 128
+typedef struct zoe_tp_vocab {
+    int64_t vocab;       /* real tokens */
+    int64_t padded;      /* global rows of the table */
+    int64_t local;       /* rows on this rank, padded / t */
+    int64_t start;       /* first global row on this rank */
+    int64_t valid_local; /* real rows among the local ones (0 .. local) */
+} zoe_tp_vocab;
+/* pad_multiple <= 0 selects ZOE_TP_VOCAB_PAD_MULTIPLE. */
+zoe_status zoe_tp_vocab_init(zoe_tp_vocab *v, int64_t vocab, int64_t pad_multiple, int tp_size,
+                             int tp_rank);
+
+/* ---- VocabParallelEmbedding (+ replicated position embedding) and the tied LM head ---- */
+typedef struct zoe_tp_embedding {
+    zoe_tp_vocab vocab;
+    int64_t hidden, max_seq;     /* max_seq 0: no position embedding */
+    zoe_tp_param wte;            /* name.wte [padded, hidden], split by rows */
+    zoe_tp_param wpe;            /* name.wpe [max_seq, hidden], replicated */
+    zoe_tp_traffic traffic;      /* of the lookup */
+    zoe_tp_traffic head_traffic; /* of the tied head and the loss */
+} zoe_tp_embedding;
+
+/* prefix "" gives "wte" / "wpe"; weights N(0, init_std^2). */
+zoe_status zoe_tp_embedding_init(zoe_tp_embedding *e, const char *prefix, int64_t vocab,
+                                 int64_t pad_multiple, int64_t hidden, int64_t max_seq,
+                                 float init_std, int tp_size, int tp_rank);
+/* y [B*T, hidden] = wte[token] + wpe[t]: each rank looks up its rows (others give zero rows,
+ * rank 0 adds the positions), then one all-reduce (reduce_from). tokens int32 [B*T], device,
+ * in [0, vocab) (others give zero rows on every rank). */
+zoe_status zoe_tp_embedding_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *y,
+                                    const int32_t *tokens, int64_t B, int64_t T);
+/* dwte (local rows) and dwpe (full, every rank) accumulate from the replicated dy; no
+ * communication. */
+zoe_status zoe_tp_embedding_backward(const zoe_tp *tp, zoe_tp_embedding *e, const void *dy,
+                                     const int32_t *tokens, int64_t B, int64_t T);
+/* The tied LM head, a column-parallel matmul against wte without bias:
+ * logits [rows, vocab.local] = x [rows, hidden] . wte_local^T. */
+zoe_status zoe_tp_lm_head_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *logits,
+                                  const void *x, int64_t rows);
+/* dx [rows, hidden] OVERWRITTEN with the full gradient (all-reduced); dwte += dlogits^T . x. */
+zoe_status zoe_tp_lm_head_backward(const zoe_tp *tp, zoe_tp_embedding *e, void *dx,
+                                   const void *dlogits, const void *x, int64_t rows);
+
+/* ---- vocab-parallel cross-entropy over the local logits [rows, vocab.local] ----
+ * The global row max (all-reduce MAX), then the sum of exponentials and the target logit (one
+ * all-reduce SUM of both, packed), so the loss is log(sum exp(l - max)) + max - l_target over
+ * the real global vocabulary: the unsplit computation, no log(t) offsets. No label smoothing.
+ * stats: device fp32 scratch of zoe_tp_xent_stats_bytes(rows), kept for backward. */
+size_t zoe_tp_xent_stats_bytes(int64_t rows);
+/* losses (host, [rows]) per row, *mean_loss over non-ignored rows, *count their number; any
+ * of the three may be NULL. */
+zoe_status zoe_tp_xent_forward(const zoe_tp *tp, zoe_tp_embedding *e, float *stats,
+                               const void *logits, const int32_t *targets, int64_t rows,
+                               int32_t ignore_index, float *losses, float *mean_loss,
+                               int64_t *count);
+/* dlogits = (softmax - onehot) * scale, locally (no communication); may alias logits.
+ * Overwrites, like zoe_xent_backward. */
+zoe_status zoe_tp_xent_backward(const zoe_tp *tp, const zoe_tp_embedding *e, void *dlogits,
+                                const void *logits, const float *stats, const int32_t *targets,
+                                int64_t rows, int32_t ignore_index, float scale);
+
+/* ---- hidden dropout, the same mask on every TP rank ----
+ * Element e (index in the replicated [rows, hidden] tensor) is kept when its Philox draw
+ * (seed tp->seed, stream zoe_philox_stream_at_step(site, step)) is >= round(p * 2^24), and
+ * scaled by 1 / (1 - p). The mask is recomputed in backward, never stored. dst may alias src.
+ * CPU backend only so far (ZOE_ERR_UNSUPPORTED on CUDA until kernels gain a dropout op). */
+zoe_status zoe_tp_dropout_forward(const zoe_tp *tp, void *dst, const void *src, int64_t n, float p,
+                                  uint64_t site, uint64_t step);
+/* dst = dy * mask / (1 - p) (overwrites; may alias dy). */
+zoe_status zoe_tp_dropout_backward(const zoe_tp *tp, void *dst, const void *dy, int64_t n, float p,
+                                   uint64_t site, uint64_t step);
+
+#endif

@@ -1,0 +1,71 @@
+/* TP-invariant initialisation: every parameter of a 2-layer stack built at TP = world size,
+ * gathered to global layout, equals the TP = 1 stack's (built on this rank over MPI_COMM_SELF)
+ * bit for bit, in fp32 and bf16. Also: the values are the Philox draws of their global index,
+ * the normals have the requested deviation, LayerNorms start at ones and zeros. */
+#include <math.h>
+#include <stdlib.h>
+#include "stack.h"
+#include "tensor_parallel/philox.h"
+#include "testing.h"
+
+static stack_config config(zoe_dtype dt) {
+    return (stack_config){.vocab = 257,
+                          .pad_multiple = 128,
+                          .hidden = 64,
+                          .heads = 4,
+                          .ffn = 256,
+                          .layers = 2,
+                          .B = 2,
+                          .T = 17,
+                          .dtype = dt,
+                          .seed = 2024};
+}
+
+static void compare(zoe_dtype dt) {
+    stack_config cfg = config(dt);
+    stack *ref = NULL, *par = NULL;
+    if (!CHECK_OK(stack_create(&cfg, MPI_COMM_SELF, &ref)) ||
+        !CHECK_OK(stack_create(&cfg, MPI_COMM_WORLD, &par)))
+        goto done;
+    CHECK(ref->nparams == par->nparams, "parameter counts differ");
+    for (int i = 0; i < par->nparams; i++) {
+        const zoe_tp_param *p = par->params[i];
+        size_t n = (size_t)(p->global_shape[0] * p->global_shape[1]);
+        double *a = malloc(n * sizeof(double)), *b = malloc(n * sizeof(double));
+        CHECK_OK(stack_param_global(par, i, false, a));
+        CHECK_OK(stack_param_global(ref, i, false, b));
+        CHECK(memcmp(a, b, n * sizeof(double)) == 0, "%s %s: TP=%d init differs from TP=1", p->name,
+              zoe_dtype_name(dt), par->tp.size);
+        if (p->init == ZOE_TP_INIT_NORMAL && dt == ZOE_F32) {
+            /* element (i, j) is draw i * cols + j of the name's stream */
+            size_t probe = n - 3;
+            float want;
+            zoe_philox_normal_fill(&want, 1, p->init_std, cfg.seed,
+                                   zoe_philox_stream_of_name(p->name), probe);
+            CHECK(b[probe] == (double)want, "%s: element %zu is not its Philox draw", p->name,
+                  probe);
+            double sq = 0;
+            for (size_t j = 0; j < n; j++) sq += b[j] * b[j];
+            double sd = sqrt(sq / (double)n);
+            /* n >= 4096 draws: the sample deviation is within 10% of the target */
+            CHECK(fabs(sd / p->init_std - 1) < 0.1, "%s: std %g, want %g", p->name, sd,
+                  (double)p->init_std);
+        } else if (p->init != ZOE_TP_INIT_NORMAL) {
+            double v = p->init == ZOE_TP_INIT_ONES ? 1.0 : 0.0;
+            size_t off = 0;
+            for (size_t j = 0; j < n; j++) off += b[j] != v;
+            CHECK(off == 0, "%s: %zu elements differ from %g", p->name, off, v);
+        }
+        free(a), free(b);
+    }
+done:
+    stack_destroy(par);
+    stack_destroy(ref);
+}
+
+int main(int argc, char **argv) {
+    test_init(&argc, &argv);
+    compare(ZOE_F32);
+    compare(ZOE_BF16);
+    return test_finish("test_tp_init");
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# zoe-train's bad input: each case exits 2 with a one-line message naming the bad value, decided
+# before any rank allocates. Usage: test_zoe_train_cli.sh ZOE_TRAIN MPIEXEC CORPUS
+set -u
+train="$1" mpiexec="$2" corpus="$3"
+fails=0 passes=0
+expect() { # ranks, message fragment, args...
+  local np="$1" want="$2"; shift 2
+  local out err rc
+  out="$("$mpiexec" -np "$np" --oversubscribe --bind-to none "$train" "$@" 2>&1 >/dev/null)"
+  rc=$?
+  err="$(printf '%s\n' "$out" | grep '^zoe-train:')"
+  if [ "$rc" -ne 2 ] || [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ] || [[ "$err" != *"$want"* ]]; then
+    echo "FAIL: zoe-train $* (np $np): exit $rc, message '$err', want exit 2 and '$want'"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+expect 1 "unknown option '--wings'" --wings 3 --data "$corpus"
+expect 1 "--lr=-0.5 is out of range" --lr -0.5 --data "$corpus"
+expect 1 "--steps=0 is out of range" --steps 0 --data "$corpus"
+expect 1 "'fp64' is not fp32, bf16 or fp16" --dtype fp64 --data "$corpus"
+expect 4 "--tp=3 does not divide the 4 ranks" --tp 3 --data "$corpus"
+expect 2 "--tp=8 does not divide the 2 ranks" --tp 8 --data "$corpus"
+expect 2 "--heads=3 is not divisible by --tp=2" --heads 3 --hidden 96 --tp 2 --data "$corpus"
+expect 1 "'gpu' is not cpu or none" --offload gpu --data "$corpus"
+expect 1 "'/nonexistent/corpus' is neither a file" --data /nonexistent/corpus
+expect 1 "--data is required"
+expect 1 "unknown model 'gpt9'" --model gpt9 --data "$corpus"
+echo "test_zoe_train_cli: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]
