@@ -2,7 +2,8 @@
  * the machine's threads: ms per step, tokens/s, the split by phase and by op, the step's
  * GFLOP/s (6 x params x tokens), and, in the same run, the GFLOP/s of a large square sgemm on
  * the same threads; the last line gives the ratio (goal: >= 0.70).
- * Usage: bench_train_step [steps] [dpu_warmup]   (defaults 5 and 1; dpu_warmup 0: no DPU) */
+ * Usage: bench_train_step [steps] [dpu_warmup]   (defaults 5 and 0, no DPU: on a CPU-only
+ * machine the delayed update's host thread competes with the step for the same cores). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -40,7 +41,7 @@ static double sgemm_gflops(int n) {
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    int steps = argc > 1 ? atoi(argv[1]) : 5, dpu = argc > 2 ? atoi(argv[2]) : 1;
+    int steps = argc > 1 ? atoi(argv[1]) : 5, dpu = argc > 2 ? atoi(argv[2]) : 0;
     if (steps < 1 || dpu < 0) {
         fprintf(stderr, "usage: bench_train_step [steps >= 1] [dpu_warmup >= 0]\n");
         return 2;

@@ -43,7 +43,7 @@ function(zoe_add_test name)
   if(T_GPU)
     list(APPEND _labels gpu)
   endif()
-  set(_env "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;ZOE_LOG=warn")
+  set(_env "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ZOE_LOG=warn")
   if(ZOE_SANITIZE)
     list(APPEND _env "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
                      "OMPI_MCA_mca_base_component_disable_dlclose=1")

@@ -84,7 +84,7 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
  * copy stream, adds the device part of the rank's partition into the device gradient partition
  * and starts the copy of the host part into pinned (at partition offset pinned_start). */
 static zoe_status reduce_bucket(zoe_optimizer *opt, int b, void *grads, void *pinned,
-                                size_t pinned_start, int assign) {
+                                size_t pinned_start, int assign, int copy_host_part) {
     const zoe_bucket *bk = &opt->lay.buckets[b];
     char *mine = (char *)grads + (size_t)opt->dp_rank * bk->part * opt->esz;
     ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
@@ -97,11 +97,18 @@ static zoe_status reduce_bucket(zoe_optimizer *opt, int b, void *grads, void *pi
         ZOE_TRY(zoe_grad_accumulate_stream(opt->copy_stream, opt->d_grad[opt->grad_buf] + lo, mine,
                                            opt->dtype, 1.0f / (float)opt->dp_size, assign,
                                            mid - lo));
-    if (hi > mid)
+    if (hi > mid && copy_host_part)
         ZOE_TRY(zoe_memcpy_async((char *)pinned + (mid - pinned_start) * opt->esz,
                                  mine + (mid - lo) * opt->esz, (hi - mid) * opt->esz,
                                  ZOE_COPY_DEVICE_TO_HOST, opt->copy_stream));
     return ZOE_OK;
+}
+
+/* Where the host can read the reduced bucket: on the CPU backend device memory is host memory,
+ * so the host part is read where the reduce-scatter left it, and the device-to-host copy,
+ * which would only move the same bytes, is skipped. */
+static int device_is_host_memory(const zoe_optimizer *opt) {
+    return zoe_device_backend(opt->dev) == ZOE_BACKEND_CPU;
 }
 
 /* Waits for the copy of the slot's bucket and folds it into the host gradient partition. */
@@ -110,7 +117,12 @@ static zoe_status drain_slot(zoe_optimizer *opt, int s) {
     ZOE_TRY(zoe_event_synchronize(slot->done));
     size_t lo, mid, hi;
     zoe_bucket_split(&opt->lay, slot->bucket, &lo, &mid, &hi);
-    ZOE_TRY(accumulate_host_part(opt, slot->bucket, slot->pinned, mid, opt->micro_batches == 0));
+    const void *host_part = slot->pinned;
+    if (device_is_host_memory(opt))
+        host_part =
+            (const char *)slot->device +
+            ((size_t)opt->dp_rank * opt->lay.buckets[slot->bucket].part + (mid - lo)) * opt->esz;
+    ZOE_TRY(accumulate_host_part(opt, slot->bucket, host_part, mid, opt->micro_batches == 0));
     opt->progress[slot->bucket].slot = -1;
     slot->bucket = -1;
     slot->state = SLOT_FREE;
@@ -160,7 +172,8 @@ static zoe_status complete_bucket(zoe_optimizer *opt, int b) {
     grad_slot *slot = &opt->slots[p->slot];
     size_t lo, mid, hi;
     zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
-    ZOE_TRY(reduce_bucket(opt, b, slot->device, slot->pinned, mid, opt->micro_batches == 0));
+    ZOE_TRY(reduce_bucket(opt, b, slot->device, slot->pinned, mid, opt->micro_batches == 0,
+                          !device_is_host_memory(opt)));
     ZOE_TRY(zoe_event_record(slot->done, opt->copy_stream));
     slot->state = SLOT_IN_FLIGHT;
     slot->sequence = opt->sequence++;
@@ -244,7 +257,7 @@ zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
     opt->host_sumsq = 0;
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         char *grads = (char *)opt->full_grad + opt->lay.buckets[b].flat_offset * opt->esz;
-        ZOE_TRY(reduce_bucket(opt, b, grads, opt->full_pinned, opt->lay.device_numel, 1));
+        ZOE_TRY(reduce_bucket(opt, b, grads, opt->full_pinned, opt->lay.device_numel, 1, 1));
     }
     ZOE_TRY(zoe_stream_synchronize(opt->copy_stream));
     for (int b = 0; b < opt->lay.num_buckets; b++)

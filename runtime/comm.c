@@ -110,6 +110,12 @@ static zoe_status check_op(zoe_reduce_op op, zoe_dtype dtype, const char *what) 
     return ZOE_OK;
 }
 
+/* A group of one rank: every collective is the identity, a copy unless it is in place. */
+static zoe_status local_copy(void *recv, const void *send, size_t bytes) {
+    if (recv != send) memmove(recv, send, bytes);
+    return ZOE_OK;
+}
+
 static MPI_Op mpi_op(zoe_reduce_op op) {
     return op == ZOE_REDUCE_MAX ? MPI_MAX : MPI_SUM;
 }
@@ -138,6 +144,7 @@ static zoe_status comm_all_reduce(zoe_comm *c, const void *send, void *recv, siz
 #endif
     (void)stream;
     if (count == 0) return ZOE_OK;
+    if (c->size == 1) return local_copy(recv, send, count * zoe_dtype_size(dtype));
     if (is_half(dtype)) {
         ZOE_TRY(stage_reserve(c, count));
         ZOE_TRY(zoe_convert(c->stage, ZOE_F32, send, dtype, count));
@@ -164,6 +171,7 @@ static zoe_status comm_reduce_scatter(zoe_comm *c, const void *send, void *recv,
 #endif
     (void)stream;
     if (recv_count == 0) return ZOE_OK;
+    if (c->size == 1) return local_copy(recv, send, recv_count * esz);
     const char *s = send;
     int overlaps =
         (const char *)recv < s + total * esz && s < (const char *)recv + recv_count * esz;
@@ -206,6 +214,7 @@ static zoe_status comm_all_gather(zoe_comm *c, const void *send, void *recv, siz
 #endif
     (void)stream;
     if (send_count == 0) return ZOE_OK;
+    if (c->size == 1) return local_copy(recv, send, send_count * esz);
     int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * send_count * esz;
     MPI_TRY(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, raw_type(dtype), recv,
                           (int)send_count, raw_type(dtype), c->group),
