@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
             die("step");
         sum.ms_forward += s.ms_forward, sum.ms_backward += s.ms_backward;
         sum.ms_offload += s.ms_offload, sum.ms_host_step += s.ms_host_step;
-        sum.ms_refresh += s.ms_refresh;
+        sum.ms_refresh += s.ms_refresh, sum.ms_optimizer += s.ms_optimizer;
     }
     double ms = (now() - t0) * 1e3 / steps;
     zoe_trainer_profile(tr, &prof, 0);
@@ -88,9 +88,9 @@ int main(int argc, char **argv) {
            params, cfg.micro_batch, cfg.model.seq_len, threads, dpu ? "true" : "false", steps, ms,
            tokens_per_step / (ms / 1e3), gflops);
     printf("{\"bench\":\"train_step\",\"phase_ms\":{\"forward\":%.1f,\"backward\":%.1f,"
-           "\"grad_offload\":%.1f,\"host_step\":%.1f,\"refresh\":%.1f}}\n",
+           "\"grad_offload\":%.1f,\"host_step\":%.1f,\"refresh\":%.1f,\"optimizer_call\":%.1f}}\n",
            sum.ms_forward / steps, sum.ms_backward / steps, sum.ms_offload / steps,
-           sum.ms_host_step / steps, sum.ms_refresh / steps);
+           sum.ms_host_step / steps, sum.ms_refresh / steps, sum.ms_optimizer / steps);
     for (int i = 0; i < prof.count; i++)
         printf("{\"bench\":\"train_step\",\"op\":\"%s\",\"ms_per_step\":%.2f,\"share\":%.3f}\n",
                prof.entries[i].name, prof.entries[i].ms / steps, prof.entries[i].ms / steps / ms);

@@ -46,11 +46,11 @@ zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_st
 static void print_line(zoe_progress *p, const zoe_step_stats *s, double tok_per_s) {
     fprintf(p->out,
             "step %*d/%d  loss %.4f  lr %.2e  norm %.3f%s  %.0f tok/s  %.1f ms "
-            "(fwd %.1f  bwd %.1f  offload %.1f  host %.1f  refresh %.1f)",
+            "(fwd %.1f  bwd %.1f  offload %.1f  host step %.1f%s  refresh %.1f)",
             (int)snprintf(NULL, 0, "%d", p->total), s->step + 1, p->total, (double)s->loss,
             (double)s->lr, (double)s->grad_norm, s->skipped ? " SKIPPED" : "", tok_per_s,
             s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
-            s->ms_refresh);
+            s->overlapped ? " overlapped" : "", s->ms_refresh);
 }
 
 zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
@@ -62,10 +62,12 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                 "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"loss_scale\":%g,"
                 "\"skipped\":%d,\"tokens\":%lld,\"tokens_per_s\":%.1f,\"ms\":%.3f,"
                 "\"ms_forward\":%.3f,\"ms_backward\":%.3f,\"ms_offload\":%.3f,"
-                "\"ms_host_step\":%.3f,\"ms_refresh\":%.3f}\n",
+                "\"ms_host_step\":%.3f,\"ms_refresh\":%.3f,\"ms_optimizer\":%.3f,"
+                "\"overlapped\":%d}\n",
                 s->step, (double)s->loss, (double)s->lr, (double)s->grad_norm,
                 (double)s->loss_scale, s->skipped, (long long)s->tokens, tok_per_s, s->ms_total,
-                s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step, s->ms_refresh);
+                s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step, s->ms_refresh,
+                s->ms_optimizer, s->overlapped);
         if (fflush(p->metrics) != 0) return zoe_fail(ZOE_ERR_IO, "writing metrics failed");
     }
     if (!p->out) return ZOE_OK;

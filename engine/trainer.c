@@ -234,7 +234,11 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         stats->ms_forward = tr->ms_forward;
         stats->ms_backward = tr->ms_backward;
         stats->ms_offload = tr->ms_offload;
-        stats->ms_host_step = t1 - t0;
+        /* Under DPU the host update ran overlapped: the step only waited for it. */
+        stats->ms_host_step = os.ms_update;
+        stats->ms_refresh = os.ms_refresh;
+        stats->ms_optimizer = t1 - t0;
+        stats->overlapped = c->dpu_warmup > 0 && tr->steps_done >= c->dpu_warmup && !os.skipped;
         stats->ms_total = t1 - tr->step_started;
     }
     tr->steps_done++;

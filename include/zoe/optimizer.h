@@ -116,6 +116,11 @@ typedef struct zoe_optimizer_stats {
     double loss_scale;  /* the scale to multiply the next iteration's loss by */
     int skipped;        /* 1 when the last step was skipped for a non-finite gradient */
     long skipped_total; /* steps skipped so far */
+    /* Wall time of the most recent completed host update (the fused Adam pass and the copy of
+     * the new weights; under DPU it ran on the update thread, overlapped with compute), of the
+     * most recent refresh (the all-gather into the parameter buffer), and what the last step
+     * spent waiting for an update in flight. Milliseconds. */
+    double ms_update, ms_refresh, ms_wait;
 } zoe_optimizer_stats;
 
 /* Collective over the grid. Creates DP communicators for the device (MPI on CPU, NCCL on CUDA)

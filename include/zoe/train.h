@@ -142,8 +142,15 @@ struct zoe_step_stats {
     float grad_norm;  /* global, before clipping */
     float loss_scale; /* 1 unless fp16 */
     int skipped;      /* overflow: the update was skipped */
+    int overlapped;   /* DPU: this step's host update runs while the next step computes */
     int64_t tokens;   /* tokens in the global batch */
-    double ms_total, ms_forward, ms_backward, ms_offload, ms_host_step, ms_refresh;
+    /* ms_total: wall time of the step. forward, backward (without offload), offload (handing
+     * finished gradient buckets to the optimizer: reduce-scatter, copy, host accumulation),
+     * host_step (the host Adam pass; with DPU it overlaps the next step's compute, so it is not
+     * part of ms_total), refresh (the all-gather of new weights), and optimizer (the time the
+     * step call took: host step and refresh, or with DPU the wait for the overlapped update
+     * and the refresh). */
+    double ms_total, ms_forward, ms_backward, ms_offload, ms_host_step, ms_refresh, ms_optimizer;
 };
 
 typedef struct zoe_progress zoe_progress;
