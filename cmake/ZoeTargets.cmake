@@ -1,3 +1,14 @@
+# The environment of every test: one thread per rank (tests run side by side on few cores),
+# passive OpenMP waiting, and, in sanitizer builds, LeakSanitizer told about the MPI libraries'
+# own allocations. Tests registered by hand use it too.
+set(ZOE_TEST_ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ZOE_LOG=warn"
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+if(ZOE_SANITIZE)
+  list(APPEND ZOE_TEST_ENV
+       "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
+       "OMPI_MCA_mca_base_component_disable_dlclose=1")
+endif()
+
 # zoe_add_layer(NAME DEPS ...): one static library per folder, sources globbed so that
 # adding a file needs no edit here. CUDA halves (cuda/*.cu, *_cuda.c) join only with ZOE_CUDA.
 function(zoe_add_layer name)
@@ -43,11 +54,7 @@ function(zoe_add_test name)
   if(T_GPU)
     list(APPEND _labels gpu)
   endif()
-  set(_env "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ZOE_LOG=warn")
-  if(ZOE_SANITIZE)
-    list(APPEND _env "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-                     "OMPI_MCA_mca_base_component_disable_dlclose=1")
-  endif()
+  set(_env ${ZOE_TEST_ENV})
   if(T_RANKS)
     list(APPEND _labels mpi)
     foreach(np ${T_RANKS})
@@ -55,7 +62,7 @@ function(zoe_add_test name)
                COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
                        ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${T_ARGS})
       set_tests_properties(${name}_np${np} PROPERTIES LABELS "${_labels}" TIMEOUT ${T_TIMEOUT}
-                           SKIP_RETURN_CODE 77 ENVIRONMENT "${_env};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+                           SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
     endforeach()
   else()
     add_test(NAME ${name} COMMAND $<TARGET_FILE:${name}> ${T_ARGS})
