@@ -18,7 +18,14 @@
 
 enum { STEPS = 30, MICRO = 2 };
 
-static zoe_status run(MPI_Comm comm, int tp, int micro_batch, const char *corpus, float *losses) {
+typedef struct run_options {
+    int recompute;
+    float dropout;
+    int steps;
+} run_options;
+
+static zoe_status run(MPI_Comm comm, int tp, int micro_batch, const char *corpus,
+                      const run_options *o, float *losses) {
     int size;
     MPI_Comm_size(comm, &size);
     zoe_train_config c;
@@ -28,8 +35,10 @@ static zoe_status run(MPI_Comm comm, int tp, int micro_batch, const char *corpus
                                  .hidden = 64,
                                  .heads = 4,
                                  .seq_len = 32,
-                                 .vocab = ZOE_BYTE_VOCAB_SIZE};
+                                 .vocab = ZOE_BYTE_VOCAB_SIZE,
+                                 .dropout = o->dropout};
     c.tp = tp, c.micro_batch = micro_batch, c.grad_accum = 1, c.steps = STEPS;
+    c.recompute = o->recompute;
     c.lr = 1e-3f, c.min_lr = 1e-4f, c.warmup = 5, c.dpu_warmup = 0, c.seed = 99;
     zoe_trainer *tr = NULL;
     zoe_dataset *ds = NULL;
@@ -46,7 +55,7 @@ static zoe_status run(MPI_Comm comm, int tp, int micro_batch, const char *corpus
     if (st == ZOE_OK) st = zoe_loader_create(ds, &lc, &loader);
     size_t n = (size_t)micro_batch * (size_t)c.model.seq_len;
     int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
-    for (int s = 0; st == ZOE_OK && s < STEPS; s++) {
+    for (int s = 0; st == ZOE_OK && s < o->steps; s++) {
         zoe_step_stats stats;
         st = zoe_loader_fetch(loader, s, 0, tokens, targets);
         if (st == ZOE_OK) st = zoe_trainer_micro_batch(tr, tokens, targets, NULL);
@@ -68,14 +77,27 @@ int main(int argc, char **argv) {
     }
     int world = test_world_size(), tp = world % 2 == 0 ? 2 : 1, dp = world / tp;
     float grid[STEPS], ref[STEPS];
-    CHECK_OK(run(MPI_COMM_WORLD, tp, MICRO, argv[1], grid));
-    CHECK_OK(run(MPI_COMM_SELF, 1, MICRO * dp, argv[1], ref));
+    run_options plain = {.steps = STEPS};
+    CHECK_OK(run(MPI_COMM_WORLD, tp, MICRO, argv[1], &plain, grid));
+    CHECK_OK(run(MPI_COMM_SELF, 1, MICRO * dp, argv[1], &plain, ref));
     double g[STEPS], r[STEPS];
     for (int s = 0; s < STEPS; s++) g[s] = grid[s], r[s] = ref[s];
     char what[96];
     snprintf(what, sizeof what, "loss per step, TP=%d x DP=%d vs TP=1 x DP=1", tp, dp);
     CHECK_CLOSE(g, r, STEPS, 0, 1e-5, what);
     CHECK(r[STEPS - 1] < r[0] - 0.5, "the reference learns: loss %.3f -> %.3f", r[0], r[STEPS - 1]);
+    /* Activation recomputation reruns each block's forward, with the same dropout masks, in
+     * backward: the same operations in the same order, so the same losses to the bit. */
+    enum { RECOMPUTE_STEPS = 8 };
+    float kept[RECOMPUTE_STEPS], recomputed[RECOMPUTE_STEPS];
+    run_options keep = {.recompute = 0, .dropout = 0.1f, .steps = RECOMPUTE_STEPS};
+    run_options again = {.recompute = 1, .dropout = 0.1f, .steps = RECOMPUTE_STEPS};
+    CHECK_OK(run(MPI_COMM_WORLD, tp, MICRO, argv[1], &keep, kept));
+    CHECK_OK(run(MPI_COMM_WORLD, tp, MICRO, argv[1], &again, recomputed));
+    for (int s = 0; s < RECOMPUTE_STEPS; s++)
+        CHECK(kept[s] == recomputed[s], "recompute changes step %d's loss: %.9g vs %.9g", s,
+              kept[s], recomputed[s]);
+    CHECK(kept[RECOMPUTE_STEPS - 1] != grid[RECOMPUTE_STEPS - 1], "dropout 0.1 changes the loss");
     if (test_rank() == 0) {
         double worst = 0;
         for (int s = 0; s < STEPS; s++) worst = fmax(worst, fabs(g[s] - r[s]) / fabs(r[s]));
