@@ -3,10 +3,10 @@
  * reduce-scatter and offload while backward goes on) and each step runs on the DPU schedule. */
 #include <math.h>
 #include <stdio.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "engine/trainer_impl.h"
 #include "models/gpt.h"
 #include "runtime/error.h"
 #include "zoe/grid.h"
@@ -173,6 +173,9 @@ void zoe_trainer_destroy(zoe_trainer *tr) {
 
 int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
     return zoe_gpt_global_numel(tr->gpt);
+}
+zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr) {
+    return tr->opt;
 }
 int zoe_trainer_rank(const zoe_trainer *tr) {
     return zoe_grid_rank(tr->grid);

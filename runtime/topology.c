@@ -225,6 +225,7 @@ zoe_status zoe_topology_bind(const zoe_topology *t, const zoe_placement *p) {
     } else {
         zoe_log(ZOE_LOG_DEBUG, "bound to %s, %d OpenMP threads", desc, p->num_cores);
     }
-    omp_set_num_threads(p->num_cores);
+    /* The pool matches the placement, unless the user sized it (OMP_NUM_THREADS). */
+    if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(p->num_cores);
     return ZOE_OK;
 }

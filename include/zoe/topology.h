@@ -39,7 +39,8 @@ typedef struct zoe_placement {
  * more ranks than cores, ranks share cores round-robin. */
 zoe_status zoe_topology_place(const zoe_topology *topo, int local_rank, int local_size, int gpu,
                               zoe_placement *out);
-/* Binds the calling process to the placement's cores and sizes the OpenMP pool to it.
+/* Binds the calling process to the placement's cores and sizes the OpenMP pool to it (unless
+ * OMP_NUM_THREADS is set: then the user's count stands).
  * Reports the binding at debug level. */
 zoe_status zoe_topology_bind(const zoe_topology *topo, const zoe_placement *placement);
 /* "cores 0-23 (numa 0)" into buf. */
