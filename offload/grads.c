@@ -104,13 +104,6 @@ static zoe_status reduce_bucket(zoe_optimizer *opt, int b, void *grads, void *pi
     return ZOE_OK;
 }
 
-/* Where the host can read the reduced bucket: on the CPU backend device memory is host memory,
- * so the host part is read where the reduce-scatter left it, and the device-to-host copy,
- * which would only move the same bytes, is skipped. */
-static int device_is_host_memory(const zoe_optimizer *opt) {
-    return zoe_device_backend(opt->dev) == ZOE_BACKEND_CPU;
-}
-
 /* Waits for the copy of the slot's bucket and folds it into the host gradient partition. */
 static zoe_status drain_slot(zoe_optimizer *opt, int s) {
     grad_slot *slot = &opt->slots[s];
@@ -118,7 +111,7 @@ static zoe_status drain_slot(zoe_optimizer *opt, int s) {
     size_t lo, mid, hi;
     zoe_bucket_split(&opt->lay, slot->bucket, &lo, &mid, &hi);
     const void *host_part = slot->pinned;
-    if (device_is_host_memory(opt))
+    if (zoe_device_is_host_memory(opt))
         host_part =
             (const char *)slot->device +
             ((size_t)opt->dp_rank * opt->lay.buckets[slot->bucket].part + (mid - lo)) * opt->esz;
@@ -173,7 +166,7 @@ static zoe_status complete_bucket(zoe_optimizer *opt, int b) {
     size_t lo, mid, hi;
     zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     ZOE_TRY(reduce_bucket(opt, b, slot->device, slot->pinned, mid, opt->micro_batches == 0,
-                          !device_is_host_memory(opt)));
+                          !zoe_device_is_host_memory(opt)));
     ZOE_TRY(zoe_event_record(slot->done, opt->copy_stream));
     slot->state = SLOT_IN_FLIGHT;
     slot->sequence = opt->sequence++;

@@ -50,7 +50,8 @@ struct zoe_optimizer {
     float *d_master, *d_m, *d_v, *d_grad[2];
     /* Host state, partition coordinates [device_numel, part_numel) shifted to 0. */
     float *h_master, *h_m, *h_v, *h_grad[2];
-    void *h_out; /* pinned, host_numel elements of compute dtype */
+    void *h_out; /* pinned, host_numel elements of compute dtype; on the CPU backend the host
+                  * part of part_out itself (see zoe_device_is_host_memory) */
     size_t num_chunks;
     int *chunk_segment; /* first host segment that reaches into each chunk */
 
@@ -92,5 +93,13 @@ zoe_status zoe_state_create(zoe_optimizer *opt);
 void zoe_state_destroy(zoe_optimizer *opt);
 /* Waits for the update in flight (DPU), if any, and refreshes the parameters with it. */
 zoe_status zoe_update_wait(zoe_optimizer *opt);
+
+/* On the CPU backend device memory is host memory: the host can read and write "device"
+ * buffers in place, so staging copies between them, which would only move the same bytes, are
+ * skipped (the reduced gradient buckets are read where the reduce-scatter left them, and the
+ * host Adam writes the new weights straight into the partition buffer). */
+static inline int zoe_device_is_host_memory(const zoe_optimizer *opt) {
+    return zoe_device_backend(opt->dev) == ZOE_BACKEND_CPU;
+}
 
 #endif

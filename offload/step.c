@@ -35,14 +35,32 @@ static void first_touch(zoe_optimizer *opt) {
     }
 }
 
+/* With one DP rank and no delayed update, the rank's partition has the parameter buffer's
+ * layout and nothing reads the parameters while the step writes them: the update then writes
+ * the new weights in place and the refresh (an all-gather over one rank) has nothing to move.
+ * Under DPU the next iteration reads the parameters while the update runs, so it keeps its own
+ * partition buffer. */
+static int partition_is_params(const zoe_optimizer *opt) {
+    const zoe_layout *lay = &opt->lay;
+    if (opt->dp_size != 1 || opt->cfg.dpu_warmup > 0 || lay->part_numel != lay->flat_numel)
+        return 0;
+    for (int b = 0; b < lay->num_buckets; b++)
+        if (lay->buckets[b].part_offset != lay->buckets[b].flat_offset) return 0;
+    return 1;
+}
+
 zoe_status zoe_state_create(zoe_optimizer *opt) {
     const zoe_layout *lay = &opt->lay;
     int buffers = opt->cfg.dpu_warmup > 0 ? 2 : 1;
     size_t pd = lay->device_numel, ph = opt->host_numel;
     ZOE_TRY(zoe_device_alloc(opt->dev, lay->flat_numel * opt->esz, &opt->params));
     ZOE_TRY(zoe_memset_async(opt->params, 0, lay->flat_numel * opt->esz, opt->stream));
-    ZOE_TRY(zoe_device_alloc(opt->dev, lay->part_numel * opt->esz, &opt->part_out));
-    ZOE_TRY(zoe_memset_async(opt->part_out, 0, lay->part_numel * opt->esz, opt->stream));
+    if (partition_is_params(opt)) {
+        opt->part_out = opt->params;
+    } else {
+        ZOE_TRY(zoe_device_alloc(opt->dev, lay->part_numel * opt->esz, &opt->part_out));
+        ZOE_TRY(zoe_memset_async(opt->part_out, 0, lay->part_numel * opt->esz, opt->stream));
+    }
     if (pd) {
         float **dev_arrays[] = {&opt->d_master, &opt->d_m, &opt->d_v, &opt->d_grad[0],
                                 buffers > 1 ? &opt->d_grad[1] : NULL};
@@ -58,7 +76,10 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
         if (!opt->h_master || !opt->h_m || !opt->h_v || !opt->h_grad[0] ||
             (buffers > 1 && !opt->h_grad[1]))
             return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements", ph);
-        ZOE_TRY(zoe_host_alloc(opt->dev, ph * opt->esz, &opt->h_out));
+        if (zoe_device_is_host_memory(opt))
+            opt->h_out = (char *)opt->part_out + pd * opt->esz; /* copies to it become no-ops */
+        else
+            ZOE_TRY(zoe_host_alloc(opt->dev, ph * opt->esz, &opt->h_out));
     }
     /* The tiling of the host step, and the first host segment reaching into each tile. */
     opt->num_chunks = (ph + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE;
@@ -77,7 +98,7 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
 
 void zoe_state_destroy(zoe_optimizer *opt) {
     zoe_device_free(opt->dev, opt->params);
-    zoe_device_free(opt->dev, opt->part_out);
+    if (opt->part_out != opt->params) zoe_device_free(opt->dev, opt->part_out);
     zoe_device_free(opt->dev, opt->d_master);
     zoe_device_free(opt->dev, opt->d_m);
     zoe_device_free(opt->dev, opt->d_v);
@@ -85,7 +106,7 @@ void zoe_state_destroy(zoe_optimizer *opt) {
     zoe_device_free(opt->dev, opt->d_grad[1]);
     free(opt->h_master), free(opt->h_m), free(opt->h_v), free(opt->h_grad[0]);
     free(opt->h_grad[1]);
-    zoe_host_free(opt->dev, opt->h_out);
+    if (!zoe_device_is_host_memory(opt)) zoe_host_free(opt->dev, opt->h_out);
     free(opt->chunk_segment);
 }
 
