@@ -9,6 +9,9 @@
 #include "zoe/comm.h"
 #include "zoe/grid.h"
 #include "zoe/topology.h"
+#include "zoe/optimizer.h"
+#include "zoe/data.h"
+#include "zoe/train.h"
 
 #define ZOE_VERSION_MAJOR 0
 #define ZOE_VERSION_MINOR 1
