@@ -153,6 +153,9 @@ zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream
         st = zoe_device_alloc(dev, g->arena_bytes, &g->arena);
     }
     if (st == ZOE_OK) layout(g, g->arena);
+    /* poison: 0xff bytes are NaN in every float dtype, so a read of an activation no op wrote
+     * shows in the loss instead of passing as stale zeros */
+    if (st == ZOE_OK) st = zoe_memset_async(g->arena, 0xff, g->arena_bytes, stream);
     if (st != ZOE_OK) {
         zoe_gpt_destroy(g);
         return st;
@@ -180,6 +183,18 @@ size_t zoe_gpt_activation_bytes(const zoe_gpt *g) {
 }
 zoe_tp *zoe_gpt_tp(zoe_gpt *g) {
     return &g->tp;
+}
+const zoe_tp_embedding *zoe_gpt_embedding(const zoe_gpt *g) {
+    return &g->emb;
+}
+const zoe_tp_block *zoe_gpt_block(const zoe_gpt *g, int l) {
+    return l >= 0 && l < g->cfg.shape.layers ? &g->blocks[l] : NULL;
+}
+const void *zoe_gpt_logits(const zoe_gpt *g) {
+    return g->logits;
+}
+int64_t zoe_gpt_loss_count(const zoe_gpt *g) {
+    return g->count;
 }
 
 int64_t zoe_gpt_local_numel(const zoe_gpt *g) {

@@ -53,6 +53,13 @@ int64_t zoe_gpt_block_local_numel(const zoe_gpt *g);
 /* Device bytes of the planned activation allocation. */
 size_t zoe_gpt_activation_bytes(const zoe_gpt *g);
 zoe_tp *zoe_gpt_tp(zoe_gpt *g);
+/* For tests: the embedding (vocabulary split, traffic) and block l (traffic, dropout sites). */
+const zoe_tp_embedding *zoe_gpt_embedding(const zoe_gpt *g);
+const zoe_tp_block *zoe_gpt_block(const zoe_gpt *g, int l);
+/* For tests, after forward: device logits [B*T, vocab.local] (their gradient after backward)
+ * and the count of non-ignored targets. */
+const void *zoe_gpt_logits(const zoe_gpt *g);
+int64_t zoe_gpt_loss_count(const zoe_gpt *g);
 
 /* Points tensor t's weights at ptrs[t] (device, dtype, local_numel elements each). */
 zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs);

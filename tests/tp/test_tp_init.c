@@ -1,41 +1,37 @@
-/* TP-invariant initialisation: every parameter of a 2-layer stack built at TP = world size,
- * gathered to global layout, equals the TP = 1 stack's (built on this rank over MPI_COMM_SELF)
- * bit for bit, in fp32 and bf16. Also: the values are the Philox draws of their global index,
- * the normals have the requested deviation, LayerNorms start at ones and zeros. */
+/* TP-invariant initialisation: every parameter of a 2-layer GPT (models/gpt.h) built at TP =
+ * world size, gathered to global layout, equals the TP = 1 model's (built on this rank over
+ * MPI_COMM_SELF) bit for bit, in fp32 and bf16. Also: the values are the Philox draws of their
+ * global index, the normals have the requested deviation, LayerNorms start at ones and zeros. */
 #include <math.h>
 #include <stdlib.h>
 #include "stack.h"
 #include "tensor_parallel/philox.h"
 #include "testing.h"
 
-static stack_config config(zoe_dtype dt) {
-    return (stack_config){.vocab = 257,
-                          .pad_multiple = 128,
-                          .hidden = 64,
-                          .heads = 4,
-                          .ffn = 256,
-                          .layers = 2,
-                          .B = 2,
-                          .T = 17,
-                          .dtype = dt,
-                          .seed = 2024};
+static zoe_gpt_config config(zoe_dtype dt) {
+    return (zoe_gpt_config){
+        .shape = {.vocab = 257, .hidden = 64, .heads = 4, .ffn = 256, .layers = 2, .seq_len = 17},
+        .micro_batch = 2,
+        .pad_multiple = 128,
+        .dtype = dt,
+        .seed = 2024};
 }
 
 static void compare(zoe_dtype dt) {
-    stack_config cfg = config(dt);
+    zoe_gpt_config cfg = config(dt);
     stack *ref = NULL, *par = NULL;
     if (!CHECK_OK(stack_create(&cfg, MPI_COMM_SELF, &ref)) ||
         !CHECK_OK(stack_create(&cfg, MPI_COMM_WORLD, &par)))
         goto done;
-    CHECK(ref->nparams == par->nparams, "parameter counts differ");
-    for (int i = 0; i < par->nparams; i++) {
-        const zoe_tp_param *p = par->params[i];
+    CHECK(ref->ntensors == par->ntensors, "parameter counts differ");
+    for (int i = 0; i < par->ntensors; i++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(par->gpt, i);
         size_t n = (size_t)(p->global_shape[0] * p->global_shape[1]);
         double *a = malloc(n * sizeof(double)), *b = malloc(n * sizeof(double));
         CHECK_OK(stack_param_global(par, i, false, a));
         CHECK_OK(stack_param_global(ref, i, false, b));
         CHECK(memcmp(a, b, n * sizeof(double)) == 0, "%s %s: TP=%d init differs from TP=1", p->name,
-              zoe_dtype_name(dt), par->tp.size);
+              zoe_dtype_name(dt), par->tp->size);
         if (p->init == ZOE_TP_INIT_NORMAL && dt == ZOE_F32) {
             /* element (i, j) is draw i * cols + j of the name's stream */
             size_t probe = n - 3;

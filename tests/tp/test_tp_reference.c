@@ -1,5 +1,5 @@
-/* The stack at TP = 1 in fp32 against a float64 GPT written here from the definitions (the
- * independent check that the block composes the right math: LayerNorm, QKV laid out
+/* The GPT of models/gpt.h at TP = 1 in fp32 against a float64 GPT written here from the definitions
+ * (the independent check that the block composes the right math: LayerNorm, QKV laid out
  * [heads][3][head_dim], causal attention, tanh-GELU, residuals, tied head, mean
  * cross-entropy over the real vocabulary, padding excluded).
  *  - loss and logits: fp32 storage with fp32 arithmetic over dot products of <= 256 terms
@@ -16,18 +16,21 @@
 #include "tensor_parallel/philox.h"
 #include "testing.h"
 
+#define LAYERS      2
+#define NUM_TENSORS (2 + LAYERS * ZOE_TP_BLOCK_PARAMS + 2)
+
 typedef struct model64 {
-    const stack_config *c;
-    int64_t V; /* padded vocabulary */
-    double *w[STACK_MAX_PARAMS];
-    uint64_t sites[STACK_MAX_LAYERS][2]; /* the blocks' dropout sites */
+    const zoe_gpt_config *c;
+    int64_t B, T, V; /* V: padded vocabulary */
+    double *w[NUM_TENSORS];
+    uint64_t sites[LAYERS][2]; /* the blocks' dropout sites */
     uint64_t step;
 } model64;
 
 /* x *= keep / (1 - p) with keep drawn as documented in layers.h (element index e of the
  * [N, C] tensor: Philox stream_at_step(site, step), kept when its 24 bits >= round(p 2^24)). */
 static void dropout64(const model64 *m, double *x, int64_t n, uint64_t site) {
-    double p = m->c->dropout;
+    double p = m->c->shape.dropout;
     if (p <= 0) return;
     uint32_t *bits = malloc((size_t)n * sizeof(uint32_t));
     zoe_philox_bits24_fill(bits, (size_t)n, m->c->seed, zoe_philox_stream_at_step(site, m->step),
@@ -61,10 +64,10 @@ static void linear(const double *x, const double *W, const double *b, double *y,
         }
 }
 
-static void attention(const double *qkv, double *out, const stack_config *c) {
-    int64_t NH = c->heads, HS = c->hidden / NH, T = c->T;
+static void attention(const double *qkv, double *out, const model64 *m) {
+    int64_t NH = m->c->shape.heads, HS = m->c->shape.hidden / NH, T = m->T;
     double *p = malloc((size_t)T * sizeof(double));
-    for (int64_t b = 0; b < c->B; b++)
+    for (int64_t b = 0; b < m->B; b++)
         for (int64_t h = 0; h < NH; h++)
             for (int64_t t = 0; t < T; t++) {
                 const double *q = qkv + ((b * T + t) * NH + h) * 3 * HS;
@@ -92,24 +95,24 @@ static double gelu(double x) {
     return 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
 }
 
-/* The loss; logits (when not NULL) gets [N, V]. Parameter order as in stack.c: wte, wpe, per
+/* The loss; logits (when not NULL) gets [N, V]. Parameter order as zoe_gpt_tensor: wte, wpe, per
  * layer the block's 12, ln_f weight and bias. */
 static double forward64(const model64 *m, const int32_t *tok, const int32_t *tgt,
                         double *logits_out) {
-    const stack_config *c = m->c;
-    int64_t N = c->B * c->T, C = c->hidden, F = c->ffn, V = m->V;
+    const zoe_model_config *c = &m->c->shape;
+    int64_t N = m->B * m->T, C = c->hidden, F = c->ffn, V = m->V;
     double *x = malloc((size_t)(N * C) * 8), *ln = malloc((size_t)(N * C) * 8);
     double *big = malloc((size_t)(N * (F > 3 * C ? F : 3 * C)) * 8),
            *att = malloc((size_t)(N * C) * 8);
     double *br = malloc((size_t)(N * C) * 8), *logits = malloc((size_t)(N * V) * 8);
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < C; j++)
-            x[i * C + j] = m->w[0][tok[i] * C + j] + m->w[1][(i % c->T) * C + j];
+            x[i * C + j] = m->w[0][tok[i] * C + j] + m->w[1][(i % m->T) * C + j];
     for (int64_t l = 0; l < c->layers; l++) {
         double *const *p = m->w + 2 + l * ZOE_TP_BLOCK_PARAMS;
         layernorm(x, p[0], p[1], ln, N, C);
         linear(ln, p[2], p[3], big, N, C, 3 * C);
-        attention(big, att, c);
+        attention(big, att, m);
         linear(att, p[4], p[5], br, N, C, C);
         dropout64(m, br, N * C, m->sites[l][0]);
         for (int64_t i = 0; i < N * C; i++) x[i] += br[i];
@@ -126,7 +129,7 @@ static double forward64(const model64 *m, const int32_t *tok, const int32_t *tgt
     double loss = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < N; i++) {
-        if (tgt[i] == STACK_IGNORE) continue;
+        if (tgt[i] == ZOE_GPT_IGNORE_INDEX) continue;
         double mx = -INFINITY, z = 0;
         for (int64_t v = 0; v < c->vocab; v++) mx = fmax(mx, logits[i * V + v]);
         for (int64_t v = 0; v < c->vocab; v++) z += exp(logits[i * V + v] - mx);
@@ -139,31 +142,36 @@ static double forward64(const model64 *m, const int32_t *tok, const int32_t *tgt
 }
 
 static void run(float dropout) {
-    stack_config cfg = {.vocab = 257,
-                        .pad_multiple = 128,
-                        .hidden = 64,
-                        .heads = 4,
-                        .ffn = 256,
-                        .layers = 2,
-                        .B = 2,
-                        .T = 17,
-                        .dropout = dropout,
-                        .dtype = ZOE_F32,
-                        .seed = 9};
+    zoe_gpt_config cfg = {.shape = {.vocab = 257,
+                                    .hidden = 64,
+                                    .heads = 4,
+                                    .ffn = 256,
+                                    .layers = LAYERS,
+                                    .seq_len = 17,
+                                    .dropout = dropout},
+                          .micro_batch = 2,
+                          .pad_multiple = 128,
+                          .dtype = ZOE_F32,
+                          .seed = 9};
     stack *s = NULL;
-    int64_t N = cfg.B * cfg.T;
+    int64_t N = cfg.micro_batch * cfg.shape.seq_len;
     int32_t *tok = malloc((size_t)N * 4), *tgt = malloc((size_t)N * 4);
     test_rng rng;
     test_rng_seed(&rng, 31);
     for (int64_t i = 0; i < N; i++)
-        tok[i] = (int32_t)test_rng_int(&rng, 0, cfg.vocab - 1),
-        tgt[i] = (int32_t)test_rng_int(&rng, 0, cfg.vocab - 1);
-    tgt[5] = STACK_IGNORE;
+        tok[i] = (int32_t)test_rng_int(&rng, 0, cfg.shape.vocab - 1),
+        tgt[i] = (int32_t)test_rng_int(&rng, 0, cfg.shape.vocab - 1);
+    tgt[5] = ZOE_GPT_IGNORE_INDEX;
     if (!CHECK_OK(stack_create(&cfg, MPI_COMM_SELF, &s))) return;
+    if (s->ntensors != NUM_TENSORS) {
+        CHECK(0, "%d tensors, want %d", s->ntensors, NUM_TENSORS);
+        stack_destroy(s);
+        return;
+    }
     /* larger weights than GPT-2's 0.02 so that attention and GELU are far from linear
      * (written in place: CPU device memory is host memory) */
-    for (int i = 0; i < s->nparams; i++) {
-        zoe_tp_param *p = s->params[i];
+    for (int i = 0; i < NUM_TENSORS; i++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(s->gpt, i);
         float *w = p->data;
         test_rng_seed(&rng, 100 + (uint64_t)i);
         double scale = p->init == ZOE_TP_INIT_NORMAL ? 0.3 : 0.1;
@@ -171,15 +179,22 @@ static void run(float dropout) {
             w[j] = (p->init == ZOE_TP_INIT_ONES ? 1.0f : 0.0f) +
                    (float)(scale * (test_rng_uniform(&rng) * 2 - 1));
     }
-    model64 m = {.c = &cfg, .V = s->emb.vocab.padded, .step = 11};
-    for (int l = 0; l < cfg.layers; l++)
-        m.sites[l][0] = s->blocks[l].dropout_site[0], m.sites[l][1] = s->blocks[l].dropout_site[1];
-    for (int i = 0; i < s->nparams; i++) {
-        zoe_tp_param *p = s->params[i];
+    /* the model's dropout step is its micro step, counted from 1 at the first forward */
+    model64 m = {.c = &cfg,
+                 .B = cfg.micro_batch,
+                 .T = cfg.shape.seq_len,
+                 .V = zoe_gpt_embedding(s->gpt)->vocab.padded,
+                 .step = 1};
+    for (int l = 0; l < LAYERS; l++) {
+        const zoe_tp_block *blk = zoe_gpt_block(s->gpt, l);
+        m.sites[l][0] = blk->dropout_site[0], m.sites[l][1] = blk->dropout_site[1];
+    }
+    for (int i = 0; i < NUM_TENSORS; i++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(s->gpt, i);
         m.w[i] = malloc((size_t)p->local_numel * 8);
         CHECK_OK(stack_param_global(s, i, false, m.w[i]));
     }
-    CHECK_OK(stack_forward(s, tok, tgt, m.step));
+    CHECK_OK(stack_forward(s, tok, tgt));
     double *want = malloc((size_t)(N * m.V) * 8), *got = malloc((size_t)(N * m.V) * 8);
     double loss64 = forward64(&m, tok, tgt, want);
     CHECK_OK(stack_logits(s, got));
@@ -193,8 +208,8 @@ static void run(float dropout) {
     CHECK_OK(stack_backward(s));
 
     const double eps = 1e-3;
-    for (int i = 0; i < s->nparams; i++) {
-        zoe_tp_param *p = s->params[i];
+    for (int i = 0; i < NUM_TENSORS; i++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(s->gpt, i);
         int64_t n = p->local_numel;
         const float *g = p->grad;
         double *w0 = malloc((size_t)n * 8), *d = malloc((size_t)n * 8), dot = 0, mag = 0;
@@ -218,7 +233,7 @@ static void run(float dropout) {
               (double)dropout, dot, fd, mag);
         free(w0), free(d);
     }
-    for (int i = 0; i < s->nparams; i++) free(m.w[i]);
+    for (int i = 0; i < NUM_TENSORS; i++) free(m.w[i]);
     free(want), free(got), free(tok), free(tgt);
     stack_destroy(s);
 }

@@ -1,8 +1,8 @@
-/* The TP stack (vocab-parallel embedding, 2 transformer blocks, final LayerNorm, tied LM head,
- * vocab-parallel cross-entropy) at TP = world size against the same stack at TP = 1 on this
- * rank (MPI_COMM_SELF), and at 4 ranks also TP = 2 x DP = 2: loss, logits and every gradient in
- * global layout; after SGD steps the replicated parameters are bit-identical across TP ranks; each
- * layer's traffic equals the formula.
+/* The GPT of models/gpt.h (vocab-parallel embedding, 2 transformer blocks, final LayerNorm,
+ * tied LM head, vocab-parallel cross-entropy) at TP = world size against the same stack at TP = 1
+ * on this rank (MPI_COMM_SELF), and at 4 ranks also TP = 2 x DP = 2: loss, logits and every
+ * gradient in global layout; after SGD steps the replicated parameters are bit-identical across TP
+ * ranks; each layer's traffic equals the formula.
  *
  * Tolerances, relative to the largest magnitude of the reference tensor (|got - want| <=
  * tol * max|want| + tol * |want|): the two runs differ only in the order of sums (the split
@@ -19,34 +19,38 @@
 #include "stack.h"
 #include "testing.h"
 
-static stack_config config(zoe_dtype dt, float dropout) {
-    return (stack_config){.vocab = 257,
-                          .pad_multiple = 128,
-                          .hidden = 64,
-                          .heads = 4,
-                          .ffn = 256,
-                          .layers = 2,
-                          .B = 2,
-                          .T = 17,
-                          .dropout = dropout,
-                          .dtype = dt,
-                          .seed = 77};
+static zoe_gpt_config config(zoe_dtype dt, float dropout) {
+    return (zoe_gpt_config){.shape = {.vocab = 257,
+                                      .hidden = 64,
+                                      .heads = 4,
+                                      .ffn = 256,
+                                      .layers = 2,
+                                      .seq_len = 17,
+                                      .dropout = dropout},
+                            .micro_batch = 2,
+                            .pad_multiple = 128,
+                            .dtype = dt,
+                            .seed = 77};
 }
 
 static double tol_of(zoe_dtype dt) {
     return dt == ZOE_F32 ? 2e-5 : 6e-2;
 }
 
-static void batch(const stack_config *c, uint64_t salt, int32_t *tokens, int32_t *targets) {
+static int64_t tokens_of(const zoe_gpt_config *c) {
+    return c->micro_batch * c->shape.seq_len;
+}
+
+static void batch(const zoe_gpt_config *c, uint64_t salt, int32_t *tokens, int32_t *targets) {
     test_rng rng;
     test_rng_seed(&rng, 500 + salt); /* same on every rank */
-    int64_t N = c->B * c->T;
-    for (int64_t i = 0; i < N; i++) {
-        tokens[i] = (int32_t)test_rng_int(&rng, 0, c->vocab - 1);
-        targets[i] = (int32_t)test_rng_int(&rng, 0, c->vocab - 1);
+    int32_t V = c->shape.vocab;
+    for (int64_t i = 0; i < tokens_of(c); i++) {
+        tokens[i] = (int32_t)test_rng_int(&rng, 0, V - 1);
+        targets[i] = (int32_t)test_rng_int(&rng, 0, V - 1);
     }
-    targets[3] = STACK_IGNORE;          /* ignored rows contribute nothing */
-    targets[4] = (int32_t)c->vocab - 1; /* the last real id lives on the last real shard */
+    targets[3] = ZOE_GPT_IGNORE_INDEX; /* ignored rows contribute nothing */
+    targets[4] = V - 1;                /* the last real id lives on the last real shard */
 }
 
 static void compare(const double *got, const double *want, size_t n, double tol, const char *what) {
@@ -60,7 +64,7 @@ static void compare(const double *got, const double *want, size_t n, double tol,
 }
 
 static void compare_logits(stack *par, stack *ref, double tol, const char *tag) {
-    int64_t n = par->cfg.B * par->cfg.T * par->emb.vocab.padded;
+    int64_t n = tokens_of(&par->cfg) * zoe_gpt_embedding(par->gpt)->vocab.padded;
     double *a = malloc((size_t)n * sizeof(double)), *b = malloc((size_t)n * sizeof(double));
     CHECK_OK(stack_logits(par, a));
     CHECK_OK(stack_logits(ref, b));
@@ -71,8 +75,8 @@ static void compare_logits(stack *par, stack *ref, double tol, const char *tag) 
 }
 
 static void compare_params(stack *par, stack *ref, bool of_grad, double tol, const char *tag) {
-    for (int i = 0; i < par->nparams; i++) {
-        const zoe_tp_param *p = par->params[i];
+    for (int i = 0; i < par->ntensors; i++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(par->gpt, i);
         size_t n = (size_t)(p->global_shape[0] * p->global_shape[1]);
         double *a = malloc(n * sizeof(double)), *b = malloc(n * sizeof(double));
         CHECK_OK(stack_param_global(par, i, of_grad, a));
@@ -81,7 +85,7 @@ static void compare_params(stack *par, stack *ref, bool of_grad, double tol, con
         snprintf(what, sizeof what, "%s %s %s", tag, p->name, of_grad ? "grad" : "weight");
         if (of_grad && strcmp(p->name, "wte") == 0) {
             /* padding rows [vocab, padded) never receive gradient */
-            size_t pad0 = (size_t)(par->cfg.vocab * par->cfg.hidden), bad = 0;
+            size_t pad0 = (size_t)par->cfg.shape.vocab * (size_t)par->cfg.shape.hidden, bad = 0;
             for (size_t j = pad0; j < n; j++) bad += a[j] != 0 || b[j] != 0;
             CHECK(bad == 0, "%s: %zu nonzero gradients in padding rows", what, bad);
         }
@@ -91,31 +95,33 @@ static void compare_params(stack *par, stack *ref, bool of_grad, double tol, con
 }
 
 static void check_traffic(stack *s) {
-    int t = s->tp.size;
+    int t = s->tp->size;
     zoe_dtype dt = s->cfg.dtype;
-    int64_t N = s->cfg.B * s->cfg.T;
-    uint64_t act = t > 1 ? (uint64_t)(N * s->cfg.hidden) * zoe_dtype_size(dt) : 0;
-    for (int l = 0; l < s->cfg.layers; l++) {
-        uint64_t f = zoe_tp_block_comm_bytes_formula(&s->blocks[l], s->cfg.B, s->cfg.T, dt, t);
+    int64_t N = tokens_of(&s->cfg), B = s->cfg.micro_batch, T = s->cfg.shape.seq_len;
+    uint64_t act = t > 1 ? (uint64_t)(N * s->cfg.shape.hidden) * zoe_dtype_size(dt) : 0;
+    for (int l = 0; l < s->cfg.shape.layers; l++) {
+        const zoe_tp_block *blk = zoe_gpt_block(s->gpt, l);
+        uint64_t f = zoe_tp_block_comm_bytes_formula(blk, B, T, dt, t);
         CHECK(f == 2 * act, "formula %llu, want 2 all-reduces of %llu", (unsigned long long)f,
               (unsigned long long)act);
-        CHECK(s->blocks[l].traffic.forward == f && s->blocks[l].traffic.backward == f,
+        CHECK(blk->traffic.forward == f && blk->traffic.backward == f,
               "layer %d traffic %llu/%llu bytes, formula %llu", l,
-              (unsigned long long)s->blocks[l].traffic.forward,
-              (unsigned long long)s->blocks[l].traffic.backward, (unsigned long long)f);
+              (unsigned long long)blk->traffic.forward, (unsigned long long)blk->traffic.backward,
+              (unsigned long long)f);
     }
-    CHECK(s->emb.traffic.forward == act && s->emb.traffic.backward == 0, "embedding traffic");
+    const zoe_tp_embedding *emb = zoe_gpt_embedding(s->gpt);
+    CHECK(emb->traffic.forward == act && emb->traffic.backward == 0, "embedding traffic");
     /* head: nothing forward but the loss's row max and (sum_exp, target) fp32 all-reduces */
     uint64_t loss = t > 1 ? (uint64_t)(3 * N) * sizeof(float) : 0;
-    CHECK(s->emb.head_traffic.forward == loss && s->emb.head_traffic.backward == act,
-          "head traffic %llu/%llu", (unsigned long long)s->emb.head_traffic.forward,
-          (unsigned long long)s->emb.head_traffic.backward);
+    CHECK(emb->head_traffic.forward == loss && emb->head_traffic.backward == act,
+          "head traffic %llu/%llu", (unsigned long long)emb->head_traffic.forward,
+          (unsigned long long)emb->head_traffic.backward);
 }
 
 /* Every rank of the TP group holds the same bits of every replicated parameter. */
 static void check_replicated_identical(stack *s, MPI_Comm tp_group, const char *tag) {
-    for (int i = 0; i < s->nparams; i++) {
-        const zoe_tp_param *p = s->params[i];
+    for (int i = 0; i < s->ntensors; i++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(s->gpt, i);
         if (!p->replicated) continue;
         size_t bytes = (size_t)p->local_numel * zoe_dtype_size(s->cfg.dtype);
         char *mine = malloc(bytes), *root = malloc(bytes);
@@ -129,11 +135,12 @@ static void check_replicated_identical(stack *s, MPI_Comm tp_group, const char *
     }
 }
 
-/* TP group from the grid (tp x dp = world): each TP group runs the stack on the same batches. */
+/* TP group from the grid (tp x dp = world): each TP group runs the model on the same batches.
+ * Both models count forwards alike, so they draw the same dropout masks (step = micro step). */
 static void run(zoe_dtype dt, float dropout, int tp_size) {
-    stack_config cfg = config(dt, dropout);
+    zoe_gpt_config cfg = config(dt, dropout);
     double tol = tol_of(dt);
-    int64_t N = cfg.B * cfg.T;
+    int64_t N = tokens_of(&cfg);
     int32_t *tokens = malloc((size_t)N * 4), *targets = malloc((size_t)N * 4);
     char tag[64];
     snprintf(tag, sizeof tag, "%s p=%.1f tp=%d dp=%d", zoe_dtype_name(dt), (double)dropout, tp_size,
@@ -145,12 +152,13 @@ static void run(zoe_dtype dt, float dropout, int tp_size) {
         !CHECK_OK(stack_create(&cfg, zoe_grid_tp_comm(grid), &par)))
         goto done;
     batch(&cfg, 0, tokens, targets);
-    CHECK_OK(stack_forward(ref, tokens, targets, 3));
-    CHECK_OK(stack_forward(par, tokens, targets, 3));
-    CHECK(par->count == N - 1 && ref->count == N - 1, "%s: %lld counted rows", tag,
-          (long long)par->count);
-    CHECK(isfinite(ref->loss) && fabs(ref->loss - log((double)cfg.vocab)) < 0.5,
-          "%s: initial loss %g, want near log(vocab) = %g", tag, ref->loss, log((double)cfg.vocab));
+    CHECK_OK(stack_forward(ref, tokens, targets));
+    CHECK_OK(stack_forward(par, tokens, targets));
+    CHECK(zoe_gpt_loss_count(par->gpt) == N - 1 && zoe_gpt_loss_count(ref->gpt) == N - 1,
+          "%s: %lld counted rows", tag, (long long)zoe_gpt_loss_count(par->gpt));
+    double log_v = log((double)cfg.shape.vocab);
+    CHECK(isfinite(ref->loss) && fabs(ref->loss - log_v) < 0.5,
+          "%s: initial loss %g, want near log(vocab) = %g", tag, ref->loss, log_v);
     CHECK(fabs(par->loss - ref->loss) <= tol * fabs(ref->loss), "%s: loss %.9g, TP=1 %.9g", tag,
           par->loss, ref->loss);
     compare_logits(par, ref, tol, tag);
@@ -167,8 +175,8 @@ static void run(zoe_dtype dt, float dropout, int tp_size) {
         CHECK_OK(stack_zero_grads(ref));
         CHECK_OK(stack_zero_grads(par));
         batch(&cfg, (uint64_t)step, tokens, targets);
-        CHECK_OK(stack_forward(ref, tokens, targets, 3 + (uint64_t)step));
-        CHECK_OK(stack_forward(par, tokens, targets, 3 + (uint64_t)step));
+        CHECK_OK(stack_forward(ref, tokens, targets));
+        CHECK_OK(stack_forward(par, tokens, targets));
         CHECK_OK(stack_backward(ref));
         CHECK_OK(stack_backward(par));
     }
