@@ -102,7 +102,11 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     }
     for (int t = 0; t < n; t++) {
         const zoe_tp_param *p = zoe_gpt_tensor(tr->gpt, t);
-        tensors[t] = (zoe_param_tensor){p->name, (size_t)p->local_numel, p->replicated};
+        /* GPT practice: biases and LayerNorm weights (the 1-D tensors) take no weight decay. */
+        tensors[t] = (zoe_param_tensor){.name = p->name,
+                                        .numel = (size_t)p->local_numel,
+                                        .tp_replicated = p->replicated,
+                                        .no_weight_decay = p->ndim == 1};
     }
     zoe_optimizer_config oc;
     zoe_optimizer_config_default(&oc);

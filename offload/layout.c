@@ -19,25 +19,27 @@ void zoe_layout_free(zoe_layout *lay) {
     if (!lay) return;
     for (int t = 0; lay->names && t < lay->num_tensors; t++) free(lay->names[t]);
     free(lay->names), free(lay->numel), free(lay->offset), free(lay->replicated);
+    free(lay->no_decay);
     free(lay->bucket_of), free(lay->buckets), free(lay->segments);
     memset(lay, 0, sizeof *lay);
 }
 
-/* Appends [offset, offset + len) to the segments, merging with the previous one when it
- * continues it with the same counting (never into a segment below index floor: device and
- * host segments stay apart). */
-static void push_segment(zoe_layout *lay, int floor, size_t offset, size_t len, int counted) {
-    if (len == 0) return;
+/* Appends seg to the segments, merging it into the previous one when it continues it with the
+ * same counting and decay (never into a segment below index floor: device and host segments
+ * stay apart). */
+static void push_segment(zoe_layout *lay, int floor, zoe_segment seg) {
+    if (seg.len == 0) return;
     zoe_segment *last = lay->num_segments > floor ? &lay->segments[lay->num_segments - 1] : NULL;
-    if (last && last->offset + last->len == offset && last->counted == counted) {
-        last->len += len;
+    if (last && last->offset + last->len == seg.offset && last->counted == seg.counted &&
+        last->no_decay == seg.no_decay) {
+        last->len += seg.len;
         return;
     }
-    lay->segments[lay->num_segments++] = (zoe_segment){offset, len, counted};
+    lay->segments[lay->num_segments++] = seg;
 }
 
 /* The real elements of every bucket partition in [lo, hi) of partition coordinates, split at
- * tensor boundaries where the counting changes. */
+ * tensor boundaries where the counting or the decay changes. */
 static void add_segments(zoe_layout *lay, size_t lo, size_t hi, int dp_rank,
                          int counted_replicated) {
     int floor = lay->num_segments;
@@ -53,7 +55,11 @@ static void add_segments(zoe_layout *lay, size_t lo, size_t hi, int dp_rank,
             if (p_lo < lo) p_lo = lo;
             if (p_hi > hi) p_hi = hi;
             if (p_lo >= p_hi) continue;
-            push_segment(lay, floor, p_lo, p_hi - p_lo, !lay->replicated[t] || counted_replicated);
+            push_segment(lay, floor,
+                         (zoe_segment){.offset = p_lo,
+                                       .len = p_hi - p_lo,
+                                       .counted = !lay->replicated[t] || counted_replicated,
+                                       .no_decay = lay->no_decay[t]});
         }
     }
 }
@@ -68,12 +74,13 @@ zoe_status zoe_layout_build(zoe_layout *lay, const zoe_param_tensor *tensors, in
     lay->numel = calloc((size_t)n, sizeof(size_t));
     lay->offset = calloc((size_t)n, sizeof(size_t));
     lay->replicated = calloc((size_t)n, sizeof(int));
+    lay->no_decay = calloc((size_t)n, sizeof(int));
     lay->bucket_of = calloc((size_t)n, sizeof(int));
     lay->buckets = calloc((size_t)n, sizeof(zoe_bucket)); /* at most one bucket per tensor */
     /* Segments: each tensor can be split once at the device/host boundary. */
     lay->segments = calloc(2 * (size_t)n + 2, sizeof(zoe_segment));
-    if (!lay->names || !lay->numel || !lay->offset || !lay->replicated || !lay->bucket_of ||
-        !lay->buckets || !lay->segments) {
+    if (!lay->names || !lay->numel || !lay->offset || !lay->replicated || !lay->no_decay ||
+        !lay->bucket_of || !lay->buckets || !lay->segments) {
         zoe_layout_free(lay);
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "layout tables for %d tensors", n);
     }
@@ -85,6 +92,7 @@ zoe_status zoe_layout_build(zoe_layout *lay, const zoe_param_tensor *tensors, in
         }
         lay->numel[t] = tensors[t].numel;
         lay->replicated[t] = tensors[t].tp_replicated != 0;
+        lay->no_decay[t] = tensors[t].no_weight_decay != 0;
     }
     /* Buckets: consecutive tensors while the total stays within bucket_numel. */
     size_t flat = 0, part = 0;

@@ -15,11 +15,12 @@ typedef struct zoe_bucket {
     size_t real;        /* real (non-padding) elements in this rank's partition */
 } zoe_bucket;
 
-/* A run of real elements of the partition, all updated in one place (device or host) and all
- * counted in the norm or none. Partition coordinates. */
+/* A run of real elements of the partition, all updated in one place (device or host), all
+ * counted in the norm or none, and all weight-decayed or none. Partition coordinates. */
 typedef struct zoe_segment {
     size_t offset, len;
     int counted;
+    int no_decay; /* 1: its tensors are exempt from weight decay */
 } zoe_segment;
 
 typedef struct zoe_layout {
@@ -28,6 +29,7 @@ typedef struct zoe_layout {
     size_t *numel;   /* per tensor */
     size_t *offset;  /* per tensor, in the parameter buffer */
     int *replicated; /* per tensor */
+    int *no_decay;   /* per tensor */
     int *bucket_of;  /* per tensor */
     int num_buckets;
     zoe_bucket *buckets;

@@ -20,6 +20,17 @@ typedef struct grad_slot {
     long sequence; /* order of completion, to drain the oldest first */
 } grad_slot;
 
+/* The Adam constants of one step: with the configured weight decay, and with none for the
+ * segments of exempt tensors. Derived once per step; each segment picks one set. */
+typedef struct zoe_step_consts {
+    zoe_adam_consts decayed, exempt;
+} zoe_step_consts;
+
+static inline const zoe_adam_consts *zoe_segment_consts(const zoe_step_consts *c,
+                                                        const zoe_segment *seg) {
+    return seg->no_decay ? &c->exempt : &c->decayed;
+}
+
 /* Per-bucket progress within the micro-batch. */
 typedef struct bucket_progress {
     int ready; /* tensors marked ready */
@@ -76,7 +87,7 @@ struct zoe_optimizer {
     /* Delayed parameter update: the update in flight on the worker thread. */
     pthread_t worker;
     int in_flight;
-    zoe_adam_consts flight_consts;
+    zoe_step_consts flight_consts;
     int flight_buf;
     zoe_status flight_status;
     char flight_error[256];

@@ -111,7 +111,7 @@ void zoe_state_destroy(zoe_optimizer *opt) {
 }
 
 /* The host part of the update: OpenMP over tiles, each thread on the tiles it first-touched. */
-static zoe_status host_update(zoe_optimizer *opt, const zoe_adam_consts *c, int buf) {
+static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf) {
     const zoe_layout *lay = &opt->lay;
     size_t pd = lay->device_numel, n = opt->host_numel;
     const float *grad = opt->h_grad[buf];
@@ -123,9 +123,9 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_adam_consts *c, int 
             size_t a = lay->segments[s].offset - pd, e = a + lay->segments[s].len;
             if (a >= hi) break;
             a = a < lo ? lo : a, e = e > hi ? hi : e;
-            failed |=
-                zoe_adam_host(c, opt->h_master + a, opt->h_m + a, opt->h_v + a, grad + a, ZOE_F32,
-                              (char *)opt->h_out + a * opt->esz, opt->dtype, e - a) != ZOE_OK;
+            failed |= zoe_adam_host(zoe_segment_consts(c, &lay->segments[s]), opt->h_master + a,
+                                    opt->h_m + a, opt->h_v + a, grad + a, ZOE_F32,
+                                    (char *)opt->h_out + a * opt->esz, opt->dtype, e - a) != ZOE_OK;
         }
     }
     if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "host Adam failed on a tile");
@@ -140,15 +140,15 @@ static double now_ms(void) {
 
 /* One update: device part on the update stream, host part on the host threads, the host
  * part's new weights copied into the device partition buffer; returns when all is done. */
-static zoe_status run_update(zoe_optimizer *opt, const zoe_adam_consts *c, int buf) {
+static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf) {
     const zoe_layout *lay = &opt->lay;
     double t0 = now_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
     for (int s = 0; s < lay->num_device_segments; s++) {
         size_t a = lay->segments[s].offset, n = lay->segments[s].len;
-        ZOE_TRY(zoe_adam_stream(opt->update_stream, c, opt->d_master + a, opt->d_m + a,
-                                opt->d_v + a, opt->d_grad[buf] + a,
+        ZOE_TRY(zoe_adam_stream(opt->update_stream, zoe_segment_consts(c, &lay->segments[s]),
+                                opt->d_master + a, opt->d_m + a, opt->d_v + a, opt->d_grad[buf] + a,
                                 (char *)opt->part_out + a * opt->esz, opt->dtype, n));
     }
     if (opt->host_numel) {
@@ -281,8 +281,10 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
                           .decoupled = opt->cfg.adamw,
                           .grad_scale = (float)(st->clip_coef * unscale),
                           .step = st->step};
-    zoe_adam_consts c;
-    zoe_adam_consts_init(&c, &h);
+    zoe_step_consts c;
+    zoe_adam_consts_init(&c.decayed, &h);
+    h.weight_decay = 0;
+    zoe_adam_consts_init(&c.exempt, &h);
     if (opt->cfg.dpu_warmup > 0 && opt->iteration > opt->cfg.dpu_warmup) {
         opt->flight_consts = c;
         opt->flight_buf = buf;

@@ -39,7 +39,10 @@
  * gradient on any rank makes every rank skip the step (master weights, moments and the step
  * count unchanged); the dynamic loss scaler then halves the scale, and doubles it after
  * loss_scale_window clean steps. When norm > clip_norm the gradients are multiplied by
- * clip_norm / (norm + 1e-6). The host pass then updates master weights and
+ * clip_norm / (norm + 1e-6). Weight decay (AdamW's decoupled decay or Adam's L2 term) applies
+ * only to tensors whose no_weight_decay is 0: the GPT rule exempts biases and LayerNorm weights
+ * (the 1-D tensors), which the caller flags; their elements take the same Adam step with a
+ * weight decay of 0. The host pass then updates master weights and
  * moments and writes the compute-dtype weights, which are copied back and all-gathered over DP
  * into the parameter buffer (the refresh).
  *
@@ -86,7 +89,7 @@ typedef enum zoe_grad_mode {
 
 typedef struct zoe_optimizer_config {
     float beta1, beta2, eps; /* Adam: 0.9, 0.999, 1e-8 */
-    float weight_decay;      /* 0 */
+    float weight_decay;      /* 0; not on tensors flagged no_weight_decay */
     int adamw;               /* 1: decoupled weight decay (AdamW, the default); 0: L2 in the grad */
     float clip_norm;         /* clip the global gradient norm to this; <= 0 disables (1.0) */
     /* Dynamic loss scaling, for fp16 compute (off by default; a static scale without it). */
@@ -104,9 +107,10 @@ typedef struct zoe_optimizer_config {
 void zoe_optimizer_config_default(zoe_optimizer_config *cfg);
 
 typedef struct zoe_param_tensor {
-    const char *name;  /* copied */
-    size_t numel;      /* > 0 */
-    int tp_replicated; /* 1: the same tensor on every TP rank (LayerNorm, row-parallel bias) */
+    const char *name;    /* copied */
+    size_t numel;        /* > 0 */
+    int tp_replicated;   /* 1: the same tensor on every TP rank (LayerNorm, row-parallel bias) */
+    int no_weight_decay; /* 1: exempt from weight decay (biases, LayerNorm; see above) */
 } zoe_param_tensor;
 
 typedef struct zoe_optimizer_stats {

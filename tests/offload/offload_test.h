@@ -14,10 +14,11 @@ typedef struct ref_adam {
     size_t n;
     double *w, *m, *v;
     long step;
+    const unsigned char *no_decay; /* NULL, or per element 1: no weight decay (not owned) */
 } ref_adam;
 
 static inline void ref_adam_init(ref_adam *r, const double *w0, size_t n) {
-    r->n = n, r->step = 0;
+    r->n = n, r->step = 0, r->no_decay = NULL;
     r->w = malloc(n * sizeof(double)), r->m = calloc(n, sizeof(double));
     r->v = calloc(n, sizeof(double));
     memcpy(r->w, w0, n * sizeof(double));
@@ -33,11 +34,12 @@ static inline void ref_adam_step(ref_adam *r, const double *g, double coef, doub
     r->step++;
     double bc1 = 1 - pow(c->beta1, (double)r->step), bc2 = 1 - pow(c->beta2, (double)r->step);
     for (size_t i = 0; i < r->n; i++) {
+        double wd = r->no_decay && r->no_decay[i] ? 0.0 : c->weight_decay;
         double gi = g[i] * coef;
-        if (!c->adamw) gi += c->weight_decay * r->w[i];
+        if (!c->adamw) gi += wd * r->w[i];
         r->m[i] = c->beta1 * r->m[i] + (1 - c->beta1) * gi;
         r->v[i] = c->beta2 * r->v[i] + (1 - c->beta2) * gi * gi;
-        if (c->adamw) r->w[i] *= 1 - lr * c->weight_decay;
+        if (c->adamw) r->w[i] *= 1 - lr * wd;
         r->w[i] -= lr / bc1 * r->m[i] / (sqrt(r->v[i]) / sqrt(bc2) + c->eps);
     }
 }

@@ -97,7 +97,7 @@ static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, double *w_out) {
     cfg.partial_ratio = 0.5f;
     cfg.dpu_warmup = 2;
     cfg.weight_decay = 0.01f;
-    zoe_param_tensor t[NT] = {{"a", numel[0], 0}, {"b", numel[1], 1}, {"c", numel[2], 0}};
+    zoe_param_tensor t[NT] = {{"a", numel[0], 0, 0}, {"b", numel[1], 1, 0}, {"c", numel[2], 0, 0}};
     zoe_optimizer *opt = NULL;
     if (!CHECK_OK(zoe_optimizer_create(grid, dev, s, ZOE_F32, t, NT, &cfg, &opt))) return;
     double w[NTOTAL];

@@ -12,8 +12,10 @@
  *    so the check can tell them apart.
  * Cases: bucket ring with the whole partition on the host; full-buffer gradients with half of
  * it on the device (partial offload, whose device update also runs on the DPU thread); and
- * warm-up 1 with two micro-batches per step. fp32 weights: 2e-5 absolute (fp32 arithmetic over
- * 12 steps on weights of magnitude <= 1, as in test_optimizer_dp). */
+ * warm-up 1 with two micro-batches per step. Tensor y is flagged no_weight_decay (the update
+ * in flight carries both constant sets) and the reference does not decay it. fp32 weights: 2e-5
+ * absolute (fp32 arithmetic over 12 steps on weights of magnitude <= 1, as in test_optimizer_dp).
+ */
 #include "offload_test.h"
 
 enum { NT = 3, NTOTAL = 300, STEPS = 12 };
@@ -36,6 +38,9 @@ static void reference(int d, int k, int warmup, int stale, const zoe_optimizer_c
                       const double *w0, double (*ws)[NTOTAL]) {
     ref_adam ref;
     ref_adam_init(&ref, w0, NTOTAL);
+    unsigned char no_decay[NTOTAL] = {0};
+    memset(no_decay + numel[0], 1, numel[1]); /* tensor y is exempt from weight decay */
+    ref.no_decay = no_decay;
     memcpy(ws[0], w0, sizeof ws[0]);
     double g[NTOTAL], gm[NTOTAL];
     for (int i = 1; i <= STEPS; i++) {
@@ -62,7 +67,7 @@ static void dpu_case(zoe_grid *grid, int warmup, int k, zoe_grad_mode mode, floa
     cfg.bucket_numel = 120;
     cfg.weight_decay = 0.01f;
     cfg.clip_norm = 0;
-    zoe_param_tensor t[NT] = {{"x", 100, 0}, {"y", 77, 0}, {"z", 123, 0}};
+    zoe_param_tensor t[NT] = {{"x", 100, 0, 0}, {"y", 77, 0, 1}, {"z", 123, 0, 0}};
     zoe_optimizer *opt = NULL;
     if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, ZOE_F32, t, NT, &cfg, &opt))) return;
     static double stale[STEPS + 1][NTOTAL], sync[STEPS + 1][NTOTAL];

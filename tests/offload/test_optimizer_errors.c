@@ -6,7 +6,7 @@ static zoe_device *dev;
 static zoe_stream *stream;
 static zoe_grid *grid;
 
-static const zoe_param_tensor tensors[] = {{"wte", 64, 0}, {"ln_f", 8, 1}};
+static const zoe_param_tensor tensors[] = {{"wte", 64, 0, 0}, {"ln_f", 8, 1, 1}};
 
 static void expect(zoe_status st, const char *needle, const char *what) {
     CHECK(st == ZOE_ERR_INVALID_ARGUMENT, "%s: status %d, want invalid argument", what, (int)st);
@@ -78,10 +78,10 @@ static void config_errors(void) {
     zoe_optimizer *opt = NULL;
     expect(zoe_optimizer_create(grid, dev, stream, ZOE_I32, tensors, 2, &cfg, &opt), "int32",
            "int32 compute dtype");
-    zoe_param_tensor empty[] = {{"wte", 64, 0}, {"ln_f", 0, 1}};
+    zoe_param_tensor empty[] = {{"wte", 64, 0, 0}, {"ln_f", 0, 1, 1}};
     expect(zoe_optimizer_create(grid, dev, stream, ZOE_F32, empty, 2, &cfg, &opt),
            "tensor 1 ('ln_f') has numel 0", "empty tensor");
-    zoe_param_tensor unnamed[] = {{NULL, 4, 0}};
+    zoe_param_tensor unnamed[] = {{NULL, 4, 0, 0}};
     expect(zoe_optimizer_create(grid, dev, stream, ZOE_F32, unnamed, 1, &cfg, &opt),
            "tensor 0 has no name", "unnamed tensor");
     expect(zoe_optimizer_create(grid, dev, stream, ZOE_F32, tensors, 0, &cfg, &opt),

@@ -21,10 +21,10 @@ static zoe_stream *stream;
  * order, *part_numel of them) and the norms. */
 static void run(zoe_grid *grid, zoe_dtype dt, const zoe_optimizer_config *cfg, const int *repl,
                 double *w_out, float *master_out, size_t *part_numel, double *norms) {
-    zoe_param_tensor t[NT] = {{"w1", numel[0], repl[0]},
-                              {"ln", numel[1], repl[1]},
-                              {"w2", numel[2], repl[2]},
-                              {"b", numel[3], repl[3]}};
+    zoe_param_tensor t[NT] = {{"w1", numel[0], repl[0], 0},
+                              {"ln", numel[1], repl[1], 0},
+                              {"w2", numel[2], repl[2], 0},
+                              {"b", numel[3], repl[3], 0}};
     zoe_optimizer *opt = NULL;
     if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, dt, t, NT, cfg, &opt))) return;
     int tp = zoe_grid_tp_rank(grid), dp = zoe_grid_dp_rank(grid);
@@ -169,7 +169,8 @@ static void ring_too_small(zoe_grid *grid) {
     zoe_optimizer_config cfg;
     base_config(&cfg);
     cfg.bucket_numel = 160, cfg.bucket_ring = 1;
-    zoe_param_tensor t[NT] = {{"w1", 150, 0}, {"ln", 31, 0}, {"w2", 200, 0}, {"b", 26, 0}};
+    zoe_param_tensor t[NT] = {
+        {"w1", 150, 0, 0}, {"ln", 31, 0, 0}, {"w2", 200, 0, 0}, {"b", 26, 0, 0}};
     zoe_optimizer *opt = NULL;
     if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, ZOE_F32, t, NT, &cfg, &opt))) return;
     void *a = NULL, *b = (void *)1;

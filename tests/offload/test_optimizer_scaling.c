@@ -23,7 +23,7 @@ static void clip_case(zoe_grid *grid) {
     cfg.clip_norm = 1.0f;
     cfg.loss_scale = 8.0f;
     cfg.weight_decay = 0;
-    zoe_param_tensor t[] = {{"g", 2, 0}, {"h", 1, 0}};
+    zoe_param_tensor t[] = {{"g", 2, 0, 0}, {"h", 1, 0, 0}};
     size_t numel[] = {2, 1};
     zoe_optimizer *opt = NULL;
     if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, ZOE_F32, t, 2, &cfg, &opt))) return;
@@ -78,7 +78,7 @@ static void loss_scale_case(zoe_grid *grid) {
     cfg.loss_scale_window = 3;
     cfg.min_loss_scale = 256;
     cfg.bucket_numel = 50;
-    zoe_param_tensor t[] = {{"a", 70, 0}, {"b", 33, 0}};
+    zoe_param_tensor t[] = {{"a", 70, 0, 0}, {"b", 33, 0, 0}};
     size_t numel[] = {70, 33}, total = 103;
     zoe_optimizer *opt = NULL;
     if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, ZOE_BF16, t, 2, &cfg, &opt))) return;
