@@ -129,7 +129,8 @@ zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src
  * completes inside the call); on CUDA the time to enqueue it. */
 #define ZOE_KERNEL_OP_LIST(X)                                                                      \
     X(matmul_forward)                                                                              \
-    X(matmul_backward) X(layernorm_forward) X(layernorm_backward) X(gelu_forward) X(gelu_backward) \
+    X(matmul_backward)                                                                             \
+    X(layernorm_forward) X(layernorm_backward) X(gelu_forward) X(gelu_backward)                    \
         X(attention_forward) X(attention_backward) X(residual_forward) X(add) X(scale)             \
             X(embedding_forward) X(embedding_backward) X(xent_row_max) X(xent_row_sums)            \
                 X(xent_loss) X(xent_backward) X(cast)
