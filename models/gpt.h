@@ -67,7 +67,9 @@ zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs);
 zoe_status zoe_gpt_init_weights(zoe_gpt *g);
 
 /* tokens and targets: host int32 [B, T] (targets may hold ignore_index -1). *loss is the mean
- * over this micro-batch's non-ignored tokens (identical on every TP rank). */
+ * over this micro-batch's non-ignored tokens (identical on every TP rank). Dropout masks are
+ * keyed by the number of forwards since creation (1 for the first), so models created and
+ * stepped alike draw the same masks on every rank. */
 zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss);
 /* Gradients of loss_scale x the micro-batch's mean loss, into the sink's buffers. */
 zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sink *sink);
