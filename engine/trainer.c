@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "engine/trainer_impl.h"
 #include "models/gpt.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 #include "zoe/grid.h"
 #include "zoe/log.h"
@@ -33,12 +33,6 @@ struct zoe_trainer {
     double tp_seconds_at_reset;
 };
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Gradient sink: the optimizer's buffers; the time spent handing them back is the offload. */
 static zoe_status sink_acquire(void *user, int t, void **grad) {
     zoe_trainer *tr = user;
@@ -47,9 +41,9 @@ static zoe_status sink_acquire(void *user, int t, void **grad) {
 
 static zoe_status sink_release(void *user, int t) {
     zoe_trainer *tr = user;
-    double t0 = now_ms();
+    double t0 = zoe_clock_ms();
     zoe_status st = zoe_optimizer_grad_ready(tr->opt, t);
-    tr->ms_offload += now_ms() - t0;
+    tr->ms_offload += zoe_clock_ms() - t0;
     return st;
 }
 
@@ -157,7 +151,7 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
         zoe_trainer_destroy(tr);
         return st;
     }
-    tr->step_started = now_ms();
+    tr->step_started = zoe_clock_ms();
     *out = tr;
     return ZOE_OK;
 }
@@ -198,15 +192,15 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
     zoe_optimizer_stats os;
     ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
     ZOE_TRY(zoe_optimizer_begin_micro_batch(tr->opt));
-    double t0 = now_ms();
+    double t0 = zoe_clock_ms();
     float l = 0;
     ZOE_TRY(zoe_gpt_forward(tr->gpt, tokens, targets, &l));
-    double t1 = now_ms(), offload_before = tr->ms_offload;
+    double t1 = zoe_clock_ms(), offload_before = tr->ms_offload;
     zoe_gpt_grad_sink sink = {tr, sink_acquire, sink_release};
     ZOE_TRY(zoe_gpt_backward(tr->gpt, (float)os.loss_scale, &sink));
-    double t2 = now_ms();
+    double t2 = zoe_clock_ms();
     ZOE_TRY(zoe_optimizer_end_micro_batch(tr->opt));
-    double t3 = now_ms();
+    double t3 = zoe_clock_ms();
     tr->ms_forward += t1 - t0;
     tr->ms_backward += (t2 - t1) - (tr->ms_offload - offload_before);
     tr->ms_offload += t3 - t2;
@@ -220,9 +214,9 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step: NULL trainer");
     if (tr->micro_batches == 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step before any micro-batch");
-    double t0 = now_ms();
+    double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_optimizer_step(tr->opt, lr));
-    double t1 = now_ms();
+    double t1 = zoe_clock_ms();
     zoe_optimizer_stats os;
     ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
     /* Every TP rank has the same loss; average the micro-batches over DP. */
@@ -252,7 +246,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     tr->loss_sum = 0;
     tr->micro_batches = 0;
     tr->ms_forward = tr->ms_backward = tr->ms_offload = 0;
-    tr->step_started = now_ms();
+    tr->step_started = zoe_clock_ms();
     return ZOE_OK;
 }
 

@@ -4,12 +4,12 @@
  * `cuda` slot and a branch to DISPATCH. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 #ifdef ZOE_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 struct zoe_kernels {
@@ -31,17 +31,11 @@ struct zoe_kernels {
 #endif
 
 /* RUN: the dispatch, timed into the context's profile (a clock read each side: ~50 ns). */
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define RUN(op, ...)                                                                               \
     do {                                                                                           \
-        double t0_ = seconds_now();                                                                \
+        double t0_ = zoe_clock_seconds();                                                          \
         zoe_status st_ = DISPATCH(op, __VA_ARGS__);                                                \
-        k->profile.seconds[ZOE_KOP_##op] += seconds_now() - t0_;                                   \
+        k->profile.seconds[ZOE_KOP_##op] += zoe_clock_seconds() - t0_;                             \
         k->profile.calls[ZOE_KOP_##op]++;                                                          \
         return st_;                                                                                \
     } while (0)

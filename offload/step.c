@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "offload/optimizer_impl.h"
 #include "runtime/device_impl.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 static float *host_array(size_t n) {
@@ -132,17 +132,11 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c, int 
     return ZOE_OK;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* One update: device part on the update stream, host part on the host threads, the host
  * part's new weights copied into the device partition buffer; returns when all is done. */
 static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf) {
     const zoe_layout *lay = &opt->lay;
-    double t0 = now_ms();
+    double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
     for (int s = 0; s < lay->num_device_segments; s++) {
@@ -158,21 +152,21 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int b
                                  opt->update_stream));
     }
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
-    opt->stats.ms_update = now_ms() - t0;
+    opt->stats.ms_update = zoe_clock_ms() - t0;
     return ZOE_OK;
 }
 
 /* The refresh: every rank's updated partition of every bucket, all-gathered over DP into the
  * parameter buffer, on the compute stream. */
 static zoe_status refresh(zoe_optimizer *opt) {
-    double t0 = now_ms();
+    double t0 = zoe_clock_ms();
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         const zoe_bucket *bk = &opt->lay.buckets[b];
         ZOE_TRY(zoe_comm_all_gather(opt->dp, (char *)opt->part_out + bk->part_offset * opt->esz,
                                     (char *)opt->params + bk->flat_offset * opt->esz, bk->part,
                                     opt->dtype, opt->stream));
     }
-    opt->stats.ms_refresh = now_ms() - t0;
+    opt->stats.ms_refresh = zoe_clock_ms() - t0;
     return zoe_event_record(opt->refreshed, opt->stream);
 }
 
@@ -203,9 +197,9 @@ static zoe_status join_update(zoe_optimizer *opt) {
 zoe_status zoe_update_wait(zoe_optimizer *opt) {
     opt->stats.ms_wait = 0;
     if (!opt->in_flight) return ZOE_OK;
-    double t0 = now_ms();
+    double t0 = zoe_clock_ms();
     ZOE_TRY(join_update(opt));
-    opt->stats.ms_wait = now_ms() - t0;
+    opt->stats.ms_wait = zoe_clock_ms() - t0;
     return refresh(opt);
 }
 

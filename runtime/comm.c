@@ -7,11 +7,11 @@
  * sum rounded once. It doubles the bytes on the wire, which the CPU backend (tests, small
  * grids) can afford; the NCCL backend reduces 16-bit data natively. */
 #include <limits.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm_impl.h"
 #include "runtime/device_impl.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 #define MPI_TRY(call, what)                                                                        \
@@ -248,17 +248,11 @@ static zoe_status comm_barrier(zoe_comm *c, zoe_stream *stream) {
 
 /* ---- the public collectives: the backends above, timed ---- */
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define TIMED(c, call)                                                                             \
     do {                                                                                           \
-        double t0_ = now_seconds();                                                                \
+        double t0_ = zoe_clock_seconds();                                                          \
         zoe_status st_ = (call);                                                                   \
-        if (c) (c)->seconds += now_seconds() - t0_;                                                \
+        if (c) (c)->seconds += zoe_clock_seconds() - t0_;                                          \
         return st_;                                                                                \
     } while (0)
 
