@@ -11,7 +11,6 @@ struct zoe_progress {
     FILE *out;
     FILE *metrics;
     int total, every, live;
-    double tokens_sum, ms_sum; /* since start, for the average rate */
 };
 
 static int live_bar(FILE *out, zoe_progress_style style) {
@@ -54,8 +53,6 @@ static void print_line(zoe_progress *p, const zoe_step_stats *s, double tok_per_
 }
 
 zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
-    p->tokens_sum += (double)s->tokens;
-    p->ms_sum += s->ms_total;
     double tok_per_s = s->ms_total > 0 ? (double)s->tokens / (s->ms_total / 1e3) : 0;
     if (p->metrics) {
         fprintf(p->metrics,

@@ -339,6 +339,19 @@ static zoe_status check_vocab_range(const zoe_kernels *k, const char *op, int64_
     return ZOE_OK;
 }
 
+/* B, T and C within the plan (B*T tokens are rows), and a valid vocabulary range. */
+static zoe_status check_embedding_shape(const zoe_kernels *k, const char *op, int64_t B, int64_t T,
+                                        int64_t C, int64_t vocab_start, int64_t vocab_rows) {
+    TRY_SIZE(op, B);
+    TRY_SIZE(op, T);
+    TRY_PLANNED(op, C, max_dim);
+    ZOE_TRY(check_vocab_range(k, op, vocab_start, vocab_rows));
+    if (B * T > k->plan.max_rows)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: B*T=%lld exceeds the plan's max_rows=%lld",
+                        op, (long long)(B * T), (long long)k->plan.max_rows);
+    return ZOE_OK;
+}
+
 zoe_status zoe_embedding_forward(zoe_kernels *k, zoe_dtype dt, void *y, const int32_t *tokens,
                                  const void *wte, const void *wpe, int64_t B, int64_t T, int64_t C,
                                  int64_t vocab_start, int64_t vocab_rows) {
@@ -348,13 +361,7 @@ zoe_status zoe_embedding_forward(zoe_kernels *k, zoe_dtype dt, void *y, const in
     TRY_PTR(op, y);
     TRY_PTR(op, tokens);
     TRY_PTR(op, wte);
-    TRY_SIZE(op, B);
-    TRY_SIZE(op, T);
-    TRY_PLANNED(op, C, max_dim);
-    ZOE_TRY(check_vocab_range(k, op, vocab_start, vocab_rows));
-    if (B * T > k->plan.max_rows)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: B*T=%lld exceeds the plan's max_rows=%lld",
-                        op, (long long)(B * T), (long long)k->plan.max_rows);
+    ZOE_TRY(check_embedding_shape(k, op, B, T, C, vocab_start, vocab_rows));
     RUN(embedding_forward, dt, y, tokens, wte, wpe, B, T, C, vocab_start, vocab_rows);
 }
 
@@ -366,13 +373,7 @@ zoe_status zoe_embedding_backward(zoe_kernels *k, zoe_dtype dt, void *dwte, void
     ZOE_TRY(check_dtype(k, op, dt));
     TRY_PTR(op, dy);
     TRY_PTR(op, tokens);
-    TRY_SIZE(op, B);
-    TRY_SIZE(op, T);
-    TRY_PLANNED(op, C, max_dim);
-    ZOE_TRY(check_vocab_range(k, op, vocab_start, vocab_rows));
-    if (B * T > k->plan.max_rows)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: B*T=%lld exceeds the plan's max_rows=%lld",
-                        op, (long long)(B * T), (long long)k->plan.max_rows);
+    ZOE_TRY(check_embedding_shape(k, op, B, T, C, vocab_start, vocab_rows));
     RUN(embedding_backward, dt, dwte, dwpe, dy, tokens, B, T, C, vocab_start, vocab_rows);
 }
 
