@@ -42,37 +42,29 @@ struct zoe_gpt {
 /* The activation layout, run twice: with base NULL to size it, then to carve it. */
 static size_t layout(zoe_gpt *g, char *base) {
     const zoe_gpt_config *c = &g->cfg;
-    size_t off = 0, es = zoe_dtype_size(c->dtype), NC = (size_t)(g->N * g->C) * es;
+    size_t es = zoe_dtype_size(c->dtype), NC = (size_t)(g->N * g->C) * es;
     size_t N = (size_t)g->N;
     int L = c->shape.layers, nacts = c->recompute ? 1 : L;
-#define CARVE(ptr, bytes)                                                                          \
-    do {                                                                                           \
-        if (base) *(void **)&(ptr) = base + off;                                                   \
-        off += zoe_tp_align(bytes);                                                                \
-    } while (0)
-    CARVE(g->tokens, N * sizeof(int32_t));
-    CARVE(g->targets, N * sizeof(int32_t));
-    for (int l = 0; l <= L; l++) CARVE(g->resid[l], NC);
-    size_t acts =
-        zoe_tp_block_acts_bytes(&g->blocks[0], c->micro_batch, c->shape.seq_len, c->dtype);
+    int64_t B = c->micro_batch, T = c->shape.seq_len;
+    zoe_tp_carver k = {.base = base};
+    g->tokens = zoe_tp_carve(&k, N * sizeof(int32_t));
+    g->targets = zoe_tp_carve(&k, N * sizeof(int32_t));
+    for (int l = 0; l <= L; l++) g->resid[l] = zoe_tp_carve(&k, NC);
+    size_t acts = zoe_tp_block_acts_bytes(&g->blocks[0], B, T, c->dtype);
     for (int a = 0; a < nacts; a++) {
-        if (base)
-            zoe_tp_block_acts_bind(&g->blocks[a], &g->acts[a], base + off, c->micro_batch,
-                                   c->shape.seq_len, c->dtype);
-        off += zoe_tp_align(acts);
+        void *p = zoe_tp_carve(&k, acts);
+        if (base) zoe_tp_block_acts_bind(&g->blocks[a], &g->acts[a], p, B, T, c->dtype);
     }
-    if (c->recompute) CARVE(g->recompute_out, NC);
-    CARVE(g->block_scratch,
-          zoe_tp_block_scratch_bytes(&g->blocks[0], c->micro_batch, c->shape.seq_len, c->dtype));
-    CARVE(g->ln_f, NC);
-    CARVE(g->d_ln_f, NC);
-    CARVE(g->dres, NC);
-    CARVE(g->ln_f_mean, N * sizeof(float));
-    CARVE(g->ln_f_rstd, N * sizeof(float));
-    CARVE(g->logits, N * (size_t)g->emb.vocab.local * es);
-    CARVE(g->xent_stats, zoe_tp_xent_stats_bytes(g->N));
-#undef CARVE
-    return off;
+    if (c->recompute) g->recompute_out = zoe_tp_carve(&k, NC);
+    g->block_scratch = zoe_tp_carve(&k, zoe_tp_block_scratch_bytes(&g->blocks[0], B, T, c->dtype));
+    g->ln_f = zoe_tp_carve(&k, NC);
+    g->d_ln_f = zoe_tp_carve(&k, NC);
+    g->dres = zoe_tp_carve(&k, NC);
+    g->ln_f_mean = zoe_tp_carve(&k, N * sizeof(float));
+    g->ln_f_rstd = zoe_tp_carve(&k, N * sizeof(float));
+    g->logits = zoe_tp_carve(&k, N * (size_t)g->emb.vocab.local * es);
+    g->xent_stats = zoe_tp_carve(&k, zoe_tp_xent_stats_bytes(g->N));
+    return k.used;
 }
 
 static zoe_status describe(zoe_gpt *g, int tp_size, int tp_rank) {

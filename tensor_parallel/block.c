@@ -76,39 +76,28 @@ void zoe_tp_block_plan(const zoe_tp_block *blk, int64_t B, int64_t T, zoe_kernel
 
 /* Carves aligned sub-buffers off a base pointer; with base NULL it only adds up the sizes, so
  * the byte count and the binding come from the same code. */
-typedef struct carver {
-    char *base;
-    size_t used;
-} carver;
-
-static void *carve(carver *c, size_t bytes) {
-    void *p = c->base ? c->base + c->used : NULL;
-    c->used += zoe_tp_align(bytes);
-    return p;
-}
-
-static void carve_acts(const zoe_tp_block *blk, zoe_tp_block_acts *a, carver *c, int64_t B,
+static void carve_acts(const zoe_tp_block *blk, zoe_tp_block_acts *a, zoe_tp_carver *c, int64_t B,
                        int64_t T, zoe_dtype dtype) {
     size_t es = zoe_dtype_size(dtype), N = (size_t)(B * T), C = (size_t)blk->cfg.hidden;
     size_t qkv = (size_t)blk->linear_qkv.out_local, ff = (size_t)blk->local_ffn;
     a->B = B, a->T = T;
-    a->ln_1 = carve(c, N * C * es);
-    a->ln_1_mean = carve(c, N * sizeof(float));
-    a->ln_1_rstd = carve(c, N * sizeof(float));
-    a->qkv = carve(c, N * qkv * es);
-    a->attn = carve(c, N * (C / (size_t)blk->cfg.heads * (size_t)blk->local_heads) * es);
-    a->attn_lse = carve(c, N * (size_t)blk->local_heads * sizeof(float));
-    a->h = carve(c, N * C * es);
-    a->ln_2 = carve(c, N * C * es);
-    a->ln_2_mean = carve(c, N * sizeof(float));
-    a->ln_2_rstd = carve(c, N * sizeof(float));
-    a->fc1 = carve(c, N * ff * es);
-    a->gelu = carve(c, N * ff * es);
+    a->ln_1 = zoe_tp_carve(c, N * C * es);
+    a->ln_1_mean = zoe_tp_carve(c, N * sizeof(float));
+    a->ln_1_rstd = zoe_tp_carve(c, N * sizeof(float));
+    a->qkv = zoe_tp_carve(c, N * qkv * es);
+    a->attn = zoe_tp_carve(c, N * (C / (size_t)blk->cfg.heads * (size_t)blk->local_heads) * es);
+    a->attn_lse = zoe_tp_carve(c, N * (size_t)blk->local_heads * sizeof(float));
+    a->h = zoe_tp_carve(c, N * C * es);
+    a->ln_2 = zoe_tp_carve(c, N * C * es);
+    a->ln_2_mean = zoe_tp_carve(c, N * sizeof(float));
+    a->ln_2_rstd = zoe_tp_carve(c, N * sizeof(float));
+    a->fc1 = zoe_tp_carve(c, N * ff * es);
+    a->gelu = zoe_tp_carve(c, N * ff * es);
 }
 
 size_t zoe_tp_block_acts_bytes(const zoe_tp_block *blk, int64_t B, int64_t T, zoe_dtype dtype) {
     zoe_tp_block_acts a;
-    carver c = {0};
+    zoe_tp_carver c = {0};
     carve_acts(blk, &a, &c, B, T, dtype);
     return c.used;
 }
@@ -118,7 +107,7 @@ zoe_status zoe_tp_block_acts_bind(const zoe_tp_block *blk, zoe_tp_block_acts *ac
     if (!acts || !buffer || B <= 0 || T <= 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "block acts bind: B=%lld T=%lld buffer=%p",
                         (long long)B, (long long)T, buffer);
-    carver c = {.base = buffer};
+    zoe_tp_carver c = {.base = buffer};
     carve_acts(blk, acts, &c, B, T, dtype);
     return ZOE_OK;
 }
@@ -129,18 +118,18 @@ typedef struct block_scratch {
     void *d_ln, *wide0, *wide1;
 } block_scratch;
 
-static void carve_scratch(const zoe_tp_block *blk, block_scratch *s, carver *c, int64_t B,
+static void carve_scratch(const zoe_tp_block *blk, block_scratch *s, zoe_tp_carver *c, int64_t B,
                           int64_t T, zoe_dtype dtype) {
     size_t es = zoe_dtype_size(dtype), N = (size_t)(B * T);
     size_t wide = (size_t)max64(blk->local_ffn, blk->linear_qkv.out_local);
-    s->d_ln = carve(c, N * (size_t)blk->cfg.hidden * es);
-    s->wide0 = carve(c, N * wide * es);
-    s->wide1 = carve(c, N * wide * es);
+    s->d_ln = zoe_tp_carve(c, N * (size_t)blk->cfg.hidden * es);
+    s->wide0 = zoe_tp_carve(c, N * wide * es);
+    s->wide1 = zoe_tp_carve(c, N * wide * es);
 }
 
 size_t zoe_tp_block_scratch_bytes(const zoe_tp_block *blk, int64_t B, int64_t T, zoe_dtype dtype) {
     block_scratch s;
-    carver c = {0};
+    zoe_tp_carver c = {0};
     carve_scratch(blk, &s, &c, B, T, dtype);
     return c.used;
 }
@@ -211,7 +200,7 @@ zoe_status zoe_tp_block_backward(const zoe_tp *tp, zoe_tp_block *blk, const zoe_
     zoe_dtype dt = tp->dtype;
     int64_t B = a->B, T = a->T, N = B * T, C = blk->cfg.hidden, F = blk->local_ffn;
     block_scratch s;
-    carver c = {.base = scratch};
+    zoe_tp_carver c = {.base = scratch};
     carve_scratch(blk, &s, &c, B, T, dt);
     uint64_t before = zoe_comm_bytes(tp->comm);
     zoe_status st;

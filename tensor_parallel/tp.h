@@ -75,4 +75,18 @@ static inline size_t zoe_tp_align(size_t bytes) {
     return (bytes + ZOE_TP_ALIGN - 1) / ZOE_TP_ALIGN * ZOE_TP_ALIGN;
 }
 
+/* Carves aligned sub-buffers from one allocation. A layout function runs twice: with base NULL
+ * it only counts (`used` is the bytes to allocate, the pointers it hands out are NULL), then
+ * with the allocation as base it hands out the same offsets. */
+typedef struct zoe_tp_carver {
+    char *base;
+    size_t used;
+} zoe_tp_carver;
+
+static inline void *zoe_tp_carve(zoe_tp_carver *c, size_t bytes) {
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used += zoe_tp_align(bytes);
+    return p;
+}
+
 #endif
