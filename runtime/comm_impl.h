@@ -15,8 +15,17 @@ struct zoe_comm {
     /* MPI backend: fp32 staging for bf16/fp16 reductions, grown once to the largest call. */
     float *stage;
     size_t stage_count;
+    /* MPI backend: the largest count of one MPI call (INT_MAX; lowered by tests), and the
+     * buffer that chunked reduce-scatters and all-gathers pack their blocks into. */
+    size_t max_count;
+    void *pack;
+    size_t pack_bytes;
     void *nccl; /* ncclComm_t */
 };
+
+/* Test knob: MPI calls of the backend take at most max_count elements each (at least the group
+ * size, at most INT_MAX), so that tests reach the chunked paths with small buffers. */
+zoe_status zoe_comm_set_max_count(zoe_comm *comm, size_t max_count);
 
 #ifdef ZOE_HAVE_CUDA
 zoe_status zoe_nccl_init(zoe_comm *comm, zoe_device *device);

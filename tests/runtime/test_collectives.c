@@ -4,10 +4,13 @@
  *  - fp32 sums: the MPI reduction order differs from ours; |error| <= world * eps32 * sum|x|.
  *  - bf16/fp16: staged through fp32 and rounded once, so the result is the 16-bit rounding of
  *    the fp32 sum: within one 16-bit ulp (2^-8 / 2^-11 relative) plus the fp32 bound.
- *  - max, int32, gather and broadcast move or pick values: exact. */
+ *  - max, int32, gather and broadcast move or pick values: exact.
+ * The same checks run once more with MPI calls cut into small chunks (the path of counts above
+ * INT_MAX), through the test knob zoe_comm_set_max_count. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include "runtime/comm_impl.h"
 #include "testing.h"
 
 static const zoe_dtype dtypes[] = {ZOE_F32, ZOE_BF16, ZOE_F16, ZOE_I32};
@@ -153,6 +156,21 @@ int main(int argc, char **argv) {
           "comm size/rank");
     size_t sizes[] = {1, 7, 1001, (size_t)3 << 18}; /* the last: 3 MB of fp32 per rank */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) run_size(c, s, sizes[i], 17 + i);
+
+    /* Counts above MPI's int limit run in chunks. The same checks on a communicator whose limit
+     * is lowered to 5 x size + 1 elements per call: all-reduces in chunks of 5 x size + 1,
+     * reduce-scatters and all-gathers in chunks of 5 per block, broadcasts likewise; sizes below,
+     * at and well above one chunk, none a multiple of it. */
+    zoe_comm *chunked = NULL;
+    CHECK_OK(zoe_comm_create_mpi(MPI_COMM_WORLD, &chunked));
+    CHECK(zoe_comm_set_max_count(chunked, (size_t)test_world_size() - 1) ==
+              ZOE_ERR_INVALID_ARGUMENT,
+          "a limit below the group size is refused");
+    CHECK_OK(zoe_comm_set_max_count(chunked, 5 * (size_t)test_world_size() + 1));
+    size_t chunked_sizes[] = {3, 5, 7, 1001};
+    for (size_t i = 0; i < sizeof chunked_sizes / sizeof chunked_sizes[0]; i++)
+        run_size(chunked, s, chunked_sizes[i], 41 + i);
+    zoe_comm_destroy(chunked);
 
     /* Byte counter: an all-reduce of 10 fp32 adds 40 bytes. */
     zoe_comm_reset_bytes(c);
