@@ -66,9 +66,19 @@ static void bind_threads(const zoe_trainer *tr) {
 static zoe_status create_device(zoe_trainer *tr) {
     int ordinal = 0;
     if (tr->cfg.backend == ZOE_BACKEND_CUDA) {
-        int n = zoe_cuda_device_count();
-        if (n == 0) return zoe_fail(ZOE_ERR_UNSUPPORTED, "--backend=cuda but no GPU is visible");
-        ordinal = zoe_grid_local_rank(tr->grid) % n;
+        /* Two ranks on one GPU would fail inside ncclCommInitRank ("duplicate GPU"). Decided
+         * over the world, so that every rank stops alike when any node is short of GPUs. */
+        int n = zoe_cuda_device_count(), local = zoe_grid_local_size(tr->grid);
+        int fits = n > 0 && local <= n, all_fit = 0;
+        MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, zoe_grid_world_comm(tr->grid));
+        if (!all_fit && n == 0)
+            return zoe_fail(ZOE_ERR_UNSUPPORTED, "--backend=cuda but no GPU is visible");
+        if (!all_fit)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--backend=cuda: a node runs more ranks than it has GPUs (here %d "
+                            "ranks, %d GPU(s)); each rank needs its own GPU",
+                            local, n);
+        ordinal = zoe_grid_local_rank(tr->grid);
     }
     ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
     return zoe_stream_create(tr->dev, &tr->stream);

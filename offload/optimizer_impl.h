@@ -59,6 +59,7 @@ struct zoe_optimizer {
     void *part_out; /* device, the updated partition in compute dtype, all-gathered at refresh */
     /* Device-resident state (partial offload), partition coordinates [0, device_numel). */
     float *d_master, *d_m, *d_v, *d_grad[2];
+    zoe_adam_table *device_table; /* the device segments, for one-launch steps and norms */
     /* Host state, partition coordinates [device_numel, part_numel) shifted to 0. */
     float *h_master, *h_m, *h_v, *h_grad[2];
     void *h_out; /* pinned, host_numel elements of compute dtype; on the CPU backend the host

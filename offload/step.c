@@ -49,6 +49,22 @@ static int partition_is_params(const zoe_optimizer *opt) {
     return 1;
 }
 
+/* The device segments as the kernels' run table: the device step is then one launch. */
+static zoe_status create_device_table(zoe_optimizer *opt) {
+    const zoe_layout *lay = &opt->lay;
+    int n = lay->num_device_segments;
+    zoe_adam_run *runs = calloc(n ? (size_t)n : 1, sizeof *runs);
+    if (!runs) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "device run table of %d", n);
+    for (int s = 0; s < n; s++)
+        runs[s] = (zoe_adam_run){.offset = lay->segments[s].offset,
+                                 .len = lay->segments[s].len,
+                                 .no_decay = lay->segments[s].no_decay,
+                                 .counted = lay->segments[s].counted};
+    zoe_status st = zoe_adam_table_create(opt->stream, runs, n, &opt->device_table);
+    free(runs);
+    return st;
+}
+
 zoe_status zoe_state_create(zoe_optimizer *opt) {
     const zoe_layout *lay = &opt->lay;
     int buffers = opt->cfg.dpu_warmup > 0 ? 2 : 1;
@@ -93,6 +109,7 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
         opt->chunk_segment[ch] = s;
     }
     if (ph) first_touch(opt);
+    ZOE_TRY(create_device_table(opt));
     return zoe_stream_synchronize(opt->stream);
 }
 
@@ -108,6 +125,7 @@ void zoe_state_destroy(zoe_optimizer *opt) {
     free(opt->h_grad[1]);
     if (!zoe_device_is_host_memory(opt)) zoe_host_free(opt->dev, opt->h_out);
     free(opt->chunk_segment);
+    zoe_adam_table_destroy(opt->device_table);
 }
 
 /* The host part of the update: OpenMP over tiles, each thread on the tiles it first-touched. */
@@ -139,12 +157,9 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int b
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
-    for (int s = 0; s < lay->num_device_segments; s++) {
-        size_t a = lay->segments[s].offset, n = lay->segments[s].len;
-        ZOE_TRY(zoe_adam_stream(opt->update_stream, zoe_segment_consts(c, &lay->segments[s]),
-                                opt->d_master + a, opt->d_m + a, opt->d_v + a, opt->d_grad[buf] + a,
-                                (char *)opt->part_out + a * opt->esz, opt->dtype, n));
-    }
+    ZOE_TRY(zoe_adam_table_step(opt->update_stream, opt->device_table, &c->decayed, &c->exempt,
+                                opt->d_master, opt->d_m, opt->d_v, opt->d_grad[buf], opt->part_out,
+                                opt->dtype));
     if (opt->host_numel) {
         ZOE_TRY(host_update(opt, c, buf));
         ZOE_TRY(zoe_memcpy_async((char *)opt->part_out + lay->device_numel * opt->esz, opt->h_out,
@@ -207,11 +222,7 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
  * shards; TP-replicated tensors were counted on tp_rank 0 only). */
 static zoe_status global_sumsq(zoe_optimizer *opt, int buf, double *out) {
     double local = opt->host_sumsq;
-    const zoe_layout *lay = &opt->lay;
-    for (int s = 0; s < lay->num_device_segments; s++)
-        if (lay->segments[s].counted)
-            ZOE_TRY(zoe_sumsq_stream(opt->copy_stream, opt->d_grad[buf] + lay->segments[s].offset,
-                                     lay->segments[s].len, &local));
+    ZOE_TRY(zoe_adam_table_sumsq(opt->copy_stream, opt->device_table, opt->d_grad[buf], &local));
     if (MPI_Allreduce(&local, out, 1, MPI_DOUBLE, MPI_SUM, zoe_grid_world_comm(opt->grid)) !=
         MPI_SUCCESS)
         return zoe_fail(ZOE_ERR_MPI, "MPI_Allreduce of the gradient norm failed");

@@ -28,6 +28,13 @@ void test_init(int *argc, char ***argv);
 int test_rank(void);
 int test_world_size(void);
 
+/* GPU tests: whether every rank of this node has a GPU of its own (NCCL refuses two ranks on
+ * one GPU, "duplicate GPU"). When not, on every rank alike, rank 0 prints why, MPI is finalised
+ * and the test returns 77 (ctest: skipped):  if (test_skip_without_gpus("name")) return 77;
+ * test_gpu_ordinal() is then the rank's GPU (its rank on the node). */
+int test_skip_without_gpus(const char *name);
+int test_gpu_ordinal(void);
+
 /* Records a failure (printed with file:line and rank) when cond is false. */
 #define CHECK(cond, ...) test_check((cond), __FILE__, __LINE__, __VA_ARGS__)
 void test_check(int cond, const char *file, int line, const char *fmt, ...)

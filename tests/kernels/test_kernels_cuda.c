@@ -458,11 +458,7 @@ static void test_xent(env *e, test_rng *rng, zoe_dtype dt, int64_t rows, int64_t
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
-    if (zoe_cuda_device_count() == 0) {
-        printf("test_kernels_cuda: no GPU, skipped\n");
-        MPI_Finalize();
-        return 77;
-    }
+    if (test_skip_without_gpus("test_kernels_cuda")) return 77;
     const zoe_kernel_plan plan = {
         .max_rows = 256, .max_dim = 1024, .max_seq = 128, .max_heads = 4, .max_head_dim = 256};
     env e = {0};
