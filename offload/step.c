@@ -175,12 +175,14 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int b
  * parameter buffer, on the compute stream. */
 static zoe_status refresh(zoe_optimizer *opt) {
     double t0 = zoe_clock_ms();
+    ZOE_TRY(zoe_comm_group_start(opt->dp, opt->stream)); /* one NCCL launch for all buckets */
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         const zoe_bucket *bk = &opt->lay.buckets[b];
         ZOE_TRY(zoe_comm_all_gather(opt->dp, (char *)opt->part_out + bk->part_offset * opt->esz,
                                     (char *)opt->params + bk->flat_offset * opt->esz, bk->part,
                                     opt->dtype, opt->stream));
     }
+    ZOE_TRY(zoe_comm_group_end(opt->dp, opt->stream));
     opt->stats.ms_refresh = zoe_clock_ms() - t0;
     return zoe_event_record(opt->refreshed, opt->stream);
 }

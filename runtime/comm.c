@@ -335,6 +335,16 @@ static zoe_status comm_barrier(zoe_comm *c, zoe_stream *stream) {
     return ZOE_OK;
 }
 
+static zoe_status comm_group(zoe_comm *c, zoe_stream *stream, int start) {
+    if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "group: communicator is NULL");
+#ifdef ZOE_HAVE_CUDA
+    if (c->kind == ZOE_COMM_NCCL)
+        return start ? zoe_nccl_group_start(c, stream) : zoe_nccl_group_end(c, stream);
+#endif
+    (void)stream, (void)start;
+    return ZOE_OK;
+}
+
 /* ---- the public collectives: the backends above, timed ---- */
 
 #define TIMED(c, call)                                                                             \
@@ -367,6 +377,14 @@ zoe_status zoe_comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dt
 
 zoe_status zoe_comm_barrier(zoe_comm *c, zoe_stream *stream) {
     TIMED(c, comm_barrier(c, stream));
+}
+
+zoe_status zoe_comm_group_start(zoe_comm *c, zoe_stream *stream) {
+    TIMED(c, comm_group(c, stream, 1));
+}
+
+zoe_status zoe_comm_group_end(zoe_comm *c, zoe_stream *stream) {
+    TIMED(c, comm_group(c, stream, 0));
 }
 
 double zoe_comm_seconds(const zoe_comm *c) {

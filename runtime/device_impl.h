@@ -7,6 +7,11 @@
 struct zoe_device {
     zoe_backend backend;
     int ordinal;
+    /* CUDA: the NCCL collectives of every communicator on this GPU run one after another, in
+     * the order the host issued them (comm_nccl_cuda.c): the event marks the last one, and the
+     * communicators using it count them (the last one out destroys it). */
+    void *nccl_order; /* cudaEvent_t */
+    int nccl_comms;
 };
 
 struct zoe_stream {
