@@ -90,7 +90,8 @@ static zoe_status create_model(zoe_trainer *tr) {
                          .micro_batch = c->micro_batch,
                          .dtype = c->dtype,
                          .seed = c->seed,
-                         .recompute = c->recompute};
+                         .recompute = c->recompute,
+                         .tf32 = c->tf32};
     ZOE_TRY(zoe_comm_create_for_device(zoe_grid_tp_comm(tr->grid), tr->dev, &tr->tp_comm));
     return zoe_gpt_create(&gc, tr->dev, tr->stream, tr->tp_comm, &tr->gpt);
 }
