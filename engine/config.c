@@ -68,6 +68,8 @@ static const option_spec options[] = {
      "synchronous steps before the delayed parameter update (0: no DPU)"},
     {"recompute", OPT_FLAG, CFG(recompute), 0, 1, "recompute activations in backward"},
     {"tf32", OPT_FLAG, CFG(tf32), 0, 1, "CUDA: TF32 tensor cores for fp32 matmuls"},
+    {"loss-scale", OPT_FLOAT, CFG(loss_scale), 1, 1 << 24,
+     "fp16: initial loss scale (halved on overflow, doubled after 1000 clean steps)"},
     {"data", OPT_PATH, CFG(data), 0, 0, "indexed dataset prefix (.bin/.idx) or a .txt file"},
     {"seed", OPT_U64, CFG(seed), 0, 0, "seed of initialisation, dropout and data order"},
     {"metrics", OPT_PATH, CFG(metrics), 0, 0, "write one JSON object per step to this file"},
@@ -96,6 +98,7 @@ void zoe_train_config_defaults(zoe_train_config *cfg) {
     cfg->dtype = ZOE_F32;
     cfg->offload = ZOE_OFFLOAD_CPU;
     cfg->dpu_warmup = 5;
+    cfg->loss_scale = 65536.0f;
     cfg->seed = 1234;
     cfg->log_every = 1;
     cfg->bucket_mb = 16;

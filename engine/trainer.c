@@ -120,7 +120,7 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     oc.adamw = 1;
     oc.clip_norm = c->clip_grad;
     oc.dynamic_loss_scale = c->dtype == ZOE_F16;
-    oc.loss_scale = c->dtype == ZOE_F16 ? 65536.0f : 1.0f;
+    oc.loss_scale = c->dtype == ZOE_F16 ? c->loss_scale : 1.0f;
     oc.bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
     /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
      * buckets of one block, and the one it shares with the block before. */
