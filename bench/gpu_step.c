@@ -124,14 +124,6 @@ static void print_run(const char *run, const zoe_model_config *m, int64_t params
     fflush(stdout);
 }
 
-/* The trainer for one configuration; NULL with the reason in zoe_last_error() when it does not
- * fit. */
-static zoe_trainer *try_create(const zoe_train_config *c) {
-    zoe_trainer *tr = NULL;
-    if (zoe_trainer_create(MPI_COMM_WORLD, c, &tr) != ZOE_OK) return NULL;
-    return tr;
-}
-
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     bench_args a;
@@ -156,17 +148,18 @@ int main(int argc, char **argv) {
     zoe_train_config c;
     const zoe_model_config *m = NULL;
     const int sync_steps = a.steps, warm = 1;
-    for (int i = 0; i < count && !tr; i++) {
+    zoe_status st = ZOE_ERR_OUT_OF_MEMORY;
+    /* Out of memory: the next smaller preset; any other failure ends the benchmark. */
+    for (int i = 0; i < count && st == ZOE_ERR_OUT_OF_MEMORY; i++) {
         m = zoe_model_preset_at(order[i]);
         config_for(&a, m, ZOE_OFFLOAD_CPU, warm + sync_steps, &c);
         fprintf(stderr, "bench_gpu_step: trying %s (%.2fB parameters) ...\n", m->name,
                 (double)zoe_model_param_count(m) / 1e9);
-        tr = try_create(&c);
-        if (!tr)
-            fprintf(stderr, "bench_gpu_step: %s does not fit: %s\n", m->name, zoe_last_error());
+        st = zoe_trainer_create(MPI_COMM_WORLD, &c, &tr);
+        if (st != ZOE_OK) fprintf(stderr, "bench_gpu_step: %s: %s\n", m->name, zoe_last_error());
     }
-    if (!tr) {
-        fprintf(stderr, "bench_gpu_step: no preset fits (%.0f GB of host memory available)\n",
+    if (st != ZOE_OK) {
+        fprintf(stderr, "bench_gpu_step: no preset runs (%.0f GB of host memory available)\n",
                 host / 1e9);
         MPI_Finalize();
         return 1;
@@ -181,7 +174,7 @@ int main(int argc, char **argv) {
     /* Offload: one warm-up step, the synchronous steps, one DPU warm-up step, the DPU steps. */
     phase_sums sync, dpu, none, skip;
     double tps_sync = 0, tps_dpu = 0, tps_none = 0;
-    zoe_status st = run_steps(tr, &c, tokens, targets, 0, warm, &skip);
+    st = run_steps(tr, &c, tokens, targets, 0, warm, &skip);
     if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm, sync_steps, &sync);
     if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm + sync_steps, 1, &skip);
     if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm + sync_steps + 1, a.steps, &dpu);
@@ -200,8 +193,8 @@ int main(int argc, char **argv) {
 
     /* No offload at the same model, when it fits on the device. */
     config_for(&a, m, ZOE_OFFLOAD_NONE, 0, &c);
-    tr = try_create(&c);
-    if (tr) {
+    tr = NULL;
+    if (zoe_trainer_create(MPI_COMM_WORLD, &c, &tr) == ZOE_OK) {
         st = run_steps(tr, &c, tokens, targets, 0, warm, &skip);
         if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm, a.steps, &none);
         zoe_trainer_destroy(tr);
