@@ -44,6 +44,35 @@ void test_fill_uniform(test_rng *rng, float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)test_rng_uniform(rng);
 }
 
+void test_fill_rank_input(zoe_dtype dt, int r, size_t n, uint64_t seed, void *out) {
+    test_rng rng;
+    test_rng_seed(&rng, seed * 1000003u + (uint64_t)r);
+    for (size_t i = 0; i < n; i++) {
+        double v = test_rng_uniform(&rng) * 4.0 - 2.0;
+        if (dt == ZOE_I32)
+            ((int32_t *)out)[i] = (int32_t)test_rng_int(&rng, -1000, 1000);
+        else if (dt == ZOE_F32)
+            ((float *)out)[i] = (float)v;
+        else if (dt == ZOE_BF16)
+            ((uint16_t *)out)[i] = zoe_f32_to_bf16((float)v);
+        else
+            ((uint16_t *)out)[i] = zoe_f32_to_f16((float)v);
+    }
+}
+
+double test_get(zoe_dtype dt, const void *p, size_t i) {
+    switch (dt) {
+    case ZOE_F32:
+        return ((const float *)p)[i];
+    case ZOE_BF16:
+        return zoe_bf16_to_f32(((const uint16_t *)p)[i]);
+    case ZOE_F16:
+        return zoe_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const int32_t *)p)[i];
+    }
+}
+
 void test_init(int *argc, char ***argv) {
     int started = 0;
     MPI_Initialized(&started);

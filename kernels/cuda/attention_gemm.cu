@@ -115,12 +115,11 @@ __global__ void softmax_grad_rows_kernel(T *p, T *ds, const float *s, const floa
     }
 }
 
-extern "C" zoe_status zoe_cuda_attention_gemm_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out,
-                                                      float *lse, const void *qkv, int64_t B,
-                                                      int64_t T, int64_t NH, int64_t HS) {
-    const float scale = 1.0f / sqrtf((float)HS);
-    const attn_scratch w = scratch_for(ck, T);
-    const int64_t ld_qkv = NH * 3 * HS, ld_out = NH * HS;
+/* Calls f(tag, b, h0, heads) for every batch element b and every group [h0, h0 + heads) of heads
+ * the workspace holds, tag naming the 16-bit storage type. */
+template <typename F>
+static zoe_status for_each_pass(const zoe_cuda_kernels *ck, zoe_dtype dt, int64_t B, int64_t NH,
+                                F &&f) {
     return zoe_cuda_with_dtype(dt, [&](auto tag) -> zoe_status {
         using E = typename decltype(tag)::type;
         if constexpr (std::is_same_v<E, float>) {
@@ -128,23 +127,33 @@ extern "C" zoe_status zoe_cuda_attention_gemm_forward(zoe_cuda_kernels *ck, zoe_
         } else {
             for (int64_t b = 0; b < B; b++)
                 for (int64_t h0 = 0; h0 < NH; h0 += ck->attn_gemm_heads) {
-                    const int64_t heads =
-                        NH - h0 < ck->attn_gemm_heads ? NH - h0 : ck->attn_gemm_heads;
-                    const E *q = (const E *)qkv + b * T * ld_qkv + h0 * 3 * HS;
-                    ZOE_TRY(scores(ck, dt, q, q + HS, T, ld_qkv, HS, scale, w.s, w.ld, w.stride,
-                                   heads));
-                    softmax_rows_kernel<E>
-                        <<<dim3((unsigned)T, (unsigned)heads), 256, 0, ck->stream>>>(
-                            (E *)w.p, lse + (b * NH + h0) * T, w.s, T, w.ld, w.stride, T);
-                    ZOE_TRY(zoe_cuda_launched("softmax_rows_kernel"));
-                    /* O^T [HS, T_q] = V^T [HS, T_k] . P^T [T_k, T_q]. */
-                    E *o = (E *)out + b * T * ld_out + h0 * HS;
-                    ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, q + 2 * HS,
-                                    blas16(dt), ld_qkv, 3 * HS, w.p, blas16(dt), w.ld, w.stride,
-                                    0.0f, o, blas16(dt), ld_out, HS, heads));
+                    const int64_t left = NH - h0;
+                    ZOE_TRY(f(tag, b, h0, left < ck->attn_gemm_heads ? left : ck->attn_gemm_heads));
                 }
             return ZOE_OK;
         }
+    });
+}
+
+extern "C" zoe_status zoe_cuda_attention_gemm_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out,
+                                                      float *lse, const void *qkv, int64_t B,
+                                                      int64_t T, int64_t NH, int64_t HS) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    const attn_scratch w = scratch_for(ck, T);
+    const int64_t ld_qkv = NH * 3 * HS, ld_out = NH * HS;
+    return for_each_pass(ck, dt, B, NH, [&](auto tag, int64_t b, int64_t h0, int64_t heads) {
+        using E = typename decltype(tag)::type;
+        const E *q = (const E *)qkv + b * T * ld_qkv + h0 * 3 * HS;
+        ZOE_TRY(scores(ck, dt, q, q + HS, T, ld_qkv, HS, scale, w.s, w.ld, w.stride, heads));
+        softmax_rows_kernel<E><<<dim3((unsigned)T, (unsigned)heads), 256, 0, ck->stream>>>(
+            (E *)w.p, lse + (b * NH + h0) * T, w.s, T, w.ld, w.stride, T);
+        ZOE_TRY(zoe_cuda_launched("softmax_rows_kernel"));
+        /* O^T [HS, T_q] = V^T [HS, T_k] . P^T [T_k, T_q]. */
+        E *o = (E *)out + b * T * ld_out + h0 * HS;
+        ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, q + 2 * HS, blas16(dt),
+                        ld_qkv, 3 * HS, w.p, blas16(dt), w.ld, w.stride, 0.0f, o, blas16(dt),
+                        ld_out, HS, heads));
+        return ZOE_OK;
     });
 }
 
@@ -156,46 +165,29 @@ extern "C" zoe_status zoe_cuda_attention_gemm_backward(zoe_cuda_kernels *ck, zoe
     const float scale = 1.0f / sqrtf((float)HS);
     const attn_scratch w = scratch_for(ck, T);
     const int64_t ld_qkv = NH * 3 * HS, ld_out = NH * HS;
-    return zoe_cuda_with_dtype(dt, [&](auto tag) -> zoe_status {
+    const cudaDataType_t t16 = blas16(dt);
+    return for_each_pass(ck, dt, B, NH, [&](auto tag, int64_t b, int64_t h0, int64_t heads) {
         using E = typename decltype(tag)::type;
-        if constexpr (std::is_same_v<E, float>) {
-            return zoe_fail(ZOE_ERR_INTERNAL, "GEMM attention is for 16-bit storage");
-        } else {
-            const cudaDataType_t t16 = blas16(dt);
-            for (int64_t b = 0; b < B; b++)
-                for (int64_t h0 = 0; h0 < NH; h0 += ck->attn_gemm_heads) {
-                    const int64_t heads =
-                        NH - h0 < ck->attn_gemm_heads ? NH - h0 : ck->attn_gemm_heads;
-                    const E *q = (const E *)qkv + b * T * ld_qkv + h0 * 3 * HS, *k = q + HS,
-                            *v = q + 2 * HS;
-                    const E *go = (const E *)dout + b * T * ld_out + h0 * HS;
-                    E *dq = (E *)dqkv + b * T * ld_qkv + h0 * 3 * HS, *dk = dq + HS,
-                      *dv = dq + 2 * HS;
-                    ZOE_TRY(scores(ck, dt, q, k, T, ld_qkv, HS, scale, w.s, w.ld, w.stride, heads));
-                    /* dP^T [T_k, T_q] = V [T_k, HS] . dO^T [HS, T_q]. */
-                    ZOE_TRY(batched(ck, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, 1.0f, v, t16, ld_qkv,
-                                    3 * HS, go, t16, ld_out, HS, 0.0f, w.dp, CUDA_R_32F, w.ld,
-                                    w.stride, heads));
-                    const int64_t stats = (b * NH + h0) * T;
-                    softmax_grad_rows_kernel<E>
-                        <<<dim3((unsigned)T, (unsigned)heads), 256, 0, ck->stream>>>(
-                            (E *)w.p, (E *)w.ds, w.s, w.dp, lse + stats, delta + stats, T, w.ld,
-                            w.stride, T);
-                    ZOE_TRY(zoe_cuda_launched("softmax_grad_rows_kernel"));
-                    /* dV^T [HS, T_k] += dO^T [HS, T_q] . P [T_q, T_k] (P^T stored: op T). */
-                    ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, go, t16, ld_out,
-                                    HS, w.p, t16, w.ld, w.stride, 1.0f, dv, t16, ld_qkv, 3 * HS,
-                                    heads));
-                    /* dQ^T [HS, T_q] += scale K^T [HS, T_k] . dS^T [T_k, T_q]. */
-                    ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, scale, k, t16, ld_qkv,
-                                    3 * HS, w.ds, t16, w.ld, w.stride, 1.0f, dq, t16, ld_qkv,
-                                    3 * HS, heads));
-                    /* dK^T [HS, T_k] += scale Q^T [HS, T_q] . dS [T_q, T_k] (dS^T stored). */
-                    ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, scale, q, t16, ld_qkv,
-                                    3 * HS, w.ds, t16, w.ld, w.stride, 1.0f, dk, t16, ld_qkv,
-                                    3 * HS, heads));
-                }
-            return ZOE_OK;
-        }
+        const E *q = (const E *)qkv + b * T * ld_qkv + h0 * 3 * HS, *k = q + HS, *v = q + 2 * HS;
+        const E *go = (const E *)dout + b * T * ld_out + h0 * HS;
+        E *dq = (E *)dqkv + b * T * ld_qkv + h0 * 3 * HS, *dk = dq + HS, *dv = dq + 2 * HS;
+        ZOE_TRY(scores(ck, dt, q, k, T, ld_qkv, HS, scale, w.s, w.ld, w.stride, heads));
+        /* dP^T [T_k, T_q] = V [T_k, HS] . dO^T [HS, T_q]. */
+        ZOE_TRY(batched(ck, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, 1.0f, v, t16, ld_qkv, 3 * HS, go,
+                        t16, ld_out, HS, 0.0f, w.dp, CUDA_R_32F, w.ld, w.stride, heads));
+        const int64_t stats = (b * NH + h0) * T;
+        softmax_grad_rows_kernel<E><<<dim3((unsigned)T, (unsigned)heads), 256, 0, ck->stream>>>(
+            (E *)w.p, (E *)w.ds, w.s, w.dp, lse + stats, delta + stats, T, w.ld, w.stride, T);
+        ZOE_TRY(zoe_cuda_launched("softmax_grad_rows_kernel"));
+        /* dV^T [HS, T_k] += dO^T [HS, T_q] . P [T_q, T_k] (P^T stored: op T). */
+        ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, go, t16, ld_out, HS, w.p, t16,
+                        w.ld, w.stride, 1.0f, dv, t16, ld_qkv, 3 * HS, heads));
+        /* dQ^T [HS, T_q] += scale K^T [HS, T_k] . dS^T [T_k, T_q]. */
+        ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, scale, k, t16, ld_qkv, 3 * HS, w.ds,
+                        t16, w.ld, w.stride, 1.0f, dq, t16, ld_qkv, 3 * HS, heads));
+        /* dK^T [HS, T_k] += scale Q^T [HS, T_q] . dS [T_q, T_k] (dS^T stored). */
+        ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, scale, q, t16, ld_qkv, 3 * HS, w.ds,
+                        t16, w.ld, w.stride, 1.0f, dk, t16, ld_qkv, 3 * HS, heads));
+        return ZOE_OK;
     });
 }

@@ -22,35 +22,6 @@ typedef struct env {
     int rank, world;
 } env;
 
-static void make_input(zoe_dtype dt, int r, size_t n, uint64_t seed, void *out) {
-    test_rng rng;
-    test_rng_seed(&rng, seed * 7919u + (uint64_t)r);
-    for (size_t i = 0; i < n; i++) {
-        float v = (float)(test_rng_uniform(&rng) * 4.0 - 2.0);
-        if (dt == ZOE_I32)
-            ((int32_t *)out)[i] = (int32_t)test_rng_int(&rng, -1000, 1000);
-        else if (dt == ZOE_F32)
-            ((float *)out)[i] = v;
-        else if (dt == ZOE_BF16)
-            ((uint16_t *)out)[i] = zoe_f32_to_bf16(v);
-        else
-            ((uint16_t *)out)[i] = zoe_f32_to_f16(v);
-    }
-}
-
-static double get(zoe_dtype dt, const void *p, size_t i) {
-    switch (dt) {
-    case ZOE_F32:
-        return ((const float *)p)[i];
-    case ZOE_BF16:
-        return zoe_bf16_to_f32(((const uint16_t *)p)[i]);
-    case ZOE_F16:
-        return zoe_f16_to_f32(((const uint16_t *)p)[i]);
-    default:
-        return ((const int32_t *)p)[i];
-    }
-}
-
 static double unit_roundoff(zoe_dtype dt) {
     return dt == ZOE_BF16 ? 0x1p-8 : dt == ZOE_F16 ? 0x1p-11 : 0;
 }
@@ -61,8 +32,8 @@ static double *magnitudes(zoe_dtype dt, size_t total, size_t offset, size_t n, u
     char *in = malloc(total * zoe_dtype_size(dt));
     double *mag = calloc(n, sizeof(double));
     for (int r = 0; r < world; r++) {
-        make_input(dt, r, total, seed, in);
-        for (size_t i = 0; i < n; i++) mag[i] += fabs(get(dt, in, offset + i));
+        test_fill_rank_input(dt, r, total, seed, in);
+        for (size_t i = 0; i < n; i++) mag[i] += fabs(test_get(dt, in, offset + i));
     }
     free(in);
     return mag;
@@ -75,7 +46,7 @@ static void compare(const env *e, zoe_dtype dt, zoe_reduce_op op, const void *go
     size_t bad = 0, worst = 0;
     double worst_excess = 0;
     for (size_t i = 0; i < n; i++) {
-        double g = get(dt, got, i), w = get(dt, want, i), tol = 0;
+        double g = test_get(dt, got, i), w = test_get(dt, want, i), tol = 0;
         if (op == ZOE_REDUCE_SUM && dt == ZOE_F32) tol = 2 * d * eps * mag[i];
         if (op == ZOE_REDUCE_SUM && u > 0)
             tol = (d - 1) * u * mag[i] + u * fabs(w) * 1.01 + d * eps * mag[i];
@@ -86,7 +57,7 @@ static void compare(const env *e, zoe_dtype dt, zoe_reduce_op op, const void *go
     CHECK(bad == 0,
           "%s %s %s n=%zu: %zu elements outside the bound, worst [%zu] nccl %.9g mpi %.9g", what,
           zoe_dtype_name(dt), op == ZOE_REDUCE_MAX ? "max" : "sum", n, bad, worst,
-          bad ? get(dt, got, worst) : 0.0, bad ? get(dt, want, worst) : 0.0);
+          bad ? test_get(dt, got, worst) : 0.0, bad ? test_get(dt, want, worst) : 0.0);
 }
 
 static void *dev_alloc(env *e, size_t bytes) {
@@ -138,7 +109,7 @@ static void run_size(env *e, size_t n, uint64_t seed) {
         for (int o = 0; o < 2; o++) {
             const zoe_reduce_op op = o ? ZOE_REDUCE_MAX : ZOE_REDUCE_SUM;
             /* all-reduce */
-            make_input(dt, e->rank, n, seed, in);
+            test_fill_rank_input(dt, e->rank, n, seed, in);
             double *mag = magnitudes(dt, n, 0, n, seed, e->world);
             CHECK_OK(zoe_comm_all_reduce(e->mpi, in, want, n, dt, op, NULL));
             up(e, d_in, in, n * esz);
@@ -151,7 +122,7 @@ static void run_size(env *e, size_t n, uint64_t seed) {
             compare(e, dt, op, got, want, mag, n, "all_reduce in-place");
             free(mag);
             /* reduce-scatter: block r of the n * W input */
-            make_input(dt, e->rank, n * W, seed + 1, in);
+            test_fill_rank_input(dt, e->rank, n * W, seed + 1, in);
             mag = magnitudes(dt, n * W, n * r, n, seed + 1, e->world);
             CHECK_OK(zoe_comm_reduce_scatter(e->mpi, in, want, n, dt, op, NULL));
             up(e, d_in, in, big);
@@ -165,7 +136,7 @@ static void run_size(env *e, size_t n, uint64_t seed) {
             free(mag);
         }
         /* all-gather, out of place and in place: exact */
-        make_input(dt, e->rank, n, seed + 2, in);
+        test_fill_rank_input(dt, e->rank, n, seed + 2, in);
         CHECK_OK(zoe_comm_all_gather(e->mpi, in, want, n, dt, NULL));
         up(e, d_in, in, n * esz);
         CHECK_OK(zoe_memset_async(d_out, 0xff, big, e->s));
@@ -179,7 +150,7 @@ static void run_size(env *e, size_t n, uint64_t seed) {
         CHECK(memcmp(got, want, big) == 0, "all_gather in-place %s n=%zu", zoe_dtype_name(dt), n);
         if (n >= 2) grouped_all_gather(e, dt, n, in, want, got, d_in, d_out);
         /* broadcast from the last rank: exact */
-        make_input(dt, e->rank, n, seed + 3, in);
+        test_fill_rank_input(dt, e->rank, n, seed + 3, in);
         memcpy(want, in, n * esz);
         CHECK_OK(zoe_comm_broadcast(e->mpi, want, n, dt, e->world - 1, NULL));
         up(e, d_in, in, n * esz);
