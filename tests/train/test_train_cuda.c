@@ -7,7 +7,8 @@
  * backend has no fp16, so the fp16 runs are compared with its fp32 run. At 4 ranks on 4 GPUs:
  * TP=2 x DP=2, the grid whose two NCCL communicators share each GPU, against the same grid on
  * the CPU backend. With GPUs but fewer than ranks, the trainer must refuse the grid (two ranks
- * on one GPU) with a clear message; the comparison is then skipped.
+ * on one GPU) with a clear message; the comparison is then skipped. On one GPU, the same run
+ * twice must also give the same losses to the bit (offload on, and off: the device Adam).
  *
  * Tolerances on the loss of each step, relative:
  *  - step 0 (the initial weights, no update yet): the same model evaluated by two backends,
@@ -77,6 +78,28 @@ static void run_case(const shape_case *sc, int tp, zoe_dtype dt, int dpu, const 
     compare_runs(what, dt, gpu, cpu);
 }
 
+/* Bit-reproducible on the GPU: the same run twice gives the same losses to the bit, with the
+ * optimizer on the device (the device Adam over its run table and the fixed-order device norm
+ * feed every step) and with ZeRO-Offload. */
+static void check_reproducible(const shape_case *sc, zoe_offload_mode offload, const char *corpus) {
+    train_run r = {.comm = MPI_COMM_WORLD,
+                   .model = sc->model,
+                   .backend = ZOE_BACKEND_CUDA,
+                   .dtype = ZOE_BF16,
+                   .tp = 1,
+                   .micro_batch = 4,
+                   .steps = 8,
+                   .offload = offload,
+                   .corpus = corpus};
+    float first[8], again[8];
+    if (!CHECK_OK(train_run_losses(&r, first, NULL)) ||
+        !CHECK_OK(train_run_losses(&r, again, NULL)))
+        return;
+    CHECK(memcmp(first, again, sizeof first) == 0,
+          "%s: two identical CUDA runs (offload %s) give different losses", sc->name,
+          offload == ZOE_OFFLOAD_NONE ? "none" : "cpu");
+}
+
 /* Fewer GPUs than ranks on this node: the trainer must refuse before NCCL fails. */
 static void check_refusal(const char *corpus) {
     zoe_model_config demo;
@@ -121,6 +144,10 @@ int main(int argc, char **argv) {
                                     .seq_len = 128,
                                     .vocab = ZOE_BYTE_VOCAB_SIZE};
     const int world = test_world_size(), tp = world >= 4 ? 2 : 1;
+    if (world == 1) {
+        check_reproducible(&demo, ZOE_OFFLOAD_NONE, argv[1]);
+        check_reproducible(&demo, ZOE_OFFLOAD_CPU, argv[1]);
+    }
     const zoe_dtype dts[] = {ZOE_BF16, ZOE_F16};
     for (int d = 0; d < 2; d++)
         for (int dpu = 0; dpu < 2; dpu++) {

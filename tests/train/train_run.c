@@ -11,6 +11,7 @@ zoe_status train_run_losses(const train_run *r, float *losses, int *skipped) {
     c.backend = r->backend, c.dtype = r->dtype;
     c.tp = r->tp, c.micro_batch = r->micro_batch, c.grad_accum = 1, c.steps = r->steps;
     c.recompute = r->recompute;
+    c.offload = r->offload;
     c.lr = 1e-3f, c.min_lr = 1e-4f, c.warmup = 5, c.dpu_warmup = r->dpu_warmup, c.seed = 99;
     if (r->loss_scale > 0) c.loss_scale = r->loss_scale;
     zoe_trainer *tr = NULL;

@@ -12,6 +12,7 @@ typedef struct train_run {
     zoe_dtype dtype;
     int tp, micro_batch, steps;
     int recompute, dpu_warmup; /* dpu_warmup 0: no DPU */
+    zoe_offload_mode offload;  /* ZOE_OFFLOAD_CPU (0) unless set */
     float loss_scale;          /* fp16; 0: the default */
     const char *corpus;
 } train_run;
