@@ -8,12 +8,14 @@
  * So every collective on a GPU waits, on its stream, for the event recorded after the
  * previous collective on that GPU, whichever communicator and stream it used: the GPU runs its
  * collectives one at a time, in the order the host issued them (compute kernels still overlap
- * them). That cannot deadlock, because every rank issues the same sequence of collectives:
- * zoe is SPMD, and the DP reduce-scatter of a bucket is issued at the same point of backward on
- * every rank. Number the collectives by that common sequence; of the collectives not yet
- * finished, take the lowest-numbered one, k. Every member of k's group has finished every
- * collective before k, so each has reached k and runs it (nothing else can run first on its
- * GPU), and k finishes. By induction every collective finishes. The rule needs one host thread
+ * them). That cannot deadlock, because every rank issues the same sequence of collective
+ * calls, each on its own TP or DP group: zoe is SPMD, and the DP reduce-scatter of a bucket is
+ * issued at the same point of backward on every rank. Number the collectives by that common
+ * sequence; of the collectives not yet finished, take the lowest-numbered one, k. Every member of
+ * k's group has finished every collective before k, so each has reached k and runs it (nothing else
+ * can run first on its GPU), and k finishes. (A host that waits, on an event or in an MPI call such
+ * as the norm's all-reduce, waits only for work issued before that point, all of which finishes, so
+ * it goes on to issue k.) By induction every collective finishes. The rule needs one host thread
  * issuing all collectives of a GPU (the trainer's main thread; the DPU worker issues none). */
 #include <cuda_runtime.h>
 #include <nccl.h>
