@@ -1,4 +1,4 @@
-/* Training data: the byte-level tokenizer, the Megatron indexed dataset (.bin + .idx, read
+/* Training data: the Megatron indexed dataset (.bin + .idx, read
  * memory-mapped and written atomically) and the loader that cuts the token stream into
  * sequences and deals them out to data-parallel ranks.
  *
@@ -15,33 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "zoe/status.h"
+#include "zoe/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- Byte-level tokenizer: token b < 256 is the byte b; 256 is end-of-document. ---- */
-
-#define ZOE_BYTE_EOD        256
-#define ZOE_BYTE_VOCAB_SIZE 257 /* the model pads its vocabulary up from this */
-
-typedef struct zoe_tokenizer zoe_tokenizer;
-
-zoe_status zoe_tokenizer_create_bytes(zoe_tokenizer **out);
-void zoe_tokenizer_destroy(zoe_tokenizer *tok);
-int32_t zoe_tokenizer_vocab_size(const zoe_tokenizer *tok);
-int32_t zoe_tokenizer_eod(const zoe_tokenizer *tok);
-/* The most tokens encode can produce for len bytes of text (size the token buffer with it). */
-size_t zoe_tokenizer_max_tokens(const zoe_tokenizer *tok, size_t len);
-/* Encodes len bytes (any bytes: UTF-8 is not validated, so decode(encode(x)) == x always) into
- * at most cap tokens; *n_tokens is the count written. */
-zoe_status zoe_tokenizer_encode(const zoe_tokenizer *tok, const char *text, size_t len,
-                                int32_t *tokens, size_t cap, size_t *n_tokens);
-/* Decodes n tokens into at most cap bytes; *len is the count written (no terminating NUL).
- * Special tokens (EOD) produce no bytes: split at them first to keep document boundaries.
- * Fails naming the token for an id outside the vocabulary. */
-zoe_status zoe_tokenizer_decode(const zoe_tokenizer *tok, const int32_t *tokens, size_t n,
-                                char *text, size_t cap, size_t *len);
 
 /* ---- Datasets ---- */
 
