@@ -86,11 +86,31 @@ zoe_status zoe_dataset_writer_create(const char *prefix, zoe_token_dtype dtype,
                                      zoe_dataset_writer **out);
 /* Appends one document (one Megatron sequence). Tokens must fit the dtype. */
 zoe_status zoe_dataset_writer_add_document(zoe_dataset_writer *w, const int32_t *tokens, int64_t n);
-/* Splits text into documents (split), tokenises each with tok and appends it followed by the
- * tokenizer's EOD, as zoe-data does. */
+/* How input becomes documents and tokens. Documents are encoded by an OpenMP team and
+ * appended in input order (the output does not depend on the thread count). */
+typedef void (*zoe_input_progress)(void *user, int64_t documents, int64_t input_bytes);
+typedef struct zoe_input_options {
+    zoe_doc_split split;  /* text input: how it splits into documents */
+    const char *json_key; /* non-NULL: JSON lines, each non-blank line an object whose string
+                           * under this key is one document (Megatron's preprocess_data.py) */
+    int append_eod;       /* end every document with the tokenizer's EOD (it must have one) */
+    int threads;          /* encoding threads; 0: OpenMP's default */
+    zoe_input_progress progress; /* optional: after each batch, documents written so far and
+                                  * the input bytes consumed of this call */
+    void *progress_user;
+} zoe_input_options;
+
+/* Tokenises len bytes of input (named `name` in messages: a bad JSON line is named by its
+ * number) into documents and appends them. */
+zoe_status zoe_dataset_writer_add_input(zoe_dataset_writer *w, const zoe_tokenizer *tok,
+                                        const char *text, size_t len, const char *name,
+                                        const zoe_input_options *opt);
+/* The same for a whole file (memory-mapped while it is read). */
+zoe_status zoe_dataset_writer_add_file(zoe_dataset_writer *w, const zoe_tokenizer *tok,
+                                       const char *path, const zoe_input_options *opt);
+/* Text split at `split`, every document followed by EOD (add_input with append_eod). */
 zoe_status zoe_dataset_writer_add_text(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                        const char *text, size_t len, zoe_doc_split split);
-/* The same for a whole file (memory-mapped while it is read). */
 zoe_status zoe_dataset_writer_add_text_file(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                             const char *path, zoe_doc_split split);
 /* Writes the index, flushes both files and renames them into place. */
