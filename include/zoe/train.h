@@ -109,12 +109,21 @@ int64_t zoe_trainer_param_count(const zoe_trainer *tr);
 int zoe_trainer_rank(const zoe_trainer *tr);
 int zoe_trainer_dp_rank(const zoe_trainer *tr);
 int zoe_trainer_dp_size(const zoe_trainer *tr);
+/* Declares the step to come: this rank's count of counted (not -1) targets over its
+ * grad_accum micro-batches (zoe_count_targets). Collective over the DP group. The gradient and
+ * the reported loss are then the mean over every counted target of the global batch (across
+ * micro-batches and DP ranks), whatever the share of ignored targets in each micro-batch;
+ * without it, each micro-batch's gradient is its own mean and the step averages them. */
+zoe_status zoe_trainer_begin_step(zoe_trainer *tr, int64_t counted_targets);
+/* Targets that count (not -1) among n. */
+int64_t zoe_count_targets(const int32_t *targets, size_t n);
 /* One micro-batch: forward and backward of host int32 tokens and targets [micro_batch,
  * seq_len] (targets may hold -1 to ignore a position). *loss: this rank's micro-batch mean. */
 zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
                                    float *loss);
 /* The optimizer step over the micro-batches since the last step, at learning rate lr. Collective
- * over the grid. stats (optional) gets the step's figures: loss averaged over the global batch,
+ * over the grid. stats (optional) gets the step's figures: loss averaged over the global batch's
+ * counted targets,
  * gradient norm, loss scale, skip, and the time split since the last step. */
 zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
 /* Waits for a delayed update in flight, so the device weights are the latest. */

@@ -97,8 +97,9 @@ int main(int argc, char **argv) {
                             .vocab_size = cfg.model.vocab};
     zoe_loader *loader = NULL;
     zoe_progress *progress = NULL;
-    size_t n = (size_t)cfg.micro_batch * (size_t)cfg.model.seq_len;
-    int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
+    /* A step's micro-batches are fetched first: the count of their targets weights the loss. */
+    size_t n = (size_t)cfg.micro_batch * (size_t)cfg.model.seq_len, all = n * (size_t)cfg.grad_accum;
+    int32_t *tokens = malloc(all * sizeof(int32_t)), *targets = malloc(all * sizeof(int32_t));
     st = tokens && targets ? zoe_loader_create(ds, &lc, &loader) : ZOE_ERR_OUT_OF_MEMORY;
     if (st == ZOE_OK && rank == 0)
         st = zoe_progress_create(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
@@ -107,10 +108,11 @@ int main(int argc, char **argv) {
     float first_loss = 0, last_loss = 0;
     double ms = 0, toks = 0;
     for (int step = 0; st == ZOE_OK && step < cfg.steps; step++) {
-        for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++) {
-            st = zoe_loader_fetch(loader, step, m, tokens, targets);
-            if (st == ZOE_OK) st = zoe_trainer_micro_batch(tr, tokens, targets, NULL);
-        }
+        for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++)
+            st = zoe_loader_fetch(loader, step, m, tokens + (size_t)m * n, targets + (size_t)m * n);
+        if (st == ZOE_OK) st = zoe_trainer_begin_step(tr, zoe_count_targets(targets, all));
+        for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++)
+            st = zoe_trainer_micro_batch(tr, tokens + (size_t)m * n, targets + (size_t)m * n, NULL);
         zoe_step_stats s;
         if (st == ZOE_OK) st = zoe_trainer_step(tr, zoe_train_lr_at(&cfg, step), &s);
         if (st == ZOE_OK && progress) st = zoe_progress_report(progress, &s);
