@@ -53,6 +53,23 @@ typedef enum zoe_progress_style {
     ZOE_PROGRESS_LINES = 2,
 } zoe_progress_style;
 
+/* Learning-rate schedules as Megatron-LM names them (--lr-decay-style). */
+typedef enum zoe_lr_decay_style {
+    ZOE_LR_CONSTANT = 0,
+    ZOE_LR_LINEAR = 1,
+    ZOE_LR_COSINE = 2,
+    ZOE_LR_INVERSE_SQRT = 3,
+    ZOE_LR_WSD = 4, /* warm-up, stable at lr, then decay over the last fraction */
+} zoe_lr_decay_style;
+
+/* The shape of WSD's decay (--lr-wsd-decay-style). */
+typedef enum zoe_lr_wsd_style {
+    ZOE_WSD_EXPONENTIAL = 0, /* 2 * 0.5^r - 1 */
+    ZOE_WSD_LINEAR = 1,
+    ZOE_WSD_COSINE = 2,
+    ZOE_WSD_MINUS_SQRT = 3, /* 1 - sqrt(r) */
+} zoe_lr_wsd_style;
+
 typedef struct zoe_train_config {
     zoe_model_config model;
     zoe_backend backend;
@@ -75,6 +92,10 @@ typedef struct zoe_train_config {
     int log_every;
     int64_t bucket_mb; /* gradient bucket size in MiB */
     zoe_progress_style progress;
+    zoe_lr_decay_style lr_decay_style;
+    int lr_decay_iters;          /* where the decay reaches min_lr; 0: steps */
+    float lr_wsd_decay_fraction; /* WSD: the decay's share of lr_decay_iters */
+    zoe_lr_wsd_style lr_wsd_decay_style;
 } zoe_train_config;
 
 void zoe_train_config_defaults(zoe_train_config *cfg);
@@ -91,8 +112,19 @@ zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **a
 zoe_status zoe_train_config_validate(const zoe_train_config *cfg, int world_size);
 /* Writes the option list with defaults (zoe-train --help). */
 void zoe_train_config_print_help(FILE *out, const char *program);
-/* Learning rate at a step: linear warm-up from 0, then cosine to min_lr at cfg->steps. */
+/* Learning rate at 0-based step s, with W = warmup, D = lr_decay_iters (or steps), peak lr,
+ * floor min_lr: warm-up lr * (s + 1) / W for s < W; then by lr_decay_style, with progress
+ * p = (s - W) / (D - W) and min_lr from s >= D on:
+ *   constant  lr (no floor)            linear  min_lr + (lr - min_lr) (1 - p)
+ *   cosine    min_lr + (lr - min_lr) (1 + cos(pi p)) / 2
+ *   inverse-square-root  max(min_lr, lr sqrt(max(W, 1) / (s + 1)))
+ *   wsd       lr until A = D - round(f D) (f = lr_wsd_decay_fraction), then over r = (s - A) /
+ *             (D - A) min_lr + (lr - min_lr) c(r), c by lr_wsd_decay_style. */
 float zoe_train_lr_at(const zoe_train_config *cfg, int step);
+/* Checks the schedule: a warm-up longer than the run, or not shorter than the decay, or a WSD
+ * decay overlapping the warm-up, is an error naming the values. zoe-train calls it; trainers
+ * that pass their own learning rate need not. */
+zoe_status zoe_train_schedule_validate(const zoe_train_config *cfg);
 
 typedef struct zoe_step_stats zoe_step_stats;
 

@@ -28,5 +28,7 @@ expect 1 "'gpu' is not cpu or none" --offload gpu --data "$corpus"
 expect 1 "'/nonexistent/corpus' is neither a file" --data /nonexistent/corpus
 expect 1 "--data is required"
 expect 1 "unknown model 'gpt9'" --model gpt9 --data "$corpus"
+expect 1 "--lr-warmup-iters=50 is longer than the run (--steps=20)" --steps 20 --lr-warmup-iters 50 --data "$corpus"
+expect 1 "--lr-decay-style: 'step' is not one of" --lr-decay-style step --data "$corpus"
 echo "test_zoe_train_cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -78,7 +78,8 @@ int main(int argc, char **argv) {
         return fail(
             rank, EXIT_USAGE,
             "--data is required (a .txt file, or an indexed dataset prefix made by zoe-data)");
-    if (zoe_train_config_validate(&cfg, world) != ZOE_OK)
+    if (zoe_train_config_validate(&cfg, world) != ZOE_OK ||
+        zoe_train_schedule_validate(&cfg) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
 
     zoe_dataset *ds = NULL;
