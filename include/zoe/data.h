@@ -71,6 +71,9 @@ int64_t zoe_dataset_documents(const zoe_dataset *ds);
 int64_t zoe_dataset_sequences(const zoe_dataset *ds);
 /* Copies stream tokens [offset, offset + count) into out as int32. */
 zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count, int32_t *out);
+/* Checks every token of the stream against [0, vocab_size) in one pass: the message names the
+ * first one outside, its stream position and its document. An empty dataset fails too. */
+zoe_status zoe_dataset_check_tokens(const zoe_dataset *ds, int32_t vocab_size);
 /* Where document doc lies in the stream. */
 zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *offset,
                                 int64_t *length);

@@ -57,6 +57,26 @@ static void ensure_passive_openmp_wait(char **argv) {
     execv("/proc/self/exe", argv); /* returns only on failure: then run as we are */
 }
 
+/* Before the model is built: every token inside the vocabulary (rank 0 reads the dataset once
+ * and tells the others), and at least one global batch of sequences (the loader's own check,
+ * made here with the grid's DP size). Every rank returns the same status. */
+static zoe_status check_data(const zoe_dataset *ds, const zoe_train_config *cfg, int rank,
+                             int world) {
+    int status = rank == 0 ? (int)zoe_dataset_check_tokens(ds, cfg->model.vocab) : 0;
+    MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (status != ZOE_OK) return (zoe_status)status;
+    zoe_loader_config lc = {.seq_len = cfg->model.seq_len,
+                            .micro_batch = cfg->micro_batch,
+                            .dp_size = world / cfg->tp,
+                            .dp_rank = 0,
+                            .grad_accum = cfg->grad_accum,
+                            .seed = cfg->seed};
+    zoe_loader *probe = NULL;
+    zoe_status st = zoe_loader_create(ds, &lc, &probe);
+    zoe_loader_destroy(probe);
+    return st;
+}
+
 int main(int argc, char **argv) {
     ensure_passive_openmp_wait(argv);
     MPI_Init(&argc, &argv);
@@ -84,6 +104,10 @@ int main(int argc, char **argv) {
 
     zoe_dataset *ds = NULL;
     if (zoe_dataset_open(cfg.data, &ds) != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
+    if (check_data(ds, &cfg, rank, world) != ZOE_OK) {
+        zoe_dataset_destroy(ds);
+        return fail(rank, EXIT_USAGE, zoe_last_error());
+    }
     zoe_trainer *tr = NULL;
     if (zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr) != ZOE_OK) {
         zoe_dataset_destroy(ds);
