@@ -444,7 +444,8 @@ zoe_status zoe_train_schedule_validate(const zoe_train_config *c) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--lr-warmup-iters=%d is not shorter than the decay (--lr-decay-iters=%d)",
                         c->warmup, d);
-    if (c->lr_decay_style == ZOE_LR_WSD && (wsd_anneal_start(c) < c->warmup || wsd_anneal_start(c) >= d))
+    if (c->lr_decay_style == ZOE_LR_WSD &&
+        (wsd_anneal_start(c) < c->warmup || wsd_anneal_start(c) >= d))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--lr-wsd-decay-fraction=%g: the decay (steps %d to %d) must follow the "
                         "warm-up (%d steps) and last at least one step",

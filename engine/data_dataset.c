@@ -97,8 +97,7 @@ zoe_status zoe_dataset_open_indexed(const char *prefix, zoe_dataset **out) {
     ZOE_TRY(zoe_dataset_alloc(prefix, &ds));
     zoe_status st = map_pair(ds);
     if (st == ZOE_OK)
-        st = zoe_index_parse(ds->idx_file.data, ds->idx_file.len, ds->bin_len, prefix,
-                             &ds->index);
+        st = zoe_index_parse(ds->idx_file.data, ds->idx_file.len, ds->bin_len, prefix, &ds->index);
     if (st != ZOE_OK) {
         zoe_dataset_destroy(ds);
         return st;

@@ -81,8 +81,8 @@ static zoe_status encode_one(const zoe_tokenizer *tok, batch *b, size_t i, int t
         o->cap = cap;
     }
     size_t n = 0;
-    ZOE_TRY(zoe_encoder_encode(o->enc, b->docs[i].text, b->docs[i].len, o->tokens + o->len, need,
-                               &n));
+    ZOE_TRY(
+        zoe_encoder_encode(o->enc, b->docs[i].text, b->docs[i].len, o->tokens + o->len, need, &n));
     if (eod >= 0) o->tokens[o->len + n++] = eod;
     b->thread[i] = t;
     b->offset[i] = o->len;
@@ -146,8 +146,8 @@ static zoe_status json_document(batch *b, const char *line, size_t len, const ch
         st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s' line %lld: not a JSON object", name,
                       (long long)line_no);
     else if (!cJSON_IsString(v))
-        st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s' line %lld: no string under key \"%s\"",
-                      name, (long long)line_no, key);
+        st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s' line %lld: no string under key \"%s\"", name,
+                      (long long)line_no, key);
     if (st == ZOE_OK && has_escaped_nul(line, len))
         st = zoe_fail(ZOE_ERR_UNSUPPORTED,
                       "'%s' line %lld: \\u0000 in a string (cJSON ends strings at NUL, so the "

@@ -140,7 +140,8 @@ static int added_at(const zoe_tokenizer *tok, int normalized, const unsigned cha
     int best = -1;
     for (int t = 0; t < tok->n_added; t++) {
         const zoe_added_token *a = &tok->added[t];
-        if (a->normalized != normalized || a->len > len - i || (best >= 0 && a->len <= tok->added[best].len))
+        if (a->normalized != normalized || a->len > len - i ||
+            (best >= 0 && a->len <= tok->added[best].len))
             continue;
         if (memcmp(s + i, a->content, a->len) == 0) best = t;
     }

@@ -245,8 +245,8 @@ static size_t byte_level_utf8(unsigned char b, unsigned char out[2]) {
  * byte-level) its vocabulary id; else its bytes as <0xXX> tokens (byte_fallback); else unk,
  * which waits until the next known character and, with fuse_unk, swallows the unknown ones in
  * between (so byte-fallback tokens can land before a pending unk, as there); else nothing. */
-static size_t initial_symbols(const zoe_tokenizer *tok, zoe_bpe_scratch *sc,
-                              const unsigned char *w, size_t len) {
+static size_t initial_symbols(const zoe_tokenizer *tok, zoe_bpe_scratch *sc, const unsigned char *w,
+                              size_t len) {
     size_t n = 0;
     int pending_unk = 0;
     for (size_t i = 0; i < len;) {

@@ -86,13 +86,13 @@ struct zoe_tokenizer {
     int kind;
     int32_t vocab_size, eod;
     /* BPE */
-    int byte_level;      /* symbols are bytes (ByteLevel); otherwise UTF-8 characters */
-    int decode_bytes;    /* the ByteLevel decoder maps token characters back to bytes */
-    int decode_join;     /* no decoder: tokens are joined with spaces, as `tokenizers` does */
-    int ignore_merges;   /* a word that is itself in the vocabulary is one token */
-    int byte_fallback;   /* a character not in the vocabulary becomes <0xXX> tokens */
-    int fuse_unk;        /* consecutive unknown characters are one unk token */
-    int32_t unk;         /* the unk token, or -1 */
+    int byte_level;            /* symbols are bytes (ByteLevel); otherwise UTF-8 characters */
+    int decode_bytes;          /* the ByteLevel decoder maps token characters back to bytes */
+    int decode_join;           /* no decoder: tokens are joined with spaces, as `tokenizers` does */
+    int ignore_merges;         /* a word that is itself in the vocabulary is one token */
+    int byte_fallback;         /* a character not in the vocabulary becomes <0xXX> tokens */
+    int fuse_unk;              /* consecutive unknown characters are one unk token */
+    int32_t unk;               /* the unk token, or -1 */
     int32_t byte_ids[256];     /* single-byte symbols (byte_level), -1 when absent */
     int32_t fallback_ids[256]; /* <0xXX> tokens (byte_fallback), -1 when absent */
     zoe_pretok_step steps[ZOE_PRETOK_MAX_STEPS];
@@ -149,8 +149,7 @@ const zoe_merge *zoe_merge_find(const zoe_merge_map *m, int32_t left, int32_t ri
 /* Sizes the merge table for n merges; nonzero on allocation failure. */
 int zoe_merge_map_init(zoe_merge_map *m, size_t n);
 /* Adds or replaces the merge of a pair (a later duplicate wins, as in `tokenizers`' map). */
-void zoe_merge_map_put(zoe_merge_map *m, int32_t left, int32_t right, int32_t rank,
-                       int32_t merged);
+void zoe_merge_map_put(zoe_merge_map *m, int32_t left, int32_t right, int32_t rank, int32_t merged);
 
 /* ---- one encode's pieces ---- */
 

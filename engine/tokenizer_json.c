@@ -13,8 +13,8 @@
 typedef struct loader {
     const char *name;
     zoe_tokenizer *tok;
-    zoe_str_map raw;            /* token string as written -> id */
-    char **strings;             /* per id, the token string (NULL for a hole) */
+    zoe_str_map raw;             /* token string as written -> id */
+    char **strings;              /* per id, the token string (NULL for a hole) */
     int32_t byte_of_char[0x144]; /* inverse byte-level map, -1 off the alphabet */
 } loader;
 
@@ -63,8 +63,7 @@ static zoe_status get_bool(const loader *ld, const cJSON *obj, const char *path,
         *out = dflt;
         return ZOE_OK;
     }
-    if (!cJSON_IsBool(v))
-        return BAD(ld, "'%s': %s.%s must be true or false", ld->name, path, key);
+    if (!cJSON_IsBool(v)) return BAD(ld, "'%s': %s.%s must be true or false", ld->name, path, key);
     *out = cJSON_IsTrue(v);
     return ZOE_OK;
 }
@@ -122,12 +121,14 @@ static zoe_status read_pretok(loader *ld, const cJSON *p, const char *path, int 
         int invert = 0;
         ZOE_TRY(get_bool(ld, p, path, "invert", 0, &invert));
         if (!cJSON_IsString(regex))
-            return BAD(ld, "'%s': %s.pattern must be {\"Regex\": \"...\"} (string patterns are not "
+            return BAD(ld,
+                       "'%s': %s.pattern must be {\"Regex\": \"...\"} (string patterns are not "
                        "supported)",
                        ld->name, path);
         int kind = zoe_pattern_from_regex(regex->valuestring);
         if (kind < 0)
-            return BAD(ld, "'%s': %s.pattern.Regex \"%.60s\" is not one zoe implements (GPT-2, "
+            return BAD(ld,
+                       "'%s': %s.pattern.Regex \"%.60s\" is not one zoe implements (GPT-2, "
                        "Llama-3, Qwen2)",
                        ld->name, path, regex->valuestring);
         if (!cJSON_IsString(behavior) || invert ||
@@ -158,8 +159,7 @@ static int decoder_has_byte_level(const cJSON *d) {
 
 static zoe_status note_id(loader *ld, int64_t id, const char *what) {
     if (id < 0 || id >= INT32_MAX)
-        return BAD(ld, "'%s': %s has id %lld outside [0, 2^31 - 1)", ld->name, what,
-                   (long long)id);
+        return BAD(ld, "'%s': %s has id %lld outside [0, 2^31 - 1)", ld->name, what, (long long)id);
     if (id + 1 > ld->tok->vocab_size) ld->tok->vocab_size = (int32_t)id + 1;
     return ZOE_OK;
 }
@@ -186,7 +186,8 @@ static zoe_status read_vocab_ids(loader *ld, const cJSON *vocab, const cJSON *ad
         int64_t id;
         if (!cJSON_IsObject(it) || !get_id(field(it, "id"), &id) ||
             !cJSON_IsString(field(it, "content")))
-            return BAD(ld, "'%s': added_tokens[%d] needs an integer \"id\" and a string "
+            return BAD(ld,
+                       "'%s': added_tokens[%d] needs an integer \"id\" and a string "
                        "\"content\"",
                        ld->name, i);
         ZOE_TRY(note_id(ld, id, "an added token"));
@@ -253,7 +254,8 @@ static zoe_status read_merge(loader *ld, const cJSON *m, int rank, const char **
 
 static zoe_status read_merges(loader *ld, const cJSON *merges) {
     zoe_tokenizer *tok = ld->tok;
-    if (is_null_or_missing(merges)) merges = NULL;
+    if (is_null_or_missing(merges))
+        merges = NULL;
     else if (!cJSON_IsArray(merges))
         return BAD(ld, "'%s': model.merges must be an array", ld->name);
     int n = merges ? cJSON_GetArraySize(merges) : 0;
@@ -275,7 +277,9 @@ static zoe_status read_merges(loader *ld, const cJSON *merges) {
         if (ia < 0 || ib < 0 || ij < 0)
             return BAD(ld, "'%s': model.merges[%d] \"%.*s\" + \"%.*s\": %s is not in model.vocab",
                        ld->name, rank, (int)alen, a, (int)blen, b,
-                       ia < 0 ? "the first token" : ib < 0 ? "the second token" : "their join");
+                       ia < 0   ? "the first token"
+                       : ib < 0 ? "the second token"
+                                : "their join");
         zoe_merge_map_put(&tok->merges, ia, ib, rank, ij);
     }
     return ZOE_OK;
@@ -360,7 +364,8 @@ static zoe_status pick_eod(loader *ld, const char *eod_token) {
         if (tok->eod < 0 && eod_token) tok->eod = zoe_str_map_get(&ld->raw, want, strlen(want));
     }
     if (eod_token && tok->eod < 0)
-        return BAD(ld, "'%s': end-of-document token \"%s\" is neither an added token nor in "
+        return BAD(ld,
+                   "'%s': end-of-document token \"%s\" is neither an added token nor in "
                    "model.vocab",
                    ld->name, eod_token);
     return ZOE_OK;
@@ -371,8 +376,7 @@ static zoe_status read_model(loader *ld, const cJSON *root) {
     const cJSON *model = field(root, "model");
     if (!cJSON_IsObject(model)) return BAD(ld, "'%s': no \"model\" object", ld->name);
     const char *type = type_of(model);
-    if (!type)
-        return BAD(ld, "'%s': model.type is missing (zoe reads \"BPE\")", ld->name);
+    if (!type) return BAD(ld, "'%s': model.type is missing (zoe reads \"BPE\")", ld->name);
     if (strcmp(type, "BPE") != 0)
         return BAD(ld, "'%s': model.type \"%s\" is not supported (zoe reads \"BPE\")", ld->name,
                    type);
@@ -416,7 +420,8 @@ static zoe_status read_root(loader *ld, const cJSON *root, const char *eod_token
     if (!cJSON_IsObject(root)) return BAD(ld, "'%s' is not a JSON object", ld->name);
     const cJSON *norm = field(root, "normalizer");
     if (!is_null_or_missing(norm))
-        return BAD(ld, "'%s': normalizer \"%s\" is not supported (zoe reads byte-level BPE "
+        return BAD(ld,
+                   "'%s': normalizer \"%s\" is not supported (zoe reads byte-level BPE "
                    "without a normalizer)",
                    ld->name, type_of(norm) ? type_of(norm) : "?");
     if (!is_null_or_missing(field(root, "truncation")))

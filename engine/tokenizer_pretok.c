@@ -79,8 +79,8 @@ uint32_t zoe_utf8_next(const unsigned char *s, size_t *i) {
         return c;
     }
     if (b < 0xF0) {
-        uint32_t c = (uint32_t)(b & 0x0F) << 12 | (uint32_t)(s[*i + 1] & 0x3F) << 6 |
-                     (s[*i + 2] & 0x3F);
+        uint32_t c =
+            (uint32_t)(b & 0x0F) << 12 | (uint32_t)(s[*i + 1] & 0x3F) << 6 | (s[*i + 2] & 0x3F);
         *i += 3;
         return c;
     }

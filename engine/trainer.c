@@ -25,9 +25,9 @@ struct zoe_trainer {
     zoe_optimizer *opt;
     void **weight_ptrs;
     /* since the last step */
-    double loss_sum;      /* sum of token losses (micro-batch mean x counted targets) */
-    int64_t loss_tokens;  /* targets counted (not ignored) */
-    int64_t step_targets; /* zoe_trainer_begin_step: this rank's declared count, or -1 */
+    double loss_sum;        /* sum of token losses (micro-batch mean x counted targets) */
+    int64_t loss_tokens;    /* targets counted (not ignored) */
+    int64_t step_targets;   /* zoe_trainer_begin_step: this rank's declared count, or -1 */
     int64_t global_targets; /* ... and the global batch's */
     int micro_batches;
     double ms_forward, ms_backward, ms_offload;
@@ -257,8 +257,8 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "zoe_trainer_step: the step declared %lld targets over %d micro-batches, "
                         "but its micro-batches held %lld over %d",
-                        (long long)tr->step_targets, tr->cfg.grad_accum,
-                        (long long)tr->loss_tokens, tr->micro_batches);
+                        (long long)tr->step_targets, tr->cfg.grad_accum, (long long)tr->loss_tokens,
+                        tr->micro_batches);
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_optimizer_step(tr->opt, lr));
     double t1 = zoe_clock_ms();

@@ -24,10 +24,14 @@ static double reference(const zoe_train_config *c, int s) {
         double a = D - floor((double)c->lr_wsd_decay_fraction * D + 0.5);
         if (s < a) return lr;
         double r = (s - a) / (D - a), k;
-        if (c->lr_wsd_decay_style == ZOE_WSD_LINEAR) k = 1 - r;
-        else if (c->lr_wsd_decay_style == ZOE_WSD_COSINE) k = (1 + cos(M_PI * r)) / 2;
-        else if (c->lr_wsd_decay_style == ZOE_WSD_MINUS_SQRT) k = 1 - sqrt(r);
-        else k = 2 * pow(2, -r) - 1;
+        if (c->lr_wsd_decay_style == ZOE_WSD_LINEAR)
+            k = 1 - r;
+        else if (c->lr_wsd_decay_style == ZOE_WSD_COSINE)
+            k = (1 + cos(M_PI * r)) / 2;
+        else if (c->lr_wsd_decay_style == ZOE_WSD_MINUS_SQRT)
+            k = 1 - sqrt(r);
+        else
+            k = 2 * pow(2, -r) - 1;
         return lo + (lr - lo) * k;
     }
     double p = (s - W) / (D - W);
@@ -53,7 +57,8 @@ int main(int argc, char **argv) {
         c.lr_wsd_decay_style = (zoe_lr_wsd_style)((trial / 5) % 4);
         c.steps = 20 + (int)(test_rng_uniform(&rng) * 500);
         c.warmup = (int)(test_rng_uniform(&rng) * 0.3 * c.steps);
-        c.lr_decay_iters = trial % 3 == 0 ? 0 : c.warmup + 10 + (int)(test_rng_uniform(&rng) * c.steps);
+        c.lr_decay_iters =
+            trial % 3 == 0 ? 0 : c.warmup + 10 + (int)(test_rng_uniform(&rng) * c.steps);
         c.lr_wsd_decay_fraction = 0.05f + 0.3f * (float)test_rng_uniform(&rng);
         c.lr = 1e-4f + 1e-2f * (float)test_rng_uniform(&rng);
         c.min_lr = c.lr * 0.1f * (float)test_rng_uniform(&rng);
@@ -82,9 +87,16 @@ int main(int argc, char **argv) {
     expect_invalid(&c, "--lr-wsd-decay-fraction=0.6");
 
     /* the flags, --warmup and its Megatron name alike */
-    char *args[] = {"zoe-train", "--lr-decay-style", "wsd", "--lr-warmup-iters", "7",
-                    "--lr-decay-iters", "90", "--lr-wsd-decay-fraction=0.2",
-                    "--lr-wsd-decay-style", "minus-sqrt"};
+    char *args[] = {"zoe-train",
+                    "--lr-decay-style",
+                    "wsd",
+                    "--lr-warmup-iters",
+                    "7",
+                    "--lr-decay-iters",
+                    "90",
+                    "--lr-wsd-decay-fraction=0.2",
+                    "--lr-wsd-decay-style",
+                    "minus-sqrt"};
     int help, models;
     zoe_train_config_defaults(&c);
     CHECK_OK(zoe_train_config_parse_args(&c, 10, args, &help, &models));

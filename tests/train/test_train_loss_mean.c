@@ -60,7 +60,8 @@ static zoe_status run(MPI_Comm comm, int micro, int accum, int declare, const ch
                             .vocab_size = 257};
     if (st == ZOE_OK) st = zoe_loader_create(ds, &lc, &loader);
     size_t n = (size_t)micro * SEQ;
-    int32_t *tokens = malloc(accum * n * sizeof(int32_t)), *targets = malloc(accum * n * sizeof(int32_t));
+    int32_t *tokens = malloc(accum * n * sizeof(int32_t)),
+            *targets = malloc(accum * n * sizeof(int32_t));
     for (int s = 0; st == ZOE_OK && s < STEPS; s++) {
         for (int m = 0; st == ZOE_OK && m < accum; m++) {
             st = zoe_loader_fetch(loader, s, m, tokens + m * n, targets + m * n);

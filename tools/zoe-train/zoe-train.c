@@ -123,7 +123,8 @@ int main(int argc, char **argv) {
     zoe_loader *loader = NULL;
     zoe_progress *progress = NULL;
     /* A step's micro-batches are fetched first: the count of their targets weights the loss. */
-    size_t n = (size_t)cfg.micro_batch * (size_t)cfg.model.seq_len, all = n * (size_t)cfg.grad_accum;
+    size_t n = (size_t)cfg.micro_batch * (size_t)cfg.model.seq_len,
+           all = n * (size_t)cfg.grad_accum;
     int32_t *tokens = malloc(all * sizeof(int32_t)), *targets = malloc(all * sizeof(int32_t));
     st = tokens && targets ? zoe_loader_create(ds, &lc, &loader) : ZOE_ERR_OUT_OF_MEMORY;
     if (st == ZOE_OK && rank == 0)
