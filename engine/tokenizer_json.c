@@ -210,6 +210,10 @@ static zoe_status read_vocab(loader *ld, const cJSON *vocab) {
     for (const cJSON *it = vocab->child; it; it = it->next) {
         int32_t id = (int32_t)it->valuedouble;
         size_t len = strlen(it->string), blen;
+        if (len == 0)
+            return BAD(ld, "'%s': model.vocab has an empty key (id %d); a key holding \\u0000 "
+                       "reads as one, since cJSON ends strings at NUL",
+                       ld->name, id);
         if (zoe_str_map_put(&ld->raw, it->string, len, id))
             return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "'%s': vocabulary", ld->name);
         ZOE_TRY(keep_string(ld, id, it->string));

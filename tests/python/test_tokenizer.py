@@ -96,6 +96,22 @@ def train(kind, texts, vocab_size=1500):
     return tok
 
 
+def train_chars(kind, texts):
+    """BPE over characters, not bytes (no ByteLevel): trained on ASCII text only, so other
+    characters are unknown and take the byte-fallback tokens <0xXX> or the unk token, fused into
+    one per run or not."""
+    fallback = kind == "chars-fallback"
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=fallback, fuse_unk=kind == "chars-unk-fused"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated")
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    # half the byte tokens, so that some characters fall back and others end as unk
+    specials = ["<unk>"] + (["<0x%02X>" % b for b in range(0, 256, 2)] if fallback else [])
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials, show_progress=False)
+    # (no NUL: zoe's JSON reader cannot hold a vocabulary key "\u0000", and refuses one)
+    tok.train_from_iterator([t for t in texts if t.isascii() and "\x00" not in t], trainer)
+    return tok
+
+
 def save(tok, path, string_merges=False):
     data = json.loads(tok.to_str())
     if string_merges:
@@ -132,6 +148,9 @@ def tokenizers_for(work, corpus_path):
     made = {}
     for kind in ("gpt2", "gpt2-prefix", "llama3", "qwen2"):
         tok = train(kind, train_texts)
+        made[kind] = (tok, save(tok, os.path.join(work, kind + ".json")))
+    for kind in ("chars-fallback", "chars-unk-fused", "chars-unk"):
+        tok = train_chars(kind, train_texts)
         made[kind] = (tok, save(tok, os.path.join(work, kind + ".json")))
     tok = made["gpt2"][0]
     made["gpt2-string-merges"] = (tok, save(tok, os.path.join(work, "gpt2-string-merges.json"), True))
@@ -339,6 +358,7 @@ def check_bad_input(zoe_data, work, corpus_path):
         ("bool as string", variant("boolstr", setitem(["pre_tokenizer", "add_prefix_space"], "yes")), [], "add_prefix_space must be true or false"),
         ("added not array", variant("addedobj", setitem(["added_tokens"], {"x": 1})), [], "added_tokens must be an array"),
         ("added without id", variant("addedid", lambda d: d["added_tokens"][0].pop("id")), [], "added_tokens[0] needs an integer"),
+        ("nul key", variant("nulkey", lambda d: d["model"]["vocab"].update({"\x00": 99999})), [], "model.vocab has an empty key (id 99999)"),
         ("dropout", variant("dropout", setitem(["model", "dropout"], 0.1)), [], "model.dropout must be null"),
         ("missing file", os.path.join(work, "no-such.json"), [], "cannot open tokenizer"),
         ("unknown eod", made["gpt2"][1], ["--eod-token", "<nope>"], 'end-of-document token "<nope>"'),
