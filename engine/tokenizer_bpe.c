@@ -145,12 +145,8 @@ const zoe_merge *zoe_merge_find(const zoe_merge_map *m, int32_t left, int32_t ri
 /* ---- one word ---- */
 
 void zoe_bpe_scratch_free(zoe_bpe_scratch *sc) {
-    free(sc->ids);
-    free(sc->prev);
-    free(sc->next);
-    free(sc->heap_rank);
-    free(sc->heap_pos);
-    free(sc->heap_new);
+    free(sc->sym);
+    free(sc->heap);
     memset(sc, 0, sizeof *sc);
 }
 
@@ -158,46 +154,34 @@ static int reserve(zoe_bpe_scratch *sc, size_t n) {
     if (n <= sc->cap) return 0;
     size_t cap = sc->cap ? sc->cap : 64;
     while (cap < n) cap *= 2;
-    int32_t *a = realloc(sc->ids, cap * sizeof *a);
-    if (a) sc->ids = a;
-    int32_t *b = realloc(sc->prev, cap * sizeof *b);
-    if (b) sc->prev = b;
-    int32_t *c = realloc(sc->next, cap * sizeof *c);
-    if (c) sc->next = c;
-    if (!a || !b || !c) return 1;
+    zoe_bpe_symbol *sym = realloc(sc->sym, cap * sizeof *sym);
+    if (!sym) return 1;
+    sc->sym = sym;
     sc->cap = cap;
     return 0;
 }
 
-static int heap_less(const zoe_bpe_scratch *sc, size_t a, size_t b) {
-    if (sc->heap_rank[a] != sc->heap_rank[b]) return sc->heap_rank[a] < sc->heap_rank[b];
-    return sc->heap_pos[a] < sc->heap_pos[b];
+static int heap_less(const zoe_bpe_candidate *a, const zoe_bpe_candidate *b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
 }
 
 static void heap_swap(zoe_bpe_scratch *sc, size_t a, size_t b) {
-    int32_t t = sc->heap_rank[a];
-    sc->heap_rank[a] = sc->heap_rank[b], sc->heap_rank[b] = t;
-    t = sc->heap_pos[a];
-    sc->heap_pos[a] = sc->heap_pos[b], sc->heap_pos[b] = t;
-    t = sc->heap_new[a];
-    sc->heap_new[a] = sc->heap_new[b], sc->heap_new[b] = t;
+    zoe_bpe_candidate t = sc->heap[a];
+    sc->heap[a] = sc->heap[b];
+    sc->heap[b] = t;
 }
 
 static int heap_push(zoe_bpe_scratch *sc, int32_t rank, int32_t pos, int32_t merged) {
     if (sc->heap_len == sc->heap_cap) {
         size_t cap = sc->heap_cap ? 2 * sc->heap_cap : 64;
-        int32_t *r = realloc(sc->heap_rank, cap * sizeof *r);
-        if (r) sc->heap_rank = r;
-        int32_t *p = realloc(sc->heap_pos, cap * sizeof *p);
-        if (p) sc->heap_pos = p;
-        int32_t *n = realloc(sc->heap_new, cap * sizeof *n);
-        if (n) sc->heap_new = n;
-        if (!r || !p || !n) return 1;
+        zoe_bpe_candidate *heap = realloc(sc->heap, cap * sizeof *heap);
+        if (!heap) return 1;
+        sc->heap = heap;
         sc->heap_cap = cap;
     }
     size_t i = sc->heap_len++;
-    sc->heap_rank[i] = rank, sc->heap_pos[i] = pos, sc->heap_new[i] = merged;
-    while (i > 0 && heap_less(sc, i, (i - 1) / 2)) {
+    sc->heap[i] = (zoe_bpe_candidate){.rank = rank, .pos = pos, .merged = merged};
+    while (i > 0 && heap_less(&sc->heap[i], &sc->heap[(i - 1) / 2])) {
         heap_swap(sc, i, (i - 1) / 2);
         i = (i - 1) / 2;
     }
@@ -208,8 +192,8 @@ static void heap_pop(zoe_bpe_scratch *sc) {
     heap_swap(sc, 0, --sc->heap_len);
     for (size_t i = 0;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < sc->heap_len && heap_less(sc, l, m)) m = l;
-        if (r < sc->heap_len && heap_less(sc, r, m)) m = r;
+        if (l < sc->heap_len && heap_less(&sc->heap[l], &sc->heap[m])) m = l;
+        if (r < sc->heap_len && heap_less(&sc->heap[r], &sc->heap[m])) m = r;
         if (m == i) break;
         heap_swap(sc, i, m);
         i = m;
@@ -217,9 +201,9 @@ static void heap_pop(zoe_bpe_scratch *sc) {
 }
 
 static int push_pair(const zoe_tokenizer *tok, zoe_bpe_scratch *sc, int32_t pos) {
-    int32_t nx = sc->next[pos];
+    int32_t nx = sc->sym[pos].next;
     if (nx < 0) return 0;
-    const zoe_merge *m = zoe_merge_find(&tok->merges, sc->ids[pos], sc->ids[nx]);
+    const zoe_merge *m = zoe_merge_find(&tok->merges, sc->sym[pos].id, sc->sym[nx].id);
     return m ? heap_push(sc, m->rank, pos, m->merged) : 0;
 }
 
@@ -265,24 +249,24 @@ static size_t initial_symbols(const zoe_tokenizer *tok, zoe_bpe_scratch *sc, con
             id = zoe_str_map_get(&tok->vocab, (const char *)w + start, n_bytes);
         }
         if (id >= 0) {
-            if (pending_unk) sc->ids[n++] = tok->unk;
+            if (pending_unk) sc->sym[n++].id = tok->unk;
             pending_unk = 0;
-            sc->ids[n++] = id;
+            sc->sym[n++].id = id;
             continue;
         }
         if (tok->byte_fallback) {
             int all = 1;
             for (size_t k = 0; k < n_bytes; k++) all &= tok->fallback_ids[bytes[k]] >= 0;
             if (all) {
-                for (size_t k = 0; k < n_bytes; k++) sc->ids[n++] = tok->fallback_ids[bytes[k]];
+                for (size_t k = 0; k < n_bytes; k++) sc->sym[n++].id = tok->fallback_ids[bytes[k]];
                 continue;
             }
         }
         if (tok->unk < 0) continue;
-        if (pending_unk && !tok->fuse_unk) sc->ids[n++] = tok->unk;
+        if (pending_unk && !tok->fuse_unk) sc->sym[n++].id = tok->unk;
         pending_unk = 1;
     }
-    if (pending_unk) sc->ids[n++] = tok->unk;
+    if (pending_unk) sc->sym[n++].id = tok->unk;
     return n;
 }
 
@@ -297,29 +281,30 @@ long zoe_bpe_word(const zoe_tokenizer *tok, zoe_bpe_scratch *sc, const unsigned 
     }
     if (reserve(sc, 4 * len + 1)) return -1;
     size_t n = initial_symbols(tok, sc, word, len);
+    zoe_bpe_symbol *sym = sc->sym;
     sc->heap_len = 0;
     for (size_t i = 0; i < n; i++) {
-        sc->prev[i] = (int32_t)i - 1;
-        sc->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        sym[i].prev = (int32_t)i - 1;
+        sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
     }
     for (size_t i = 0; i + 1 < n; i++)
         if (push_pair(tok, sc, (int32_t)i)) return -1;
     while (sc->heap_len > 0) {
-        int32_t pos = sc->heap_pos[0], merged = sc->heap_new[0];
+        zoe_bpe_candidate top = sc->heap[0];
         heap_pop(sc);
         /* Stale: the symbol was merged away, or its right neighbour changed. */
-        if (sc->ids[pos] < 0 || sc->next[pos] < 0) continue;
-        int32_t right = sc->next[pos];
-        const zoe_merge *m = zoe_merge_find(&tok->merges, sc->ids[pos], sc->ids[right]);
-        if (!m || m->merged != merged) continue;
-        sc->ids[pos] = merged;
-        sc->ids[right] = -1;
-        sc->next[pos] = sc->next[right];
-        if (sc->next[right] >= 0) sc->prev[sc->next[right]] = pos;
-        if (sc->prev[pos] >= 0 && push_pair(tok, sc, sc->prev[pos])) return -1;
+        int32_t pos = top.pos, right = sym[pos].next;
+        if (sym[pos].id < 0 || right < 0) continue;
+        const zoe_merge *m = zoe_merge_find(&tok->merges, sym[pos].id, sym[right].id);
+        if (!m || m->merged != top.merged) continue;
+        sym[pos].id = top.merged;
+        sym[right].id = -1;
+        sym[pos].next = sym[right].next;
+        if (sym[right].next >= 0) sym[sym[right].next].prev = pos;
+        if (sym[pos].prev >= 0 && push_pair(tok, sc, sym[pos].prev)) return -1;
         if (push_pair(tok, sc, pos)) return -1;
     }
     long count = 0;
-    for (int32_t i = n ? 0 : -1; i >= 0; i = sc->next[i]) out[count++] = sc->ids[i];
+    for (int32_t i = n ? 0 : -1; i >= 0; i = sym[i].next) out[count++] = sym[i].id;
     return count;
 }

@@ -135,10 +135,15 @@ int zoe_pattern_from_regex(const char *regex);
 /* BPE of one pre-tokenized word (byte-level bytes or UTF-8 text), appending its tokens to
  * out (room for 3 * len + 1). Returns the count, or -1 on allocation failure. scratch is the
  * encoder's. */
+typedef struct zoe_bpe_symbol {
+    int32_t id, prev, next; /* id -1: merged into its left neighbour */
+} zoe_bpe_symbol;
+typedef struct zoe_bpe_candidate {
+    int32_t rank, pos, merged;
+} zoe_bpe_candidate;
 typedef struct zoe_bpe_scratch {
-    int32_t *ids;
-    int32_t *prev, *next;
-    int32_t *heap_rank, *heap_pos, *heap_new;
+    zoe_bpe_symbol *sym;
+    zoe_bpe_candidate *heap;
     size_t cap, heap_cap, heap_len;
 } zoe_bpe_scratch;
 long zoe_bpe_word(const zoe_tokenizer *tok, zoe_bpe_scratch *sc, const unsigned char *word,
