@@ -1,14 +1,14 @@
-/* Training data: the Megatron indexed dataset (.bin + .idx, read
- * memory-mapped and written atomically) and the loader that cuts the token stream into
- * sequences and deals them out to data-parallel ranks.
+/* Training data: the Megatron indexed dataset (.bin + .idx, validated at open, the .bin read
+ * with pread; written atomically), tokenizing text or JSON lines into it, and the loader that
+ * cuts the token stream into sequences and deals them out to data-parallel ranks.
  *
- * The token stream of a dataset is its documents back to back, in file order. zoe-data (and
- * zoe_dataset_open_text) end every document with the tokenizer's end-of-document token, as
- * Megatron's preprocess_data.py --append-eod does, so the stream reads doc0 EOD doc1 EOD ...;
- * datasets written elsewhere are used as stored. Sequence i of the loader is the window of
- * seq_len + 1 tokens starting at stream position i * seq_len: inputs are its first seq_len
- * tokens, targets its last seq_len (inputs shifted by one), and windows run across document
- * boundaries. */
+ * The token stream of a dataset is its documents back to back, in file order. With the byte
+ * tokenizer, zoe-data (and zoe_dataset_open_text) end every document with its end-of-document
+ * token; with a tokenizer.json, --append-eod does, as Megatron's preprocess_data.py does; so
+ * the stream reads doc0 EOD doc1 EOD ...; datasets written elsewhere are used as stored.
+ * Sequence i of the loader is the window of seq_len + 1 tokens starting at stream position
+ * i * seq_len: inputs are its first seq_len tokens, targets its last seq_len (inputs shifted by
+ * one), and windows run across document boundaries. */
 #ifndef ZOE_DATA_H
 #define ZOE_DATA_H
 
