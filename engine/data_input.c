@@ -16,7 +16,8 @@ enum {
 };
 
 typedef struct doc_ref {
-    const char *text;
+    const char *text; /* NULL until a batch of JSON documents is complete: then at owned */
+    size_t owned;     /* JSON: offset of the unescaped text in the batch's buffer */
     size_t len;
     size_t input_end; /* input offset after this document, for progress */
 } doc_ref;
@@ -134,8 +135,7 @@ static int has_escaped_nul(const char *line, size_t len) {
 
 /* The string under key in one JSON line, copied into the batch. */
 static zoe_status json_document(batch *b, const char *line, size_t len, const char *key,
-                                int64_t line_no, const char *name, const char **text,
-                                size_t *text_len) {
+                                int64_t line_no, const char *name, doc_ref *doc) {
     cJSON *obj = cJSON_ParseWithLength(line, len);
     const cJSON *v = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
     zoe_status st = ZOE_OK;
@@ -164,8 +164,7 @@ static zoe_status json_document(batch *b, const char *line, size_t len, const ch
         }
         if (st == ZOE_OK) {
             memcpy(b->owned + b->owned_len, v->valuestring, n);
-            *text = (const char *)(uintptr_t)b->owned_len; /* an offset until the batch is full */
-            *text_len = n;
+            *doc = (doc_ref){.owned = b->owned_len, .len = n};
             b->owned_len += n;
         }
     }
@@ -194,8 +193,8 @@ zoe_status zoe_dataset_writer_add_input(zoe_dataset_writer *w, const zoe_tokeniz
     size_t pos = 0, batch_bytes = 0;
     int64_t line_no = 0, docs_before = zoe_dataset_writer_documents(w);
     while (st == ZOE_OK) {
-        const char *doc = NULL;
-        size_t doc_len = 0, end;
+        doc_ref doc = {0};
+        size_t end;
         int more;
         if (opt->json_key) {
             more = 0;
@@ -207,22 +206,23 @@ zoe_status zoe_dataset_writer_add_input(zoe_dataset_writer *w, const zoe_tokeniz
                 line_no++;
                 if (blank(text + start, end - start)) continue;
                 st = json_document(&b, text + start, end - start, opt->json_key, line_no, name,
-                                   &doc, &doc_len);
+                                   &doc);
                 more = st == ZOE_OK;
                 break;
             }
             end = pos;
         } else {
-            more = zoe_text_next_document(&cur, &doc, &doc_len);
+            more = zoe_text_next_document(&cur, &doc.text, &doc.len);
             end = cur.pos;
         }
         if (more) {
-            b.docs[b.n++] = (doc_ref){doc, doc_len, end};
-            batch_bytes += doc_len;
+            doc.input_end = end;
+            b.docs[b.n++] = doc;
+            batch_bytes += doc.len;
         }
         if (st != ZOE_OK || (more && b.n < b.cap && batch_bytes < BATCH_BYTES)) continue;
-        if (opt->json_key)
-            for (size_t i = 0; i < b.n; i++) b.docs[i].text = b.owned + (uintptr_t)b.docs[i].text;
+        if (opt->json_key) /* the buffer has stopped moving */
+            for (size_t i = 0; i < b.n; i++) b.docs[i].text = b.owned + b.docs[i].owned;
         if (b.n) st = flush_batch(w, tok, &b, opt, docs_before);
         if (st == ZOE_OK && b.n && opt->progress)
             opt->progress(opt->progress_user, zoe_dataset_writer_documents(w),
