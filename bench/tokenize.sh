@@ -2,7 +2,8 @@
 # scripts/bench tokenize [ROUNDS] [MB]: MB/s of zoe-data against the tokenizers package's batch
 # encode, same threads (2), same text, same run, GPT-2-style and Llama-3-style tokenizers
 # trained on the spot; rounds alternate the two so a busy machine slows both alike. zoe's time
-# includes reading the JSON lines and writing the dataset; tokenizers' is encode_batch alone.
+# includes reading the JSON lines and writing the dataset; tokenizers' is the faster of
+# encode_batch and encode_batch_fast alone.
 # The interpreter is $ZOE_PYTHON (or the build's venv) with tokenizers installed.
 set -euo pipefail
 build="$1"; shift

@@ -18,7 +18,7 @@ typedef struct loader {
     int32_t byte_of_char[0x144]; /* inverse byte-level map, -1 off the alphabet */
 } loader;
 
-#define BAD(ld, ...) zoe_fail(ZOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+#define BAD(...) zoe_fail(ZOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
 static int printable(unsigned b) {
     return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
@@ -63,7 +63,7 @@ static zoe_status get_bool(const loader *ld, const cJSON *obj, const char *path,
         *out = dflt;
         return ZOE_OK;
     }
-    if (!cJSON_IsBool(v)) return BAD(ld, "'%s': %s.%s must be true or false", ld->name, path, key);
+    if (!cJSON_IsBool(v)) return BAD("'%s': %s.%s must be true or false", ld->name, path, key);
     *out = cJSON_IsTrue(v);
     return ZOE_OK;
 }
@@ -78,8 +78,7 @@ static const char *type_of(const cJSON *obj) {
 static zoe_status add_step(loader *ld, zoe_pretok_step step) {
     zoe_tokenizer *tok = ld->tok;
     if (tok->n_steps == ZOE_PRETOK_MAX_STEPS)
-        return BAD(ld, "'%s': pre_tokenizer has more than %d steps", ld->name,
-                   ZOE_PRETOK_MAX_STEPS);
+        return BAD("'%s': pre_tokenizer has more than %d steps", ld->name, ZOE_PRETOK_MAX_STEPS);
     tok->steps[tok->n_steps++] = step;
     return ZOE_OK;
 }
@@ -88,14 +87,14 @@ static zoe_status read_pretok(loader *ld, const cJSON *p, const char *path, int 
     if (is_null_or_missing(p)) return ZOE_OK;
     const char *type = type_of(p);
     if (!cJSON_IsObject(p) || !type)
-        return BAD(ld, "'%s': %s must be an object with a string \"type\"", ld->name, path);
+        return BAD("'%s': %s must be an object with a string \"type\"", ld->name, path);
     if (ld->tok->byte_level)
-        return BAD(ld, "'%s': %s (%s) comes after ByteLevel; zoe reads ByteLevel last", ld->name,
-                   path, type);
+        return BAD("'%s': %s (%s) comes after ByteLevel; zoe reads ByteLevel last", ld->name, path,
+                   type);
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = field(p, "pretokenizers");
         if (!cJSON_IsArray(list) || depth > 0)
-            return BAD(ld, "'%s': %s.pretokenizers must be an array (not nested)", ld->name, path);
+            return BAD("'%s': %s.pretokenizers must be an array (not nested)", ld->name, path);
         int i = 0;
         for (const cJSON *it = list->child; it; it = it->next, i++) {
             char sub[96];
@@ -121,27 +120,25 @@ static zoe_status read_pretok(loader *ld, const cJSON *p, const char *path, int 
         int invert = 0;
         ZOE_TRY(get_bool(ld, p, path, "invert", 0, &invert));
         if (!cJSON_IsString(regex))
-            return BAD(ld,
-                       "'%s': %s.pattern must be {\"Regex\": \"...\"} (string patterns are not "
+            return BAD("'%s': %s.pattern must be {\"Regex\": \"...\"} (string patterns are not "
                        "supported)",
                        ld->name, path);
         int kind = zoe_pattern_from_regex(regex->valuestring);
         if (kind < 0)
-            return BAD(ld,
-                       "'%s': %s.pattern.Regex \"%.60s\" is not one zoe implements (GPT-2, "
+            return BAD("'%s': %s.pattern.Regex \"%.60s\" is not one zoe implements (GPT-2, "
                        "Llama-3, Qwen2)",
                        ld->name, path, regex->valuestring);
         if (!cJSON_IsString(behavior) || invert ||
             (strcmp(behavior->valuestring, "Isolated") != 0 &&
              strcmp(behavior->valuestring, "Removed") != 0))
-            return BAD(ld, "'%s': %s.behavior must be \"Isolated\" or \"Removed\" without invert",
+            return BAD("'%s': %s.behavior must be \"Isolated\" or \"Removed\" without invert",
                        ld->name, path);
         return add_step(ld, (zoe_pretok_step){.kind = ZOE_PRETOK_SPLIT,
                                               .pattern = (zoe_split_pattern)kind,
                                               .remove = behavior->valuestring[0] == 'R'});
     }
-    return BAD(ld, "'%s': %s type \"%s\" is not supported (ByteLevel, Split, Sequence)", ld->name,
-               path, type);
+    return BAD("'%s': %s type \"%s\" is not supported (ByteLevel, Split, Sequence)", ld->name, path,
+               type);
 }
 
 static int decoder_has_byte_level(const cJSON *d) {
@@ -159,7 +156,7 @@ static int decoder_has_byte_level(const cJSON *d) {
 
 static zoe_status note_id(loader *ld, int64_t id, const char *what) {
     if (id < 0 || id >= INT32_MAX)
-        return BAD(ld, "'%s': %s has id %lld outside [0, 2^31 - 1)", ld->name, what, (long long)id);
+        return BAD("'%s': %s has id %lld outside [0, 2^31 - 1)", ld->name, what, (long long)id);
     if (id + 1 > ld->tok->vocab_size) ld->tok->vocab_size = (int32_t)id + 1;
     return ZOE_OK;
 }
@@ -171,23 +168,21 @@ static int get_id(const cJSON *v, int64_t *id) {
 }
 
 static zoe_status read_vocab_ids(loader *ld, const cJSON *vocab, const cJSON *added) {
-    if (!cJSON_IsObject(vocab)) return BAD(ld, "'%s': model.vocab must be an object", ld->name);
+    if (!cJSON_IsObject(vocab)) return BAD("'%s': model.vocab must be an object", ld->name);
     for (const cJSON *it = vocab->child; it; it = it->next) {
         int64_t id;
         if (!get_id(it, &id))
-            return BAD(ld, "'%s': model.vocab[\"%.40s\"] must be an integer id", ld->name,
-                       it->string);
+            return BAD("'%s': model.vocab[\"%.40s\"] must be an integer id", ld->name, it->string);
         ZOE_TRY(note_id(ld, id, "a model.vocab entry"));
     }
     if (!is_null_or_missing(added) && !cJSON_IsArray(added))
-        return BAD(ld, "'%s': added_tokens must be an array", ld->name);
+        return BAD("'%s': added_tokens must be an array", ld->name);
     int i = 0;
     for (const cJSON *it = added ? added->child : NULL; it; it = it->next, i++) {
         int64_t id;
         if (!cJSON_IsObject(it) || !get_id(field(it, "id"), &id) ||
             !cJSON_IsString(field(it, "content")))
-            return BAD(ld,
-                       "'%s': added_tokens[%d] needs an integer \"id\" and a string "
+            return BAD("'%s': added_tokens[%d] needs an integer \"id\" and a string "
                        "\"content\"",
                        ld->name, i);
         ZOE_TRY(note_id(ld, id, "an added token"));
@@ -211,7 +206,7 @@ static zoe_status read_vocab(loader *ld, const cJSON *vocab) {
         int32_t id = (int32_t)it->valuedouble;
         size_t len = strlen(it->string), blen;
         if (len == 0)
-            return BAD(ld, "'%s': model.vocab has an empty key (id %d); a key holding \\u0000 "
+            return BAD("'%s': model.vocab has an empty key (id %d); a key holding \\u0000 "
                        "reads as one, since cJSON ends strings at NUL",
                        ld->name, id);
         if (zoe_str_map_put(&ld->raw, it->string, len, id))
@@ -241,7 +236,7 @@ static zoe_status read_merge(loader *ld, const cJSON *m, int rank, const char **
     if (cJSON_IsString(m)) {
         const char *s = m->valuestring, *sp = strchr(s, ' ');
         if (!sp || strchr(sp + 1, ' '))
-            return BAD(ld, "'%s': model.merges[%d] \"%.40s\" is not two tokens split by one space",
+            return BAD("'%s': model.merges[%d] \"%.40s\" is not two tokens split by one space",
                        ld->name, rank, s);
         *a = s, *alen = (size_t)(sp - s), *b = sp + 1, *blen = strlen(sp + 1);
         return ZOE_OK;
@@ -252,7 +247,7 @@ static zoe_status read_merge(loader *ld, const cJSON *m, int rank, const char **
         *b = m->child->next->valuestring, *blen = strlen(*b);
         return ZOE_OK;
     }
-    return BAD(ld, "'%s': model.merges[%d] must be a string \"a b\" or an array [\"a\", \"b\"]",
+    return BAD("'%s': model.merges[%d] must be a string \"a b\" or an array [\"a\", \"b\"]",
                ld->name, rank);
 }
 
@@ -261,7 +256,7 @@ static zoe_status read_merges(loader *ld, const cJSON *merges) {
     if (is_null_or_missing(merges))
         merges = NULL;
     else if (!cJSON_IsArray(merges))
-        return BAD(ld, "'%s': model.merges must be an array", ld->name);
+        return BAD("'%s': model.merges must be an array", ld->name);
     int n = merges ? cJSON_GetArraySize(merges) : 0;
     if (zoe_merge_map_init(&tok->merges, (size_t)n))
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "'%s': %d merges", ld->name, n);
@@ -272,14 +267,14 @@ static zoe_status read_merges(loader *ld, const cJSON *merges) {
         size_t alen = 0, blen = 0;
         ZOE_TRY(read_merge(ld, m, rank, &a, &alen, &b, &blen));
         if (alen + blen > sizeof joined)
-            return BAD(ld, "'%s': model.merges[%d] is longer than %zu bytes", ld->name, rank,
+            return BAD("'%s': model.merges[%d] is longer than %zu bytes", ld->name, rank,
                        sizeof joined);
         memcpy(joined, a, alen);
         memcpy(joined + alen, b, blen);
         int32_t ia = zoe_str_map_get(&ld->raw, a, alen), ib = zoe_str_map_get(&ld->raw, b, blen);
         int32_t ij = zoe_str_map_get(&ld->raw, joined, alen + blen);
         if (ia < 0 || ib < 0 || ij < 0)
-            return BAD(ld, "'%s': model.merges[%d] \"%.*s\" + \"%.*s\": %s is not in model.vocab",
+            return BAD("'%s': model.merges[%d] \"%.*s\" + \"%.*s\": %s is not in model.vocab",
                        ld->name, rank, (int)alen, a, (int)blen, b,
                        ia < 0   ? "the first token"
                        : ib < 0 ? "the second token"
@@ -307,7 +302,7 @@ static zoe_status read_added(loader *ld, const cJSON *added) {
         ZOE_TRY(get_bool(ld, it, path, "special", 0, &t->special));
         ZOE_TRY(get_bool(ld, it, path, "normalized", !t->special, &t->normalized));
         if (single_word)
-            return BAD(ld, "'%s': %s (\"%.40s\") has single_word, which zoe does not implement",
+            return BAD("'%s': %s (\"%.40s\") has single_word, which zoe does not implement",
                        ld->name, path, content);
         t->id = (int32_t)field(it, "id")->valuedouble;
         t->len = strlen(content);
@@ -368,8 +363,7 @@ static zoe_status pick_eod(loader *ld, const char *eod_token) {
         if (tok->eod < 0 && eod_token) tok->eod = zoe_str_map_get(&ld->raw, want, strlen(want));
     }
     if (eod_token && tok->eod < 0)
-        return BAD(ld,
-                   "'%s': end-of-document token \"%s\" is neither an added token nor in "
+        return BAD("'%s': end-of-document token \"%s\" is neither an added token nor in "
                    "model.vocab",
                    ld->name, eod_token);
     return ZOE_OK;
@@ -378,28 +372,26 @@ static zoe_status pick_eod(loader *ld, const char *eod_token) {
 static zoe_status read_model(loader *ld, const cJSON *root) {
     zoe_tokenizer *tok = ld->tok;
     const cJSON *model = field(root, "model");
-    if (!cJSON_IsObject(model)) return BAD(ld, "'%s': no \"model\" object", ld->name);
+    if (!cJSON_IsObject(model)) return BAD("'%s': no \"model\" object", ld->name);
     const char *type = type_of(model);
-    if (!type) return BAD(ld, "'%s': model.type is missing (zoe reads \"BPE\")", ld->name);
+    if (!type) return BAD("'%s': model.type is missing (zoe reads \"BPE\")", ld->name);
     if (strcmp(type, "BPE") != 0)
-        return BAD(ld, "'%s': model.type \"%s\" is not supported (zoe reads \"BPE\")", ld->name,
-                   type);
+        return BAD("'%s': model.type \"%s\" is not supported (zoe reads \"BPE\")", ld->name, type);
     const cJSON *dropout = field(model, "dropout");
     if (!is_null_or_missing(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0))
-        return BAD(ld, "'%s': model.dropout must be null (BPE dropout is random)", ld->name);
+        return BAD("'%s': model.dropout must be null (BPE dropout is random)", ld->name);
     static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int k = 0; k < 2; k++) {
         const cJSON *v = field(model, affixes[k]);
         if (!is_null_or_missing(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'))
-            return BAD(ld, "'%s': model.%s is set, which zoe does not implement", ld->name,
-                       affixes[k]);
+            return BAD("'%s': model.%s is set, which zoe does not implement", ld->name, affixes[k]);
     }
     ZOE_TRY(get_bool(ld, model, "model", "fuse_unk", 0, &tok->fuse_unk));
     ZOE_TRY(get_bool(ld, model, "model", "byte_fallback", 0, &tok->byte_fallback));
     ZOE_TRY(get_bool(ld, model, "model", "ignore_merges", 0, &tok->ignore_merges));
     const cJSON *vocab = field(model, "vocab"), *added = field(root, "added_tokens");
     ZOE_TRY(read_vocab_ids(ld, vocab, added));
-    if (tok->vocab_size == 0) return BAD(ld, "'%s': model.vocab is empty", ld->name);
+    if (tok->vocab_size == 0) return BAD("'%s': model.vocab is empty", ld->name);
     ld->strings = calloc((size_t)tok->vocab_size, sizeof *ld->strings);
     tok->is_special = calloc((size_t)tok->vocab_size, 1);
     if (!ld->strings || !tok->is_special)
@@ -411,21 +403,20 @@ static zoe_status read_model(loader *ld, const cJSON *root) {
     if (cJSON_IsString(unk)) {
         tok->unk = zoe_str_map_get(&ld->raw, unk->valuestring, strlen(unk->valuestring));
         if (tok->unk < 0)
-            return BAD(ld, "'%s': model.unk_token \"%s\" is not in model.vocab", ld->name,
+            return BAD("'%s': model.unk_token \"%s\" is not in model.vocab", ld->name,
                        unk->valuestring);
     } else if (!is_null_or_missing(unk)) {
-        return BAD(ld, "'%s': model.unk_token must be a string or null", ld->name);
+        return BAD("'%s': model.unk_token must be a string or null", ld->name);
     }
     return read_added(ld, is_null_or_missing(added) ? NULL : added);
 }
 
 static zoe_status read_root(loader *ld, const cJSON *root, const char *eod_token) {
     zoe_tokenizer *tok = ld->tok;
-    if (!cJSON_IsObject(root)) return BAD(ld, "'%s' is not a JSON object", ld->name);
+    if (!cJSON_IsObject(root)) return BAD("'%s' is not a JSON object", ld->name);
     const cJSON *norm = field(root, "normalizer");
     if (!is_null_or_missing(norm))
-        return BAD(ld,
-                   "'%s': normalizer \"%s\" is not supported (zoe reads byte-level BPE "
+        return BAD("'%s': normalizer \"%s\" is not supported (zoe reads byte-level BPE "
                    "without a normalizer)",
                    ld->name, type_of(norm) ? type_of(norm) : "?");
     if (!is_null_or_missing(field(root, "truncation")))
@@ -456,7 +447,7 @@ zoe_status zoe_tokenizer_parse_json(const char *json, size_t len, const char *na
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         size_t off = at && at >= json && at <= json + len ? (size_t)(at - json) : len;
-        st = BAD(&ld, "'%s': not valid JSON (error near byte %zu of %zu)", name, off, len);
+        st = BAD("'%s': not valid JSON (error near byte %zu of %zu)", name, off, len);
     } else {
         st = read_root(&ld, root, eod_token);
     }
