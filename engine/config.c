@@ -23,7 +23,8 @@ typedef enum {
     OPT_BACKEND,
     OPT_FLAG,
     OPT_MODEL,
-    OPT_PROGRESS
+    OPT_PROGRESS,
+    OPT_CHOICE /* an enum: the index of the value in `choices` */
 } opt_kind;
 
 static const char *const progress_names[] = {"auto", "bar", "lines"}; /* zoe_progress_style */
@@ -35,6 +36,11 @@ typedef struct option_spec {
     double min, max;
     const char *help;
 } option_spec;
+
+static const char *const decay_style_names[] = {
+    "constant", "linear", "cosine", "inverse-square-root", "wsd", NULL}; /* zoe_lr_decay_style */
+static const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus-sqrt",
+                                              NULL}; /* zoe_lr_wsd_style */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
 #define MODEL(field) (offsetof(zoe_train_config, model) + offsetof(zoe_model_config, field))
@@ -76,7 +82,21 @@ static const option_spec options[] = {
     {"log-every", OPT_INT, CFG(log_every), 1, 1e9, "print progress every N steps"},
     {"bucket-mb", OPT_INT64, CFG(bucket_mb), 1, 1 << 20, "gradient bucket size in MiB"},
     {"progress", OPT_PROGRESS, CFG(progress), 0, 0, "auto, bar (live) or lines"},
+    {"lr-decay-style", OPT_CHOICE, CFG(lr_decay_style), 0, 0,
+     "constant, linear, cosine, inverse-square-root or wsd"},
+    {"lr-decay-iters", OPT_INT, CFG(lr_decay_iters), 0, 1e9,
+     "steps over which lr decays to min-lr (0: --steps)"},
+    {"lr-warmup-iters", OPT_INT, CFG(warmup), 0, 1e9, "linear warm-up steps (= --warmup)"},
+    {"lr-wsd-decay-fraction", OPT_FLOAT, CFG(lr_wsd_decay_fraction), 1e-6, 1,
+     "wsd: the decay's share of --lr-decay-iters"},
+    {"lr-wsd-decay-style", OPT_CHOICE, CFG(lr_wsd_decay_style), 0, 0,
+     "wsd decay: exponential, linear, cosine or minus-sqrt"},
 };
+
+/* The names of an OPT_CHOICE option's values, NULL-terminated. */
+static const char *const *choices(const option_spec *o) {
+    return o->offset == CFG(lr_decay_style) ? decay_style_names : wsd_style_names;
+}
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
 
 void zoe_train_config_defaults(zoe_train_config *cfg) {
@@ -102,6 +122,9 @@ void zoe_train_config_defaults(zoe_train_config *cfg) {
     cfg->seed = 1234;
     cfg->log_every = 1;
     cfg->bucket_mb = 16;
+    cfg->lr_decay_style = ZOE_LR_COSINE;
+    cfg->lr_wsd_decay_fraction = 0.1f;
+    cfg->lr_wsd_decay_style = ZOE_WSD_EXPONENTIAL;
 }
 
 static const option_spec *find_option(const char *name) {
@@ -170,6 +193,14 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--progress: '%s' is not auto, bar or lines",
                         text);
     }
+    case OPT_CHOICE:
+        for (int i = 0; choices(o)[i]; i++)
+            if (strcmp(text, choices(o)[i]) == 0) {
+                *(int *)base = i;
+                return ZOE_OK;
+            }
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: '%s' is not one of: %s", o->name, text,
+                        o->help);
     case OPT_FLAG:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0)
             *(int *)base = 1;
@@ -369,6 +400,9 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
     case OPT_PROGRESS:
         snprintf(buf, n, "%s", progress_names[*(const zoe_progress_style *)base]);
         break;
+    case OPT_CHOICE:
+        snprintf(buf, n, "%s", choices(o)[*(const int *)base]);
+        break;
     case OPT_INT:
         snprintf(buf, n, "%d", *(const int *)base);
         break;
@@ -403,12 +437,64 @@ void zoe_train_config_print_help(FILE *out, const char *program) {
             "print this help");
 }
 
+static int decay_iters(const zoe_train_config *c) {
+    return c->lr_decay_iters > 0 ? c->lr_decay_iters : c->steps;
+}
+
+/* WSD's decay starts here: the last round(f D) steps of the decay horizon D. */
+static int wsd_anneal_start(const zoe_train_config *c) {
+    int d = decay_iters(c);
+    return d - (int)lround((double)c->lr_wsd_decay_fraction * d);
+}
+
+zoe_status zoe_train_schedule_validate(const zoe_train_config *c) {
+    int d = decay_iters(c);
+    if (c->warmup > c->steps)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--lr-warmup-iters=%d is longer than the run (--steps=%d)", c->warmup,
+                        c->steps);
+    if (c->lr_decay_style != ZOE_LR_CONSTANT && c->warmup >= d)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--lr-warmup-iters=%d is not shorter than the decay (--lr-decay-iters=%d)",
+                        c->warmup, d);
+    if (c->lr_decay_style == ZOE_LR_WSD &&
+        (wsd_anneal_start(c) < c->warmup || wsd_anneal_start(c) >= d))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--lr-wsd-decay-fraction=%g: the decay (steps %d to %d) must follow the "
+                        "warm-up (%d steps) and last at least one step",
+                        (double)c->lr_wsd_decay_fraction, wsd_anneal_start(c), d, c->warmup);
+    return ZOE_OK;
+}
+
 float zoe_train_lr_at(const zoe_train_config *c, int step) {
-    if (c->warmup > 0 && step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
-    int decay = c->steps - c->warmup;
-    if (decay <= 0) return c->lr;
-    double progress = (double)(step - c->warmup) / (double)decay;
-    if (progress > 1) progress = 1;
-    double cosine = 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
-    return (float)(c->min_lr + (c->lr - c->min_lr) * cosine);
+    const double pi = 3.14159265358979323846, lr = c->lr, min_lr = c->min_lr;
+    int w = c->warmup, d = decay_iters(c);
+    if (w > 0 && step < w) return (float)(lr * (double)(step + 1) / (double)w);
+    if (c->lr_decay_style == ZOE_LR_CONSTANT) return c->lr;
+    if (step >= d) return c->min_lr;
+    if (c->lr_decay_style == ZOE_LR_INVERSE_SQRT)
+        return (float)fmax(min_lr, lr * sqrt((double)(w > 1 ? w : 1) / (double)(step + 1)));
+    double coeff;
+    if (c->lr_decay_style == ZOE_LR_WSD) {
+        int a = wsd_anneal_start(c);
+        if (step < a) return c->lr;
+        double r = (double)(step - a) / (double)(d - a);
+        switch (c->lr_wsd_decay_style) {
+        case ZOE_WSD_LINEAR:
+            coeff = 1 - r;
+            break;
+        case ZOE_WSD_COSINE:
+            coeff = 0.5 * (1 + cos(pi * r));
+            break;
+        case ZOE_WSD_MINUS_SQRT:
+            coeff = 1 - sqrt(r);
+            break;
+        default:
+            coeff = 2 * pow(0.5, r) - 1;
+        }
+    } else {
+        double p = d > w ? (double)(step - w) / (double)(d - w) : 1.0;
+        coeff = c->lr_decay_style == ZOE_LR_LINEAR ? 1 - p : 0.5 * (1 + cos(pi * p));
+    }
+    return (float)(min_lr + (lr - min_lr) * coeff);
 }

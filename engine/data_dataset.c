@@ -53,6 +53,7 @@ zoe_status zoe_dataset_alloc(const char *name, zoe_dataset **out) {
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset '%s'", name);
     }
     ds->name = strcpy(copy, name);
+    ds->bin_fd = -1;
     *out = ds;
     return ZOE_OK;
 }
@@ -60,7 +61,7 @@ zoe_status zoe_dataset_alloc(const char *name, zoe_dataset **out) {
 void zoe_dataset_destroy(zoe_dataset *ds) {
     if (!ds) return;
     zoe_unmap_file(&ds->idx_file);
-    zoe_unmap_file(&ds->bin_file);
+    if (ds->bin_fd >= 0) close(ds->bin_fd);
     free(ds->idx_image);
     free(ds->bin_image);
     free(ds->name);
@@ -79,7 +80,12 @@ static zoe_status map_pair(zoe_dataset *ds) {
     char *idx = path_with(ds->name, ".idx"), *bin = path_with(ds->name, ".bin");
     zoe_status st = idx && bin ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset '%s'", ds->name);
     if (st == ZOE_OK) st = zoe_map_file(idx, &ds->idx_file);
-    if (st == ZOE_OK) st = zoe_map_file(bin, &ds->bin_file);
+    struct stat sb;
+    if (st == ZOE_OK && (ds->bin_fd = open(bin, O_RDONLY)) < 0)
+        st = zoe_fail(ZOE_ERR_IO, "cannot open '%s': %s", bin, strerror(errno));
+    if (st == ZOE_OK && (fstat(ds->bin_fd, &sb) != 0 || !S_ISREG(sb.st_mode)))
+        st = zoe_fail(ZOE_ERR_IO, "'%s' is not a regular file", bin);
+    if (st == ZOE_OK) ds->bin_len = (size_t)sb.st_size;
     free(idx);
     free(bin);
     return st;
@@ -91,13 +97,11 @@ zoe_status zoe_dataset_open_indexed(const char *prefix, zoe_dataset **out) {
     ZOE_TRY(zoe_dataset_alloc(prefix, &ds));
     zoe_status st = map_pair(ds);
     if (st == ZOE_OK)
-        st = zoe_index_parse(ds->idx_file.data, ds->idx_file.len, ds->bin_file.len, prefix,
-                             &ds->index);
+        st = zoe_index_parse(ds->idx_file.data, ds->idx_file.len, ds->bin_len, prefix, &ds->index);
     if (st != ZOE_OK) {
         zoe_dataset_destroy(ds);
         return st;
     }
-    ds->bin = ds->bin_file.data;
     *out = ds;
     return ZOE_OK;
 }
@@ -141,6 +145,40 @@ int64_t zoe_dataset_sequences(const zoe_dataset *ds) {
     return ds->index.sequences;
 }
 
+/* bytes [at, at + n) of the .bin, or a message naming the short read */
+static zoe_status pread_all(const zoe_dataset *ds, void *dst, size_t n, off_t at) {
+    for (size_t done = 0; done < n;) {
+        ssize_t got = pread(ds->bin_fd, (char *)dst + done, n - done, at + (off_t)done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0)
+            return zoe_fail(ZOE_ERR_IO, "cannot read '%s.bin' at byte %lld: %s", ds->name,
+                            (long long)(at + (off_t)done), strerror(errno));
+        if (got == 0)
+            return zoe_fail(ZOE_ERR_IO,
+                            "'%s.bin' ends at byte %lld, but it held %zu bytes when opened: the "
+                            "file was truncated or replaced while in use",
+                            ds->name, (long long)(at + (off_t)done), ds->bin_len);
+        done += (size_t)got;
+    }
+    return ZOE_OK;
+}
+
+static zoe_status read_file_tokens(const zoe_dataset *ds, int64_t offset, int64_t count,
+                                   int32_t *out) {
+    off_t at = (off_t)offset * (off_t)ds->index.token_size;
+    if (ds->index.dtype == ZOE_TOKENS_INT32)
+        return pread_all(ds, out, (size_t)count * sizeof *out, at);
+    enum { CHUNK = 4096 };
+    uint16_t chunk[CHUNK];
+    for (int64_t done = 0; done < count;) {
+        size_t k = (size_t)(count - done < CHUNK ? count - done : CHUNK);
+        ZOE_TRY(pread_all(ds, chunk, k * sizeof *chunk, at + (off_t)done * 2));
+        for (size_t i = 0; i < k; i++) out[done + (int64_t)i] = chunk[i];
+        done += (int64_t)k;
+    }
+    return ZOE_OK;
+}
+
 zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count, int32_t *out) {
     if (offset < 0 || count < 0 || count > ds->index.tokens - offset)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
@@ -148,6 +186,7 @@ zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count
                         (long long)offset, (long long)(offset + count),
                         (long long)ds->index.tokens);
     /* Sequences lie back to back (checked on open), so the stream is the .bin itself. */
+    if (!ds->bin) return read_file_tokens(ds, offset, count, out);
     const unsigned char *p = ds->bin + (size_t)offset * ds->index.token_size;
     if (ds->index.dtype == ZOE_TOKENS_INT32) {
         memcpy(out, p, (size_t)count * sizeof *out);
@@ -180,4 +219,41 @@ zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *off
     *offset = begin_tok;
     *length = end_tok - begin_tok;
     return ZOE_OK;
+}
+
+/* The document holding stream position pos (documents are contiguous and in order). */
+static int64_t document_at(const zoe_dataset *ds, int64_t pos) {
+    int64_t lo = 0, hi = zoe_dataset_documents(ds) - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2, off = 0, len = 0;
+        zoe_dataset_document(ds, mid, &off, &len);
+        if (off <= pos)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+zoe_status zoe_dataset_check_tokens(const zoe_dataset *ds, int32_t vocab_size) {
+    int64_t total = zoe_dataset_tokens(ds);
+    if (total == 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "dataset '%s' holds no tokens", ds->name);
+    enum { CHUNK = 1 << 16 };
+    int32_t *chunk = malloc(CHUNK * sizeof *chunk);
+    if (!chunk) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "token check of '%s'", ds->name);
+    zoe_status st = ZOE_OK;
+    for (int64_t off = 0; st == ZOE_OK && off < total; off += CHUNK) {
+        int64_t n = total - off < CHUNK ? total - off : CHUNK;
+        st = zoe_dataset_read(ds, off, n, chunk);
+        for (int64_t i = 0; st == ZOE_OK && i < n; i++)
+            if (chunk[i] < 0 || chunk[i] >= vocab_size)
+                st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                              "dataset '%s': token %d at stream position %lld (document %lld) is "
+                              "outside the vocabulary [0, %d) (--vocab)",
+                              ds->name, chunk[i], (long long)(off + i),
+                              (long long)document_at(ds, off + i), vocab_size);
+    }
+    free(chunk);
+    return st;
 }

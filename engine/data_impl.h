@@ -61,13 +61,18 @@ typedef struct zoe_mapped_file {
 zoe_status zoe_map_file(const char *path, zoe_mapped_file *out);
 void zoe_unmap_file(zoe_mapped_file *f);
 
-/* A dataset is a validated index over its token bytes, either mapped from PREFIX.idx/.bin or
- * built in memory from text (idx_image, bin_image). */
+/* A dataset is a validated index over its token bytes: PREFIX.idx mapped and PREFIX.bin read
+ * with pread (bin_fd), or both built in memory from text (idx_image, bin_image, and bin points
+ * into it). The .bin is read, not mapped, so that a file truncated under a running job is a
+ * short read with a message, not a SIGBUS in the middle of a copy; training reads nothing of
+ * the .idx after it is validated at open. */
 struct zoe_dataset {
     char *name;
     zoe_index_view index;
     const unsigned char *bin;
-    zoe_mapped_file idx_file, bin_file;
+    int bin_fd;
+    size_t bin_len;
+    zoe_mapped_file idx_file;
     unsigned char *idx_image, *bin_image;
 };
 

@@ -110,31 +110,12 @@ zoe_status zoe_dataset_open_text(const char *path, zoe_doc_split split, zoe_data
 
 zoe_status zoe_dataset_writer_add_text(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                        const char *text, size_t len, zoe_doc_split split) {
-    zoe_text_cursor cur = {.text = text, .len = len, .split = split};
-    const char *doc;
-    size_t doc_len, cap = 0, longest = 0;
-    while (zoe_text_next_document(&cur, &doc, &doc_len))
-        if (doc_len > longest) longest = doc_len;
-    cap = zoe_tokenizer_max_tokens(tok, longest) + 1;
-    int32_t *buf = malloc(cap * sizeof *buf);
-    if (!buf) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tokens of a %zu-byte document", longest);
-    zoe_status st = ZOE_OK;
-    cur.pos = 0;
-    while (st == ZOE_OK && zoe_text_next_document(&cur, &doc, &doc_len)) {
-        size_t n = 0;
-        st = zoe_tokenizer_encode(tok, doc, doc_len, buf, cap - 1, &n);
-        buf[n++] = zoe_tokenizer_eod(tok);
-        if (st == ZOE_OK) st = zoe_dataset_writer_add_document(w, buf, (int64_t)n);
-    }
-    free(buf);
-    return st;
+    zoe_input_options opt = {.split = split, .append_eod = 1};
+    return zoe_dataset_writer_add_input(w, tok, text, len, "text", &opt);
 }
 
 zoe_status zoe_dataset_writer_add_text_file(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                             const char *path, zoe_doc_split split) {
-    zoe_mapped_file text;
-    ZOE_TRY(zoe_map_file(path, &text));
-    zoe_status st = zoe_dataset_writer_add_text(w, tok, text.data, text.len, split);
-    zoe_unmap_file(&text);
-    return st;
+    zoe_input_options opt = {.split = split, .append_eod = 1};
+    return zoe_dataset_writer_add_file(w, tok, path, &opt);
 }

@@ -25,7 +25,10 @@ struct zoe_trainer {
     zoe_optimizer *opt;
     void **weight_ptrs;
     /* since the last step */
-    double loss_sum;
+    double loss_sum;        /* sum of token losses (micro-batch mean x counted targets) */
+    int64_t loss_tokens;    /* targets counted (not ignored) */
+    int64_t step_targets;   /* zoe_trainer_begin_step: this rank's declared count, or -1 */
+    int64_t global_targets; /* ... and the global batch's */
     int micro_batches;
     double ms_forward, ms_backward, ms_offload;
     double step_started;
@@ -163,6 +166,7 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
         return st;
     }
     tr->step_started = zoe_clock_ms();
+    tr->step_targets = -1;
     *out = tr;
     return ZOE_OK;
 }
@@ -196,6 +200,38 @@ int zoe_trainer_dp_size(const zoe_trainer *tr) {
     return zoe_grid_dp_size(tr->grid);
 }
 
+int64_t zoe_count_targets(const int32_t *targets, size_t n) {
+    int64_t count = 0;
+    for (size_t i = 0; i < n; i++) count += targets[i] != ZOE_GPT_IGNORE_INDEX;
+    return count;
+}
+
+zoe_status zoe_trainer_begin_step(zoe_trainer *tr, int64_t counted_targets) {
+    if (!tr || counted_targets < 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_begin_step: %s",
+                        tr ? "negative target count" : "NULL trainer");
+    if (tr->micro_batches > 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_begin_step after %d micro-batches of the step",
+                        tr->micro_batches);
+    int64_t global = counted_targets;
+    MPI_Allreduce(MPI_IN_PLACE, &global, 1, MPI_INT64_T, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    tr->step_targets = counted_targets;
+    tr->global_targets = global;
+    return ZOE_OK;
+}
+
+/* The factor on the gradient of a micro-batch's summed token losses. The optimizer averages
+ * the micro-batches of a step and the DP ranks, so the per-token mean over the global batch
+ * (N targets) takes grad_accum x dp / N; without a declared count, each micro-batch's own
+ * mean (1 / its count). */
+static float token_scale(const zoe_trainer *tr, float loss_scale, int64_t count) {
+    if (tr->step_targets < 0) return count > 0 ? loss_scale / (float)count : 0.0f;
+    if (tr->global_targets == 0) return 0.0f;
+    double k = (double)tr->cfg.grad_accum * (double)zoe_grid_dp_size(tr->grid);
+    return (float)((double)loss_scale * k / (double)tr->global_targets);
+}
+
 zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
                                    float *loss) {
     if (!tr || !tokens || !targets)
@@ -208,14 +244,16 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
     ZOE_TRY(zoe_gpt_forward(tr->gpt, tokens, targets, &l));
     double t1 = zoe_clock_ms(), offload_before = tr->ms_offload;
     zoe_gpt_grad_sink sink = {tr, sink_acquire, sink_release};
-    ZOE_TRY(zoe_gpt_backward(tr->gpt, (float)os.loss_scale, &sink));
+    int64_t count = zoe_gpt_loss_count(tr->gpt);
+    ZOE_TRY(zoe_gpt_backward_scaled(tr->gpt, token_scale(tr, (float)os.loss_scale, count), &sink));
     double t2 = zoe_clock_ms();
     ZOE_TRY(zoe_optimizer_end_micro_batch(tr->opt));
     double t3 = zoe_clock_ms();
     tr->ms_forward += t1 - t0;
     tr->ms_backward += (t2 - t1) - (tr->ms_offload - offload_before);
     tr->ms_offload += t3 - t2;
-    tr->loss_sum += l;
+    tr->loss_sum += (double)l * (double)count;
+    tr->loss_tokens += count;
     tr->micro_batches++;
     if (loss) *loss = l;
     return ZOE_OK;
@@ -225,19 +263,26 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step: NULL trainer");
     if (tr->micro_batches == 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step before any micro-batch");
+    if (tr->step_targets >= 0 &&
+        (tr->step_targets != tr->loss_tokens || tr->micro_batches != tr->cfg.grad_accum))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_step: the step declared %lld targets over %d micro-batches, "
+                        "but its micro-batches held %lld over %d",
+                        (long long)tr->step_targets, tr->cfg.grad_accum, (long long)tr->loss_tokens,
+                        tr->micro_batches);
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_optimizer_step(tr->opt, lr));
     double t1 = zoe_clock_ms();
     zoe_optimizer_stats os;
     ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
-    /* Every TP rank has the same loss; average the micro-batches over DP. */
-    double sums[2] = {tr->loss_sum, (double)tr->micro_batches};
-    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    /* Every TP rank has the same loss; the mean over the global batch's counted targets. */
+    double sums[3] = {tr->loss_sum, (double)tr->micro_batches, (double)tr->loss_tokens};
+    MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
     if (stats) {
         const zoe_train_config *c = &tr->cfg;
         memset(stats, 0, sizeof *stats);
         stats->step = tr->steps_done;
-        stats->loss = (float)(sums[0] / sums[1]);
+        stats->loss = sums[2] > 0 ? (float)(sums[0] / sums[2]) : 0.0f;
         stats->lr = lr;
         stats->grad_norm = (float)os.grad_norm;
         stats->loss_scale = (float)os.loss_scale;
@@ -255,6 +300,8 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     }
     tr->steps_done++;
     tr->loss_sum = 0;
+    tr->loss_tokens = 0;
+    tr->step_targets = -1;
     tr->micro_batches = 0;
     tr->ms_forward = tr->ms_backward = tr->ms_offload = 0;
     tr->step_started = zoe_clock_ms();

@@ -268,11 +268,14 @@ static zoe_status release_range(const zoe_gpt_grad_sink *s, int first, int n) {
 }
 
 zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sink *sink) {
+    /* Every token ignored: zero gradients, but the sink still sees every tensor. */
+    return zoe_gpt_backward_scaled(g, g->count > 0 ? loss_scale / (float)g->count : 0.0f, sink);
+}
+
+zoe_status zoe_gpt_backward_scaled(zoe_gpt *g, float scale, const zoe_gpt_grad_sink *sink) {
     const zoe_gpt_config *c = &g->cfg;
     int L = c->shape.layers, ln_f = g->num_tensors - 2;
     int64_t B = c->micro_batch, T = c->shape.seq_len;
-    /* Every token ignored: zero gradients, but the sink still sees every tensor. */
-    float scale = g->count > 0 ? loss_scale / (float)g->count : 0.0f;
     /* wte is tied: its gradient is open from the LM head here to the lookup at the end. */
     ZOE_TRY(acquire_range(g, sink, 0, 1));
     ZOE_TRY(zoe_tp_xent_backward(&g->tp, &g->emb, g->logits, g->logits, g->xent_stats, g->targets,

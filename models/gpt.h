@@ -74,6 +74,9 @@ zoe_status zoe_gpt_init_weights(zoe_gpt *g);
 zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss);
 /* Gradients of loss_scale x the micro-batch's mean loss, into the sink's buffers. */
 zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sink *sink);
+/* Gradients of token_scale x the sum of the micro-batch's token losses: the trainer's form,
+ * which weights every token of a global batch alike across micro-batches and DP ranks. */
+zoe_status zoe_gpt_backward_scaled(zoe_gpt *g, float token_scale, const zoe_gpt_grad_sink *sink);
 
 #define ZOE_GPT_IGNORE_INDEX (-1)
 

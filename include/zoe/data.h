@@ -1,47 +1,25 @@
-/* Training data: the byte-level tokenizer, the Megatron indexed dataset (.bin + .idx, read
- * memory-mapped and written atomically) and the loader that cuts the token stream into
- * sequences and deals them out to data-parallel ranks.
+/* Training data: the Megatron indexed dataset (.bin + .idx, validated at open, the .bin read
+ * with pread; written atomically), tokenizing text or JSON lines into it, and the loader that
+ * cuts the token stream into sequences and deals them out to data-parallel ranks.
  *
- * The token stream of a dataset is its documents back to back, in file order. zoe-data (and
- * zoe_dataset_open_text) end every document with the tokenizer's end-of-document token, as
- * Megatron's preprocess_data.py --append-eod does, so the stream reads doc0 EOD doc1 EOD ...;
- * datasets written elsewhere are used as stored. Sequence i of the loader is the window of
- * seq_len + 1 tokens starting at stream position i * seq_len: inputs are its first seq_len
- * tokens, targets its last seq_len (inputs shifted by one), and windows run across document
- * boundaries. */
+ * The token stream of a dataset is its documents back to back, in file order. With the byte
+ * tokenizer, zoe-data (and zoe_dataset_open_text) end every document with its end-of-document
+ * token; with a tokenizer.json, --append-eod does, as Megatron's preprocess_data.py does; so
+ * the stream reads doc0 EOD doc1 EOD ...; datasets written elsewhere are used as stored.
+ * Sequence i of the loader is the window of seq_len + 1 tokens starting at stream position
+ * i * seq_len: inputs are its first seq_len tokens, targets its last seq_len (inputs shifted by
+ * one), and windows run across document boundaries. */
 #ifndef ZOE_DATA_H
 #define ZOE_DATA_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include "zoe/status.h"
+#include "zoe/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- Byte-level tokenizer: token b < 256 is the byte b; 256 is end-of-document. ---- */
-
-#define ZOE_BYTE_EOD        256
-#define ZOE_BYTE_VOCAB_SIZE 257 /* the model pads its vocabulary up from this */
-
-typedef struct zoe_tokenizer zoe_tokenizer;
-
-zoe_status zoe_tokenizer_create_bytes(zoe_tokenizer **out);
-void zoe_tokenizer_destroy(zoe_tokenizer *tok);
-int32_t zoe_tokenizer_vocab_size(const zoe_tokenizer *tok);
-int32_t zoe_tokenizer_eod(const zoe_tokenizer *tok);
-/* The most tokens encode can produce for len bytes of text (size the token buffer with it). */
-size_t zoe_tokenizer_max_tokens(const zoe_tokenizer *tok, size_t len);
-/* Encodes len bytes (any bytes: UTF-8 is not validated, so decode(encode(x)) == x always) into
- * at most cap tokens; *n_tokens is the count written. */
-zoe_status zoe_tokenizer_encode(const zoe_tokenizer *tok, const char *text, size_t len,
-                                int32_t *tokens, size_t cap, size_t *n_tokens);
-/* Decodes n tokens into at most cap bytes; *len is the count written (no terminating NUL).
- * Special tokens (EOD) produce no bytes: split at them first to keep document boundaries.
- * Fails naming the token for an id outside the vocabulary. */
-zoe_status zoe_tokenizer_decode(const zoe_tokenizer *tok, const int32_t *tokens, size_t n,
-                                char *text, size_t cap, size_t *len);
 
 /* ---- Datasets ---- */
 
@@ -93,6 +71,9 @@ int64_t zoe_dataset_documents(const zoe_dataset *ds);
 int64_t zoe_dataset_sequences(const zoe_dataset *ds);
 /* Copies stream tokens [offset, offset + count) into out as int32. */
 zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count, int32_t *out);
+/* Checks every token of the stream against [0, vocab_size) in one pass: the message names the
+ * first one outside, its stream position and its document. An empty dataset fails too. */
+zoe_status zoe_dataset_check_tokens(const zoe_dataset *ds, int32_t vocab_size);
 /* Where document doc lies in the stream. */
 zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *offset,
                                 int64_t *length);
@@ -108,11 +89,31 @@ zoe_status zoe_dataset_writer_create(const char *prefix, zoe_token_dtype dtype,
                                      zoe_dataset_writer **out);
 /* Appends one document (one Megatron sequence). Tokens must fit the dtype. */
 zoe_status zoe_dataset_writer_add_document(zoe_dataset_writer *w, const int32_t *tokens, int64_t n);
-/* Splits text into documents (split), tokenises each with tok and appends it followed by the
- * tokenizer's EOD, as zoe-data does. */
+/* How input becomes documents and tokens. Documents are encoded by an OpenMP team and
+ * appended in input order (the output does not depend on the thread count). */
+typedef void (*zoe_input_progress)(void *user, int64_t documents, int64_t input_bytes);
+typedef struct zoe_input_options {
+    zoe_doc_split split;  /* text input: how it splits into documents */
+    const char *json_key; /* non-NULL: JSON lines, each non-blank line an object whose string
+                           * under this key is one document (Megatron's preprocess_data.py) */
+    int append_eod;       /* end every document with the tokenizer's EOD (it must have one) */
+    int threads;          /* encoding threads; 0: OpenMP's default */
+    zoe_input_progress progress; /* optional: after each batch, documents written so far and
+                                  * the input bytes consumed of this call */
+    void *progress_user;
+} zoe_input_options;
+
+/* Tokenises len bytes of input (named `name` in messages: a bad JSON line is named by its
+ * number) into documents and appends them. */
+zoe_status zoe_dataset_writer_add_input(zoe_dataset_writer *w, const zoe_tokenizer *tok,
+                                        const char *text, size_t len, const char *name,
+                                        const zoe_input_options *opt);
+/* The same for a whole file (memory-mapped while it is read). */
+zoe_status zoe_dataset_writer_add_file(zoe_dataset_writer *w, const zoe_tokenizer *tok,
+                                       const char *path, const zoe_input_options *opt);
+/* Text split at `split`, every document followed by EOD (add_input with append_eod). */
 zoe_status zoe_dataset_writer_add_text(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                        const char *text, size_t len, zoe_doc_split split);
-/* The same for a whole file (memory-mapped while it is read). */
 zoe_status zoe_dataset_writer_add_text_file(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                             const char *path, zoe_doc_split split);
 /* Writes the index, flushes both files and renames them into place. */

@@ -53,6 +53,23 @@ typedef enum zoe_progress_style {
     ZOE_PROGRESS_LINES = 2,
 } zoe_progress_style;
 
+/* Learning-rate schedules as Megatron-LM names them (--lr-decay-style). */
+typedef enum zoe_lr_decay_style {
+    ZOE_LR_CONSTANT = 0,
+    ZOE_LR_LINEAR = 1,
+    ZOE_LR_COSINE = 2,
+    ZOE_LR_INVERSE_SQRT = 3,
+    ZOE_LR_WSD = 4, /* warm-up, stable at lr, then decay over the last fraction */
+} zoe_lr_decay_style;
+
+/* The shape of WSD's decay (--lr-wsd-decay-style). */
+typedef enum zoe_lr_wsd_style {
+    ZOE_WSD_EXPONENTIAL = 0, /* 2 * 0.5^r - 1 */
+    ZOE_WSD_LINEAR = 1,
+    ZOE_WSD_COSINE = 2,
+    ZOE_WSD_MINUS_SQRT = 3, /* 1 - sqrt(r) */
+} zoe_lr_wsd_style;
+
 typedef struct zoe_train_config {
     zoe_model_config model;
     zoe_backend backend;
@@ -77,6 +94,10 @@ typedef struct zoe_train_config {
     int log_every;
     int64_t bucket_mb; /* gradient bucket size in MiB */
     zoe_progress_style progress;
+    zoe_lr_decay_style lr_decay_style;
+    int lr_decay_iters;          /* where the decay reaches min_lr; 0: steps */
+    float lr_wsd_decay_fraction; /* WSD: the decay's share of lr_decay_iters */
+    zoe_lr_wsd_style lr_wsd_decay_style;
 } zoe_train_config;
 
 void zoe_train_config_defaults(zoe_train_config *cfg);
@@ -93,8 +114,19 @@ zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **a
 zoe_status zoe_train_config_validate(const zoe_train_config *cfg, int world_size);
 /* Writes the option list with defaults (zoe-train --help). */
 void zoe_train_config_print_help(FILE *out, const char *program);
-/* Learning rate at a step: linear warm-up from 0, then cosine to min_lr at cfg->steps. */
+/* Learning rate at 0-based step s, with W = warmup, D = lr_decay_iters (or steps), peak lr,
+ * floor min_lr: warm-up lr * (s + 1) / W for s < W; then by lr_decay_style, with progress
+ * p = (s - W) / (D - W) and min_lr from s >= D on:
+ *   constant  lr (no floor)            linear  min_lr + (lr - min_lr) (1 - p)
+ *   cosine    min_lr + (lr - min_lr) (1 + cos(pi p)) / 2
+ *   inverse-square-root  max(min_lr, lr sqrt(max(W, 1) / (s + 1)))
+ *   wsd       lr until A = D - round(f D) (f = lr_wsd_decay_fraction), then over r = (s - A) /
+ *             (D - A) min_lr + (lr - min_lr) c(r), c by lr_wsd_decay_style. */
 float zoe_train_lr_at(const zoe_train_config *cfg, int step);
+/* Checks the schedule: a warm-up longer than the run, or not shorter than the decay, or a WSD
+ * decay overlapping the warm-up, is an error naming the values. zoe-train calls it; trainers
+ * that pass their own learning rate need not. */
+zoe_status zoe_train_schedule_validate(const zoe_train_config *cfg);
 
 typedef struct zoe_step_stats zoe_step_stats;
 
@@ -111,12 +143,21 @@ int64_t zoe_trainer_param_count(const zoe_trainer *tr);
 int zoe_trainer_rank(const zoe_trainer *tr);
 int zoe_trainer_dp_rank(const zoe_trainer *tr);
 int zoe_trainer_dp_size(const zoe_trainer *tr);
+/* Declares the step to come: this rank's count of counted (not -1) targets over its
+ * grad_accum micro-batches (zoe_count_targets). Collective over the DP group. The gradient and
+ * the reported loss are then the mean over every counted target of the global batch (across
+ * micro-batches and DP ranks), whatever the share of ignored targets in each micro-batch;
+ * without it, each micro-batch's gradient is its own mean and the step averages them. */
+zoe_status zoe_trainer_begin_step(zoe_trainer *tr, int64_t counted_targets);
+/* Targets that count (not -1) among n. */
+int64_t zoe_count_targets(const int32_t *targets, size_t n);
 /* One micro-batch: forward and backward of host int32 tokens and targets [micro_batch,
  * seq_len] (targets may hold -1 to ignore a position). *loss: this rank's micro-batch mean. */
 zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
                                    float *loss);
 /* The optimizer step over the micro-batches since the last step, at learning rate lr. Collective
- * over the grid. stats (optional) gets the step's figures: loss averaged over the global batch,
+ * over the grid. stats (optional) gets the step's figures: loss averaged over the global batch's
+ * counted targets,
  * gradient norm, loss scale, skip, and the time split since the last step. */
 zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
 /* Waits for a delayed update in flight, so the device weights are the latest. */

@@ -28,5 +28,15 @@ expect 1 "'gpu' is not cpu or none" --offload gpu --data "$corpus"
 expect 1 "'/nonexistent/corpus' is neither a file" --data /nonexistent/corpus
 expect 1 "--data is required"
 expect 1 "unknown model 'gpt9'" --model gpt9 --data "$corpus"
+# data checks, before the model is built
+tmp="$(mktemp -d)"
+: > "$tmp/empty.txt"
+printf 'hello\n' > "$tmp/tiny.txt"
+expect 1 "token 84 at stream position 0 (document 0) is outside the vocabulary [0, 60)" --vocab 60 --data "$corpus"
+expect 1 "holds no tokens" --data "$tmp/empty.txt"
+expect 2 "fewer than one global batch of 8 (dp 2 x grad_accum 1 x micro_batch 4)" --data "$tmp/tiny.txt"
+rm -rf "$tmp"
+expect 1 "--lr-warmup-iters=50 is longer than the run (--steps=20)" --steps 20 --lr-warmup-iters 50 --data "$corpus"
+expect 1 "--lr-decay-style: 'step' is not one of" --lr-decay-style step --data "$corpus"
 echo "test_zoe_train_cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -1,37 +1,60 @@
-/* zoe-data: converts UTF-8 text into the Megatron indexed format (PREFIX.bin + PREFIX.idx) with
- * the byte-level tokenizer, and inspects datasets. Every failure prints one line naming the
+/* zoe-data: converts text or JSON lines into the Megatron indexed format (PREFIX.bin +
+ * PREFIX.idx) with the byte-level tokenizer or a tokenizer.json (byte-level BPE), and inspects
+ * datasets. Every failure prints one line naming the
  * bad value and exits 2; a failed conversion leaves no output files behind. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include "zoe/data.h"
 
 #define EXIT_BAD 2
 
 static const char usage[] =
-    "usage: zoe-data --input FILE.txt [--input FILE ...] --output-prefix PREFIX\n"
-    "                [--split-docs blank-line|line|file] [--dtype uint16|int32]\n"
+    "usage: zoe-data --input FILE [--input FILE ...] --output-prefix PREFIX\n"
+    "                [--tokenizer tokenizer.json [--append-eod] [--eod-token STR]]\n"
+    "                [--json-key KEY] [--input-format auto|text|jsonl]\n"
+    "                [--split-docs blank-line|line|file] [--dtype auto|uint16|int32]\n"
+    "                [--threads N]\n"
     "       zoe-data --inspect PREFIX|FILE.txt\n"
     "       zoe-data --help\n"
     "\n"
-    "Converts UTF-8 text into a Megatron indexed dataset (PREFIX.bin + PREFIX.idx) with the\n"
-    "byte-level tokenizer: token b < 256 is byte b, 256 ends every document (vocab 257).\n"
-    "  --input FILE          a text file (repeat for several, read in order)\n"
+    "Converts UTF-8 text or JSON lines into a Megatron indexed dataset (PREFIX.bin + PREFIX.idx).\n"
+    "Without --tokenizer, the byte-level tokenizer: token b < 256 is byte b, 256 ends every\n"
+    "document (vocab 257). With --tokenizer, the byte-level BPE of a Hugging Face tokenizer.json\n"
+    "(GPT-2, Llama-3 ...), encoding exactly as the tokenizers package does (no special tokens\n"
+    "added; invalid UTF-8 read as U+FFFD).\n"
+    "  --input FILE          an input file (repeat for several, read in order)\n"
     "  --output-prefix P     writes P.bin and P.idx (atomically: temp names, then rename)\n"
-    "  --split-docs MODE     documents are paragraphs between blank lines (default), lines,\n"
+    "  --tokenizer FILE      a tokenizer.json (byte-level BPE)\n"
+    "  --append-eod          end every document with the end-of-document token (always on for\n"
+    "                        the byte-level tokenizer)\n"
+    "  --eod-token STR       that token (default: <|endoftext|>, <|end_of_text|>, </s> or <eos>,\n"
+    "                        whichever is a special token of the tokenizer)\n"
+    "  --input-format F      text, jsonl, or auto (default): .jsonl and .json files are JSON "
+    "lines\n"
+    "  --json-key KEY        JSON lines: the key of each object's document (default text)\n"
+    "  --split-docs MODE     text: documents are paragraphs between blank lines (default), lines,\n"
     "                        or whole files\n"
-    "  --dtype T             token type in P.bin: uint16 (default) or int32\n"
+    "  --dtype T             token type in P.bin: auto (default: uint16 when the vocabulary fits,\n"
+    "                        else int32), uint16 or int32\n"
+    "  --threads N           encoding threads (default: OpenMP's, OMP_NUM_THREADS)\n"
     "  --inspect PATH        prints the statistics of an indexed dataset or a text file\n"
-    "Exits 2 on any error, with one line on stderr naming the bad value.\n";
+    "Progress (documents, MB/s, ETA) goes to stderr when it is a terminal. Exits 2 on any error,\n"
+    "with one line on stderr naming the bad value.\n";
+
+enum { FORMAT_AUTO, FORMAT_TEXT, FORMAT_JSONL };
 
 typedef struct options {
     const char **inputs;
     int n_inputs;
-    const char *prefix, *inspect;
+    const char *prefix, *inspect, *tokenizer, *eod_token, *json_key;
     zoe_doc_split split;
     zoe_token_dtype dtype;
+    int auto_dtype, format, append_eod, threads;
     int help;
 } options;
 
@@ -64,7 +87,10 @@ static const char *option_value(int argc, char **argv, int *i, const char *name,
 }
 
 static int parse(int argc, char **argv, options *o) {
-    *o = (options){.split = ZOE_SPLIT_BLANK_LINE, .dtype = ZOE_TOKENS_UINT16};
+    *o = (options){.split = ZOE_SPLIT_BLANK_LINE,
+                   .dtype = ZOE_TOKENS_UINT16,
+                   .auto_dtype = 1,
+                   .json_key = "text"};
     o->inputs = calloc((size_t)argc, sizeof *o->inputs);
     if (!o->inputs) return fail("out of memory");
     for (int i = 1; i < argc; i++) {
@@ -82,8 +108,30 @@ static int parse(int argc, char **argv, options *o) {
             if (zoe_doc_split_parse(v, &o->split) != ZOE_OK)
                 return fail("--split-docs '%s' unknown (expected blank-line, line or file)", v);
         } else if ((v = option_value(argc, argv, &i, "--dtype", &missing))) {
-            if (zoe_token_dtype_parse(v, &o->dtype) != ZOE_OK)
-                return fail("--dtype '%s' unknown (expected uint16 or int32)", v);
+            o->auto_dtype = strcmp(v, "auto") == 0;
+            if (!o->auto_dtype && zoe_token_dtype_parse(v, &o->dtype) != ZOE_OK)
+                return fail("--dtype '%s' unknown (expected auto, uint16 or int32)", v);
+        } else if ((v = option_value(argc, argv, &i, "--tokenizer", &missing))) {
+            o->tokenizer = v;
+        } else if ((v = option_value(argc, argv, &i, "--eod-token", &missing))) {
+            o->eod_token = v;
+        } else if ((v = option_value(argc, argv, &i, "--json-key", &missing))) {
+            o->json_key = v;
+        } else if ((v = option_value(argc, argv, &i, "--input-format", &missing))) {
+            static const char *const names[] = {"auto", "text", "jsonl"};
+            o->format = -1;
+            for (int k = 0; k < 3; k++)
+                if (strcmp(v, names[k]) == 0) o->format = k;
+            if (o->format < 0)
+                return fail("--input-format '%s' unknown (expected auto, text or jsonl)", v);
+        } else if ((v = option_value(argc, argv, &i, "--threads", &missing))) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*v == '\0' || *end || n < 1 || n > 4096)
+                return fail("--threads '%s' is not a count in [1, 4096]", v);
+            o->threads = (int)n;
+        } else if (strcmp(argv[i], "--append-eod") == 0) {
+            o->append_eod = 1;
         } else if (missing) {
             return fail("option '%s' needs a value (see zoe-data --help)", argv[i]);
         } else {
@@ -95,41 +143,103 @@ static int parse(int argc, char **argv, options *o) {
         return fail("--inspect cannot be combined with --input or --output-prefix");
     if (!o->inspect && o->n_inputs == 0) return fail("no --input given (see zoe-data --help)");
     if (!o->inspect && !o->prefix) return fail("no --output-prefix given (see zoe-data --help)");
+    if (o->eod_token && !o->tokenizer)
+        return fail("--eod-token '%s' needs --tokenizer (the byte-level EOD is %d)", o->eod_token,
+                    ZOE_BYTE_EOD);
     return 0;
 }
 
-/* Opens every input first, so a missing file fails before any output exists. */
-static int check_inputs(const options *o) {
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int is_jsonl(const options *o, const char *path) {
+    if (o->format != FORMAT_AUTO) return o->format == FORMAT_JSONL;
+    return ends_with(path, ".jsonl") || ends_with(path, ".json");
+}
+
+/* Opens every input first, so a missing file fails before any output exists; sums sizes. */
+static int check_inputs(const options *o, long long *total) {
+    *total = 0;
     for (int i = 0; i < o->n_inputs; i++) {
         FILE *f = fopen(o->inputs[i], "rb");
         if (!f) return fail("cannot read input '%s': %s", o->inputs[i], strerror(errno));
+        if (fseek(f, 0, SEEK_END) == 0) *total += ftell(f);
         fclose(f);
     }
     return 0;
 }
 
+/* The live line on a terminal: documents, MB/s, ETA from the bytes still to read. */
+typedef struct progress {
+    int live;
+    long long total, done_files; /* input bytes: all, and of the files finished */
+    double started, shown;
+} progress;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void show_progress(void *user, int64_t docs, int64_t bytes) {
+    progress *p = user;
+    double t = now_s();
+    if (!p->live || t - p->shown < 0.25) return;
+    p->shown = t;
+    double done = (double)(p->done_files + bytes), rate = done / (t - p->started + 1e-9);
+    double eta = rate > 0 ? ((double)p->total - done) / rate : 0;
+    fprintf(stderr, "\rzoe-data: %lld documents, %.1f of %.1f MB, %.1f MB/s, ETA %d:%02d   ",
+            (long long)docs, done / 1e6, (double)p->total / 1e6, rate / 1e6, (int)eta / 60,
+            (int)eta % 60);
+}
+
 static int convert(const options *o) {
-    int rc = check_inputs(o);
+    long long total;
+    int rc = check_inputs(o, &total);
     if (rc != 0) return rc;
     zoe_tokenizer *tok = NULL;
     zoe_dataset_writer *w = NULL;
-    if (zoe_tokenizer_create_bytes(&tok) != ZOE_OK ||
-        zoe_dataset_writer_create(o->prefix, o->dtype, &w) != ZOE_OK)
-        rc = fail_zoe();
-    for (int i = 0; rc == 0 && i < o->n_inputs; i++)
-        if (zoe_dataset_writer_add_text_file(w, tok, o->inputs[i], o->split) != ZOE_OK)
-            rc = fail_zoe();
+    zoe_status st = o->tokenizer ? zoe_tokenizer_load_json(o->tokenizer, o->eod_token, &tok)
+                                 : zoe_tokenizer_create_bytes(&tok);
+    if (st != ZOE_OK) return fail_zoe();
+    int32_t vocab = zoe_tokenizer_vocab_size(tok);
+    zoe_token_dtype dtype = o->dtype;
+    if (o->auto_dtype) dtype = vocab <= 65536 ? ZOE_TOKENS_UINT16 : ZOE_TOKENS_INT32;
+    if (dtype == ZOE_TOKENS_UINT16 && vocab > 65536)
+        rc = fail("--dtype uint16 cannot hold the %d tokens of '%s' (use int32 or auto)", vocab,
+                  o->tokenizer);
+    if (rc == 0 && zoe_dataset_writer_create(o->prefix, dtype, &w) != ZOE_OK) rc = fail_zoe();
+    progress prog = {.live = isatty(fileno(stderr)), .total = total, .started = now_s()};
+    for (int i = 0; rc == 0 && i < o->n_inputs; i++) {
+        zoe_input_options in = {.split = o->split,
+                                .json_key = is_jsonl(o, o->inputs[i]) ? o->json_key : NULL,
+                                .append_eod = o->append_eod || !o->tokenizer,
+                                .threads = o->threads,
+                                .progress = show_progress,
+                                .progress_user = &prog};
+        if (zoe_dataset_writer_add_file(w, tok, o->inputs[i], &in) != ZOE_OK) rc = fail_zoe();
+        FILE *f = rc == 0 ? fopen(o->inputs[i], "rb") : NULL;
+        if (f && fseek(f, 0, SEEK_END) == 0) prog.done_files += ftell(f);
+        if (f) fclose(f);
+    }
+    if (prog.live && prog.shown > 0) fprintf(stderr, "\n");
     if (rc == 0 && zoe_dataset_writer_documents(w) == 0)
         rc = fail("no documents in the input ('%s' ...): every file is empty or blank",
                   o->inputs[0]);
     if (rc == 0 && zoe_dataset_writer_finish(w) != ZOE_OK) rc = fail_zoe();
+    double secs = now_s() - prog.started;
     if (rc == 0)
-        printf("zoe-data: wrote %s.bin and %s.idx: %lld documents, %lld tokens (%s, byte-level "
-               "vocab %d, EOD %d) from %d file%s, split %s\n",
+        printf("zoe-data: wrote %s.bin and %s.idx: %lld documents, %lld tokens (%s, %s vocab %d, "
+               "EOD %d) from %d file%s (%.1f MB in %.1f s, %.1f MB/s)\n",
                o->prefix, o->prefix, (long long)zoe_dataset_writer_documents(w),
-               (long long)zoe_dataset_writer_tokens(w), zoe_token_dtype_name(o->dtype),
-               ZOE_BYTE_VOCAB_SIZE, ZOE_BYTE_EOD, o->n_inputs, o->n_inputs == 1 ? "" : "s",
-               zoe_doc_split_name(o->split));
+               (long long)zoe_dataset_writer_tokens(w), zoe_token_dtype_name(dtype),
+               o->tokenizer ? "BPE" : "byte-level", vocab,
+               o->append_eod || !o->tokenizer ? zoe_tokenizer_eod(tok) : -1, o->n_inputs,
+               o->n_inputs == 1 ? "" : "s", (double)total / 1e6, secs,
+               (double)total / 1e6 / (secs > 0 ? secs : 1e-9));
     zoe_dataset_writer_destroy(w); /* removes the temporary files unless finished */
     zoe_tokenizer_destroy(tok);
     return rc;

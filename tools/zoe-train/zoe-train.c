@@ -57,6 +57,26 @@ static void ensure_passive_openmp_wait(char **argv) {
     execv("/proc/self/exe", argv); /* returns only on failure: then run as we are */
 }
 
+/* Before the model is built: every token inside the vocabulary (rank 0 reads the dataset once
+ * and tells the others), and at least one global batch of sequences (the loader's own check,
+ * made here with the grid's DP size). Every rank returns the same status. */
+static zoe_status check_data(const zoe_dataset *ds, const zoe_train_config *cfg, int rank,
+                             int world) {
+    int status = rank == 0 ? (int)zoe_dataset_check_tokens(ds, cfg->model.vocab) : 0;
+    MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (status != ZOE_OK) return (zoe_status)status;
+    zoe_loader_config lc = {.seq_len = cfg->model.seq_len,
+                            .micro_batch = cfg->micro_batch,
+                            .dp_size = world / cfg->tp,
+                            .dp_rank = 0,
+                            .grad_accum = cfg->grad_accum,
+                            .seed = cfg->seed};
+    zoe_loader *probe = NULL;
+    zoe_status st = zoe_loader_create(ds, &lc, &probe);
+    zoe_loader_destroy(probe);
+    return st;
+}
+
 int main(int argc, char **argv) {
     ensure_passive_openmp_wait(argv);
     MPI_Init(&argc, &argv);
@@ -78,11 +98,16 @@ int main(int argc, char **argv) {
         return fail(
             rank, EXIT_USAGE,
             "--data is required (a .txt file, or an indexed dataset prefix made by zoe-data)");
-    if (zoe_train_config_validate(&cfg, world) != ZOE_OK)
+    if (zoe_train_config_validate(&cfg, world) != ZOE_OK ||
+        zoe_train_schedule_validate(&cfg) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
 
     zoe_dataset *ds = NULL;
     if (zoe_dataset_open(cfg.data, &ds) != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
+    if (check_data(ds, &cfg, rank, world) != ZOE_OK) {
+        zoe_dataset_destroy(ds);
+        return fail(rank, EXIT_USAGE, zoe_last_error());
+    }
     zoe_trainer *tr = NULL;
     if (zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr) != ZOE_OK) {
         zoe_dataset_destroy(ds);
@@ -97,8 +122,10 @@ int main(int argc, char **argv) {
                             .vocab_size = cfg.model.vocab};
     zoe_loader *loader = NULL;
     zoe_progress *progress = NULL;
-    size_t n = (size_t)cfg.micro_batch * (size_t)cfg.model.seq_len;
-    int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
+    /* A step's micro-batches are fetched first: the count of their targets weights the loss. */
+    size_t n = (size_t)cfg.micro_batch * (size_t)cfg.model.seq_len,
+           all = n * (size_t)cfg.grad_accum;
+    int32_t *tokens = malloc(all * sizeof(int32_t)), *targets = malloc(all * sizeof(int32_t));
     st = tokens && targets ? zoe_loader_create(ds, &lc, &loader) : ZOE_ERR_OUT_OF_MEMORY;
     if (st == ZOE_OK && rank == 0)
         st = zoe_progress_create(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
@@ -107,10 +134,11 @@ int main(int argc, char **argv) {
     float first_loss = 0, last_loss = 0;
     double ms = 0, toks = 0;
     for (int step = 0; st == ZOE_OK && step < cfg.steps; step++) {
-        for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++) {
-            st = zoe_loader_fetch(loader, step, m, tokens, targets);
-            if (st == ZOE_OK) st = zoe_trainer_micro_batch(tr, tokens, targets, NULL);
-        }
+        for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++)
+            st = zoe_loader_fetch(loader, step, m, tokens + (size_t)m * n, targets + (size_t)m * n);
+        if (st == ZOE_OK) st = zoe_trainer_begin_step(tr, zoe_count_targets(targets, all));
+        for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++)
+            st = zoe_trainer_micro_batch(tr, tokens + (size_t)m * n, targets + (size_t)m * n, NULL);
         zoe_step_stats s;
         if (st == ZOE_OK) st = zoe_trainer_step(tr, zoe_train_lr_at(&cfg, step), &s);
         if (st == ZOE_OK && progress) st = zoe_progress_report(progress, &s);
