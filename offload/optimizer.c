@@ -23,6 +23,7 @@ void zoe_optimizer_config_default(zoe_optimizer_config *cfg) {
         .grad_mode = ZOE_GRAD_BUCKETS,
         .dpu_warmup = 0,
         .partial_ratio = 0.0f,
+        .copy_out_numel = (size_t)1 << 22,
     };
 }
 
@@ -46,6 +47,7 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
     if (c->grad_mode != ZOE_GRAD_BUCKETS && c->grad_mode != ZOE_GRAD_FULL_BUFFER)
         BAD("unknown gradient mode %d", (int)c->grad_mode);
     if (c->dpu_warmup < 0) BAD("dpu_warmup %d must be >= 0 (0 disables DPU)", c->dpu_warmup);
+    if (c->copy_out_numel == 0) BAD("copy_out_numel 0 must be positive");
     if (!(c->partial_ratio >= 0 && c->partial_ratio <= 1))
         BAD("partial offload ratio %g outside [0, 1]", (double)c->partial_ratio);
     return ZOE_OK;

@@ -66,9 +66,6 @@ typedef struct zoe_state_sizes {
     size_t full_grad, full_pinned;   /* ZOE_GRAD_FULL_BUFFER, compute dtype */
 } zoe_state_sizes;
 
-/* Elements per slot of the copy-out ring: 8 MiB of bf16, a whole number of tiles. */
-#define ZOE_OUT_RING_NUMEL ((size_t)256 * ZOE_ADAM_TILE)
-
 void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
                         const zoe_optimizer_config *cfg, zoe_state_sizes *out);
 void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,

@@ -54,6 +54,7 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
 #pragma omp parallel for schedule(static) reduction(| : failed)
     for (long ch = first; ch < last; ch++) {
         size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
+        lo = lo < b0 ? b0 : lo;
         for (int s = opt->chunk_segment[ch]; s < lay->num_segments; s++) {
             const zoe_segment *sg = &lay->segments[s];
             size_t a = sg->offset - h_lo, e = a + sg->len;
