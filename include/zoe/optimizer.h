@@ -65,9 +65,10 @@
  * the gradient bucket ring besides. On a GPU (host side): fp32 master, m, v and the fp32
  * gradient accumulator = 16 bytes; the new compute-dtype weights go to the device through a
  * small pinned copy-out ring (2 slots of copy_out_numel, 8 MiB of bf16 each), never a full-size
- * buffer. With DPU, 18: the step rounds the finished gradient, divided by the micro-batch count,
- * into a pinned compute-dtype snapshot; the update in flight reads it and writes the new
- * compute-dtype weights over it, so one fp32 accumulator serves, and the device keeps a partition
+ * buffer. With DPU, 18: the update in flight first rounds the finished gradient, divided by the
+ * micro-batch count, into a pinned compute-dtype snapshot and releases the fp32 accumulator (the
+ * next iteration's first gradient write waits for that), then writes the new compute-dtype
+ * weights over the snapshot, so one fp32 accumulator serves, and the device keeps a partition
  * buffer (2 bytes per element of P) that the new weights are copied into while compute runs. On the
  * CPU backend with fp32 weights the rank's slices of the parameter buffer are the fp32 master
  * weights (16 bytes per parameter at DP = 1 in all); writing ZOE_STATE_MASTER then changes
