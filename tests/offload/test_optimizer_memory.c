@@ -129,11 +129,9 @@ static void measure(zoe_grid *grid, zoe_dtype dt, const zoe_optimizer_config *c,
     size_t total = 0;
     for (int i = 0; i < NT; i++) total += numel[i];
     double *w = malloc(total * sizeof(double)), *g = malloc(total * sizeof(double));
+    init_random_params(opt, dt, numel, NT, 17, w);
     test_rng rng;
-    test_rng_seed(&rng, 17);
-    for (size_t i = 0; i < total; i++) w[i] = 2 * test_rng_uniform(&rng) - 1;
-    write_params(opt, dt, numel, NT, w);
-    CHECK_OK(zoe_optimizer_init_from_params(opt));
+    test_rng_seed(&rng, 18);
     for (int s = 0; s < 3; s++) {
         for (size_t i = 0; i < total; i++) g[i] = test_rng_normal(&rng);
         feed_micro_batch(opt, dt, numel, NT, g);
