@@ -100,6 +100,10 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
+    if (!in_flight && !opt->part_out) { /* the update writes the parameters: compute is done */
+        ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
+        ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_written));
+    }
     for (int s = 0; !zoe_device_is_host_memory(opt) && s < lay->num_device_segments; s++) {
         size_t a = lay->segments[s].offset, n = lay->segments[s].len;
         ZOE_TRY(zoe_adam_stream(opt->update_stream, zoe_segment_consts(c, &lay->segments[s]),

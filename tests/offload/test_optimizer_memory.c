@@ -3,8 +3,9 @@
  * off and on, against the layout's figures and against zoe_optimizer_footprint_of().
  *
  * Measured: the device layer's accounting (zoe_device_memory_stats: the parameter buffer and
- * bucket ring, and any page-locked memory) and the process heap (glibc mallinfo2: every byte
- * malloc'd between before zoe_optimizer_create and after it). The heap growth must cover the
+ * bucket ring, and any page-locked memory) and the process heap (glibc mallinfo2, or the
+ * sanitizer's allocator under ASan: every byte malloc'd between before zoe_optimizer_create and
+ * after it). The heap growth must cover the
  * optimizer's own count of its host arrays and exceed it by no more than its tables and the
  * MPI communicator it duplicates (HEAP_SLACK, stated below); device and pinned bytes must equal
  * its count exactly; and the count must equal the footprint computed without allocating.
@@ -25,6 +26,17 @@
  * against the real allocations in test_optimizer_cuda. */
 #include <malloc.h>
 #include "offload_test.h"
+#if defined(__SANITIZE_ADDRESS__)
+#define HEAP_FROM_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEAP_FROM_SANITIZER 1
+#endif
+#endif
+#ifdef HEAP_FROM_SANITIZER
+/* The ASan runtime's (sanitizer/allocator_interface.h, which gcc does not install). */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
 
 enum { NT = 4 };
 static const size_t numel[NT] = {300000, 123457, 500001, 77};
@@ -32,9 +44,15 @@ static const size_t numel[NT] = {300000, 123457, 500001, 77};
  * OpenMP allocates for its team: bounded by 256 KiB, against 5 MB and more of state. */
 static const size_t HEAP_SLACK = 256 * 1024;
 
+/* Bytes the process has malloc'd and not freed: glibc's count, or AddressSanitizer's, whose
+ * allocator replaces glibc's (mallinfo2 then reports nothing). */
 static size_t heap_in_use(void) {
+#ifdef HEAP_FROM_SANITIZER
+    return __sanitizer_get_current_allocated_bytes();
+#else
     struct mallinfo2 mi = mallinfo2();
     return mi.uordblks + mi.hblkhd;
+#endif
 }
 
 static int same_footprint(const zoe_optimizer_footprint *a, const zoe_optimizer_footprint *b) {
