@@ -4,11 +4,11 @@
  *
  * Measured: the device layer's accounting (zoe_device_memory_stats: the parameter buffer and
  * bucket ring, and any page-locked memory) and the process heap (glibc mallinfo2, or the
- * sanitizer's allocator under ASan: every byte malloc'd between before zoe_optimizer_create and
- * after it). The heap growth must cover the
- * optimizer's own count of its host arrays and exceed it by no more than its tables and the
- * MPI communicator it duplicates (HEAP_SLACK, stated below); device and pinned bytes must equal
- * its count exactly; and the count must equal the footprint computed without allocating.
+ * sanitizer's allocator under ASan or TSan: every byte malloc'd between before zoe_optimizer_create
+ * and after it). The heap growth must cover the optimizer's own count of its host arrays and exceed
+ * it by no more than its tables and the MPI communicator it duplicates (HEAP_SLACK, stated below);
+ * device and pinned bytes must equal its count exactly; and the count must equal the footprint
+ * computed without allocating.
  *
  * Bytes per parameter: the host state per element of the rank's partition (fixed-size rings
  * excluded) plus the weight array per element of the parameter buffer; at one DP rank this is
@@ -26,10 +26,10 @@
  * against the real allocations in test_optimizer_cuda. */
 #include <malloc.h>
 #include "offload_test.h"
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define HEAP_FROM_SANITIZER 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define HEAP_FROM_SANITIZER 1
 #endif
 #endif
@@ -44,8 +44,8 @@ static const size_t numel[NT] = {300000, 123457, 500001, 77};
  * OpenMP allocates for its team: bounded by 256 KiB, against 5 MB and more of state. */
 static const size_t HEAP_SLACK = 256 * 1024;
 
-/* Bytes the process has malloc'd and not freed: glibc's count, or AddressSanitizer's, whose
- * allocator replaces glibc's (mallinfo2 then reports nothing). */
+/* Bytes the process has malloc'd and not freed: glibc's count, or the sanitizer's (ASan, TSan),
+ * whose allocator replaces glibc's (mallinfo2 then reports nothing). */
 static size_t heap_in_use(void) {
 #ifdef HEAP_FROM_SANITIZER
     return __sanitizer_get_current_allocated_bytes();
