@@ -84,7 +84,8 @@
  *
  * Partial offload: partial_ratio r in [0, 1] keeps the first r of the rank's partition (rounded
  * down to 64 bytes) with its state in device memory, updated by a device Adam; the rest is on
- * the host. On the CPU backend device memory is host memory and the device Adam is the host's.
+ * the host. On the CPU backend device memory is host memory and the device Adam is the host's:
+ * the device share then lives in the host arrays (counted as host memory).
  *
  * Threads: the host step runs on the OpenMP threads of the calling process; bind them first
  * (zoe_topology_bind) so that the state, first-touched by the threads that update it, lands in
@@ -241,7 +242,9 @@ typedef struct zoe_optimizer_footprint_args {
 } zoe_optimizer_footprint_args;
 zoe_status zoe_optimizer_footprint_of(const zoe_optimizer_footprint_args *args,
                                       zoe_optimizer_footprint *out);
-/* What this optimizer allocated (counted as it allocated). */
+/* What this optimizer allocated (counted as it allocated). Not counted by either: the DP
+ * communicator's own staging (on the CPU backend, a 16-bit reduction stages its input as fp32:
+ * up to 4 bytes per element of the largest bucket, allocated at the first reduction). */
 zoe_status zoe_optimizer_memory(const zoe_optimizer *opt, zoe_optimizer_footprint *out);
 
 #ifdef __cplusplus
