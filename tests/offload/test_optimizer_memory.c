@@ -139,7 +139,7 @@ static void measure(zoe_grid *grid, zoe_dtype dt, const zoe_optimizer_config *c,
               "%s: %.4f host + %.4f weight bytes per parameter, the layout's figure is %.1f", what,
               host, device, want_total);
     if (test_rank() == 0)
-        printf("%s, DP=%d: %.3f B/param host + %.3f weights = %.3f (rings: %zu device bytes); "
+        printf("%s, DP=%d: %.3f B/param host + %.3f device = %.3f (rings: %zu device bytes); "
                "heap +%zu for %zu counted\n",
                what, d, host, device, host + device, real.device_ring_bytes, heap, counted);
 
