@@ -4,11 +4,11 @@
  *
  * Measured: the device layer's accounting (zoe_device_memory_stats: the parameter buffer and
  * bucket ring, and any page-locked memory) and the process heap (glibc mallinfo2, or the
- * sanitizer's allocator under ASan or TSan: every byte malloc'd between before zoe_optimizer_create
- * and after it). The heap growth must cover the optimizer's own count of its host arrays and exceed
- * it by no more than its tables and the MPI communicator it duplicates (HEAP_SLACK, stated below);
- * device and pinned bytes must equal its count exactly; and the count must equal the footprint
- * computed without allocating.
+ * replacing allocator's under ASan, TSan or valgrind: every byte malloc'd between before
+ * zoe_optimizer_create and after it). The heap growth must cover the optimizer's own count of its
+ * host arrays and exceed it by no more than its tables and the MPI communicator it duplicates
+ * (HEAP_SLACK, stated below); device and pinned bytes must equal its count exactly; and the count
+ * must equal the footprint computed without allocating.
  *
  * Bytes per parameter: the host state per element of the rank's partition (fixed-size rings
  * excluded) plus the weight array per element of the parameter buffer; at one DP rank this is
@@ -36,6 +36,11 @@
 #ifdef HEAP_FROM_SANITIZER
 /* The ASan runtime's (sanitizer/allocator_interface.h, which gcc does not install). */
 size_t __sanitizer_get_current_allocated_bytes(void);
+#elif defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define HEAP_FROM_MEMCHECK 1
+#endif
 #endif
 
 enum { NT = 4 };
@@ -44,12 +49,20 @@ static const size_t numel[NT] = {300000, 123457, 500001, 77};
  * OpenMP allocates for its team: bounded by 256 KiB, against 5 MB and more of state. */
 static const size_t HEAP_SLACK = 256 * 1024;
 
-/* Bytes the process has malloc'd and not freed: glibc's count, or the sanitizer's (ASan, TSan),
- * whose allocator replaces glibc's (mallinfo2 then reports nothing). */
+/* Bytes the process has malloc'd and not freed: glibc's count, or the sanitizer's (ASan, TSan)
+ * or valgrind's, whose allocators replace glibc's (mallinfo2 then reports nothing). */
 static size_t heap_in_use(void) {
 #ifdef HEAP_FROM_SANITIZER
     return __sanitizer_get_current_allocated_bytes();
 #else
+#ifdef HEAP_FROM_MEMCHECK
+    if (RUNNING_ON_VALGRIND) { /* valgrind's malloc, too: every live block, as its leak check */
+        unsigned long leaked = 0, dubious = 0, reachable = 0, suppressed = 0;
+        VALGRIND_DO_QUICK_LEAK_CHECK;
+        VALGRIND_COUNT_LEAKS(leaked, dubious, reachable, suppressed);
+        return leaked + dubious + reachable + suppressed;
+    }
+#endif
     struct mallinfo2 mi = mallinfo2();
     return mi.uordblks + mi.hblkhd;
 #endif
