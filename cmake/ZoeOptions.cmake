@@ -28,11 +28,37 @@ if(NOT ZOE_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "ZOE_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER or add nvcc to PATH)")
   endif()
 endif()
+# The GPUs to build for. The first of these that is set decides: CMAKE_CUDA_ARCHITECTURES,
+# ZOE_CUDA_ARCHS (e.g. -DZOE_CUDA_ARCHS=90 while iterating), the CUDAARCHS environment variable;
+# else every one of the users' GPUs the toolkit can target: V100 (70, dropped by CUDA 13, so
+# it needs a CUDA 12 toolkit), A100 (80), H100/H200 (90), each as machine code, plus PTX of the
+# newest so that later GPUs JIT it.
+set(ZOE_CUDA_ARCHS "" CACHE STRING "CUDA architectures, e.g. 80;90 (default: 70, 80, 90 where the toolkit supports them)")
 if(ZOE_HAVE_CUDA)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    # sm_90 machine code for Hopper plus PTX so newer GPUs JIT it.
-    set(CMAKE_CUDA_ARCHITECTURES 90-real 90-virtual)
+    if(ZOE_CUDA_ARCHS)
+      set(CMAKE_CUDA_ARCHITECTURES ${ZOE_CUDA_ARCHS})
+    elseif(DEFINED ENV{CUDAARCHS} AND NOT "$ENV{CUDAARCHS}" STREQUAL "")
+      set(CMAKE_CUDA_ARCHITECTURES $ENV{CUDAARCHS})
+    else()
+      execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --list-gpu-arch OUTPUT_VARIABLE _zoe_nvcc_archs
+                      RESULT_VARIABLE _zoe_nvcc_rc ERROR_QUIET)
+      set(_zoe_archs "")
+      foreach(a 70 80 90)
+        if(_zoe_nvcc_rc EQUAL 0 AND _zoe_nvcc_archs MATCHES "compute_${a}")
+          list(APPEND _zoe_archs ${a}-real)
+          set(_zoe_newest ${a})
+        endif()
+      endforeach()
+      if(NOT _zoe_archs)
+        message(FATAL_ERROR "zoe: ${CMAKE_CUDA_COMPILER} --list-gpu-arch names none of sm_70, sm_80, "
+                            "sm_90; set ZOE_CUDA_ARCHS to the GPUs to build for")
+      endif()
+      list(APPEND _zoe_archs ${_zoe_newest}-virtual)
+      set(CMAKE_CUDA_ARCHITECTURES ${_zoe_archs})
+    endif()
   endif()
+  message(STATUS "zoe: CUDA architectures ${CMAKE_CUDA_ARCHITECTURES}")
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 17)
 endif()

@@ -67,6 +67,9 @@ static const option_spec options[] = {
     {"dpu-warmup", OPT_INT, CFG(dpu_warmup), 0, 1e9,
      "synchronous steps before the delayed parameter update (0: no DPU)"},
     {"recompute", OPT_FLAG, CFG(recompute), 0, 1, "recompute activations in backward"},
+    {"tf32", OPT_FLAG, CFG(tf32), 0, 1, "CUDA: TF32 tensor cores for fp32 matmuls"},
+    {"loss-scale", OPT_FLOAT, CFG(loss_scale), 1, 1 << 24,
+     "fp16: initial loss scale (halved on overflow, doubled after 1000 clean steps)"},
     {"data", OPT_PATH, CFG(data), 0, 0, "indexed dataset prefix (.bin/.idx) or a .txt file"},
     {"seed", OPT_U64, CFG(seed), 0, 0, "seed of initialisation, dropout and data order"},
     {"metrics", OPT_PATH, CFG(metrics), 0, 0, "write one JSON object per step to this file"},
@@ -95,6 +98,7 @@ void zoe_train_config_defaults(zoe_train_config *cfg) {
     cfg->dtype = ZOE_F32;
     cfg->offload = ZOE_OFFLOAD_CPU;
     cfg->dpu_warmup = 5;
+    cfg->loss_scale = 65536.0f;
     cfg->seed = 1234;
     cfg->log_every = 1;
     cfg->bucket_mb = 16;
@@ -325,6 +329,15 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
         return zoe_fail(
             ZOE_ERR_INVALID_ARGUMENT,
             "--dtype=fp16 needs --backend=cuda (the CPU backend computes in fp32 or bf16)");
+    /* What a backend cannot run is refused here, before anything is allocated. */
+    if (c->backend == ZOE_BACKEND_CUDA && m->hidden / m->heads > 256)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--hidden=%d / --heads=%d is a head dim of %d; the CUDA attention kernels "
+                        "take at most 256",
+                        m->hidden, m->heads, m->hidden / m->heads);
+    if (c->tf32 && c->dtype != ZOE_F32)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--tf32 is for --dtype=fp32 (got %s)",
+                        zoe_dtype_name(c->dtype));
     if (c->data[0] && !data_exists(c->data))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--data: '%s' is neither a file nor a prefix of PREFIX.bin and PREFIX.idx",

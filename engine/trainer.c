@@ -66,9 +66,19 @@ static void bind_threads(const zoe_trainer *tr) {
 static zoe_status create_device(zoe_trainer *tr) {
     int ordinal = 0;
     if (tr->cfg.backend == ZOE_BACKEND_CUDA) {
-        int n = zoe_cuda_device_count();
-        if (n == 0) return zoe_fail(ZOE_ERR_UNSUPPORTED, "--backend=cuda but no GPU is visible");
-        ordinal = zoe_grid_local_rank(tr->grid) % n;
+        /* Two ranks on one GPU would fail inside ncclCommInitRank ("duplicate GPU"). Decided
+         * over the world, so that every rank stops alike when any node is short of GPUs. */
+        int n = zoe_cuda_device_count(), local = zoe_grid_local_size(tr->grid);
+        int fits = n > 0 && local <= n, all_fit = 0;
+        MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, zoe_grid_world_comm(tr->grid));
+        if (!all_fit && n == 0)
+            return zoe_fail(ZOE_ERR_UNSUPPORTED, "--backend=cuda but no GPU is visible");
+        if (!all_fit)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--backend=cuda: a node runs more ranks than it has GPUs (here %d "
+                            "ranks, %d GPU(s)); each rank needs its own GPU",
+                            local, n);
+        ordinal = zoe_grid_local_rank(tr->grid);
     }
     ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
     return zoe_stream_create(tr->dev, &tr->stream);
@@ -80,7 +90,8 @@ static zoe_status create_model(zoe_trainer *tr) {
                          .micro_batch = c->micro_batch,
                          .dtype = c->dtype,
                          .seed = c->seed,
-                         .recompute = c->recompute};
+                         .recompute = c->recompute,
+                         .tf32 = c->tf32};
     ZOE_TRY(zoe_comm_create_for_device(zoe_grid_tp_comm(tr->grid), tr->dev, &tr->tp_comm));
     return zoe_gpt_create(&gc, tr->dev, tr->stream, tr->tp_comm, &tr->gpt);
 }
@@ -109,7 +120,7 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     oc.adamw = 1;
     oc.clip_norm = c->clip_grad;
     oc.dynamic_loss_scale = c->dtype == ZOE_F16;
-    oc.loss_scale = c->dtype == ZOE_F16 ? 65536.0f : 1.0f;
+    oc.loss_scale = c->dtype == ZOE_F16 ? c->loss_scale : 1.0f;
     oc.bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
     /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
      * buckets of one block, and the one it shares with the block before. */

@@ -97,13 +97,39 @@ zoe_status zoe_grad_accumulate_host(float *dst, const void *src, zoe_dtype src_d
 /* Sum of squares of n floats. */
 double zoe_sumsq_host(const float *x, size_t n);
 
-/* On a device stream (host memory on CPU, device memory on CUDA). The *_stream sumsq adds into
- * *host_sumsq once the stream has finished (it synchronises the stream). */
+/* On a device stream (host memory on CPU, device memory on CUDA). */
 zoe_status zoe_adam_stream(zoe_stream *stream, const zoe_adam_consts *c, float *master, float *m,
                            float *v, const float *grad, void *out, zoe_dtype out_dtype, size_t n);
 zoe_status zoe_grad_accumulate_stream(zoe_stream *stream, float *dst, const void *src,
                                       zoe_dtype src_dtype, float scale, int assign, size_t n);
-zoe_status zoe_sumsq_stream(zoe_stream *stream, const float *x, size_t n, double *host_sumsq);
+/* ---- the device part of a step over a table of runs: one launch per step ----
+ * The device-resident share of a partition (partial offload) is many runs (tensors grouped by
+ * weight decay and by whether the norm counts them). The table is uploaded once; then the step
+ * is one kernel launch over all runs, and the norm one reduction with one synchronisation. */
+typedef struct zoe_adam_run {
+    size_t offset, len; /* elements, into the arrays a call is given */
+    int no_decay;       /* 1: updated with the exempt constants (no weight decay) */
+    int counted;        /* 1: counted in the gradient norm */
+} zoe_adam_run;
+
+typedef struct zoe_adam_table zoe_adam_table;
+
+/* Copies the runs (on the stream's device; synchronises the stream once). */
+zoe_status zoe_adam_table_create(zoe_stream *stream, const zoe_adam_run *runs, int count,
+                                 zoe_adam_table **out);
+void zoe_adam_table_destroy(zoe_adam_table *table);
+/* The fused step over every run, decayed or exempt constants per run; out may be NULL. Enqueued
+ * on the stream, no synchronisation. */
+zoe_status zoe_adam_table_step(zoe_stream *stream, const zoe_adam_table *table,
+                               const zoe_adam_consts *decayed, const zoe_adam_consts *exempt,
+                               float *master, float *m, float *v, const float *grad, void *out,
+                               zoe_dtype out_dtype);
+/* *host_sumsq += the sum of squares of grad over the counted runs; waits for the stream. The
+ * order of the sum is fixed (by the table alone, not by the GPU or the scheduling), so equal
+ * inputs give equal bits on every run. */
+zoe_status zoe_adam_table_sumsq(zoe_stream *stream, zoe_adam_table *table, const float *grad,
+                                double *host_sumsq);
+
 /* Converts n fp32 values to out_dtype on the stream (initialising master weights and back). */
 zoe_status zoe_convert_stream(zoe_stream *stream, void *dst, zoe_dtype dst_dtype, const void *src,
                               zoe_dtype src_dtype, size_t n);
@@ -114,7 +140,21 @@ zoe_status zoe_adam_cuda(void *stream, const zoe_adam_consts *c, float *master, 
                          const float *grad, void *out, zoe_dtype out_dtype, size_t n);
 zoe_status zoe_grad_accumulate_cuda(void *stream, float *dst, const void *src, zoe_dtype src_dtype,
                                     float scale, int assign, size_t n);
-zoe_status zoe_sumsq_cuda(void *stream, const float *x, size_t n, double *host_sumsq);
+/* Runs as the kernels see them: the table with each run's first index in the concatenation. */
+typedef struct zoe_adam_run_cuda {
+    size_t offset, len, begin;
+    int no_decay, counted;
+} zoe_adam_run_cuda;
+/* Blocks of the norm's first pass: partials holds this many doubles. */
+#define ZOE_SUMSQ_MAX_BLOCKS 1024
+zoe_status zoe_adam_runs_cuda(void *stream, const zoe_adam_consts *decayed,
+                              const zoe_adam_consts *exempt, const zoe_adam_run_cuda *runs,
+                              int count, size_t total, float *master, float *m, float *v,
+                              const float *grad, void *out, zoe_dtype out_dtype);
+/* Two fixed-order passes (per-block partials, then one block over them) into *result, device
+ * memory; the caller copies it out. */
+zoe_status zoe_sumsq_runs_cuda(void *stream, const zoe_adam_run_cuda *runs, int count, size_t total,
+                               const float *grad, double *partials, double *result);
 zoe_status zoe_convert_cuda(void *stream, void *dst, zoe_dtype dst_dtype, const void *src,
                             zoe_dtype src_dtype, size_t n);
 #endif

@@ -328,6 +328,19 @@ zoe_status zoe_scale(zoe_kernels *k, zoe_dtype dt, void *y, float s, int64_t n) 
     RUN(scale, dt, y, s, n);
 }
 
+zoe_status zoe_dropout(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t n, float p,
+                       uint64_t seed, uint64_t stream) {
+    const char *op = "zoe_dropout";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, y);
+    TRY_PTR(op, x);
+    TRY_SIZE(op, n);
+    if (!(p >= 0.0f && p < 1.0f))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: p=%g outside [0, 1)", op, (double)p);
+    RUN(dropout, dt, y, x, n, p, seed, stream);
+}
+
 static zoe_status check_vocab_range(const zoe_kernels *k, const char *op, int64_t vocab_start,
                                     int64_t vocab_rows) {
     TRY_SIZE(op, vocab_start);

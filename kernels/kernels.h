@@ -31,6 +31,10 @@ typedef struct zoe_kernel_plan {
     int64_t max_seq;   /* T */
     int64_t max_heads; /* heads on this rank */
     int64_t max_head_dim;
+    /* CUDA, fp32 storage: 1 lets matmuls round their inputs to TF32 (10-bit mantissa) for the
+     * tensor cores, about 8x the fp32 rate at about 1e-3 relative error per product; 0 keeps
+     * full fp32. Ignored by the CPU backend and by 16-bit storage. */
+    int tf32;
 } zoe_kernel_plan;
 
 zoe_status zoe_kernels_create(zoe_device *dev, zoe_stream *stream, const zoe_kernel_plan *plan,
@@ -120,6 +124,14 @@ zoe_status zoe_xent_backward(zoe_kernels *k, zoe_dtype dt, void *dlogits, const 
                              int64_t rows, int64_t V, int64_t v_valid, int64_t vocab_start,
                              int32_t ignore_index, float scale);
 
+/* ---- dropout with a counter-based mask ----
+ * y[e] = x[e] * (1 / (1 - p)) when element e is kept, else 0; y may alias x. Element e is kept
+ * when the top 24 bits of word e % 4 of Philox block e / 4 of (seed, stream) are at least
+ * round(p * 2^24) (kernels/philox.h): a pure function of (seed, stream, e), so every backend
+ * and every TP rank holding the same tensor draw the same mask, bit for bit. p in [0, 1). */
+zoe_status zoe_dropout(zoe_kernels *k, zoe_dtype dt, void *y, const void *x, int64_t n, float p,
+                       uint64_t seed, uint64_t stream);
+
 /* ---- casts between storage dtypes on the device ---- */
 zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src, zoe_dtype src_dt,
                     int64_t n);
@@ -130,10 +142,11 @@ zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src
 #define ZOE_KERNEL_OP_LIST(X)                                                                      \
     X(matmul_forward)                                                                              \
     X(matmul_backward)                                                                             \
-    X(layernorm_forward) X(layernorm_backward) X(gelu_forward) X(gelu_backward)                    \
-        X(attention_forward) X(attention_backward) X(residual_forward) X(add) X(scale)             \
-            X(embedding_forward) X(embedding_backward) X(xent_row_max) X(xent_row_sums)            \
-                X(xent_loss) X(xent_backward) X(cast)
+    X(layernorm_forward)                                                                           \
+    X(layernorm_backward)                                                                          \
+    X(gelu_forward) X(gelu_backward) X(attention_forward) X(attention_backward)                    \
+        X(residual_forward) X(add) X(scale) X(embedding_forward) X(embedding_backward)             \
+            X(xent_row_max) X(xent_row_sums) X(xent_loss) X(xent_backward) X(dropout) X(cast)
 
 typedef enum zoe_kernel_op {
 #define ZOE_KERNEL_OP_ENUM(name) ZOE_KOP_##name,

@@ -34,8 +34,9 @@ struct zoe_gpt {
     float *ln_f_mean, *ln_f_rstd;
     void *logits; /* [N, vocab.local]; its gradient in place after backward */
     float *xent_stats;
-    float *losses; /* host [N] */
-    int64_t count; /* non-ignored tokens of the last forward */
+    float *losses;       /* host [N] */
+    int32_t *staged_ids; /* pinned host [2, N]: tokens, targets on their way to the device */
+    int64_t count;       /* non-ignored tokens of the last forward */
     uint64_t micro_step;
 };
 
@@ -133,7 +134,7 @@ zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream
                         : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "GPT tables for %d layers", L);
     int t = zoe_comm_size(tp_comm), r = zoe_comm_rank(tp_comm);
     if (st == ZOE_OK) st = describe(g, t, r);
-    zoe_kernel_plan plan = {.max_dim = g->emb.vocab.local};
+    zoe_kernel_plan plan = {.max_dim = g->emb.vocab.local, .tf32 = cfg->tf32};
     for (int l = 0; st == ZOE_OK && l < L; l++)
         zoe_tp_block_plan(&g->blocks[l], cfg->micro_batch, cfg->shape.seq_len, &plan);
     if (plan.max_rows < g->N) plan.max_rows = g->N;
@@ -145,6 +146,8 @@ zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream
         st = zoe_device_alloc(dev, g->arena_bytes, &g->arena);
     }
     if (st == ZOE_OK) layout(g, g->arena);
+    if (st == ZOE_OK)
+        st = zoe_host_alloc(dev, 2 * (size_t)g->N * sizeof(int32_t), (void **)&g->staged_ids);
     /* poison: 0xff bytes are NaN in every float dtype, so a read of an activation no op wrote
      * shows in the loss instead of passing as stale zeros */
     if (st == ZOE_OK) st = zoe_memset_async(g->arena, 0xff, g->arena_bytes, stream);
@@ -159,6 +162,7 @@ zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream
 void zoe_gpt_destroy(zoe_gpt *g) {
     if (!g) return;
     zoe_device_free(g->dev, g->arena);
+    zoe_host_free(g->dev, g->staged_ids);
     zoe_kernels_destroy(g->kernels);
     free(g->blocks), free(g->tensors), free(g->resid), free(g->acts), free(g->losses);
     free(g);
@@ -232,9 +236,14 @@ zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *tar
         if (tokens[i] < 0 || tokens[i] >= c->shape.vocab)
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "token %d at position %lld outside [0, %d)",
                             tokens[i], (long long)i, c->shape.vocab);
+    /* Through pinned memory, so the copies are true DMA without a pageable bounce. The previous
+     * forward's copies from staged_ids are done: its loss (zoe_xent_loss) waited for the stream. */
     size_t ids = (size_t)g->N * sizeof(int32_t);
-    ZOE_TRY(zoe_memcpy_async(g->tokens, tokens, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
-    ZOE_TRY(zoe_memcpy_async(g->targets, targets, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
+    memcpy(g->staged_ids, tokens, ids);
+    memcpy(g->staged_ids + g->N, targets, ids);
+    ZOE_TRY(zoe_memcpy_async(g->tokens, g->staged_ids, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
+    ZOE_TRY(zoe_memcpy_async(g->targets, g->staged_ids + g->N, ids, ZOE_COPY_HOST_TO_DEVICE,
+                             g->stream));
     g->micro_step++;
     ZOE_TRY(zoe_tp_embedding_forward(&g->tp, &g->emb, g->resid[0], g->tokens, B, T));
     for (int l = 0; l < L; l++)

@@ -19,6 +19,7 @@ typedef struct zoe_gpt_config {
     zoe_dtype dtype;      /* storage dtype of weights, activations, gradients */
     uint64_t seed;        /* Philox key of initial weights and dropout */
     int recompute;        /* keep only each block's input; recompute the block in backward */
+    int tf32;             /* CUDA: fp32 matmuls may use TF32 tensor cores (kernels.h) */
     int64_t pad_multiple; /* vocabulary padding (<= 0: ZOE_TP_VOCAB_PAD_MULTIPLE) */
 } zoe_gpt_config;
 

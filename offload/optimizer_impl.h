@@ -101,6 +101,7 @@ struct zoe_optimizer {
     /* Device-resident state (partial offload), partition coordinates [0, device_numel). On the
      * CPU backend these alias the host arrays (whose element 0 is partition coordinate 0). */
     float *d_master, *d_m, *d_v, *d_grad[2];
+    zoe_adam_table *device_table; /* the device segments, for one-launch steps and norms */
     /* Host state, partition coordinates [sz.h_lo, part_numel) shifted to 0. h_master is NULL
      * with the master in the parameters; h_grad[1] is h_grad[0] unless sz.dpu_swap. */
     float *h_master, *h_m, *h_v, *h_grad[2];

@@ -60,6 +60,22 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
     return ZOE_OK;
 }
 
+/* The device segments as the kernels' run table: the device step is then one launch. */
+static zoe_status create_device_table(zoe_optimizer *opt) {
+    const zoe_layout *lay = &opt->lay;
+    int n = lay->num_device_segments;
+    zoe_adam_run *runs = calloc(n ? (size_t)n : 1, sizeof *runs);
+    if (!runs) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "device run table of %d", n);
+    for (int s = 0; s < n; s++)
+        runs[s] = (zoe_adam_run){.offset = lay->segments[s].offset,
+                                 .len = lay->segments[s].len,
+                                 .no_decay = lay->segments[s].no_decay,
+                                 .counted = lay->segments[s].counted};
+    zoe_status st = zoe_adam_table_create(opt->stream, runs, n, &opt->device_table);
+    free(runs);
+    return st;
+}
+
 zoe_status zoe_state_create(zoe_optimizer *opt) {
     const zoe_layout *lay = &opt->lay;
     const zoe_state_sizes *z = &opt->sz;
@@ -90,6 +106,7 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
         opt->chunk_segment[ch] = s;
     }
     if (z->h_numel) first_touch(opt);
+    ZOE_TRY(create_device_table(opt));
     return zoe_stream_synchronize(opt->stream);
 }
 
@@ -114,6 +131,7 @@ void zoe_state_destroy(zoe_optimizer *opt) {
         zoe_event_destroy(opt->out_done[s]);
     }
     free(opt->chunk_segment);
+    zoe_adam_table_destroy(opt->device_table);
 }
 
 zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, size_t n,

@@ -96,7 +96,6 @@ static zoe_status host_part_update(zoe_optimizer *opt, const zoe_step_consts *c,
  * updated with the host share), host part on the host threads; returns when all is done. */
 static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
                              const zoe_step_consts *snap_c, int buf, int in_flight) {
-    const zoe_layout *lay = &opt->lay;
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
@@ -104,12 +103,10 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
         ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
         ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_written));
     }
-    for (int s = 0; !zoe_device_is_host_memory(opt) && s < lay->num_device_segments; s++) {
-        size_t a = lay->segments[s].offset, n = lay->segments[s].len;
-        ZOE_TRY(zoe_adam_stream(opt->update_stream, zoe_segment_consts(c, &lay->segments[s]),
-                                opt->d_master + a, opt->d_m + a, opt->d_v + a, opt->d_grad[buf] + a,
-                                (char *)opt->part_out + a * opt->esz, opt->dtype, n));
-    }
+    if (!zoe_device_is_host_memory(opt)) /* on the CPU backend the host step covers it */
+        ZOE_TRY(zoe_adam_table_step(opt->update_stream, opt->device_table, &c->decayed, &c->exempt,
+                                    opt->d_master, opt->d_m, opt->d_v, opt->d_grad[buf],
+                                    opt->part_out, opt->dtype));
     ZOE_TRY(host_part_update(opt, c, snap_c, buf, in_flight));
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     opt->stats.ms_update = zoe_clock_ms() - t0;
@@ -121,6 +118,7 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
  * rank's own slices (no partition buffer). */
 zoe_status zoe_refresh(zoe_optimizer *opt) {
     double t0 = zoe_clock_ms();
+    ZOE_TRY(zoe_comm_group_start(opt->dp, opt->stream)); /* one NCCL launch for all buckets */
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         const zoe_bucket *bk = &opt->lay.buckets[b];
         const char *mine =
@@ -131,6 +129,7 @@ zoe_status zoe_refresh(zoe_optimizer *opt) {
         ZOE_TRY(zoe_comm_all_gather(opt->dp, mine, (char *)opt->params + bk->flat_offset * opt->esz,
                                     bk->part, opt->dtype, opt->stream));
     }
+    ZOE_TRY(zoe_comm_group_end(opt->dp, opt->stream));
     opt->stats.ms_refresh = zoe_clock_ms() - t0;
     return zoe_event_record(opt->refreshed, opt->stream);
 }
@@ -205,11 +204,7 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
  * shards; TP-replicated tensors were counted on tp_rank 0 only). */
 static zoe_status global_sumsq(zoe_optimizer *opt, int buf, double *out) {
     double local = opt->host_sumsq;
-    const zoe_layout *lay = &opt->lay;
-    for (int s = 0; s < lay->num_device_segments; s++)
-        if (lay->segments[s].counted)
-            ZOE_TRY(zoe_sumsq_stream(opt->copy_stream, opt->d_grad[buf] + lay->segments[s].offset,
-                                     lay->segments[s].len, &local));
+    ZOE_TRY(zoe_adam_table_sumsq(opt->copy_stream, opt->device_table, opt->d_grad[buf], &local));
     if (MPI_Allreduce(&local, out, 1, MPI_DOUBLE, MPI_SUM, zoe_grid_world_comm(opt->grid)) !=
         MPI_SUCCESS)
         return zoe_fail(ZOE_ERR_MPI, "MPI_Allreduce of the gradient norm failed");

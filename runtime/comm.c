@@ -5,7 +5,13 @@
  * (error growing with the number of ranks, and depending on MPI's reduction order), while
  * staging rounds once, after an fp32 sum, so a reduction over d ranks equals the serial fp32
  * sum rounded once. It doubles the bytes on the wire, which the CPU backend (tests, small
- * grids) can afford; the NCCL backend reduces 16-bit data natively. */
+ * grids) can afford; the NCCL backend reduces 16-bit data natively (the bound on the difference
+ * is stated in comm.h and tested by test_comm_bounds).
+ *
+ * Counts: NCCL takes size_t counts and gets them unchanged. MPI takes int counts, so the MPI
+ * paths run a call whose count (or total count, size x count, for reduce-scatter and
+ * all-gather, whose implementations add up the blocks in int) is above the limit in chunks of
+ * at most max_count elements; tests lower the limit with zoe_comm_set_max_count. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +38,7 @@ static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
     }
     MPI_Comm_rank(c->group, &c->rank);
     MPI_Comm_size(c->group, &c->size);
+    c->max_count = INT_MAX;
     *out = c;
     return ZOE_OK;
 }
@@ -72,7 +79,18 @@ void zoe_comm_destroy(zoe_comm *c) {
 #endif
     if (c->group != MPI_COMM_NULL) MPI_Comm_free(&c->group);
     free(c->stage);
+    free(c->pack);
     free(c);
+}
+
+zoe_status zoe_comm_set_max_count(zoe_comm *c, size_t max_count) {
+    if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "set_max_count: communicator is NULL");
+    if (max_count < (size_t)c->size || max_count > INT_MAX)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "set_max_count: %zu is not within [group size %d, INT_MAX]", max_count,
+                        c->size);
+    c->max_count = max_count;
+    return ZOE_OK;
 }
 
 int zoe_comm_rank(const zoe_comm *c) {
@@ -96,8 +114,9 @@ static zoe_status check_args(const zoe_comm *c, const void *send, const void *re
     if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", what);
     if (zoe_dtype_size(dtype) == 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", what, (int)dtype);
-    if (count > (size_t)INT_MAX / (size_t)c->size)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: count %zu over the MPI limit", what, count);
+    if (count > SIZE_MAX / zoe_dtype_size(dtype) / (size_t)c->size)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: count %zu overflows a byte size", what,
+                        count);
     if (count && (!send || !recv))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: NULL buffer for %zu elements", what, count);
     return ZOE_OK;
@@ -133,6 +152,88 @@ static zoe_status stage_reserve(zoe_comm *c, size_t count) {
     return ZOE_OK;
 }
 
+static zoe_status pack_reserve(zoe_comm *c, size_t bytes) {
+    if (bytes <= c->pack_bytes) return ZOE_OK;
+    void *p = realloc(c->pack, bytes);
+    if (!p) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "comm chunk packing of %zu bytes", bytes);
+    c->pack = p;
+    c->pack_bytes = bytes;
+    return ZOE_OK;
+}
+
+static size_t min_count(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+
+/* ---- MPI calls with size_t counts: chunked where the count passes the limit ---- */
+
+static zoe_status mpi_all_reduce(zoe_comm *c, const void *send, void *recv, size_t count,
+                                 MPI_Datatype t, size_t esz, MPI_Op op) {
+    for (size_t lo = 0; lo < count; lo += c->max_count) {
+        size_t len = min_count(c->max_count, count - lo);
+        const void *in = send == recv ? MPI_IN_PLACE : (const char *)send + lo * esz;
+        MPI_TRY(MPI_Allreduce(in, (char *)recv + lo * esz, (int)len, t, op, c->group),
+                "MPI_Allreduce");
+    }
+    return ZOE_OK;
+}
+
+/* send [size][recv_count] must not overlap recv. A chunk [lo, lo + len) of every block is packed
+ * into [size][len] so that each call is an ordinary reduce-scatter of len per rank. */
+static zoe_status mpi_reduce_scatter(zoe_comm *c, const void *send, void *recv, size_t recv_count,
+                                     MPI_Datatype t, size_t esz, MPI_Op op) {
+    const size_t size = (size_t)c->size, chunk = c->max_count / size;
+    if (recv_count <= chunk) {
+        MPI_TRY(MPI_Reduce_scatter_block(send, recv, (int)recv_count, t, op, c->group),
+                "MPI_Reduce_scatter_block");
+        return ZOE_OK;
+    }
+    ZOE_TRY(pack_reserve(c, size * chunk * esz));
+    for (size_t lo = 0; lo < recv_count; lo += chunk) {
+        size_t len = min_count(chunk, recv_count - lo);
+        for (size_t r = 0; r < size; r++)
+            memcpy((char *)c->pack + r * len * esz,
+                   (const char *)send + (r * recv_count + lo) * esz, len * esz);
+        MPI_TRY(
+            MPI_Reduce_scatter_block(c->pack, (char *)recv + lo * esz, (int)len, t, op, c->group),
+            "MPI_Reduce_scatter_block");
+    }
+    return ZOE_OK;
+}
+
+/* Chunks gather into [size][len] and are unpacked into their blocks of recv. */
+static zoe_status mpi_all_gather(zoe_comm *c, const void *send, void *recv, size_t send_count,
+                                 MPI_Datatype t, size_t esz) {
+    const size_t size = (size_t)c->size, chunk = c->max_count / size;
+    int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * send_count * esz;
+    if (send_count <= chunk) {
+        MPI_TRY(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, t, recv,
+                              (int)send_count, t, c->group),
+                "MPI_Allgather");
+        return ZOE_OK;
+    }
+    ZOE_TRY(pack_reserve(c, size * chunk * esz));
+    for (size_t lo = 0; lo < send_count; lo += chunk) {
+        size_t len = min_count(chunk, send_count - lo);
+        MPI_TRY(MPI_Allgather((const char *)send + lo * esz, (int)len, t, c->pack, (int)len, t,
+                              c->group),
+                "MPI_Allgather");
+        for (size_t r = 0; r < size; r++)
+            memcpy((char *)recv + (r * send_count + lo) * esz, (char *)c->pack + r * len * esz,
+                   len * esz);
+    }
+    return ZOE_OK;
+}
+
+static zoe_status mpi_broadcast(zoe_comm *c, void *buf, size_t count, MPI_Datatype t, size_t esz,
+                                int root) {
+    for (size_t lo = 0; lo < count; lo += c->max_count)
+        MPI_TRY(MPI_Bcast((char *)buf + lo * esz, (int)min_count(c->max_count, count - lo), t, root,
+                          c->group),
+                "MPI_Bcast");
+    return ZOE_OK;
+}
+
 static zoe_status comm_all_reduce(zoe_comm *c, const void *send, void *recv, size_t count,
                                   zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
     ZOE_TRY(check_args(c, send, recv, count, dtype, "all_reduce"));
@@ -148,15 +249,11 @@ static zoe_status comm_all_reduce(zoe_comm *c, const void *send, void *recv, siz
     if (is_half(dtype)) {
         ZOE_TRY(stage_reserve(c, count));
         ZOE_TRY(zoe_convert(c->stage, ZOE_F32, send, dtype, count));
-        MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, c->stage, (int)count, MPI_FLOAT, mpi_op(op), c->group),
-                "MPI_Allreduce");
+        ZOE_TRY(mpi_all_reduce(c, c->stage, c->stage, count, MPI_FLOAT, sizeof(float), mpi_op(op)));
         return zoe_convert(recv, dtype, c->stage, ZOE_F32, count);
     }
     MPI_Datatype t = dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
-    MPI_TRY(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, t, mpi_op(op),
-                          c->group),
-            "MPI_Allreduce");
-    return ZOE_OK;
+    return mpi_all_reduce(c, send, recv, count, t, zoe_dtype_size(dtype), mpi_op(op));
 }
 
 static zoe_status comm_reduce_scatter(zoe_comm *c, const void *send, void *recv, size_t recv_count,
@@ -184,8 +281,7 @@ static zoe_status comm_reduce_scatter(zoe_comm *c, const void *send, void *recv,
         else
             ZOE_TRY(zoe_convert(in, ZOE_F32, send, dtype, total));
         MPI_Datatype t = dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
-        MPI_TRY(MPI_Reduce_scatter_block(in, out, (int)recv_count, t, mpi_op(op), c->group),
-                "MPI_Reduce_scatter_block");
+        ZOE_TRY(mpi_reduce_scatter(c, in, out, recv_count, t, sizeof(float), mpi_op(op)));
         if (dtype == ZOE_I32 || dtype == ZOE_F32)
             memcpy(recv, out, recv_count * esz);
         else
@@ -193,9 +289,7 @@ static zoe_status comm_reduce_scatter(zoe_comm *c, const void *send, void *recv,
         return ZOE_OK;
     }
     MPI_Datatype t = dtype == ZOE_I32 ? MPI_INT : MPI_FLOAT;
-    MPI_TRY(MPI_Reduce_scatter_block(send, recv, (int)recv_count, t, mpi_op(op), c->group),
-            "MPI_Reduce_scatter_block");
-    return ZOE_OK;
+    return mpi_reduce_scatter(c, send, recv, recv_count, t, esz, mpi_op(op));
 }
 
 /* Moving data without arithmetic: 16-bit types travel as raw 16-bit words, exactly. */
@@ -215,11 +309,7 @@ static zoe_status comm_all_gather(zoe_comm *c, const void *send, void *recv, siz
     (void)stream;
     if (send_count == 0) return ZOE_OK;
     if (c->size == 1) return local_copy(recv, send, send_count * esz);
-    int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * send_count * esz;
-    MPI_TRY(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, raw_type(dtype), recv,
-                          (int)send_count, raw_type(dtype), c->group),
-            "MPI_Allgather");
-    return ZOE_OK;
+    return mpi_all_gather(c, send, recv, send_count, raw_type(dtype), esz);
 }
 
 static zoe_status comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dtype, int root,
@@ -234,8 +324,7 @@ static zoe_status comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype
 #endif
     (void)stream;
     if (count == 0) return ZOE_OK;
-    MPI_TRY(MPI_Bcast(buf, (int)count, raw_type(dtype), root, c->group), "MPI_Bcast");
-    return ZOE_OK;
+    return mpi_broadcast(c, buf, count, raw_type(dtype), zoe_dtype_size(dtype), root);
 }
 
 static zoe_status comm_barrier(zoe_comm *c, zoe_stream *stream) {
@@ -243,6 +332,16 @@ static zoe_status comm_barrier(zoe_comm *c, zoe_stream *stream) {
     /* Work queued on the stream is part of "before the barrier". */
     ZOE_TRY(zoe_stream_synchronize(stream));
     MPI_TRY(MPI_Barrier(c->group), "MPI_Barrier");
+    return ZOE_OK;
+}
+
+static zoe_status comm_group(zoe_comm *c, zoe_stream *stream, int start) {
+    if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "group: communicator is NULL");
+#ifdef ZOE_HAVE_CUDA
+    if (c->kind == ZOE_COMM_NCCL)
+        return start ? zoe_nccl_group_start(c, stream) : zoe_nccl_group_end(c, stream);
+#endif
+    (void)stream, (void)start;
     return ZOE_OK;
 }
 
@@ -278,6 +377,14 @@ zoe_status zoe_comm_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dt
 
 zoe_status zoe_comm_barrier(zoe_comm *c, zoe_stream *stream) {
     TIMED(c, comm_barrier(c, stream));
+}
+
+zoe_status zoe_comm_group_start(zoe_comm *c, zoe_stream *stream) {
+    TIMED(c, comm_group(c, stream, 1));
+}
+
+zoe_status zoe_comm_group_end(zoe_comm *c, zoe_stream *stream) {
+    TIMED(c, comm_group(c, stream, 0));
 }
 
 double zoe_comm_seconds(const zoe_comm *c) {

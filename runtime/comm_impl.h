@@ -15,8 +15,19 @@ struct zoe_comm {
     /* MPI backend: fp32 staging for bf16/fp16 reductions, grown once to the largest call. */
     float *stage;
     size_t stage_count;
-    void *nccl; /* ncclComm_t */
+    /* MPI backend: the largest count of one MPI call (INT_MAX; lowered by tests), and the
+     * buffer that chunked reduce-scatters and all-gathers pack their blocks into. */
+    size_t max_count;
+    void *pack;
+    size_t pack_bytes;
+    void *nccl;      /* ncclComm_t */
+    zoe_device *dev; /* NCCL: the GPU, whose nccl_order chains the collectives */
+    int group_depth; /* inside zoe_comm_group_start/end */
 };
+
+/* Test knob: MPI calls of the backend take at most max_count elements each (at least the group
+ * size, at most INT_MAX), so that tests reach the chunked paths with small buffers. */
+zoe_status zoe_comm_set_max_count(zoe_comm *comm, size_t max_count);
 
 #ifdef ZOE_HAVE_CUDA
 zoe_status zoe_nccl_init(zoe_comm *comm, zoe_device *device);
@@ -27,6 +38,8 @@ zoe_status zoe_nccl_reduce_scatter(zoe_comm *comm, const void *send, void *recv,
                                    zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream);
 zoe_status zoe_nccl_all_gather(zoe_comm *comm, const void *send, void *recv, size_t send_count,
                                zoe_dtype dtype, zoe_stream *stream);
+zoe_status zoe_nccl_group_start(zoe_comm *comm, zoe_stream *stream);
+zoe_status zoe_nccl_group_end(zoe_comm *comm, zoe_stream *stream);
 zoe_status zoe_nccl_broadcast(zoe_comm *comm, void *buf, size_t count, zoe_dtype dtype, int root,
                               zoe_stream *stream);
 #endif

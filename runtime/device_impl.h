@@ -19,6 +19,11 @@ struct zoe_device {
     zoe_allocation *live; /* the allocations not yet freed, in allocation order */
     size_t num_live, cap_live;
     zoe_memory_stats stats;
+    /* CUDA: the NCCL collectives of every communicator on this GPU run one after another, in
+     * the order the host issued them (comm_nccl_cuda.c): the event marks the last one, and the
+     * communicators using it count them (the last one out destroys it). */
+    void *nccl_order; /* cudaEvent_t */
+    int nccl_comms;
 };
 
 struct zoe_stream {

@@ -125,7 +125,7 @@ zoe_status zoe_tp_xent_backward(const zoe_tp *tp, const zoe_tp_embedding *e, voi
  * Element e (index in the replicated [rows, hidden] tensor) is kept when its Philox draw
  * (seed tp->seed, stream zoe_philox_stream_at_step(site, step)) is >= round(p * 2^24), and
  * scaled by 1 / (1 - p). The mask is recomputed in backward, never stored. dst may alias src.
- * CPU backend only so far (ZOE_ERR_UNSUPPORTED on CUDA until kernels gain a dropout op). */
+ * On both backends (kernels' zoe_dropout: the same masks, bit for bit). */
 zoe_status zoe_tp_dropout_forward(const zoe_tp *tp, void *dst, const void *src, int64_t n, float p,
                                   uint64_t site, uint64_t step);
 /* dst = dy * mask / (1 - p) (overwrites; may alias dy). */

@@ -1,40 +1,15 @@
-/* Philox-4x32-10 written from the published algorithm: ten rounds of two 32x32->64 multiplies
- * (the "hi" halves XORed with the other counter words and the round key), with the key bumped
- * by the Weyl constants between rounds. */
+/* Philox-4x32-10 (the rounds live in kernels/philox.h, shared with the CUDA kernels) and the
+ * draws built on it. */
 #include "tensor_parallel/philox.h"
+#include "kernels/philox.h"
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-static inline void philox_round(uint32_t c[4], const uint32_t k[2]) {
-    uint64_t p0 = (uint64_t)PHILOX_M0 * c[0], p1 = (uint64_t)PHILOX_M1 * c[2];
-    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-    uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-    uint32_t c1 = c[1], c3 = c[3];
-    c[0] = hi1 ^ c1 ^ k[0];
-    c[1] = lo1;
-    c[2] = hi0 ^ c3 ^ k[1];
-    c[3] = lo0;
-}
-
 void zoe_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c[4] = {counter[0], counter[1], counter[2], counter[3]};
-    uint32_t k[2] = {key[0], key[1]};
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) k[0] += PHILOX_W0, k[1] += PHILOX_W1;
-        philox_round(c, k);
-    }
-    for (int i = 0; i < 4; i++) out[i] = c[i];
+    zoe_philox4x32_10_inline(counter, key, out);
 }
 
 void zoe_philox_block(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[4]) {
-    uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
-                       (uint32_t)(stream >> 32)};
-    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    zoe_philox4x32_10(ctr, key, out);
+    zoe_philox_block_inline(seed, stream, block, out);
 }
 
 uint64_t zoe_philox_stream_of_name(const char *name) {

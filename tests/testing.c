@@ -44,6 +44,35 @@ void test_fill_uniform(test_rng *rng, float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (float)test_rng_uniform(rng);
 }
 
+void test_fill_rank_input(zoe_dtype dt, int r, size_t n, uint64_t seed, void *out) {
+    test_rng rng;
+    test_rng_seed(&rng, seed * 1000003u + (uint64_t)r);
+    for (size_t i = 0; i < n; i++) {
+        double v = test_rng_uniform(&rng) * 4.0 - 2.0;
+        if (dt == ZOE_I32)
+            ((int32_t *)out)[i] = (int32_t)test_rng_int(&rng, -1000, 1000);
+        else if (dt == ZOE_F32)
+            ((float *)out)[i] = (float)v;
+        else if (dt == ZOE_BF16)
+            ((uint16_t *)out)[i] = zoe_f32_to_bf16((float)v);
+        else
+            ((uint16_t *)out)[i] = zoe_f32_to_f16((float)v);
+    }
+}
+
+double test_get(zoe_dtype dt, const void *p, size_t i) {
+    switch (dt) {
+    case ZOE_F32:
+        return ((const float *)p)[i];
+    case ZOE_BF16:
+        return zoe_bf16_to_f32(((const uint16_t *)p)[i]);
+    case ZOE_F16:
+        return zoe_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const int32_t *)p)[i];
+    }
+}
+
 void test_init(int *argc, char ***argv) {
     int started = 0;
     MPI_Initialized(&started);
@@ -111,4 +140,33 @@ int test_finish(const char *name) {
                total_fail);
     MPI_Finalize();
     return total_fail == 0 ? 0 : 1;
+}
+
+/* Ranks on this node and this rank's place among them. */
+static void node_place(int *local_rank, int *local_size) {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, local_rank);
+    MPI_Comm_size(node, local_size);
+    MPI_Comm_free(&node);
+}
+
+int test_gpu_ordinal(void) {
+    int local_rank, local_size;
+    node_place(&local_rank, &local_size);
+    return local_rank;
+}
+
+int test_skip_without_gpus(const char *name) {
+    int local_rank, local_size;
+    node_place(&local_rank, &local_size);
+    int gpus = zoe_cuda_device_count(), mine = gpus >= local_size, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all) return 0;
+    if (test_rank() == 0)
+        printf("%s: skipped: %d rank(s) on this node but %d GPU(s) visible (each rank needs "
+               "its own GPU)\n",
+               name, local_size, gpus);
+    MPI_Finalize();
+    return 1;
 }

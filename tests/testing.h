@@ -22,11 +22,23 @@ double test_rng_uniform(test_rng *rng);                      /* [0, 1) */
 double test_rng_normal(test_rng *rng);                       /* N(0, 1) */
 int64_t test_rng_int(test_rng *rng, int64_t lo, int64_t hi); /* [lo, hi] */
 void test_fill_uniform(test_rng *rng, float *x, size_t n, float lo, float hi);
+/* Collective tests: rank r's n inputs in dtype (fp32, bf16, fp16 uniform in [-2, 2), exactly
+ * representable; int32 in [-1000, 1000]), the same on every rank that asks for rank r; and
+ * element i of a dtype buffer as a double. */
+void test_fill_rank_input(zoe_dtype dt, int r, size_t n, uint64_t seed, void *out);
+double test_get(zoe_dtype dt, const void *p, size_t i);
 
 /* Starts MPI (when not yet started) and reads the rank; every test calls it first. */
 void test_init(int *argc, char ***argv);
 int test_rank(void);
 int test_world_size(void);
+
+/* GPU tests: whether every rank of this node has a GPU of its own (NCCL refuses two ranks on
+ * one GPU, "duplicate GPU"). When not, on every rank alike, rank 0 prints why, MPI is finalised
+ * and the test returns 77 (ctest: skipped):  if (test_skip_without_gpus("name")) return 77;
+ * test_gpu_ordinal() is then the rank's GPU (its rank on the node). */
+int test_skip_without_gpus(const char *name);
+int test_gpu_ordinal(void);
 
 /* Records a failure (printed with file:line and rank) when cond is false. */
 #define CHECK(cond, ...) test_check((cond), __FILE__, __LINE__, __VA_ARGS__)

@@ -41,6 +41,13 @@ void zoe_comm_reset_bytes(zoe_comm *comm);
  * with MPI (they complete in the call); with NCCL only the time to enqueue them. */
 double zoe_comm_seconds(const zoe_comm *comm);
 
+/* Bound on 16-bit sums. MPI sums bf16/fp16 in fp32 and rounds once: |error| <= u |sum| (u the
+ * 16-bit unit roundoff, 2^-8 for bf16, 2^-11 for fp16) plus fp32 rounding. NCCL rounds to 16 bits
+ * at every hop of its ring, d - 1 roundings of partial sums over d ranks:
+ *     |nccl - exact| <= (d - 1) u sum|x_r|   (first order; tested by test_comm_bounds at d = 16)
+ * so for gradients reduced over DP the two can differ by up to d u sum|x| (about 6% of the sum
+ * of magnitudes for bf16 at d = 16). */
+
 /* recv[i] = op over ranks of send[i]; send == recv is in-place. */
 zoe_status zoe_comm_all_reduce(zoe_comm *comm, const void *send, void *recv, size_t count,
                                zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream);
@@ -55,6 +62,17 @@ zoe_status zoe_comm_all_gather(zoe_comm *comm, const void *send, void *recv, siz
 zoe_status zoe_comm_broadcast(zoe_comm *comm, void *buf, size_t count, zoe_dtype dtype, int root,
                               zoe_stream *stream);
 zoe_status zoe_comm_barrier(zoe_comm *comm, zoe_stream *stream);
+
+/* Collectives between group_start and group_end (all on this communicator and this stream)
+ * are launched together at group_end, as one NCCL group (ncclGroupStart/End); with MPI each
+ * completes as it is called and the pair does nothing. */
+zoe_status zoe_comm_group_start(zoe_comm *comm, zoe_stream *stream);
+zoe_status zoe_comm_group_end(zoe_comm *comm, zoe_stream *stream);
+
+/* NCCL communicators on one GPU (one zoe_device) run their collectives one at a time, in the
+ * order the host issued them, so that two communicators on one GPU cannot deadlock provided
+ * every rank issues the same sequence of collectives from one host thread (the argument is in
+ * runtime/comm_nccl_cuda.c). */
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,8 @@ typedef struct zoe_train_config {
     zoe_offload_mode offload;
     int dpu_warmup;          /* synchronous steps before the delayed parameter update; 0: no DPU */
     int recompute;           /* recompute each layer's activations in backward */
+    int tf32;                /* CUDA: TF32 tensor cores for fp32 matmuls */
+    float loss_scale;        /* fp16: the initial (dynamic) loss scale */
     char data[ZOE_PATH_MAX]; /* indexed dataset prefix or a .txt file */
     uint64_t seed;
     char metrics[ZOE_PATH_MAX]; /* JSON lines, one per step; "" for none */

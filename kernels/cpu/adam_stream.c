@@ -1,5 +1,7 @@
 /* The Adam ops on a device stream: the CPU backend's device memory is host memory, so its
  * "device Adam" is the host path; a CUDA stream gets the kernels of kernels/cuda/adam.cu. */
+#include <stdlib.h>
+#include <string.h>
 #include "kernels/adam.h"
 #include "runtime/error.h"
 
@@ -27,11 +29,120 @@ zoe_status zoe_grad_accumulate_stream(zoe_stream *stream, float *dst, const void
     return zoe_grad_accumulate_host(dst, src, src_dtype, scale, assign, n, NULL);
 }
 
-zoe_status zoe_sumsq_stream(zoe_stream *stream, const float *x, size_t n, double *host_sumsq) {
+/* The CPU backend walks host_runs; a CUDA device gets the device table and the norm's scratch. */
+struct zoe_adam_table {
+    zoe_device *dev;
+    int count;
+    size_t total;
+    zoe_adam_run *host_runs;
 #ifdef ZOE_HAVE_CUDA
-    if (on_cuda(stream)) return zoe_sumsq_cuda(zoe_stream_native(stream), x, n, host_sumsq);
+    zoe_adam_run_cuda *device_runs; /* device memory */
+    double *partials;               /* device, ZOE_SUMSQ_MAX_BLOCKS + 1: partials, then the sum */
+    double *pinned_sum;             /* page-locked copy of the sum */
 #endif
-    *host_sumsq += zoe_sumsq_host(x, n);
+};
+
+zoe_status zoe_adam_table_create(zoe_stream *stream, const zoe_adam_run *runs, int count,
+                                 zoe_adam_table **out) {
+    if (!stream || !out || count < 0 || (count && !runs))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam table: bad argument (count %d)", count);
+    *out = NULL;
+    zoe_adam_table *t = calloc(1, sizeof *t);
+    if (!t) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "adam table");
+    t->dev = zoe_stream_device(stream);
+    t->count = count;
+    t->host_runs = malloc((count ? (size_t)count : 1) * sizeof *runs);
+    if (!t->host_runs) {
+        free(t);
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "adam table of %d runs", count);
+    }
+    if (count) memcpy(t->host_runs, runs, (size_t)count * sizeof *runs);
+    for (int r = 0; r < count; r++) t->total += runs[r].len;
+    *out = t;
+#ifdef ZOE_HAVE_CUDA
+    if (!on_cuda(stream)) return ZOE_OK;
+    zoe_adam_run_cuda *staged = malloc((count ? (size_t)count : 1) * sizeof *staged);
+    if (!staged) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "adam table staging");
+    for (int r = 0; r < count; r++) {
+        staged[r] = (zoe_adam_run_cuda){.offset = runs[r].offset,
+                                        .len = runs[r].len,
+                                        .begin = r ? staged[r - 1].begin + staged[r - 1].len : 0,
+                                        .no_decay = runs[r].no_decay,
+                                        .counted = runs[r].counted};
+    }
+    size_t bytes = (count ? (size_t)count : 1) * sizeof *staged;
+    zoe_status st = zoe_device_alloc(t->dev, bytes, (void **)&t->device_runs);
+    if (st == ZOE_OK)
+        st = zoe_device_alloc(t->dev, (ZOE_SUMSQ_MAX_BLOCKS + 1) * sizeof(double),
+                              (void **)&t->partials);
+    if (st == ZOE_OK) st = zoe_host_alloc(t->dev, sizeof(double), (void **)&t->pinned_sum);
+    if (st == ZOE_OK)
+        st = zoe_memcpy_async(t->device_runs, staged, bytes, ZOE_COPY_HOST_TO_DEVICE, stream);
+    if (st == ZOE_OK) st = zoe_stream_synchronize(stream);
+    free(staged);
+    if (st != ZOE_OK) {
+        zoe_adam_table_destroy(t);
+        *out = NULL;
+    }
+    return st;
+#else
+    return ZOE_OK;
+#endif
+}
+
+void zoe_adam_table_destroy(zoe_adam_table *t) {
+    if (!t) return;
+#ifdef ZOE_HAVE_CUDA
+    zoe_device_free(t->dev, t->device_runs);
+    zoe_device_free(t->dev, t->partials);
+    zoe_host_free(t->dev, t->pinned_sum);
+#endif
+    free(t->host_runs);
+    free(t);
+}
+
+zoe_status zoe_adam_table_step(zoe_stream *stream, const zoe_adam_table *t,
+                               const zoe_adam_consts *decayed, const zoe_adam_consts *exempt,
+                               float *master, float *m, float *v, const float *grad, void *out,
+                               zoe_dtype out_dtype) {
+    if (!t || !decayed || !exempt)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam table step: NULL argument");
+    if (t->total == 0) return ZOE_OK;
+#ifdef ZOE_HAVE_CUDA
+    if (on_cuda(stream))
+        return zoe_adam_runs_cuda(zoe_stream_native(stream), decayed, exempt, t->device_runs,
+                                  t->count, t->total, master, m, v, grad, out, out_dtype);
+#endif
+    const size_t esz = zoe_dtype_size(out_dtype);
+    for (int r = 0; r < t->count; r++) {
+        const zoe_adam_run *run = &t->host_runs[r];
+        size_t a = run->offset;
+        ZOE_TRY(zoe_adam_host(run->no_decay ? exempt : decayed, master + a, m + a, v + a, grad + a,
+                              ZOE_F32, out ? (char *)out + a * esz : NULL, out_dtype, run->len));
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_adam_table_sumsq(zoe_stream *stream, zoe_adam_table *t, const float *grad,
+                                double *host_sumsq) {
+    if (!t || !host_sumsq)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam table sumsq: NULL argument");
+    if (t->total == 0) return ZOE_OK;
+#ifdef ZOE_HAVE_CUDA
+    if (on_cuda(stream)) {
+        void *s = zoe_stream_native(stream);
+        ZOE_TRY(zoe_sumsq_runs_cuda(s, t->device_runs, t->count, t->total, grad, t->partials,
+                                    t->partials + ZOE_SUMSQ_MAX_BLOCKS));
+        ZOE_TRY(zoe_memcpy_async(t->pinned_sum, t->partials + ZOE_SUMSQ_MAX_BLOCKS, sizeof(double),
+                                 ZOE_COPY_DEVICE_TO_HOST, stream));
+        ZOE_TRY(zoe_stream_synchronize(stream));
+        *host_sumsq += *t->pinned_sum;
+        return ZOE_OK;
+    }
+#endif
+    for (int r = 0; r < t->count; r++)
+        if (t->host_runs[r].counted)
+            *host_sumsq += zoe_sumsq_host(grad + t->host_runs[r].offset, t->host_runs[r].len);
     return ZOE_OK;
 }
 

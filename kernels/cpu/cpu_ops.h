@@ -42,6 +42,8 @@ zoe_status zoe_cpu_residual_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *y, 
                                     const void *b, int64_t n);
 zoe_status zoe_cpu_add(zoe_cpu_kernels *ck, zoe_dtype dt, void *y, const void *x, int64_t n);
 zoe_status zoe_cpu_scale(zoe_cpu_kernels *ck, zoe_dtype dt, void *y, float s, int64_t n);
+zoe_status zoe_cpu_dropout(zoe_cpu_kernels *ck, zoe_dtype dt, void *y, const void *x, int64_t n,
+                           float p, uint64_t seed, uint64_t stream);
 
 zoe_status zoe_cpu_embedding_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *y,
                                      const int32_t *tokens, const void *wte, const void *wpe,

@@ -1,7 +1,8 @@
-// The device Adam for partial offload, and the gradient accumulation, norm and casts that feed
-// it on a CUDA stream. The arithmetic is the host's (kernels/adam.h) operation by operation,
-// with the _rn intrinsics so that nvcc contracts nothing into an FMA: a partition updated on
-// the device matches one updated on the host bit for bit.
+// The device Adam for partial offload (one launch over a table of runs), and the gradient
+// accumulation, the fixed-order norm and the casts that feed it on a CUDA stream. The arithmetic is
+// the host's (kernels/adam.h) operation by operation, with the _rn intrinsics so that nvcc
+// contracts nothing into an FMA: a partition updated on the device matches one updated on the host
+// bit for bit.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -40,22 +41,91 @@ __device__ void store_from_f32(void *p, size_t i, int dt, float x) {
         ((float *)p)[i] = x;
 }
 
+/* The step of element i, in the order of kernels/adam.h. */
+__device__ void adam_element(const zoe_adam_consts &c, float *master, float *m, float *v,
+                             const float *grad, void *out, int odt, size_t i) {
+    float w = master[i];
+    float g = __fmul_rn(grad[i], c.grad_scale);
+    if (!c.decoupled) g = __fadd_rn(g, __fmul_rn(c.l2, w));
+    float mm = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
+    float vv = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
+    if (c.decoupled) w = __fmul_rn(w, c.decay);
+    float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vv), c.inv_sqrt_bc2), c.eps);
+    w = __fsub_rn(w, __fmul_rn(c.step_size, __fdiv_rn(mm, denom)));
+    master[i] = w, m[i] = mm, v[i] = vv;
+    if (out) store_from_f32(out, i, odt, w);
+}
+
 __global__ void adam_kernel(zoe_adam_consts c, float *master, float *m, float *v, const float *grad,
                             void *out, int odt, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float w = master[i];
-        float g = __fmul_rn(grad[i], c.grad_scale);
-        if (!c.decoupled) g = __fadd_rn(g, __fmul_rn(c.l2, w));
-        float mm = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
-        float vv =
-            __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
-        if (c.decoupled) w = __fmul_rn(w, c.decay);
-        float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vv), c.inv_sqrt_bc2), c.eps);
-        w = __fsub_rn(w, __fmul_rn(c.step_size, __fdiv_rn(mm, denom)));
-        master[i] = w, m[i] = mm, v[i] = vv;
-        if (out) store_from_f32(out, i, odt, w);
+         i += (size_t)gridDim.x * blockDim.x)
+        adam_element(c, master, m, v, grad, out, odt, i);
+}
+
+/* The run holding position i of the runs' concatenation: the last with begin <= i. */
+__device__ int run_of(const zoe_adam_run_cuda *runs, int count, size_t i) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (runs[mid].begin <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
+    return lo;
+}
+
+/* Every run of the table in one launch: thread positions walk the concatenation of the runs. */
+__global__ void adam_runs_kernel(zoe_adam_consts decayed, zoe_adam_consts exempt,
+                                 const zoe_adam_run_cuda *runs, int count, size_t total,
+                                 float *master, float *m, float *v, const float *grad, void *out,
+                                 int odt) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const zoe_adam_run_cuda &run = runs[run_of(runs, count, i)];
+        adam_element(run.no_decay ? exempt : decayed, master, m, v, grad, out, odt,
+                     run.offset + (i - run.begin));
+    }
+}
+
+/* Sum of the block's values in a fixed tree order; the result in part[0]. */
+__device__ void block_sum_fixed(double *part) {
+    __syncthreads();
+    for (int k = kThreads / 2; k > 0; k /= 2) {
+        if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+        __syncthreads();
+    }
+}
+
+/* Pass 1 of the norm: block b sums the squares of positions b*kThreads + t + j*grid*kThreads
+ * (j = 0, 1, ...) thread by thread, then the block in a fixed tree; partials[b] the result.
+ * The grid is a function of the total alone, so the order never depends on the GPU. */
+__global__ void sumsq_runs_kernel(const zoe_adam_run_cuda *runs, int count, size_t total,
+                                  const float *grad, double *partials) {
+    __shared__ double part[kThreads];
+    double s = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const zoe_adam_run_cuda &run = runs[run_of(runs, count, i)];
+        if (run.counted) {
+            double x = grad[run.offset + (i - run.begin)];
+            s += x * x;
+        }
+    }
+    part[threadIdx.x] = s;
+    block_sum_fixed(part);
+    if (threadIdx.x == 0) partials[blockIdx.x] = part[0];
+}
+
+/* Pass 2: one block adds the partials, each thread a fixed strided subset, then the tree. */
+__global__ void sum_partials_kernel(const double *partials, int n, double *result) {
+    __shared__ double part[kThreads];
+    double s = 0;
+    for (int i = threadIdx.x; i < n; i += kThreads) s += partials[i];
+    part[threadIdx.x] = s;
+    block_sum_fixed(part);
+    if (threadIdx.x == 0) *result = part[0];
 }
 
 __global__ void accumulate_kernel(float *dst, const void *src, int sdt, float scale, int assign,
@@ -65,21 +135,6 @@ __global__ void accumulate_kernel(float *dst, const void *src, int sdt, float sc
         float x = __fmul_rn(load_as_f32(src, i, sdt), scale);
         dst[i] = assign ? x : __fadd_rn(dst[i], x);
     }
-}
-
-__global__ void sumsq_kernel(const float *x, size_t n, double *sum) {
-    __shared__ double part[kThreads];
-    double s = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        s += (double)x[i] * x[i];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = kThreads / 2; k > 0; k /= 2) {
-        if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) atomicAdd(sum, part[0]);
 }
 
 __global__ void convert_kernel(void *dst, int ddt, const void *src, int sdt, size_t n) {
@@ -118,24 +173,32 @@ extern "C" zoe_status zoe_grad_accumulate_cuda(void *stream, float *dst, const v
     return check(cudaGetLastError(), "accumulate kernel launch");
 }
 
-extern "C" zoe_status zoe_sumsq_cuda(void *stream, const float *x, size_t n, double *host_sumsq) {
-    if (n == 0) return ZOE_OK;
+extern "C" zoe_status zoe_adam_runs_cuda(void *stream, const zoe_adam_consts *decayed,
+                                         const zoe_adam_consts *exempt,
+                                         const zoe_adam_run_cuda *runs, int count, size_t total,
+                                         float *master, float *m, float *v, const float *grad,
+                                         void *out, zoe_dtype out_dtype) {
+    if (out && !is_float(out_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: output dtype %s is not fp32/bf16/fp16",
+                        zoe_dtype_name(out_dtype));
+    if (total == 0) return ZOE_OK;
+    adam_runs_kernel<<<blocks_for(total), kThreads, 0, (cudaStream_t)stream>>>(
+        *decayed, *exempt, runs, count, total, master, m, v, grad, out, (int)out_dtype);
+    return check(cudaGetLastError(), "adam runs kernel launch");
+}
+
+extern "C" zoe_status zoe_sumsq_runs_cuda(void *stream, const zoe_adam_run_cuda *runs, int count,
+                                          size_t total, const float *grad, double *partials,
+                                          double *result) {
     cudaStream_t s = (cudaStream_t)stream;
-    double *sum = nullptr, result = 0;
-    ZOE_TRY(check(cudaMallocAsync((void **)&sum, sizeof(double), s), "cudaMallocAsync"));
-    zoe_status st = check(cudaMemsetAsync(sum, 0, sizeof(double), s), "cudaMemsetAsync");
-    if (st == ZOE_OK) {
-        unsigned blocks = blocks_for(n) < 1024 ? blocks_for(n) : 1024;
-        sumsq_kernel<<<blocks, kThreads, 0, s>>>(x, n, sum);
-        st = check(cudaGetLastError(), "sumsq kernel launch");
-    }
-    if (st == ZOE_OK)
-        st = check(cudaMemcpyAsync(&result, sum, sizeof(double), cudaMemcpyDeviceToHost, s),
-                   "sumsq copy");
-    cudaFreeAsync(sum, s);
-    if (st == ZOE_OK) st = check(cudaStreamSynchronize(s), "sumsq synchronize");
-    if (st == ZOE_OK) *host_sumsq += result;
-    return st;
+    const size_t per_block = (size_t)kThreads * 16;
+    size_t blocks = (total + per_block - 1) / per_block;
+    if (blocks > ZOE_SUMSQ_MAX_BLOCKS) blocks = ZOE_SUMSQ_MAX_BLOCKS;
+    if (blocks == 0) blocks = 1;
+    sumsq_runs_kernel<<<(unsigned)blocks, kThreads, 0, s>>>(runs, count, total, grad, partials);
+    ZOE_TRY(check(cudaGetLastError(), "sumsq kernel launch"));
+    sum_partials_kernel<<<1, kThreads, 0, s>>>(partials, (int)blocks, result);
+    return check(cudaGetLastError(), "sum of partials launch");
 }
 
 extern "C" zoe_status zoe_convert_cuda(void *stream, void *dst, zoe_dtype dst_dtype,

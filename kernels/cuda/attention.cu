@@ -1,5 +1,7 @@
 /* Causal multi-head attention on CUDA, flash-style: no T x T matrix exists anywhere; fp32
- * arithmetic on the CUDA cores.
+ * arithmetic on the CUDA cores. bf16/fp16 storage goes to the tensor cores instead
+ * (attention_gemm.cu) wherever the workspace holds a head's T x T scores; this kernel serves
+ * fp32 and longer sequences.
  *
  * Every kernel has the same shape. A 256-thread block owns a tile of 32 rows of one (batch,
  * head) (its "own" rows: queries, or keys in the dk/dv kernel), kept in shared memory as fp32,
@@ -317,6 +319,8 @@ extern "C" zoe_status zoe_cuda_attention_forward(zoe_cuda_kernels *ck, zoe_dtype
                                                  float *lse, const void *qkv, int64_t B, int64_t T,
                                                  int64_t NH, int64_t HS) {
     if (B == 0 || T == 0 || NH == 0) return ZOE_OK;
+    if (dt != ZOE_F32 && ck->attn_gemm_heads > 0)
+        return zoe_cuda_attention_gemm_forward(ck, dt, out, lse, qkv, B, T, NH, HS);
     ZOE_TRY(check_shape("zoe_attention_forward", B, NH, HS));
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t floats = (size_t)TILE * HS + 2 * (size_t)TILE * (HS + 1);
@@ -335,7 +339,8 @@ extern "C" zoe_status zoe_cuda_attention_backward(zoe_cuda_kernels *ck, zoe_dtyp
                                                   const void *out, const float *lse, int64_t B,
                                                   int64_t T, int64_t NH, int64_t HS) {
     if (!dqkv || B == 0 || T == 0 || NH == 0) return ZOE_OK;
-    ZOE_TRY(check_shape("zoe_attention_backward", B, NH, HS));
+    const bool gemm = dt != ZOE_F32 && ck->attn_gemm_heads > 0;
+    if (!gemm) ZOE_TRY(check_shape("zoe_attention_backward", B, NH, HS));
     const float scale = 1.0f / sqrtf((float)HS);
     const int64_t rows = B * T * NH;
     const size_t floats = 2 * (size_t)TILE * HS + 2 * (size_t)TILE * (HS + 1) + 2 * TILE;
@@ -346,6 +351,9 @@ extern "C" zoe_status zoe_cuda_attention_backward(zoe_cuda_kernels *ck, zoe_dtyp
             <<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, ck->stream>>>(
                 delta, (const E *)dout, (const E *)out, rows, T, (int)NH, (int)HS);
         ZOE_TRY(zoe_cuda_launched("attention_delta_kernel"));
+        if (gemm)
+            return zoe_cuda_attention_gemm_backward(ck, dt, dqkv, dout, qkv, lse, delta, B, T, NH,
+                                                    HS);
         return with_dims_per_lane(HS, [&](auto dpl) {
             constexpr int DPL = decltype(dpl)::value;
             ZOE_TRY(launch_tiles(ck, "attention_dq_kernel", attention_dq_kernel<E, DPL>, floats, B,

@@ -31,6 +31,7 @@ static size_t layout(zoe_cuda_kernels *ck, void *base) {
     ck->blas_ws = carve(&c, ck->blas_ws_bytes);
     ck->partials = (float *)carve(&c, ck->partial_floats * sizeof(float));
     ck->attn_delta = (float *)carve(&c, (size_t)(p->max_rows * p->max_heads) * sizeof(float));
+    ck->attn_gemm = carve(&c, zoe_cuda_attention_gemm_bytes(p));
     ck->sort_keys = (int32_t *)carve(&c, 4 * (size_t)p->max_rows * sizeof(int32_t));
     ck->sort_temp = carve(&c, ck->sort_temp_bytes);
     ck->row_loss = (float *)carve(&c, 2 * (size_t)p->max_rows * sizeof(float));
@@ -46,6 +47,7 @@ extern "C" zoe_status zoe_cuda_kernels_create(zoe_device *dev, zoe_stream *strea
     ck->plan = *plan;
     ck->stream = (cudaStream_t)zoe_stream_native(stream);
     ck->blas_ws_bytes = BLAS_WORKSPACE_BYTES;
+    ck->attn_gemm_heads = zoe_cuda_attention_gemm_heads(plan);
     ck->partial_floats =
         (size_t)ZOE_COLSUM_MAX_GROUPS * ZOE_COLSUM_MAX_OUTPUTS * (size_t)plan->max_dim;
 

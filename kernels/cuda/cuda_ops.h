@@ -52,6 +52,8 @@ zoe_status zoe_cuda_residual_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y
                                      const void *b, int64_t n);
 zoe_status zoe_cuda_add(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *x, int64_t n);
 zoe_status zoe_cuda_scale(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, float s, int64_t n);
+zoe_status zoe_cuda_dropout(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *x, int64_t n,
+                            float p, uint64_t seed, uint64_t stream);
 
 zoe_status zoe_cuda_embedding_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y,
                                       const int32_t *tokens, const void *wte, const void *wpe,

@@ -1,9 +1,9 @@
 /* Matmul forward and backward on CUDA: every product is one cublasGemmEx with fp32 accumulation
- * (CUBLAS_COMPUTE_32F: tensor cores for bf16/fp16 storage, plain fp32 without TF32 for fp32
- * storage). cuBLAS is column-major: a row-major [R, C] matrix is its column-major transpose, so
- * each row-major product below is written as the product of the transposes.
- * The bias is broadcast into y first and the product added onto it (beta = 1); db is a
- * deterministic column sum of dy (colsum.cuh). */
+ * (CUBLAS_COMPUTE_32F: tensor cores for bf16/fp16 storage, plain fp32 for fp32 storage unless
+ * the plan allows TF32). cuBLAS is column-major: a row-major [R, C] matrix is its column-major
+ * transpose, so each row-major product below is written as the product of the transposes. The bias
+ * is broadcast into y first and the product added onto it (beta = 1); db is a deterministic column
+ * sum of dy (colsum.cuh). */
 #include "kernels/cuda/colsum.cuh"
 
 /* y[M, N] = b[N] on every row. */
@@ -24,9 +24,10 @@ static zoe_status gemm(zoe_cuda_kernels *ck, zoe_dtype dt, cublasOperation_t ta,
                        int64_t lda, const void *B, int64_t ldb, float beta, void *C, int64_t ldc) {
     const float alpha = 1.0f;
     const cudaDataType_t t = blas_type(dt);
+    const cublasComputeType_t compute =
+        dt == ZOE_F32 && ck->plan.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     ZOE_CUBLAS_TRY(cublasGemmEx(ck->blas, ta, tb, (int)m, (int)n, (int)k, &alpha, A, t, (int)lda, B,
-                                t, (int)ldb, &beta, C, t, (int)ldc, CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
+                                t, (int)ldb, &beta, C, t, (int)ldc, compute, CUBLAS_GEMM_DEFAULT));
     return ZOE_OK;
 }
 

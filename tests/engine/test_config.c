@@ -101,6 +101,14 @@ int main(int argc, char **argv) {
     strcpy(c.data, data);
     c.dtype = ZOE_F16;
     expect_invalid(&c, 1, "--dtype=fp16 needs --backend=cuda");
+    c.dtype = ZOE_BF16;
+    c.tf32 = 1;
+    expect_invalid(&c, 1, "--tf32 is for --dtype=fp32 (got bf16)");
+    c.tf32 = 0;
+    c.backend = ZOE_BACKEND_CUDA;
+    c.model.heads = 2;
+    expect_invalid(&c, 1, "a head dim of 384; the CUDA attention kernels take at most 256");
+    c.model.heads = 12, c.backend = ZOE_BACKEND_CPU, c.dtype = ZOE_F32;
 
     /* lr: warm-up 10 to 1e-3, cosine to 1e-4 at step 110 */
     zoe_train_config s;

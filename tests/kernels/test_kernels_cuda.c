@@ -293,6 +293,30 @@ static void test_elementwise(env *e, test_rng *rng, zoe_dtype dt, int64_t n, int
     t_free(e, &a), t_free(e, &b), t_free(e, &y);
 }
 
+/* Dropout: the same Philox mask and the same multiply on both sides, so the results are equal
+ * bit for bit (fp16: the GPU's one rounding of the CPU's fp32 value); in place too. The kept
+ * fraction must be near 1 - p (a mask of all ones or all zeros would pass the comparison). */
+static void test_dropout(env *e, test_rng *rng, zoe_dtype dt, int64_t n, float p) {
+    const zoe_dtype ct = cpu_dtype(dt);
+    const uint64_t seed = 0x5eed, stream = 0xabcdef12345ull;
+    tensor x = t_random(e, rng, dt, (size_t)n, 0.5, 2), y = t_poisoned(e, dt, (size_t)n);
+    CHECK_OK(zoe_dropout(e->cpu, ct, y.cpu, x.cpu, n, p, seed, stream));
+    CHECK_OK(zoe_dropout(e->gpu, dt, y.gpu, x.gpu, n, p, seed, stream));
+    compare(e, &y, EXACT, "dropout");
+    size_t kept = 0;
+    float *f = malloc((size_t)n * sizeof(float));
+    CHECK_OK(zoe_convert(f, ZOE_F32, y.cpu, ct, (size_t)n));
+    for (int64_t i = 0; i < n; i++) kept += f[i] != 0.0f;
+    const double frac = (double)kept / (double)n, sd = sqrt(p * (1 - p) / (double)n);
+    CHECK(fabs(frac - (1 - p)) < 6 * sd, "dropout p=%g kept %.4f of %lld", (double)p, frac,
+          (long long)n);
+    free(f);
+    CHECK_OK(zoe_dropout(e->cpu, ct, x.cpu, x.cpu, n, p, seed, stream + 1));
+    CHECK_OK(zoe_dropout(e->gpu, dt, x.gpu, x.gpu, n, p, seed, stream + 1));
+    compare(e, &x, EXACT, "dropout in place");
+    t_free(e, &x), t_free(e, &y);
+}
+
 /* Every cast pair, GPU against the CPU's zoe_cast (both round to nearest even). */
 static void test_casts(env *e, test_rng *rng, int64_t n) {
     const zoe_dtype dts[] = {ZOE_F32, ZOE_BF16, ZOE_F16};
@@ -458,18 +482,14 @@ static void test_xent(env *e, test_rng *rng, zoe_dtype dt, int64_t rows, int64_t
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
-    if (zoe_cuda_device_count() == 0) {
-        printf("test_kernels_cuda: no GPU, skipped\n");
-        MPI_Finalize();
-        return 77;
-    }
+    if (test_skip_without_gpus("test_kernels_cuda")) return 77;
     const zoe_kernel_plan plan = {
         .max_rows = 256, .max_dim = 1024, .max_seq = 128, .max_heads = 4, .max_head_dim = 256};
     env e = {0};
     CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &e.cpu_dev));
     CHECK_OK(zoe_stream_create(e.cpu_dev, &e.cpu_stream));
     CHECK_OK(zoe_kernels_create(e.cpu_dev, e.cpu_stream, &plan, &e.cpu));
-    CHECK_OK(zoe_device_create(ZOE_BACKEND_CUDA, 0, &e.gpu_dev));
+    CHECK_OK(zoe_device_create(ZOE_BACKEND_CUDA, test_gpu_ordinal(), &e.gpu_dev));
     CHECK_OK(zoe_stream_create(e.gpu_dev, &e.gpu_stream));
     CHECK_OK(zoe_kernels_create(e.gpu_dev, e.gpu_stream, &plan, &e.gpu));
     if (test_failures()) return test_finish("test_kernels_cuda");
@@ -494,11 +514,28 @@ int main(int argc, char **argv) {
         test_attention(&e, &rng, dt, 1, 33, 1, 128);
         test_attention(&e, &rng, dt, 1, 70, 1, 256); /* over 48 KiB of shared memory */
         test_attention(&e, &rng, dt, 3, 5, 4, 16);
+        test_dropout(&e, &rng, dt, 40001, 0.1f);
+        test_dropout(&e, &rng, dt, 7, 0.5f);
         test_embedding(&e, &rng, dt, 3, 17, 64);
         test_embedding(&e, &rng, dt, 2, 9, 50);
         test_xent(&e, &rng, dt, 23, 1000, 997);
         test_xent(&e, &rng, dt, 9, 333, 333);
     }
+
+    /* bf16/fp16 attention runs on the tensor cores (cuBLAS) where the workspace holds a head's
+     * T x T scores, as in the context above; a context planned for sequences too long for that
+     * takes the flash kernel, which is checked here for the same dtypes. */
+    zoe_kernels *tensor_core = e.gpu, *flash = NULL;
+    zoe_kernel_plan long_plan = plan;
+    long_plan.max_seq = 8192;
+    CHECK_OK(zoe_kernels_create(e.gpu_dev, e.gpu_stream, &long_plan, &flash));
+    e.gpu = flash;
+    for (int d = 1; d < 3 && flash; d++) {
+        test_attention(&e, &rng, dts[d], 2, 77, 3, 64);
+        test_attention(&e, &rng, dts[d], 1, 70, 1, 256);
+    }
+    zoe_kernels_destroy(flash);
+    e.gpu = tensor_core;
 
     zoe_kernels_destroy(e.gpu);
     zoe_stream_destroy(e.gpu_stream);

@@ -4,43 +4,16 @@
  *  - fp32 sums: the MPI reduction order differs from ours; |error| <= world * eps32 * sum|x|.
  *  - bf16/fp16: staged through fp32 and rounded once, so the result is the 16-bit rounding of
  *    the fp32 sum: within one 16-bit ulp (2^-8 / 2^-11 relative) plus the fp32 bound.
- *  - max, int32, gather and broadcast move or pick values: exact. */
+ *  - max, int32, gather and broadcast move or pick values: exact.
+ * The same checks run once more with MPI calls cut into small chunks (the path of counts above
+ * INT_MAX), through the test knob zoe_comm_set_max_count. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include "runtime/comm_impl.h"
 #include "testing.h"
 
 static const zoe_dtype dtypes[] = {ZOE_F32, ZOE_BF16, ZOE_F16, ZOE_I32};
-
-/* Rank r's input element i, stored in dtype (values exactly representable in it). */
-static void make_input(zoe_dtype dt, int r, size_t n, uint64_t seed, void *out) {
-    test_rng rng;
-    test_rng_seed(&rng, seed * 1000003u + (uint64_t)r);
-    for (size_t i = 0; i < n; i++) {
-        double v = test_rng_uniform(&rng) * 4.0 - 2.0;
-        if (dt == ZOE_I32)
-            ((int32_t *)out)[i] = (int32_t)test_rng_int(&rng, -1000, 1000);
-        else if (dt == ZOE_F32)
-            ((float *)out)[i] = (float)v;
-        else if (dt == ZOE_BF16)
-            ((uint16_t *)out)[i] = zoe_f32_to_bf16((float)v);
-        else
-            ((uint16_t *)out)[i] = zoe_f32_to_f16((float)v);
-    }
-}
-
-static double get(zoe_dtype dt, const void *p, size_t i) {
-    switch (dt) {
-    case ZOE_F32:
-        return ((const float *)p)[i];
-    case ZOE_BF16:
-        return zoe_bf16_to_f32(((const uint16_t *)p)[i]);
-    case ZOE_F16:
-        return zoe_f16_to_f32(((const uint16_t *)p)[i]);
-    default:
-        return ((const int32_t *)p)[i];
-    }
-}
 
 static double rel_eps(zoe_dtype dt) {
     return dt == ZOE_BF16 ? 0x1p-8 : dt == ZOE_F16 ? 0x1p-11 : dt == ZOE_F32 ? FLT_EPSILON : 0;
@@ -54,9 +27,9 @@ static void reference(zoe_dtype dt, zoe_reduce_op op, size_t total, size_t offse
     char *in = malloc(total * esz);
     for (size_t i = 0; i < n; i++) ref[i] = op == ZOE_REDUCE_MAX ? -INFINITY : 0, mag[i] = 0;
     for (int r = 0; r < world; r++) {
-        make_input(dt, r, total, seed, in);
+        test_fill_rank_input(dt, r, total, seed, in);
         for (size_t i = 0; i < n; i++) {
-            double v = get(dt, in, offset + i);
+            double v = test_get(dt, in, offset + i);
             ref[i] = op == ZOE_REDUCE_MAX ? fmax(ref[i], v) : ref[i] + v;
             mag[i] += fabs(v);
         }
@@ -71,7 +44,7 @@ static void compare(zoe_dtype dt, zoe_reduce_op op, const void *got, const doubl
     double *err = malloc(n * sizeof(double));
     /* Per-element bound: |got - ref| <= ulp16(ref) + world*eps32*sum|x|, compared as err<=tol. */
     for (size_t i = 0; i < n; i++) {
-        g[i] = get(dt, got, i);
+        g[i] = test_get(dt, got, i);
         double tol = op == ZOE_REDUCE_MAX || dt == ZOE_I32
                          ? 0
                          : rel_eps(dt) * fabs(ref[i]) + world * FLT_EPSILON * mag[i];
@@ -94,7 +67,7 @@ static void run_size(zoe_comm *c, zoe_stream *s, size_t n, uint64_t seed) {
         for (int o = 0; o < 2; o++) {
             zoe_reduce_op op = o ? ZOE_REDUCE_MAX : ZOE_REDUCE_SUM;
             /* all-reduce, out of place and in place */
-            make_input(dt, rank, n, seed, in);
+            test_fill_rank_input(dt, rank, n, seed, in);
             memset(out, 0xff, n * esz);
             CHECK_OK(zoe_comm_all_reduce(c, in, out, n, dt, op, s));
             reference(dt, op, n, 0, n, seed, ref, mag);
@@ -102,7 +75,7 @@ static void run_size(zoe_comm *c, zoe_stream *s, size_t n, uint64_t seed) {
             CHECK_OK(zoe_comm_all_reduce(c, in, in, n, dt, op, s));
             compare(dt, op, in, ref, mag, n, "all_reduce in-place");
             /* reduce-scatter: block r of the n*world input */
-            make_input(dt, rank, n * world, seed + 1, in);
+            test_fill_rank_input(dt, rank, n * world, seed + 1, in);
             memset(out, 0xff, n * esz);
             CHECK_OK(zoe_comm_reduce_scatter(c, in, out, n, dt, op, s));
             reference(dt, op, n * world, n * (size_t)rank, n, seed + 1, ref, mag);
@@ -111,13 +84,13 @@ static void run_size(zoe_comm *c, zoe_stream *s, size_t n, uint64_t seed) {
             compare(dt, op, in + n * rank * esz, ref, mag, n, "reduce_scatter in-place");
         }
         /* all-gather: exact; block r equals rank r's input */
-        make_input(dt, rank, n, seed + 2, in);
+        test_fill_rank_input(dt, rank, n, seed + 2, in);
         memset(out, 0xff, n * world * esz);
         CHECK_OK(zoe_comm_all_gather(c, in, out, n, dt, s));
         char *want = malloc(n * esz);
         int bad = 0;
         for (int r = 0; r < world; r++) {
-            make_input(dt, r, n, seed + 2, want);
+            test_fill_rank_input(dt, r, n, seed + 2, want);
             bad += memcmp(out + (size_t)r * n * esz, want, n * esz) != 0;
         }
         CHECK(bad == 0, "all_gather %s n=%zu: %d blocks differ", zoe_dtype_name(dt), n, bad);
@@ -126,15 +99,15 @@ static void run_size(zoe_comm *c, zoe_stream *s, size_t n, uint64_t seed) {
         CHECK_OK(zoe_comm_all_gather(c, out + (size_t)rank * n * esz, out, n, dt, s));
         bad = 0;
         for (int r = 0; r < world; r++) {
-            make_input(dt, r, n, seed + 2, want);
+            test_fill_rank_input(dt, r, n, seed + 2, want);
             bad += memcmp(out + (size_t)r * n * esz, want, n * esz) != 0;
         }
         CHECK(bad == 0, "all_gather in-place %s n=%zu: %d blocks differ", zoe_dtype_name(dt), n,
               bad);
         /* broadcast from the last rank */
-        make_input(dt, rank, n, seed + 3, in);
+        test_fill_rank_input(dt, rank, n, seed + 3, in);
         CHECK_OK(zoe_comm_broadcast(c, in, n, dt, world - 1, s));
-        make_input(dt, world - 1, n, seed + 3, want);
+        test_fill_rank_input(dt, world - 1, n, seed + 3, want);
         CHECK(memcmp(in, want, n * esz) == 0, "broadcast %s n=%zu", zoe_dtype_name(dt), n);
         free(want), free(in), free(out);
     }
@@ -153,6 +126,21 @@ int main(int argc, char **argv) {
           "comm size/rank");
     size_t sizes[] = {1, 7, 1001, (size_t)3 << 18}; /* the last: 3 MB of fp32 per rank */
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) run_size(c, s, sizes[i], 17 + i);
+
+    /* Counts above MPI's int limit run in chunks. The same checks on a communicator whose limit
+     * is lowered to 5 x size + 1 elements per call: all-reduces in chunks of 5 x size + 1,
+     * reduce-scatters and all-gathers in chunks of 5 per block, broadcasts likewise; sizes below,
+     * at and well above one chunk, none a multiple of it. */
+    zoe_comm *chunked = NULL;
+    CHECK_OK(zoe_comm_create_mpi(MPI_COMM_WORLD, &chunked));
+    CHECK(zoe_comm_set_max_count(chunked, (size_t)test_world_size() - 1) ==
+              ZOE_ERR_INVALID_ARGUMENT,
+          "a limit below the group size is refused");
+    CHECK_OK(zoe_comm_set_max_count(chunked, 5 * (size_t)test_world_size() + 1));
+    size_t chunked_sizes[] = {3, 5, 7, 1001};
+    for (size_t i = 0; i < sizeof chunked_sizes / sizeof chunked_sizes[0]; i++)
+        run_size(chunked, s, chunked_sizes[i], 41 + i);
+    zoe_comm_destroy(chunked);
 
     /* Byte counter: an all-reduce of 10 fp32 adds 40 bytes. */
     zoe_comm_reset_bytes(c);

@@ -13,8 +13,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include "testing.h"
+#include "train_run.h"
 #include "zoe/data.h"
-#include "zoe/train.h"
 
 enum { STEPS = 30, MICRO = 2 };
 
@@ -26,47 +26,22 @@ typedef struct run_options {
 
 static zoe_status run(MPI_Comm comm, int tp, int micro_batch, const char *corpus,
                       const run_options *o, float *losses) {
-    int size;
-    MPI_Comm_size(comm, &size);
-    zoe_train_config c;
-    zoe_train_config_defaults(&c);
-    c.model = (zoe_model_config){.name = "test",
-                                 .layers = 2,
-                                 .hidden = 64,
-                                 .heads = 4,
-                                 .seq_len = 32,
-                                 .vocab = ZOE_BYTE_VOCAB_SIZE,
-                                 .dropout = o->dropout};
-    c.tp = tp, c.micro_batch = micro_batch, c.grad_accum = 1, c.steps = STEPS;
-    c.recompute = o->recompute;
-    c.lr = 1e-3f, c.min_lr = 1e-4f, c.warmup = 5, c.dpu_warmup = 0, c.seed = 99;
-    zoe_trainer *tr = NULL;
-    zoe_dataset *ds = NULL;
-    zoe_loader *loader = NULL;
-    zoe_status st = zoe_trainer_create(comm, &c, &tr);
-    if (st == ZOE_OK) st = zoe_dataset_open(corpus, &ds);
-    zoe_loader_config lc = {.seq_len = c.model.seq_len,
-                            .micro_batch = micro_batch,
-                            .dp_size = size / tp,
-                            .dp_rank = st == ZOE_OK ? zoe_trainer_dp_rank(tr) : 0,
-                            .grad_accum = 1,
-                            .seed = 7,
-                            .vocab_size = c.model.vocab};
-    if (st == ZOE_OK) st = zoe_loader_create(ds, &lc, &loader);
-    size_t n = (size_t)micro_batch * (size_t)c.model.seq_len;
-    int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
-    for (int s = 0; st == ZOE_OK && s < o->steps; s++) {
-        zoe_step_stats stats;
-        st = zoe_loader_fetch(loader, s, 0, tokens, targets);
-        if (st == ZOE_OK) st = zoe_trainer_micro_batch(tr, tokens, targets, NULL);
-        if (st == ZOE_OK) st = zoe_trainer_step(tr, zoe_train_lr_at(&c, s), &stats);
-        if (st == ZOE_OK) losses[s] = stats.loss;
-    }
-    free(tokens), free(targets);
-    zoe_loader_destroy(loader);
-    zoe_dataset_destroy(ds);
-    zoe_trainer_destroy(tr);
-    return st;
+    train_run r = {.comm = comm,
+                   .model = {.name = "test",
+                             .layers = 2,
+                             .hidden = 64,
+                             .heads = 4,
+                             .seq_len = 32,
+                             .vocab = ZOE_BYTE_VOCAB_SIZE,
+                             .dropout = o->dropout},
+                   .backend = ZOE_BACKEND_CPU,
+                   .dtype = ZOE_F32,
+                   .tp = tp,
+                   .micro_batch = micro_batch,
+                   .steps = o->steps,
+                   .recompute = o->recompute,
+                   .corpus = corpus};
+    return train_run_losses(&r, losses, NULL);
 }
 
 int main(int argc, char **argv) {

@@ -1,0 +1,217 @@
+/* bench_gpu_step: training throughput on one GPU (scripts/gpu-check prints its table).
+ *
+ * Picks the largest GPT preset whose host state (18 bytes per parameter with DPU: fp32 master
+ * weights, two moments, gradients, two gradient partitions' worth of staging) fits in 60% of
+ * the available host memory and whose trainer can be created on the device (a smaller preset
+ * is tried when the device runs out of memory), then measures on it:
+ *  - ZeRO-Offload (optimizer on the host): synchronous steps, then, in the same trainer, steps
+ *    with the delayed parameter update (DPU), whose host step overlaps the next step's compute;
+ *  - no offload (optimizer on the device), at the same model, when it fits.
+ * Per run: tokens/s, model FLOPs utilisation (6 N + 12 L h T FLOPs per token, the PaLM count,
+ * over --peak-tflops), the split of a step (forward, backward, gradient offload, host Adam,
+ * refresh) and, with DPU, the share of the host step it hides:
+ *     hidden = 1 - (time the step waits for the overlapped update) / (host Adam time).
+ * One JSON object per line, the last a summary. Ratios come from one process on one GPU.
+ * Usage: bench_gpu_step [--backend cuda|cpu] [--model auto|NAME] [--micro N] [--steps N]
+ *                       [--peak-tflops X]   (defaults: cuda, auto, 8, 4, 989 = H100/H200 bf16) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "zoe/zoe.h"
+#include "zoe/train.h"
+
+typedef struct bench_args {
+    zoe_backend backend;
+    char model[32];
+    int micro, steps;
+    double peak_tflops;
+} bench_args;
+
+typedef struct phase_sums {
+    double total, forward, backward, offload, host_step, refresh, wait;
+    int steps;
+} phase_sums;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static double available_host_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024.0;
+}
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+    *a = (bench_args){
+        .backend = ZOE_BACKEND_CUDA, .model = "auto", .micro = 8, .steps = 4, .peak_tflops = 989};
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) goto bad;
+        if (!strcmp(argv[i], "--backend") && zoe_backend_parse(v, &a->backend) == ZOE_OK) {
+        } else if (!strcmp(argv[i], "--model") && strlen(v) < sizeof a->model) {
+            strcpy(a->model, v);
+        } else if (!strcmp(argv[i], "--micro") && (a->micro = atoi(v)) > 0) {
+        } else if (!strcmp(argv[i], "--steps") && (a->steps = atoi(v)) > 0) {
+        } else if (!strcmp(argv[i], "--peak-tflops") && (a->peak_tflops = atof(v)) >= 0) {
+        } else {
+            goto bad;
+        }
+        i++;
+        continue;
+    bad:
+        fprintf(stderr, "bench_gpu_step: bad argument '%s'\n", argv[i]);
+        return 0;
+    }
+    return 1;
+}
+
+static void config_for(const bench_args *a, const zoe_model_config *m, zoe_offload_mode offload,
+                       int dpu_warmup, zoe_train_config *c) {
+    zoe_train_config_defaults(c);
+    c->model = *m;
+    c->backend = a->backend;
+    c->dtype = ZOE_BF16;
+    c->micro_batch = a->micro;
+    c->offload = offload;
+    c->dpu_warmup = dpu_warmup;
+    c->steps = 1000;
+    c->progress = ZOE_PROGRESS_LINES;
+}
+
+/* `count` steps from step `first`, summed into *out. */
+static zoe_status run_steps(zoe_trainer *tr, const zoe_train_config *c, const int32_t *tokens,
+                            const int32_t *targets, int first, int count, phase_sums *out) {
+    *out = (phase_sums){0};
+    for (int s = first; s < first + count; s++) {
+        zoe_step_stats st;
+        double t0 = now_ms();
+        zoe_status status = zoe_trainer_micro_batch(tr, tokens, targets, NULL);
+        if (status == ZOE_OK) status = zoe_trainer_step(tr, zoe_train_lr_at(c, s), &st);
+        if (status != ZOE_OK) return status;
+        out->total += now_ms() - t0;
+        out->forward += st.ms_forward, out->backward += st.ms_backward;
+        out->offload += st.ms_offload, out->host_step += st.ms_host_step;
+        out->refresh += st.ms_refresh;
+        double wait = st.ms_optimizer - st.ms_refresh;
+        out->wait += wait > 0 ? wait : 0;
+        out->steps++;
+    }
+    return ZOE_OK;
+}
+
+static void print_run(const char *run, const zoe_model_config *m, int64_t params, int micro,
+                      double peak_tflops, const phase_sums *p, double hidden, double *tokens_s) {
+    const double n = p->steps, tokens = (double)micro * m->seq_len, ms = p->total / n;
+    const double flops =
+        (6.0 * (double)params + 12.0 * m->layers * m->hidden * m->seq_len) * tokens / (ms / 1e3);
+    *tokens_s = tokens / (ms / 1e3);
+    printf("{\"bench\":\"gpu_step\",\"run\":\"%s\",\"model\":\"%s\",\"params\":%lld,"
+           "\"micro_batch\":%d,\"seq\":%d,\"dtype\":\"bf16\",\"steps\":%d,\"ms_step\":%.1f,"
+           "\"tokens_per_s\":%.0f,\"tflops\":%.1f,\"mfu\":%.3f,\"ms_forward\":%.1f,"
+           "\"ms_backward\":%.1f,\"ms_grad_offload\":%.1f,\"ms_host_adam\":%.1f,"
+           "\"ms_refresh\":%.1f,\"ms_wait_update\":%.1f,\"dpu_hidden\":%.3f}\n",
+           run, m->name, (long long)params, micro, m->seq_len, p->steps, ms, *tokens_s,
+           flops / 1e12, peak_tflops > 0 ? flops / 1e12 / peak_tflops : 0.0, p->forward / n,
+           p->backward / n, p->offload / n, p->host_step / n, p->refresh / n, p->wait / n, hidden);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    bench_args a;
+    if (!parse_args(argc, argv, &a)) return 2;
+    const double host = available_host_bytes();
+    int n = zoe_model_preset_count(), order[64], count = 0;
+    for (int i = 0; i < n && count < 64; i++) {
+        const zoe_model_config *m = zoe_model_preset_at(i);
+        if (strcmp(a.model, "auto") ? !strcmp(m->name, a.model)
+                                    : 18.0 * (double)zoe_model_param_count(m) <= 0.6 * host)
+            order[count++] = i;
+    }
+    /* largest first */
+    for (int i = 0; i < count; i++)
+        for (int j = i + 1; j < count; j++)
+            if (zoe_model_param_count(zoe_model_preset_at(order[j])) >
+                zoe_model_param_count(zoe_model_preset_at(order[i]))) {
+                int t = order[i];
+                order[i] = order[j], order[j] = t;
+            }
+    zoe_trainer *tr = NULL;
+    zoe_train_config c;
+    const zoe_model_config *m = NULL;
+    const int sync_steps = a.steps, warm = 1;
+    zoe_status st = ZOE_ERR_OUT_OF_MEMORY;
+    /* Out of memory: the next smaller preset; any other failure ends the benchmark. */
+    for (int i = 0; i < count && st == ZOE_ERR_OUT_OF_MEMORY; i++) {
+        m = zoe_model_preset_at(order[i]);
+        config_for(&a, m, ZOE_OFFLOAD_CPU, warm + sync_steps, &c);
+        fprintf(stderr, "bench_gpu_step: trying %s (%.2fB parameters) ...\n", m->name,
+                (double)zoe_model_param_count(m) / 1e9);
+        st = zoe_trainer_create(MPI_COMM_WORLD, &c, &tr);
+        if (st != ZOE_OK) fprintf(stderr, "bench_gpu_step: %s: %s\n", m->name, zoe_last_error());
+    }
+    if (st != ZOE_OK) {
+        fprintf(stderr, "bench_gpu_step: no preset runs (%.0f GB of host memory available)\n",
+                host / 1e9);
+        MPI_Finalize();
+        return 1;
+    }
+    const int64_t params = zoe_trainer_param_count(tr);
+    const size_t tok_n = (size_t)a.micro * (size_t)m->seq_len;
+    int32_t *tokens = malloc(tok_n * sizeof(int32_t)), *targets = malloc(tok_n * sizeof(int32_t));
+    unsigned seed = 1;
+    for (size_t i = 0; i < tok_n; i++) tokens[i] = (int32_t)(rand_r(&seed) % (unsigned)m->vocab);
+    for (size_t i = 0; i < tok_n; i++) targets[i] = tokens[(i + 1) % tok_n];
+
+    /* Offload: one warm-up step, the synchronous steps, one DPU warm-up step, the DPU steps. */
+    phase_sums sync, dpu, none, skip;
+    double tps_sync = 0, tps_dpu = 0, tps_none = 0;
+    st = run_steps(tr, &c, tokens, targets, 0, warm, &skip);
+    if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm, sync_steps, &sync);
+    if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm + sync_steps, 1, &skip);
+    if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm + sync_steps + 1, a.steps, &dpu);
+    if (st == ZOE_OK) st = zoe_trainer_flush(tr);
+    zoe_trainer_destroy(tr);
+    if (st != ZOE_OK) {
+        fprintf(stderr, "bench_gpu_step: %s with offload: %s\n", m->name, zoe_last_error());
+        MPI_Finalize();
+        return 1;
+    }
+    const double host_adam = sync.host_step / sync.steps;
+    const double hidden = host_adam > 0 ? 1.0 - (dpu.wait / dpu.steps) / host_adam : 0.0;
+    print_run("offload", m, params, a.micro, a.peak_tflops, &sync, 0.0, &tps_sync);
+    print_run("offload+dpu", m, params, a.micro, a.peak_tflops, &dpu, hidden < 0 ? 0 : hidden,
+              &tps_dpu);
+
+    /* No offload at the same model, when it fits on the device. */
+    config_for(&a, m, ZOE_OFFLOAD_NONE, 0, &c);
+    tr = NULL;
+    if (zoe_trainer_create(MPI_COMM_WORLD, &c, &tr) == ZOE_OK) {
+        st = run_steps(tr, &c, tokens, targets, 0, warm, &skip);
+        if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm, a.steps, &none);
+        zoe_trainer_destroy(tr);
+        if (st == ZOE_OK)
+            print_run("no-offload", m, params, a.micro, a.peak_tflops, &none, 0.0, &tps_none);
+    }
+    if (!tr || st != ZOE_OK)
+        printf("{\"bench\":\"gpu_step\",\"run\":\"no-offload\",\"model\":\"%s\",\"fits\":false,"
+               "\"why\":\"%s\"}\n",
+               m->name, zoe_last_error());
+    printf("{\"bench\":\"gpu_step\",\"summary\":true,\"model\":\"%s\",\"params\":%lld,"
+           "\"tokens_per_s_offload\":%.0f,\"tokens_per_s_offload_dpu\":%.0f,"
+           "\"tokens_per_s_no_offload\":%.0f,\"offload_dpu_vs_no_offload\":%.3f,"
+           "\"dpu_hidden\":%.3f}\n",
+           m->name, (long long)params, tps_sync, tps_dpu, tps_none,
+           tps_none > 0 ? tps_dpu / tps_none : 0.0, hidden < 0 ? 0 : hidden);
+    free(tokens), free(targets);
+    MPI_Finalize();
+    return 0;
+}
