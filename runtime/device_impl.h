@@ -2,11 +2,23 @@
 #ifndef ZOE_RUNTIME_DEVICE_IMPL_H
 #define ZOE_RUNTIME_DEVICE_IMPL_H
 
+#include <pthread.h>
 #include "zoe/device.h"
+
+/* One live allocation, for the accounting (zoe_device_memory_stats). */
+typedef struct zoe_allocation {
+    void *ptr;
+    size_t bytes;
+    int pinned;
+} zoe_allocation;
 
 struct zoe_device {
     zoe_backend backend;
     int ordinal;
+    pthread_mutex_t lock; /* guards the accounting: a DPU worker may allocate */
+    zoe_allocation *live; /* the allocations not yet freed, in allocation order */
+    size_t num_live, cap_live;
+    zoe_memory_stats stats;
     /* CUDA: the NCCL collectives of every communicator on this GPU run one after another, in
      * the order the host issued them (comm_nccl_cuda.c): the event marks the last one, and the
      * communicators using it count them (the last one out destroys it). */
