@@ -47,8 +47,8 @@ static void fused_step(const arrays *a, const zoe_adam_consts *c, zoe_dtype odt)
 /* Same reads and writes, one multiply-add per array, and the weights' copy stored the way the
  * step stores it (non-temporal, truncated to bf16 in the bf16 mode): a memory-speed yardstick.
  * Tiles start 64-byte aligned. */
-__attribute__((target("avx2"))) static void
-probe_tile_avx2(float *w, float *m, float *v, const float *g, void *out, int bf16, size_t len) {
+ZOE_TARGET_AVX2 static void probe_tile_avx2(float *w, float *m, float *v, const float *g, void *out,
+                                            int bf16, size_t len) {
     const __m256 c = _mm256_set1_ps(1e-7f), a = _mm256_set1_ps(0.999999f),
                  b = _mm256_set1_ps(1e-9f);
     size_t i = 0;
@@ -86,7 +86,7 @@ probe_tile_avx2(float *w, float *m, float *v, const float *g, void *out, int bf1
 
 static void probe_tile(float *w, float *m, float *v, const float *g, void *out, int bf16,
                        size_t len) {
-    if (__builtin_cpu_supports("avx2")) {
+    if (zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX2)) {
         probe_tile_avx2(w, m, v, g, out, bf16, len);
         return;
     }

@@ -31,9 +31,11 @@ int zoe_cuda_device_count(void) {
 #endif
 }
 
+#ifdef ZOE_HAVE_CUDA
 static inline int is_cuda(const zoe_device *dev) {
     return dev && dev->backend == ZOE_BACKEND_CUDA;
 }
+#endif
 
 zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out) {
     if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "device out pointer is NULL");
