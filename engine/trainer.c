@@ -136,8 +136,10 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     if (!out || !cfg)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: NULL argument");
     *out = NULL;
-    int world_size;
-    MPI_Comm_size(world, &world_size);
+    if (world == MPI_COMM_NULL)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: world is MPI_COMM_NULL");
+    int world_size = 0, rc = MPI_Comm_size(world, &world_size);
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "zoe_trainer_create: MPI_Comm_size of world");
     ZOE_TRY(zoe_train_config_validate(cfg, world_size));
     zoe_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "trainer struct");
@@ -156,9 +158,15 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     return ZOE_OK;
 }
 
+zoe_status zoe_trainer_finalize(zoe_trainer *tr) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_finalize: NULL trainer");
+    return zoe_optimizer_flush(tr->opt);
+}
+
+/* Local: the optimizer's destroy only joins a delayed update still in flight (its refresh, the
+ * collective part, is finalize's), so a rank on an error path never waits for the others. */
 void zoe_trainer_destroy(zoe_trainer *tr) {
     if (!tr) return;
-    if (tr->opt) zoe_optimizer_flush(tr->opt);
     zoe_optimizer_destroy(tr->opt);
     zoe_gpt_destroy(tr->gpt);
     zoe_comm_destroy(tr->tp_comm);
@@ -170,19 +178,19 @@ void zoe_trainer_destroy(zoe_trainer *tr) {
 }
 
 int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
-    return zoe_gpt_global_numel(tr->gpt);
+    return tr ? zoe_gpt_global_numel(tr->gpt) : -1;
 }
 zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr) {
-    return tr->opt;
+    return tr ? tr->opt : NULL;
 }
 int zoe_trainer_rank(const zoe_trainer *tr) {
-    return zoe_grid_rank(tr->grid);
+    return tr ? zoe_grid_rank(tr->grid) : -1;
 }
 int zoe_trainer_dp_rank(const zoe_trainer *tr) {
-    return zoe_grid_dp_rank(tr->grid);
+    return tr ? zoe_grid_dp_rank(tr->grid) : -1;
 }
 int zoe_trainer_dp_size(const zoe_trainer *tr) {
-    return zoe_grid_dp_size(tr->grid);
+    return tr ? zoe_grid_dp_size(tr->grid) : -1;
 }
 
 zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
@@ -221,7 +229,8 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
     /* Every TP rank has the same loss; average the micro-batches over DP. */
     double sums[2] = {tr->loss_sum, (double)tr->micro_batches};
-    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the step's loss over DP");
     if (stats) {
         const zoe_train_config *c = &tr->cfg;
         memset(stats, 0, sizeof *stats);
@@ -251,6 +260,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
 }
 
 zoe_status zoe_trainer_flush(zoe_trainer *tr) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_flush: NULL trainer");
     return zoe_optimizer_flush(tr->opt);
 }
 

@@ -115,26 +115,27 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c, int 
     const zoe_layout *lay = &opt->lay;
     size_t pd = lay->device_numel, n = opt->host_numel;
     const float *grad = opt->h_grad[buf];
-    int failed = 0;
-#pragma omp parallel for schedule(static) reduction(| : failed)
+    zoe_worker_error err = {ZOE_OK, ""};
+#pragma omp parallel for schedule(static)
     for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
         size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, n);
         for (int s = opt->chunk_segment[ch]; s < lay->num_segments; s++) {
             size_t a = lay->segments[s].offset - pd, e = a + lay->segments[s].len;
             if (a >= hi) break;
             a = a < lo ? lo : a, e = e > hi ? hi : e;
-            failed |= zoe_adam_host(zoe_segment_consts(c, &lay->segments[s]), opt->h_master + a,
+            zoe_worker_error_record(
+                &err, zoe_adam_host(zoe_segment_consts(c, &lay->segments[s]), opt->h_master + a,
                                     opt->h_m + a, opt->h_v + a, grad + a, ZOE_F32,
-                                    (char *)opt->h_out + a * opt->esz, opt->dtype, e - a) != ZOE_OK;
+                                    (char *)opt->h_out + a * opt->esz, opt->dtype, e - a));
         }
     }
-    if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "host Adam failed on a tile");
-    return ZOE_OK;
+    return zoe_worker_error_raise(&err, "host Adam");
 }
 
 /* One update: device part on the update stream, host part on the host threads, the host
  * part's new weights copied into the device partition buffer; returns when all is done. */
-static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf) {
+static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf,
+                             double *ms_update) {
     const zoe_layout *lay = &opt->lay;
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
@@ -152,7 +153,7 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int b
                                  opt->update_stream));
     }
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
-    opt->stats.ms_update = zoe_clock_ms() - t0;
+    *ms_update = zoe_clock_ms() - t0;
     return ZOE_OK;
 }
 
@@ -179,7 +180,8 @@ static void *update_worker(void *arg) {
         opt->flight_status = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
 #endif
     if (opt->flight_status == ZOE_OK)
-        opt->flight_status = run_update(opt, &opt->flight_consts, opt->flight_buf);
+        opt->flight_status =
+            run_update(opt, &opt->flight_consts, opt->flight_buf, &opt->flight_ms_update);
     if (opt->flight_status != ZOE_OK)
         snprintf(opt->flight_error, sizeof opt->flight_error, "%s", zoe_last_error());
     return NULL;
@@ -189,6 +191,7 @@ static zoe_status join_update(zoe_optimizer *opt) {
     if (!opt->in_flight) return ZOE_OK;
     pthread_join(opt->worker, NULL);
     opt->in_flight = 0;
+    opt->stats.ms_update = opt->flight_ms_update; /* the worker's figure, read after the join */
     if (opt->flight_status != ZOE_OK)
         return zoe_fail(opt->flight_status, "delayed update failed: %s", opt->flight_error);
     return ZOE_OK;
@@ -288,7 +291,7 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
         opt->grad_buf ^= 1; /* the next iteration's gradients go to the other partition */
         return ZOE_OK;
     }
-    ZOE_TRY(run_update(opt, &c, buf));
+    ZOE_TRY(run_update(opt, &c, buf, &st->ms_update));
     return refresh(opt);
 }
 

@@ -16,7 +16,8 @@
 
 #define MPI_TRY(call, what)                                                                        \
     do {                                                                                           \
-        if ((call) != MPI_SUCCESS) return zoe_fail(ZOE_ERR_MPI, "%s failed", what);                \
+        int mpi_code_ = (call);                                                                    \
+        if (mpi_code_ != MPI_SUCCESS) return zoe_fail_mpi(mpi_code_, what);                        \
     } while (0)
 
 static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
@@ -26,12 +27,16 @@ static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
     zoe_comm *c = calloc(1, sizeof *c);
     if (!c) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "comm struct");
     c->kind = kind;
-    if (MPI_Comm_dup(group, &c->group) != MPI_SUCCESS) {
+    int rc = MPI_Comm_dup(group, &c->group);
+    if (rc != MPI_SUCCESS) {
         free(c);
-        return zoe_fail(ZOE_ERR_MPI, "MPI_Comm_dup of the group failed");
+        return zoe_fail_mpi(rc, "MPI_Comm_dup of the group");
     }
-    MPI_Comm_rank(c->group, &c->rank);
-    MPI_Comm_size(c->group, &c->size);
+    if ((rc = MPI_Comm_rank(c->group, &c->rank)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_size(c->group, &c->size)) != MPI_SUCCESS) {
+        zoe_comm_destroy(c);
+        return zoe_fail_mpi(rc, "MPI_Comm_rank/size of the group");
+    }
     *out = c;
     return ZOE_OK;
 }

@@ -1,4 +1,5 @@
 #include <stdarg.h>
+#include <mpi.h>
 #include <stdio.h>
 #include "runtime/error.h"
 
@@ -45,4 +46,26 @@ zoe_status zoe_fail(zoe_status status, const char *fmt, ...) {
     va_end(ap);
     zoe_log(ZOE_LOG_DEBUG, "%s: %s", zoe_status_string(status), last_error);
     return status;
+}
+
+zoe_status zoe_fail_mpi(int code, const char *what) {
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error code %d", code);
+    return zoe_fail(ZOE_ERR_MPI, "%s failed: %s", what, text);
+}
+
+void zoe_worker_error_record(zoe_worker_error *e, zoe_status status) {
+    if (status == ZOE_OK) return;
+#pragma omp critical(zoe_worker_error)
+    if (e->status == ZOE_OK) {
+        e->status = status;
+        snprintf(e->message, sizeof e->message, "%s", last_error);
+    }
+}
+
+zoe_status zoe_worker_error_raise(const zoe_worker_error *e, const char *what) {
+    if (e->status == ZOE_OK) return ZOE_OK;
+    return zoe_fail(e->status, "%s: %s", what, e->message);
 }

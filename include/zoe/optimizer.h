@@ -87,7 +87,12 @@ typedef enum zoe_grad_mode {
     ZOE_GRAD_FULL_BUFFER = 1, /* a full device gradient buffer, reduced once per step */
 } zoe_grad_mode;
 
+/* Start it from ZOE_OPTIMIZER_CONFIG_INITIALIZER (other fields zero) or
+ * zoe_optimizer_config_default; later fields go at the end, and create refuses a struct whose
+ * size or version is not the library's. */
 typedef struct zoe_optimizer_config {
+    size_t struct_size;      /* sizeof(zoe_optimizer_config) where the caller was built */
+    int api_version;         /* ZOE_API_VERSION where the caller was built */
     float beta1, beta2, eps; /* Adam: 0.9, 0.999, 1e-8 */
     float weight_decay;      /* 0; not on tensors flagged no_weight_decay */
     int adamw;               /* 1: decoupled weight decay (AdamW, the default); 0: L2 in the grad */
@@ -104,7 +109,13 @@ typedef struct zoe_optimizer_config {
     float partial_ratio;     /* share of the partition kept and updated on the device: 0 */
 } zoe_optimizer_config;
 
-void zoe_optimizer_config_default(zoe_optimizer_config *cfg);
+#define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
+    { .struct_size = sizeof(zoe_optimizer_config), .api_version = ZOE_API_VERSION }
+/* Fills the defaults noted above; the macro passes the caller's struct size and version. */
+#define zoe_optimizer_config_default(cfg)                                                          \
+    zoe_optimizer_config_default_for((cfg), sizeof(zoe_optimizer_config), ZOE_API_VERSION)
+zoe_status zoe_optimizer_config_default_for(zoe_optimizer_config *cfg, size_t struct_size,
+                                            int api_version);
 
 typedef struct zoe_param_tensor {
     const char *name;    /* copied */

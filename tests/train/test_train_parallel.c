@@ -65,6 +65,7 @@ static zoe_status run(MPI_Comm comm, int tp, int micro_batch, const char *corpus
     free(tokens), free(targets);
     zoe_loader_destroy(loader);
     zoe_dataset_destroy(ds);
+    if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     zoe_trainer_destroy(tr);
     return st;
 }

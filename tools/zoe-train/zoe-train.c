@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
             last_loss = s.loss, ms += s.ms_total, toks += (double)s.tokens;
         }
     }
-    if (st == ZOE_OK) st = zoe_trainer_flush(tr);
+    if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     int code = 0;
     if (st != ZOE_OK) {
         fprintf(stderr, "zoe-train: rank %d: %s\n", rank, zoe_last_error());
