@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
+#include "engine/config_impl.h"
 #include "runtime/error.h"
 #include "zoe/train.h"
 
@@ -75,6 +75,8 @@ static const option_spec options[] = {
     {"metrics", OPT_PATH, CFG(metrics), 0, 0, "write one JSON object per step to this file"},
     {"log-every", OPT_INT, CFG(log_every), 1, 1e9, "print progress every N steps"},
     {"bucket-mb", OPT_INT64, CFG(bucket_mb), 1, 1 << 20, "gradient bucket size in MiB"},
+    {"stall-timeout", OPT_INT, CFG(stall_timeout), 0, 1e6,
+     "abort the job when no step completes in S seconds, each rank saying where it waits (0: off)"},
     {"progress", OPT_PROGRESS, CFG(progress), 0, 0, "auto, bar (live) or lines"},
 };
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
@@ -331,11 +333,7 @@ static zoe_status check_duplicate_keys(const cJSON *root, const char *path) {
 }
 
 /* The model preset goes first so that explicit shape options refine it, whatever the order. */
-zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
-    if (!cfg || !path)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_load_json: NULL argument");
-    char *text = NULL;
-    ZOE_TRY(read_config_text(path, &text));
+zoe_status zoe_train_config_apply_json(zoe_train_config *cfg, const char *text, const char *path) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
     if (!root) {
@@ -345,14 +343,12 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
         cJSON *prefix = NULL;
         int complete = at > 0 && (prefix = cJSON_ParseWithLength(text, at)) != NULL;
         cJSON_Delete(prefix);
-        free(text);
         if (complete)
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                             "config '%s': text after the JSON object at byte %zu", path, at);
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "config '%s' is not valid JSON (byte %zu)", path,
                         at);
     }
-    free(text);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "config '%s' is not a JSON object", path);
@@ -363,6 +359,16 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
     for (const cJSON *item = root->child; item && st == ZOE_OK; item = item->next)
         if (item != model) st = apply_json_item(cfg, item, path);
     cJSON_Delete(root);
+    return st;
+}
+
+zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
+    if (!cfg || !path)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_load_json: NULL argument");
+    char *text = NULL;
+    ZOE_TRY(read_config_text(path, &text));
+    zoe_status st = zoe_train_config_apply_json(cfg, text, path);
+    free(text);
     return st;
 }
 

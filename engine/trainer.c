@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/trainer_impl.h"
+#include "engine/watchdog.h"
 #include "models/gpt.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
@@ -23,6 +24,7 @@ struct zoe_trainer {
     zoe_comm *tp_comm;
     zoe_gpt *gpt;
     zoe_optimizer *opt;
+    zoe_watchdog *watchdog; /* with --stall-timeout */
     void **weight_ptrs;
     /* since the last step */
     double loss_sum;
@@ -92,7 +94,8 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     tr->weight_ptrs = calloc((size_t)n, sizeof(void *));
     if (!tensors || !tr->weight_ptrs) {
         free(tensors);
-        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor table of %d", n);
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor table of %d entries (%zu bytes)", n,
+                        (size_t)n * (sizeof *tensors + sizeof(void *)));
     }
     for (int t = 0; t < n; t++) {
         const zoe_tp_param *p = zoe_gpt_tensor(tr->gpt, t);
@@ -149,6 +152,10 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     if (st == ZOE_OK) bind_threads(tr);
     if (st == ZOE_OK) st = create_model(tr);
     if (st == ZOE_OK) st = create_optimizer(tr);
+    if (st == ZOE_OK && cfg->stall_timeout > 0)
+        st = zoe_watchdog_create(zoe_grid_world_comm(tr->grid), cfg->stall_timeout,
+                                 zoe_grid_rank(tr->grid), zoe_grid_tp_rank(tr->grid),
+                                 zoe_grid_dp_rank(tr->grid), &tr->watchdog);
     if (st != ZOE_OK) {
         zoe_trainer_destroy(tr);
         return st;
@@ -167,6 +174,7 @@ zoe_status zoe_trainer_finalize(zoe_trainer *tr) {
  * collective part, is finalize's), so a rank on an error path never waits for the others. */
 void zoe_trainer_destroy(zoe_trainer *tr) {
     if (!tr) return;
+    zoe_watchdog_destroy(tr->watchdog);
     zoe_optimizer_destroy(tr->opt);
     zoe_gpt_destroy(tr->gpt);
     zoe_comm_destroy(tr->tp_comm);
@@ -202,13 +210,16 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
     ZOE_TRY(zoe_optimizer_begin_micro_batch(tr->opt));
     double t0 = zoe_clock_ms();
     float l = 0;
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_FORWARD);
     ZOE_TRY(zoe_gpt_forward(tr->gpt, tokens, targets, &l));
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_BACKWARD);
     double t1 = zoe_clock_ms(), offload_before = tr->ms_offload;
     zoe_gpt_grad_sink sink = {tr, sink_acquire, sink_release};
     ZOE_TRY(zoe_gpt_backward(tr->gpt, (float)os.loss_scale, &sink));
     double t2 = zoe_clock_ms();
     ZOE_TRY(zoe_optimizer_end_micro_batch(tr->opt));
     double t3 = zoe_clock_ms();
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches + 1, ZOE_PHASE_BETWEEN);
     tr->ms_forward += t1 - t0;
     tr->ms_backward += (t2 - t1) - (tr->ms_offload - offload_before);
     tr->ms_offload += t3 - t2;
@@ -223,6 +234,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     if (tr->micro_batches == 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step before any micro-batch");
     double t0 = zoe_clock_ms();
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_OPTIMIZER);
     ZOE_TRY(zoe_optimizer_step(tr->opt, lr));
     double t1 = zoe_clock_ms();
     zoe_optimizer_stats os;
@@ -252,6 +264,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         stats->ms_total = t1 - tr->step_started;
     }
     tr->steps_done++;
+    zoe_watchdog_step_done(tr->watchdog, tr->steps_done);
     tr->loss_sum = 0;
     tr->micro_batches = 0;
     tr->ms_forward = tr->ms_backward = tr->ms_offload = 0;

@@ -75,7 +75,8 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
         if (buffers > 1) opt->h_grad[1] = host_array(ph);
         if (!opt->h_master || !opt->h_m || !opt->h_v || !opt->h_grad[0] ||
             (buffers > 1 && !opt->h_grad[1]))
-            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements", ph);
+            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state: %d arrays of %zu bytes",
+                            4 + (buffers > 1), ph * sizeof(float));
         if (zoe_device_is_host_memory(opt))
             opt->h_out = (char *)opt->part_out + pd * opt->esz; /* copies to it become no-ops */
         else

@@ -74,7 +74,7 @@ int zoe_device_ordinal(const zoe_device *dev) {
 static zoe_status cpu_alloc(size_t bytes, void **out) {
     size_t rounded = (bytes + ZOE_CPU_ALIGN - 1) / ZOE_CPU_ALIGN * ZOE_CPU_ALIGN;
     *out = aligned_alloc(ZOE_CPU_ALIGN, rounded ? rounded : ZOE_CPU_ALIGN);
-    if (!*out) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes", bytes);
+    if (!*out) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%zu bytes of host memory asked for", bytes);
     return ZOE_OK;
 }
 

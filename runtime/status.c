@@ -1,6 +1,7 @@
 #include <stdarg.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <string.h>
 #include "runtime/error.h"
 
 /* Per-thread so that concurrent callers (the DPU host thread, OpenMP workers) never read each
@@ -44,6 +45,16 @@ zoe_status zoe_fail(zoe_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    /* Every allocation failure says so in the same words, whatever the call site wrote. */
+    static const char oom[] = "out of memory: ";
+    const size_t p = sizeof oom - 1;
+    if (status == ZOE_ERR_OUT_OF_MEMORY && strncmp(last_error, oom, p - 2) != 0) {
+        size_t len = strlen(last_error);
+        if (len > sizeof last_error - 1 - p) len = sizeof last_error - 1 - p;
+        memmove(last_error + p, last_error, len);
+        last_error[p + len] = '\0';
+        memcpy(last_error, oom, p);
+    }
     zoe_log(ZOE_LOG_DEBUG, "%s: %s", zoe_status_string(status), last_error);
     return status;
 }

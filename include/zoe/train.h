@@ -80,6 +80,7 @@ typedef struct zoe_train_config {
     int log_every;
     int64_t bucket_mb; /* gradient bucket size in MiB */
     zoe_progress_style progress;
+    int stall_timeout; /* seconds without a completed step before the job is aborted; 0: never */
 } zoe_train_config;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \

@@ -73,6 +73,7 @@ static void fuzz(zoe_train_config *c, test_rng *r, int small) {
     MAYBE c->log_every = pick_int(r, 1, 1000000000);
     MAYBE c->bucket_mb = small ? test_rng_int(r, -1, 2) : (int64_t)test_rng_next(r);
     MAYBE c->progress = (zoe_progress_style)test_rng_int(r, -2, 4);
+    MAYBE c->stall_timeout = small ? (int)test_rng_int(r, -1, 1) : pick_int(r, 0, 1000000);
     MAYBE memset(c->model.name, 'x', sizeof c->model.name); /* no terminator */
     MAYBE memset(c->metrics, 'm', sizeof c->metrics);
 #undef MAYBE
@@ -102,6 +103,7 @@ static int acceptable(const zoe_train_config *c, int world) {
     if ((c->recompute != 0 && c->recompute != 1) || c->log_every < 1 || c->log_every > 1000000000)
         return 0;
     if (c->bucket_mb < 1 || c->bucket_mb > (1 << 20)) return 0;
+    if (c->stall_timeout < 0 || c->stall_timeout > 1000000) return 0;
     if (!memchr(m->name, 0, sizeof m->name) || !memchr(c->metrics, 0, sizeof c->metrics)) return 0;
     return 1;
 }
