@@ -10,11 +10,14 @@ if(ZOE_SANITIZE MATCHES "thread")
                   OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   find_file(ZOE_ARCHER_LIBRARY libarcher.so HINTS "${_resource_dir}/../..")
   list(APPEND ZOE_TEST_ENV
-       "TSAN_OPTIONS=halt_on_error=1:exitcode=66:ignore_noninstrumented_modules=1:suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp")
+       "TSAN_OPTIONS=halt_on_error=1:exitcode=66:allocator_may_return_null=1:ignore_noninstrumented_modules=1:suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp")
   if(ZOE_ARCHER_LIBRARY)
     list(APPEND ZOE_TEST_ENV "OMP_TOOL_LIBRARIES=${ZOE_ARCHER_LIBRARY}")
   endif()
 elseif(ZOE_SANITIZE)
+  # allocator_may_return_null: an allocation too large is zoe's to report (tests check the
+  # "out of memory" message), not the sanitizer's to abort on.
+  list(APPEND ZOE_TEST_ENV "ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1")
   list(APPEND ZOE_TEST_ENV
        "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
        "OMPI_MCA_mca_base_component_disable_dlclose=1")

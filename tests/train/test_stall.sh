@@ -20,6 +20,10 @@ fails=0
 if [ "${#ranks[@]}" -ne 4 ]; then
   echo "FAIL: found ${#ranks[@]} rank processes, expected 4"; fails=1
 fi
+for pid in "${ranks[@]}"; do # the re-executed ranks keep their name (not "exe")
+  name="$(cat "/proc/$pid/comm" 2>/dev/null)"
+  [ "$name" = "zoe-train" ] || { echo "FAIL: rank process $pid is named '$name'"; fails=1; }
+done
 [ -n "$victim" ] && kill -STOP "$victim"
 start=$SECONDS
 for _ in $(seq 150); do kill -0 "$job" 2>/dev/null || break; sleep 0.2; done
