@@ -2,10 +2,13 @@
  * the byte-level tokenizer, and inspects datasets. Every failure prints one line naming the
  * bad value and exits 2; a failed conversion leaves no output files behind. */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "zoe/data.h"
 
 #define EXIT_BAD 2
@@ -95,17 +98,70 @@ static int parse(int argc, char **argv, options *o) {
         return fail("--inspect cannot be combined with --input or --output-prefix");
     if (!o->inspect && o->n_inputs == 0) return fail("no --input given (see zoe-data --help)");
     if (!o->inspect && !o->prefix) return fail("no --output-prefix given (see zoe-data --help)");
+    if (!o->inspect && !o->prefix[0])
+        return fail("--output-prefix is empty: give a path such as data/corpus");
     return 0;
 }
 
-/* Opens every input first, so a missing file fails before any output exists. */
+/* Opens every input first, so a missing file fails before any output exists; an input that
+ * is one of the outputs (PREFIX.bin or PREFIX.idx, by path or through a link) would be
+ * overwritten, so it is refused too. */
 static int check_inputs(const options *o) {
+    char bin[4096], idx[4096];
+    snprintf(bin, sizeof bin, "%s.bin", o->prefix);
+    snprintf(idx, sizeof idx, "%s.idx", o->prefix);
+    struct stat out_bin, out_idx;
+    int have_bin = stat(bin, &out_bin) == 0, have_idx = stat(idx, &out_idx) == 0;
     for (int i = 0; i < o->n_inputs; i++) {
         FILE *f = fopen(o->inputs[i], "rb");
         if (!f) return fail("cannot read input '%s': %s", o->inputs[i], strerror(errno));
+        struct stat in;
+        int same = fstat(fileno(f), &in) == 0 &&
+                   ((have_bin && in.st_dev == out_bin.st_dev && in.st_ino == out_bin.st_ino) ||
+                    (have_idx && in.st_dev == out_idx.st_dev && in.st_ino == out_idx.st_ino));
         fclose(f);
+        if (same || strcmp(o->inputs[i], bin) == 0 || strcmp(o->inputs[i], idx) == 0)
+            return fail("--input '%s' is also an output of --output-prefix '%s': it would be "
+                        "overwritten",
+                        o->inputs[i], o->prefix);
     }
     return 0;
+}
+
+/* SIGINT/SIGTERM during a conversion: the temporary outputs go, then the signal does what it
+ * would have done. The handler reads only these two paths, set before any file exists. */
+static const char *volatile temp_bin, *volatile temp_idx;
+
+static void remove_temporaries_and_die(int sig) {
+    if (temp_bin) unlink(temp_bin);
+    if (temp_idx) unlink(temp_idx);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Held from before the writer makes its files until the handler knows their names. */
+static void hold_signals(int hold) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
+static void on_signals_remove(const zoe_dataset_writer *w) {
+    const char *bin, *idx;
+    zoe_dataset_writer_temp_paths(w, &bin, &idx);
+    temp_bin = bin, temp_idx = idx;
+    struct sigaction sa = {.sa_handler = remove_temporaries_and_die};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void on_signals_default(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    temp_bin = temp_idx = NULL;
 }
 
 static int convert(const options *o) {
@@ -113,9 +169,12 @@ static int convert(const options *o) {
     if (rc != 0) return rc;
     zoe_tokenizer *tok = NULL;
     zoe_dataset_writer *w = NULL;
+    hold_signals(1);
     if (zoe_tokenizer_create_bytes(&tok) != ZOE_OK ||
         zoe_dataset_writer_create(o->prefix, o->dtype, &w) != ZOE_OK)
         rc = fail_zoe();
+    if (rc == 0) on_signals_remove(w);
+    hold_signals(0);
     for (int i = 0; rc == 0 && i < o->n_inputs; i++)
         if (zoe_dataset_writer_add_text_file(w, tok, o->inputs[i], o->split) != ZOE_OK)
             rc = fail_zoe();
@@ -130,6 +189,7 @@ static int convert(const options *o) {
                (long long)zoe_dataset_writer_tokens(w), zoe_token_dtype_name(o->dtype),
                ZOE_BYTE_VOCAB_SIZE, ZOE_BYTE_EOD, o->n_inputs, o->n_inputs == 1 ? "" : "s",
                zoe_doc_split_name(o->split));
+    on_signals_default();
     zoe_dataset_writer_destroy(w); /* removes the temporary files unless finished */
     zoe_tokenizer_destroy(tok);
     return rc;
