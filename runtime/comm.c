@@ -32,7 +32,9 @@ static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
         free(c);
         return zoe_fail_mpi(rc, "MPI_Comm_dup of the group");
     }
-    if ((rc = MPI_Comm_rank(c->group, &c->rank)) != MPI_SUCCESS ||
+    /* Errors come back to zoe, which names the call with MPI_Error_string (runtime/grid.c). */
+    if ((rc = MPI_Comm_set_errhandler(c->group, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_rank(c->group, &c->rank)) != MPI_SUCCESS ||
         (rc = MPI_Comm_size(c->group, &c->size)) != MPI_SUCCESS) {
         zoe_comm_destroy(c);
         return zoe_fail_mpi(rc, "MPI_Comm_rank/size of the group");

@@ -35,7 +35,8 @@ static void config(zoe_train_config *c) {
     c->model = (zoe_model_config){
         .name = "tiny", .layers = 1, .hidden = 32, .heads = 2, .seq_len = SEQ, .vocab = VOCAB};
     c->micro_batch = BATCH;
-    c->dpu_warmup = 1; /* from the second step on, an update is in flight after every step */
+    c->dpu_warmup = 1;      /* from the second step on, an update is in flight after every step */
+    c->stall_timeout = 600; /* the watchdog thread runs alongside (and under TSan) */
 }
 
 int main(int argc, char **argv) {
