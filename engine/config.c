@@ -84,12 +84,7 @@ enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
 zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_size,
                                          int api_version) {
     if (!cfg) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_defaults: cfg is NULL");
-    if (struct_size != sizeof *cfg || api_version != ZOE_API_VERSION)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "zoe_train_config_defaults: the caller's zoe_train_config (%zu bytes, API "
-                        "%d) is not this library's (%zu bytes, API %d): rebuild against its "
-                        "headers",
-                        struct_size, api_version, sizeof *cfg, ZOE_API_VERSION);
+    ZOE_TRY(zoe_check_struct_version("zoe_train_config", struct_size, api_version, sizeof *cfg));
     memset(cfg, 0, sizeof *cfg);
     cfg->struct_size = sizeof *cfg;
     cfg->api_version = ZOE_API_VERSION;
@@ -513,12 +508,8 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
 
 zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) {
     if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_validate: cfg is NULL");
-    if (c->struct_size != sizeof *c || c->api_version != ZOE_API_VERSION)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "zoe_train_config: struct_size %zu and api_version %d are not this "
-                        "library's %zu and %d: start the struct from ZOE_TRAIN_CONFIG_INITIALIZER "
-                        "or zoe_train_config_defaults, built against this zoe's headers",
-                        c->struct_size, c->api_version, sizeof *c, ZOE_API_VERSION);
+    ZOE_TRY(
+        zoe_check_struct_version("zoe_train_config", c->struct_size, c->api_version, sizeof *c));
     if (world_size < 1)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "world size %d is not a number of ranks",
                         world_size);

@@ -9,12 +9,8 @@
 zoe_status zoe_optimizer_config_default_for(zoe_optimizer_config *cfg, size_t struct_size,
                                             int api_version) {
     if (!cfg) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_optimizer_config_default: NULL");
-    if (struct_size != sizeof *cfg || api_version != ZOE_API_VERSION)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "zoe_optimizer_config_default: the caller's zoe_optimizer_config (%zu "
-                        "bytes, API %d) is not this library's (%zu bytes, API %d): rebuild "
-                        "against its headers",
-                        struct_size, api_version, sizeof *cfg, ZOE_API_VERSION);
+    ZOE_TRY(
+        zoe_check_struct_version("zoe_optimizer_config", struct_size, api_version, sizeof *cfg));
     *cfg = (zoe_optimizer_config){
         .struct_size = sizeof *cfg,
         .api_version = ZOE_API_VERSION,
@@ -39,11 +35,8 @@ zoe_status zoe_optimizer_config_default_for(zoe_optimizer_config *cfg, size_t st
 
 static zoe_status check_config(const zoe_optimizer_config *c) {
 #define BAD(...) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
-    if (c->struct_size != sizeof *c || c->api_version != ZOE_API_VERSION)
-        BAD("zoe_optimizer_config: struct_size %zu and api_version %d are not this library's %zu "
-            "and %d: start it from ZOE_OPTIMIZER_CONFIG_INITIALIZER or "
-            "zoe_optimizer_config_default, built against this zoe's headers",
-            c->struct_size, c->api_version, sizeof *c, ZOE_API_VERSION);
+    ZOE_TRY(zoe_check_struct_version("zoe_optimizer_config", c->struct_size, c->api_version,
+                                     sizeof *c));
     if (!(c->beta1 >= 0 && c->beta1 < 1)) BAD("beta1 %g outside [0, 1)", (double)c->beta1);
     if (!(c->beta2 >= 0 && c->beta2 < 1)) BAD("beta2 %g outside [0, 1)", (double)c->beta2);
     if (!(c->eps > 0) || !isfinite(c->eps)) BAD("eps %g is not a finite value > 0", (double)c->eps);

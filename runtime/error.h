@@ -3,6 +3,7 @@
 #ifndef ZOE_RUNTIME_ERROR_H
 #define ZOE_RUNTIME_ERROR_H
 
+#include <stddef.h>
 #include "zoe/log.h"
 #include "zoe/status.h"
 
@@ -24,6 +25,11 @@ typedef struct zoe_worker_error {
 void zoe_worker_error_record(zoe_worker_error *e, zoe_status status);
 /* After the region: ZOE_OK, or the first failure as "<what>: <worker's message>". */
 zoe_status zoe_worker_error_raise(const zoe_worker_error *e, const char *what);
+
+/* A caller's versioned struct (its struct_size and api_version, as its headers set them) against
+ * this library's: ZOE_OK, or ZOE_ERR_INVALID_ARGUMENT naming the struct and both versions. */
+zoe_status zoe_check_struct_version(const char *type, size_t caller_size, int caller_version,
+                                    size_t library_size);
 
 /* Propagates a failing status from a call whose own message is already recorded. */
 #define ZOE_TRY(expr)                                                                              \

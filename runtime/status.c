@@ -59,6 +59,16 @@ zoe_status zoe_fail(zoe_status status, const char *fmt, ...) {
     return status;
 }
 
+zoe_status zoe_check_struct_version(const char *type, size_t caller_size, int caller_version,
+                                    size_t library_size) {
+    if (caller_size == library_size && caller_version == ZOE_API_VERSION) return ZOE_OK;
+    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                    "%s: struct_size %zu and api_version %d are not this library's %zu and %d: "
+                    "start it from its _INITIALIZER or its defaults function, built against this "
+                    "zoe's headers",
+                    type, caller_size, caller_version, library_size, ZOE_API_VERSION);
+}
+
 zoe_status zoe_fail_mpi(int code, const char *what) {
     char text[MPI_MAX_ERROR_STRING] = "";
     int len = 0;

@@ -110,7 +110,7 @@ typedef struct zoe_optimizer_config {
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
-    { .struct_size = sizeof(zoe_optimizer_config), .api_version = ZOE_API_VERSION }
+    { ZOE_STRUCT_VERSION(zoe_optimizer_config) }
 /* Fills the defaults noted above; the macro passes the caller's struct size and version. */
 #define zoe_optimizer_config_default(cfg)                                                          \
     zoe_optimizer_config_default_for((cfg), sizeof(zoe_optimizer_config), ZOE_API_VERSION)

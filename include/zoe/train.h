@@ -84,7 +84,7 @@ typedef struct zoe_train_config {
 } zoe_train_config;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \
-    { .struct_size = sizeof(zoe_train_config), .api_version = ZOE_API_VERSION }
+    { ZOE_STRUCT_VERSION(zoe_train_config) }
 /* Fills cfg with zoe-train's defaults. The macro passes the caller's struct size and version. */
 #define zoe_train_config_defaults(cfg)                                                             \
     zoe_train_config_defaults_for((cfg), sizeof(zoe_train_config), ZOE_API_VERSION)
