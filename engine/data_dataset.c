@@ -86,6 +86,8 @@ static zoe_status map_pair(zoe_dataset *ds) {
 }
 
 zoe_status zoe_dataset_open_indexed(const char *prefix, zoe_dataset **out) {
+    if (!prefix || !out)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_open_indexed: NULL argument");
     *out = NULL;
     zoe_dataset *ds;
     ZOE_TRY(zoe_dataset_alloc(prefix, &ds));
@@ -108,6 +110,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 zoe_status zoe_dataset_open(const char *path, zoe_dataset **out) {
+    if (!path || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_open: NULL argument");
     *out = NULL;
     char *idx = path_with(path, ".idx");
     if (!idx) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset '%s'", path);
@@ -126,22 +129,24 @@ zoe_status zoe_dataset_open(const char *path, zoe_dataset **out) {
 }
 
 const char *zoe_dataset_name(const zoe_dataset *ds) {
-    return ds->name;
+    return ds ? ds->name : NULL;
 }
 zoe_token_dtype zoe_dataset_dtype(const zoe_dataset *ds) {
-    return ds->index.dtype;
+    return ds ? ds->index.dtype : (zoe_token_dtype)0;
 }
 int64_t zoe_dataset_tokens(const zoe_dataset *ds) {
-    return ds->index.tokens;
+    return ds ? ds->index.tokens : -1;
 }
 int64_t zoe_dataset_documents(const zoe_dataset *ds) {
-    return ds->index.doc_entries - 1;
+    return ds ? ds->index.doc_entries - 1 : -1;
 }
 int64_t zoe_dataset_sequences(const zoe_dataset *ds) {
-    return ds->index.sequences;
+    return ds ? ds->index.sequences : -1;
 }
 
 zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count, int32_t *out) {
+    if (!ds || (!out && count > 0))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_read: NULL argument");
     if (offset < 0 || count < 0 || count > ds->index.tokens - offset)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "'%s': tokens [%lld, %lld) are outside the stream of %lld tokens", ds->name,
@@ -163,6 +168,8 @@ zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count
 
 zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *offset,
                                 int64_t *length) {
+    if (!ds || !offset || !length)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_document: NULL argument");
     int64_t docs = zoe_dataset_documents(ds);
     if (doc < 0 || doc >= docs)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': document %lld outside [0, %lld)", ds->name,

@@ -90,6 +90,8 @@ static zoe_status build_images(zoe_dataset *ds, const char *text, size_t len, zo
 }
 
 zoe_status zoe_dataset_open_text(const char *path, zoe_doc_split split, zoe_dataset **out) {
+    if (!path || !out)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_open_text: NULL argument");
     *out = NULL;
     if (split != ZOE_SPLIT_BLANK_LINE && split != ZOE_SPLIT_LINE && split != ZOE_SPLIT_FILE)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': document split %d unknown", path,
@@ -110,6 +112,8 @@ zoe_status zoe_dataset_open_text(const char *path, zoe_doc_split split, zoe_data
 
 zoe_status zoe_dataset_writer_add_text(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                        const char *text, size_t len, zoe_doc_split split) {
+    if (!w || !tok || (len && !text))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_writer_add_text: NULL argument");
     zoe_text_cursor cur = {.text = text, .len = len, .split = split};
     const char *doc;
     size_t doc_len, cap = 0, longest = 0;
@@ -132,6 +136,9 @@ zoe_status zoe_dataset_writer_add_text(zoe_dataset_writer *w, const zoe_tokenize
 
 zoe_status zoe_dataset_writer_add_text_file(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                             const char *path, zoe_doc_split split) {
+    if (!w || !tok || !path)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_dataset_writer_add_text_file: NULL argument");
     zoe_mapped_file text;
     ZOE_TRY(zoe_map_file(path, &text));
     zoe_status st = zoe_dataset_writer_add_text(w, tok, text.data, text.len, split);

@@ -127,10 +127,10 @@ void zoe_dataset_writer_temp_paths(const zoe_dataset_writer *w, const char **bin
 }
 
 int64_t zoe_dataset_writer_documents(const zoe_dataset_writer *w) {
-    return w->documents;
+    return w ? w->documents : -1;
 }
 int64_t zoe_dataset_writer_tokens(const zoe_dataset_writer *w) {
-    return w->tokens;
+    return w ? w->tokens : -1;
 }
 
 static zoe_status check_tokens(const zoe_dataset_writer *w, const int32_t *tokens, int64_t n) {
@@ -165,6 +165,8 @@ static zoe_status write_tokens(zoe_dataset_writer *w, const int32_t *tokens, int
 
 zoe_status zoe_dataset_writer_add_document(zoe_dataset_writer *w, const int32_t *tokens,
                                            int64_t n) {
+    if (!w || (n > 0 && !tokens))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_writer_add_document: NULL argument");
     if (w->finished || !w->bin)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': writer already finished or failed",
                         w->bin_path);
@@ -203,6 +205,7 @@ static zoe_status write_index(const zoe_dataset_writer *w) {
 }
 
 zoe_status zoe_dataset_writer_finish(zoe_dataset_writer *w) {
+    if (!w) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_writer_finish: NULL writer");
     if (w->finished || !w->bin)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': writer already finished or failed",
                         w->bin_path);

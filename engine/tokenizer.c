@@ -11,6 +11,7 @@ struct zoe_tokenizer {
 };
 
 zoe_status zoe_tokenizer_create_bytes(zoe_tokenizer **out) {
+    if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_tokenizer_create_bytes: out is NULL");
     *out = NULL;
     zoe_tokenizer *tok = malloc(sizeof *tok);
     if (!tok) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tokenizer: %zu bytes", sizeof *tok);
@@ -25,11 +26,11 @@ void zoe_tokenizer_destroy(zoe_tokenizer *tok) {
 }
 
 int32_t zoe_tokenizer_vocab_size(const zoe_tokenizer *tok) {
-    return tok->vocab_size;
+    return tok ? tok->vocab_size : -1;
 }
 
 int32_t zoe_tokenizer_eod(const zoe_tokenizer *tok) {
-    return tok->eod;
+    return tok ? tok->eod : -1;
 }
 
 size_t zoe_tokenizer_max_tokens(const zoe_tokenizer *tok, size_t len) {
@@ -38,6 +39,8 @@ size_t zoe_tokenizer_max_tokens(const zoe_tokenizer *tok, size_t len) {
 
 zoe_status zoe_tokenizer_encode(const zoe_tokenizer *tok, const char *text, size_t len,
                                 int32_t *tokens, size_t cap, size_t *n_tokens) {
+    if (!tok || !n_tokens || (len && (!text || !tokens)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_tokenizer_encode: NULL argument");
     *n_tokens = 0;
     if (len > cap)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
@@ -50,6 +53,8 @@ zoe_status zoe_tokenizer_encode(const zoe_tokenizer *tok, const char *text, size
 
 zoe_status zoe_tokenizer_decode(const zoe_tokenizer *tok, const int32_t *tokens, size_t n,
                                 char *text, size_t cap, size_t *len) {
+    if (!tok || !len || (n && (!tokens || !text)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_tokenizer_decode: NULL argument");
     size_t out = 0;
     *len = 0;
     for (size_t i = 0; i < n; i++) {

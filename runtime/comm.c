@@ -83,19 +83,19 @@ void zoe_comm_destroy(zoe_comm *c) {
 }
 
 int zoe_comm_rank(const zoe_comm *c) {
-    return c->rank;
+    return c ? c->rank : -1;
 }
 int zoe_comm_size(const zoe_comm *c) {
-    return c->size;
+    return c ? c->size : -1;
 }
 const char *zoe_comm_backend_name(const zoe_comm *c) {
-    return c->kind == ZOE_COMM_NCCL ? "nccl" : "mpi";
+    return !c ? "none" : c->kind == ZOE_COMM_NCCL ? "nccl" : "mpi";
 }
 uint64_t zoe_comm_bytes(const zoe_comm *c) {
-    return c->bytes;
+    return c ? c->bytes : 0;
 }
 void zoe_comm_reset_bytes(zoe_comm *c) {
-    c->bytes = 0;
+    if (c) c->bytes = 0;
 }
 
 static zoe_status check_args(const zoe_comm *c, const void *send, const void *recv, size_t count,
@@ -288,5 +288,5 @@ zoe_status zoe_comm_barrier(zoe_comm *c, zoe_stream *stream) {
 }
 
 double zoe_comm_seconds(const zoe_comm *c) {
-    return c->seconds;
+    return c ? c->seconds : 0.0;
 }

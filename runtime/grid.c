@@ -87,35 +87,35 @@ zoe_status zoe_grid_create(MPI_Comm world, int tp, zoe_grid **out) {
 }
 
 int zoe_grid_rank(const zoe_grid *g) {
-    return g->rank;
+    return g ? g->rank : -1;
 }
 int zoe_grid_world_size(const zoe_grid *g) {
-    return g->world_size;
+    return g ? g->world_size : -1;
 }
 int zoe_grid_tp_size(const zoe_grid *g) {
-    return g->tp;
+    return g ? g->tp : -1;
 }
 int zoe_grid_dp_size(const zoe_grid *g) {
-    return g->dp;
+    return g ? g->dp : -1;
 }
 int zoe_grid_tp_rank(const zoe_grid *g) {
-    return g->tp_rank;
+    return g ? g->tp_rank : -1;
 }
 int zoe_grid_dp_rank(const zoe_grid *g) {
-    return g->dp_rank;
+    return g ? g->dp_rank : -1;
 }
 int zoe_grid_local_rank(const zoe_grid *g) {
-    return g->local_rank;
+    return g ? g->local_rank : -1;
 }
 int zoe_grid_local_size(const zoe_grid *g) {
-    return g->local_size;
+    return g ? g->local_size : -1;
 }
 MPI_Comm zoe_grid_world_comm(const zoe_grid *g) {
-    return g->world;
+    return g ? g->world : MPI_COMM_NULL;
 }
 MPI_Comm zoe_grid_tp_comm(const zoe_grid *g) {
-    return g->tp_comm;
+    return g ? g->tp_comm : MPI_COMM_NULL;
 }
 MPI_Comm zoe_grid_dp_comm(const zoe_grid *g) {
-    return g->dp_comm;
+    return g ? g->dp_comm : MPI_COMM_NULL;
 }

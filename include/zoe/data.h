@@ -29,6 +29,7 @@ typedef struct zoe_tokenizer zoe_tokenizer;
 
 zoe_status zoe_tokenizer_create_bytes(zoe_tokenizer **out);
 void zoe_tokenizer_destroy(zoe_tokenizer *tok);
+/* Pure getters: -1 for a NULL tokenizer. */
 int32_t zoe_tokenizer_vocab_size(const zoe_tokenizer *tok);
 int32_t zoe_tokenizer_eod(const zoe_tokenizer *tok);
 /* The most tokens encode can produce for len bytes of text (size the token buffer with it). */
@@ -84,7 +85,8 @@ zoe_status zoe_dataset_open_text(const char *path, zoe_doc_split split, zoe_data
 zoe_status zoe_dataset_open(const char *path, zoe_dataset **out);
 void zoe_dataset_destroy(zoe_dataset *ds);
 
-/* The prefix or text path it was opened from. */
+/* Pure getters, which cannot fail: NULL or -1 for a NULL dataset. The prefix or text path it
+ * was opened from, its token dtype, tokens, documents and sequences. */
 const char *zoe_dataset_name(const zoe_dataset *ds);
 zoe_token_dtype zoe_dataset_dtype(const zoe_dataset *ds);
 int64_t zoe_dataset_tokens(const zoe_dataset *ds);
@@ -124,6 +126,7 @@ zoe_status zoe_dataset_writer_finish(zoe_dataset_writer *w);
  * which must remove them before it dies: unlink is async-signal-safe). */
 void zoe_dataset_writer_temp_paths(const zoe_dataset_writer *w, const char **bin, const char **idx);
 void zoe_dataset_writer_destroy(zoe_dataset_writer *w);
+/* Pure getters: documents and tokens added so far; -1 for a NULL writer. */
 int64_t zoe_dataset_writer_documents(const zoe_dataset_writer *w);
 int64_t zoe_dataset_writer_tokens(const zoe_dataset_writer *w);
 

@@ -149,7 +149,8 @@ zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *
                                 zoe_optimizer **out);
 void zoe_optimizer_destroy(zoe_optimizer *opt);
 
-/* The device parameter buffer (compute dtype, padded layout) and its size in elements. */
+/* Pure getters (NULL and 0 for a NULL optimizer): the device parameter buffer (compute dtype,
+ * padded layout) and its size in elements. */
 void *zoe_optimizer_params(zoe_optimizer *opt);
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt);
 /* Element offset of tensor index t in the parameter buffer. */
