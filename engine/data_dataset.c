@@ -152,6 +152,7 @@ zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count
                         "'%s': tokens [%lld, %lld) are outside the stream of %lld tokens", ds->name,
                         (long long)offset, (long long)(offset + count),
                         (long long)ds->index.tokens);
+    if (count == 0) return ZOE_OK; /* an empty .bin maps to NULL: no pointer arithmetic on it */
     /* Sequences lie back to back (checked on open), so the stream is the .bin itself. */
     const unsigned char *p = ds->bin + (size_t)offset * ds->index.token_size;
     if (ds->index.dtype == ZOE_TOKENS_INT32) {
