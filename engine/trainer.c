@@ -280,9 +280,8 @@ zoe_status zoe_trainer_flush(zoe_trainer *tr) {
 zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset) {
     if (!tr || !out)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_profile: NULL argument");
-    zoe_kernels *k = zoe_gpt_tp(tr->gpt)->kernels;
     zoe_kernel_profile kp;
-    zoe_kernels_profile(k, &kp);
+    zoe_gpt_kernel_profile(tr->gpt, &kp, reset);
     memset(out, 0, sizeof *out);
     for (int op = 0; op < ZOE_KOP_COUNT && out->count < ZOE_PROFILE_MAX - 1; op++) {
         if (!kp.calls[op]) continue;
@@ -294,9 +293,6 @@ zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset) {
     double tp_seconds = zoe_comm_seconds(tr->tp_comm);
     snprintf(out->entries[out->count].name, sizeof out->entries[0].name, "tp_collectives");
     out->entries[out->count++].ms = (tp_seconds - tr->tp_seconds_at_reset) * 1e3;
-    if (reset) {
-        zoe_kernels_profile_reset(k);
-        tr->tp_seconds_at_reset = tp_seconds;
-    }
+    if (reset) tr->tp_seconds_at_reset = tp_seconds;
     return ZOE_OK;
 }
