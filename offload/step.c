@@ -216,9 +216,8 @@ static zoe_status global_sumsq(zoe_optimizer *opt, int buf, double *out) {
         if (lay->segments[s].counted)
             ZOE_TRY(zoe_sumsq_stream(opt->copy_stream, opt->d_grad[buf] + lay->segments[s].offset,
                                      lay->segments[s].len, &local));
-    if (MPI_Allreduce(&local, out, 1, MPI_DOUBLE, MPI_SUM, zoe_grid_world_comm(opt->grid)) !=
-        MPI_SUCCESS)
-        return zoe_fail(ZOE_ERR_MPI, "MPI_Allreduce of the gradient norm failed");
+    int rc = MPI_Allreduce(&local, out, 1, MPI_DOUBLE, MPI_SUM, zoe_grid_world_comm(opt->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the gradient norm");
     return ZOE_OK;
 }
 
