@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 #include "kernels/adam.h"
+#include "runtime/cpu.h"
 #include "zoe/dtype.h"
 
 typedef struct arrays {
@@ -105,7 +106,7 @@ static void probe_scalar(float *w, float *m, float *v, float *g, uint16_t *half,
     }
 }
 
-__attribute__((target("avx2"))) static void probe_tile_avx2(float *w, float *m, float *v, float *g,
+ZOE_TARGET_AVX2 static void probe_tile_avx2(float *w, float *m, float *v, float *g,
                                                             uint16_t *half, mode md, size_t len) {
     const __m256 c = _mm256_set1_ps(1e-7f), a = _mm256_set1_ps(0.999999f),
                  b = _mm256_set1_ps(1e-9f);
@@ -135,7 +136,7 @@ __attribute__((target("avx2"))) static void probe_tile_avx2(float *w, float *m, 
 }
 
 static void probe(const arrays *a, mode md) {
-    int avx2 = __builtin_cpu_supports("avx2");
+    int avx2 = zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX2);
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < (long)tiles(a->n); t++) {
         size_t lo = (size_t)t * ZOE_ADAM_TILE;

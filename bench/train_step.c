@@ -102,6 +102,7 @@ int main(int argc, char **argv) {
            "\"sgemm_gflops\":%.2f,\"ratio\":%.3f,\"goal\":0.70}\n",
            ms, gflops, peak, gflops / peak);
     free(tokens), free(targets);
+    zoe_trainer_finalize(tr);
     zoe_trainer_destroy(tr);
     MPI_Finalize();
     return 0;

@@ -9,6 +9,14 @@ add_compile_definitions(_POSIX_C_SOURCE=200809L _DEFAULT_SOURCE)
 
 set(ZOE_C_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
 
+option(ZOE_FUZZ "Build the libFuzzer targets of tests/fuzz (clang): every layer gets coverage instrumentation" OFF)
+
+if(ZOE_FUZZ)
+  if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "ZOE_FUZZ=ON needs clang (libFuzzer), not ${CMAKE_C_COMPILER_ID}")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
 if(ZOE_SANITIZE)
   add_compile_options(-fsanitize=${ZOE_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${ZOE_SANITIZE})

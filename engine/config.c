@@ -1,6 +1,8 @@
-/* zoe-train's configuration: one option table serves the command line, the JSON file and
- * --help, so a key, its range and its default are written once. */
+/* zoe-train's configuration: one option table serves the command line, the JSON file, --help
+ * and the validation of hand-filled structs, so a key, its range and its default are written
+ * once. */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "engine/config_impl.h"
 #include "runtime/error.h"
 #include "zoe/train.h"
 
@@ -81,6 +84,8 @@ static const option_spec options[] = {
     {"metrics", OPT_PATH, CFG(metrics), 0, 0, "write one JSON object per step to this file"},
     {"log-every", OPT_INT, CFG(log_every), 1, 1e9, "print progress every N steps"},
     {"bucket-mb", OPT_INT64, CFG(bucket_mb), 1, 1 << 20, "gradient bucket size in MiB"},
+    {"stall-timeout", OPT_INT, CFG(stall_timeout), 0, 1e6,
+     "abort the job when no step completes in S seconds, each rank saying where it waits (0: off)"},
     {"progress", OPT_PROGRESS, CFG(progress), 0, 0, "auto, bar (live) or lines"},
     {"lr-decay-style", OPT_CHOICE, CFG(lr_decay_style), 0, 0,
      "constant, linear, cosine, inverse-square-root or wsd"},
@@ -99,8 +104,13 @@ static const char *const *choices(const option_spec *o) {
 }
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
 
-void zoe_train_config_defaults(zoe_train_config *cfg) {
+zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_size,
+                                         int api_version) {
+    if (!cfg) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_defaults: cfg is NULL");
+    ZOE_TRY(zoe_check_struct_version("zoe_train_config", struct_size, api_version, sizeof *cfg));
     memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
+    cfg->api_version = ZOE_API_VERSION;
     zoe_model_preset("demo", &cfg->model);
     cfg->backend = ZOE_BACKEND_CPU;
     cfg->tp = 1;
@@ -125,6 +135,7 @@ void zoe_train_config_defaults(zoe_train_config *cfg) {
     cfg->lr_decay_style = ZOE_LR_COSINE;
     cfg->lr_wsd_decay_fraction = 0.1f;
     cfg->lr_wsd_decay_style = ZOE_WSD_EXPONENTIAL;
+    return ZOE_OK;
 }
 
 static const option_spec *find_option(const char *name) {
@@ -137,11 +148,31 @@ static const option_spec *find_option(const char *name) {
     return NULL;
 }
 
+/* A decimal number as JSON writes one: -?digits[.digits][e[+-]digits]. strtod alone would also
+ * take " 5", "+2", "0x3", "inf" and "nan", none of which a user means as a setting. */
+static int is_decimal(const char *t) {
+    if (*t == '-') t++;
+    if (!isdigit((unsigned char)*t)) return 0;
+    while (isdigit((unsigned char)*t)) t++;
+    if (*t == '.') {
+        t++;
+        if (!isdigit((unsigned char)*t)) return 0;
+        while (isdigit((unsigned char)*t)) t++;
+    }
+    if (*t == 'e' || *t == 'E') {
+        t++;
+        if (*t == '+' || *t == '-') t++;
+        if (!isdigit((unsigned char)*t)) return 0;
+        while (isdigit((unsigned char)*t)) t++;
+    }
+    return *t == '\0';
+}
+
 static zoe_status parse_number(const option_spec *o, const char *text, double *out) {
     char *end;
     errno = 0;
-    double v = strtod(text, &end);
-    if (!*text || *end || errno || !isfinite(v))
+    double v = is_decimal(text) ? strtod(text, &end) : NAN;
+    if (!is_decimal(text) || *end || errno || !isfinite(v))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: '%s' is not a number", o->name, text);
     if ((o->kind == OPT_INT || o->kind == OPT_INT64 || o->kind == OPT_U64) && v != floor(v))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: '%s' is not an integer", o->name, text);
@@ -230,21 +261,50 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
     return zoe_fail(ZOE_ERR_INTERNAL, "option kind %d", (int)o->kind);
 }
 
-/* The model preset goes first so that explicit shape options refine it, whatever the order. */
+/* Which JSON type a key takes: numbers for numeric options, true/false for flags, strings for
+ * the rest (a quoted number or a number for a path is a mistake worth naming). */
+static const char *json_type_needed(const option_spec *o) {
+    switch (o->kind) {
+    case OPT_INT:
+    case OPT_INT64:
+    case OPT_U64:
+    case OPT_FLOAT:
+        return "a number";
+    case OPT_FLAG:
+        return "true or false";
+    default:
+        return "a string";
+    }
+}
+
+static int json_type_ok(const option_spec *o, const cJSON *item) {
+    switch (o->kind) {
+    case OPT_INT:
+    case OPT_INT64:
+    case OPT_U64:
+    case OPT_FLOAT:
+        return cJSON_IsNumber(item);
+    case OPT_FLAG:
+        return cJSON_IsBool(item);
+    default:
+        return cJSON_IsString(item);
+    }
+}
+
 static zoe_status apply_json_item(zoe_train_config *cfg, const cJSON *item, const char *path) {
     const option_spec *o = find_option(item->string);
     if (!o) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown key \"%s\"", path, item->string);
+    if (!json_type_ok(o, item))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: key \"%s\" needs %s", path, item->string,
+                        json_type_needed(o));
     char text[64];
     const char *value = text;
     if (cJSON_IsString(item))
         value = item->valuestring;
     else if (cJSON_IsBool(item))
         snprintf(text, sizeof text, "%s", cJSON_IsTrue(item) ? "true" : "false");
-    else if (cJSON_IsNumber(item))
-        snprintf(text, sizeof text, "%.17g", item->valuedouble);
     else
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: key \"%s\" needs a string, number or bool",
-                        path, item->string);
+        snprintf(text, sizeof text, "%.17g", item->valuedouble);
     zoe_status st = set_option(cfg, o, value);
     if (st != ZOE_OK) {
         char msg[512];
@@ -254,32 +314,91 @@ static zoe_status apply_json_item(zoe_train_config *cfg, const cJSON *item, cons
     return ZOE_OK;
 }
 
-zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
+/* The whole file as a string; a directory, a device or a file larger than any config is refused
+ * before anything is allocated for it. */
+static zoe_status read_config_text(const char *path, char **out) {
+    enum { MAX_CONFIG_BYTES = 1 << 20 };
+    *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return zoe_fail(ZOE_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return zoe_fail(ZOE_ERR_IO, "config '%s' is %s, not a JSON file", path,
+                        S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+    }
+    if (sb.st_size > MAX_CONFIG_BYTES) {
+        fclose(f);
+        return zoe_fail(ZOE_ERR_IO, "config '%s' is %lld bytes, more than the %d a config may be",
+                        path, (long long)sb.st_size, MAX_CONFIG_BYTES);
+    }
+    size_t n = (size_t)sb.st_size;
+    char *text = malloc(n + 1);
+    size_t got = text ? fread(text, 1, n, f) : 0;
     fclose(f);
-    if (!text || got != (size_t)n) {
+    if (!text)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "out of memory reading config '%s' (%zu bytes)",
+                        path, n + 1);
+    if (got != n) {
         free(text);
         return zoe_fail(ZOE_ERR_IO, "cannot read config '%s'", path);
     }
     text[n] = '\0';
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+    *out = text;
+    return ZOE_OK;
+}
+
+/* Every key once: "micro-batch" and "micro_batch" name the same option, so both are a repeat. */
+static zoe_status check_duplicate_keys(const cJSON *root, const char *path) {
+    for (const cJSON *a = root->child; a; a = a->next)
+        for (const cJSON *b = root->child; b != a; b = b->next) {
+            const option_spec *oa = find_option(a->string), *ob = find_option(b->string);
+            if (strcmp(a->string, b->string) == 0 || (oa && oa == ob))
+                return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: key \"%s\" is given twice%s%s%s",
+                                path, a->string, strcmp(a->string, b->string) ? " (also as \"" : "",
+                                strcmp(a->string, b->string) ? b->string : "",
+                                strcmp(a->string, b->string) ? "\")" : "");
+        }
+    return ZOE_OK;
+}
+
+/* The model preset goes first so that explicit shape options refine it, whatever the order. */
+zoe_status zoe_train_config_apply_json(zoe_train_config *cfg, const char *text, const char *path) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        /* cJSON stops at the first byte it cannot take: a syntax error, or text after a whole
+         * value (which require_null_terminated refuses). */
+        size_t at = end && end >= text ? (size_t)(end - text) : 0;
+        cJSON *prefix = NULL;
+        int complete = at > 0 && (prefix = cJSON_ParseWithLength(text, at)) != NULL;
+        cJSON_Delete(prefix);
+        if (complete)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "config '%s': text after the JSON object at byte %zu", path, at);
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "config '%s' is not valid JSON (byte %zu)", path,
+                        at);
+    }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "config '%s' is not a JSON object", path);
     }
-    zoe_status st = ZOE_OK;
+    zoe_status st = check_duplicate_keys(root, path);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (model) st = apply_json_item(cfg, model, path);
+    if (st == ZOE_OK && model) st = apply_json_item(cfg, model, path);
     for (const cJSON *item = root->child; item && st == ZOE_OK; item = item->next)
         if (item != model) st = apply_json_item(cfg, item, path);
     cJSON_Delete(root);
+    return st;
+}
+
+zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
+    if (!cfg || !path)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_load_json: NULL argument");
+    char *text = NULL;
+    ZOE_TRY(read_config_text(path, &text));
+    zoe_status st = zoe_train_config_apply_json(cfg, text, path);
+    free(text);
     return st;
 }
 
@@ -339,7 +458,106 @@ static int data_exists(const char *path) {
     return stat(name, &st) == 0;
 }
 
+/* One table row against the value a struct holds (however it was filled): the same ranges and
+ * names as the flags and the JSON keys, so a hand-filled struct gets the same message. */
+static zoe_status check_option(const zoe_train_config *c, const option_spec *o) {
+    const char *base = (const char *)c + o->offset;
+    switch (o->kind) {
+    case OPT_INT: {
+        int v;
+        memcpy(&v, base, sizeof v);
+        if (v < o->min || v > o->max)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%d is out of range [%g, %g]", o->name,
+                            v, o->min, o->max);
+        return ZOE_OK;
+    }
+    case OPT_INT64: {
+        int64_t v;
+        memcpy(&v, base, sizeof v);
+        if ((double)v < o->min || (double)v > o->max)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%lld is out of range [%g, %g]", o->name,
+                            (long long)v, o->min, o->max);
+        return ZOE_OK;
+    }
+    case OPT_FLOAT: {
+        float v;
+        memcpy(&v, base, sizeof v);
+        if (!(v >= o->min && v <= o->max)) /* NaN fails too */
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%g is out of range [%g, %g]", o->name,
+                            (double)v, o->min, o->max);
+        return ZOE_OK;
+    }
+    case OPT_FLAG: {
+        int v;
+        memcpy(&v, base, sizeof v);
+        if (v != 0 && v != 1)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%d is not 0 or 1", o->name, v);
+        return ZOE_OK;
+    }
+    case OPT_DTYPE: {
+        zoe_dtype v;
+        memcpy(&v, base, sizeof v);
+        if (v != ZOE_F32 && v != ZOE_BF16 && v != ZOE_F16)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--dtype=%d is not fp32, bf16 or fp16",
+                            (int)v);
+        return ZOE_OK;
+    }
+    case OPT_BACKEND: {
+        zoe_backend v;
+        memcpy(&v, base, sizeof v);
+        if (v != ZOE_BACKEND_CPU && v != ZOE_BACKEND_CUDA)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--backend=%d is not cpu or cuda", (int)v);
+        return ZOE_OK;
+    }
+    case OPT_OFFLOAD: {
+        zoe_offload_mode v;
+        memcpy(&v, base, sizeof v);
+        if (v != ZOE_OFFLOAD_CPU && v != ZOE_OFFLOAD_NONE)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload=%d is not cpu or none", (int)v);
+        return ZOE_OK;
+    }
+    case OPT_PROGRESS: {
+        zoe_progress_style v;
+        memcpy(&v, base, sizeof v);
+        if (v != ZOE_PROGRESS_AUTO && v != ZOE_PROGRESS_BAR && v != ZOE_PROGRESS_LINES)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--progress=%d is not auto, bar or lines",
+                            (int)v);
+        return ZOE_OK;
+    }
+    case OPT_PATH:
+        if (!memchr(base, '\0', ZOE_PATH_MAX))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s is not a string shorter than %d bytes",
+                            o->name, ZOE_PATH_MAX);
+        return ZOE_OK;
+    case OPT_MODEL:
+        if (!memchr(c->model.name, '\0', sizeof c->model.name))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "model name is not a string shorter than %zu bytes",
+                            sizeof c->model.name);
+        return ZOE_OK;
+    case OPT_U64:
+        return ZOE_OK; /* every seed is a seed */
+    case OPT_CHOICE: {
+        int v, n = 0;
+        memcpy(&v, base, sizeof v);
+        while (choices(o)[n]) n++;
+        if (v < 0 || v >= n)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%d is not one of: %s", o->name, v,
+                            o->help);
+        return ZOE_OK;
+    }
+    }
+    return zoe_fail(ZOE_ERR_INTERNAL, "option kind %d", (int)o->kind);
+}
+
 zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) {
+    if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_validate: cfg is NULL");
+    ZOE_TRY(
+        zoe_check_struct_version("zoe_train_config", c->struct_size, c->api_version, sizeof *c));
+    if (world_size < 1)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "world size %d is not a number of ranks",
+                        world_size);
+    for (int i = 0; i < NUM_OPTIONS; i++) ZOE_TRY(check_option(c, &options[i]));
     const zoe_model_config *m = &c->model;
     if (world_size % c->tp != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--tp=%d does not divide the %d ranks", c->tp,

@@ -92,6 +92,8 @@ static zoe_status map_pair(zoe_dataset *ds) {
 }
 
 zoe_status zoe_dataset_open_indexed(const char *prefix, zoe_dataset **out) {
+    if (!prefix || !out)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_open_indexed: NULL argument");
     *out = NULL;
     zoe_dataset *ds;
     ZOE_TRY(zoe_dataset_alloc(prefix, &ds));
@@ -112,6 +114,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 zoe_status zoe_dataset_open(const char *path, zoe_dataset **out) {
+    if (!path || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_open: NULL argument");
     *out = NULL;
     char *idx = path_with(path, ".idx");
     if (!idx) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset '%s'", path);
@@ -130,19 +133,19 @@ zoe_status zoe_dataset_open(const char *path, zoe_dataset **out) {
 }
 
 const char *zoe_dataset_name(const zoe_dataset *ds) {
-    return ds->name;
+    return ds ? ds->name : NULL;
 }
 zoe_token_dtype zoe_dataset_dtype(const zoe_dataset *ds) {
-    return ds->index.dtype;
+    return ds ? ds->index.dtype : (zoe_token_dtype)0;
 }
 int64_t zoe_dataset_tokens(const zoe_dataset *ds) {
-    return ds->index.tokens;
+    return ds ? ds->index.tokens : -1;
 }
 int64_t zoe_dataset_documents(const zoe_dataset *ds) {
-    return ds->index.doc_entries - 1;
+    return ds ? ds->index.doc_entries - 1 : -1;
 }
 int64_t zoe_dataset_sequences(const zoe_dataset *ds) {
-    return ds->index.sequences;
+    return ds ? ds->index.sequences : -1;
 }
 
 /* bytes [at, at + n) of the .bin, or a message naming the short read */
@@ -180,11 +183,14 @@ static zoe_status read_file_tokens(const zoe_dataset *ds, int64_t offset, int64_
 }
 
 zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count, int32_t *out) {
+    if (!ds || (!out && count > 0))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_read: NULL argument");
     if (offset < 0 || count < 0 || count > ds->index.tokens - offset)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "'%s': tokens [%lld, %lld) are outside the stream of %lld tokens", ds->name,
                         (long long)offset, (long long)(offset + count),
                         (long long)ds->index.tokens);
+    if (count == 0) return ZOE_OK; /* an empty .bin maps to NULL: no pointer arithmetic on it */
     /* Sequences lie back to back (checked on open), so the stream is the .bin itself. */
     if (!ds->bin) return read_file_tokens(ds, offset, count, out);
     const unsigned char *p = ds->bin + (size_t)offset * ds->index.token_size;
@@ -202,6 +208,8 @@ zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count
 
 zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *offset,
                                 int64_t *length) {
+    if (!ds || !offset || !length)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_document: NULL argument");
     int64_t docs = zoe_dataset_documents(ds);
     if (doc < 0 || doc >= docs)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': document %lld outside [0, %lld)", ds->name,

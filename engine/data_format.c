@@ -200,7 +200,7 @@ void zoe_index_image_write(unsigned char *dst, zoe_token_dtype dtype, const int3
     memcpy(dst + 18, &seqs, 8);
     memcpy(dst + 26, &docs, 8);
     unsigned char *p = dst + ZOE_IDX_HEADER_LEN;
-    memcpy(p, sizes, (size_t)sequences * 4);
+    if (sequences > 0) memcpy(p, sizes, (size_t)sequences * 4); /* an empty dataset: no sizes */
     p += (size_t)sequences * 4;
     int64_t byte = 0;
     for (int64_t s = 0; s < sequences; s++, p += 8) {

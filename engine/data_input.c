@@ -181,6 +181,8 @@ static int blank(const char *s, size_t n) {
 zoe_status zoe_dataset_writer_add_input(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                         const char *text, size_t len, const char *name,
                                         const zoe_input_options *opt) {
+    if (!w || !tok || !opt || (len && !text))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_writer_add_input: NULL argument");
     if (opt->append_eod && zoe_tokenizer_eod(tok) < 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "'%s': --append-eod, but the tokenizer has no end-of-document token "
@@ -237,6 +239,8 @@ zoe_status zoe_dataset_writer_add_input(zoe_dataset_writer *w, const zoe_tokeniz
 
 zoe_status zoe_dataset_writer_add_file(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                        const char *path, const zoe_input_options *opt) {
+    if (!w || !tok || !path || !opt)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_writer_add_file: NULL argument");
     zoe_mapped_file text;
     ZOE_TRY(zoe_map_file(path, &text));
     zoe_status st = zoe_dataset_writer_add_input(w, tok, text.data, text.len, path, opt);

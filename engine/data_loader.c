@@ -67,7 +67,9 @@ static zoe_status check_config(const zoe_dataset *ds, const zoe_loader_config *c
 
 zoe_status zoe_loader_create(const zoe_dataset *ds, const zoe_loader_config *cfg,
                              zoe_loader **out) {
+    if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_loader_create: out is NULL");
     *out = NULL;
+    if (!ds || !cfg) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_loader_create: NULL argument");
     ZOE_TRY(check_config(ds, cfg));
     int64_t tokens = zoe_dataset_tokens(ds);
     int64_t sequences = tokens > 0 ? (tokens - 1) / cfg->seq_len : 0;
@@ -106,6 +108,8 @@ int64_t zoe_loader_steps_per_epoch(const zoe_loader *loader) {
 
 zoe_status zoe_loader_sequence_index(const zoe_loader *loader, int64_t step, int micro_step,
                                      int row, int64_t *sequence) {
+    if (!loader || !sequence)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_loader_sequence_index: NULL argument");
     const zoe_loader_config *c = &loader->cfg;
     if (step < 0 || micro_step < 0 || micro_step >= c->grad_accum || row < 0 ||
         row >= c->micro_batch)
@@ -135,6 +139,8 @@ static zoe_status check_vocab(const zoe_loader *l, const int32_t *t, int64_t n, 
 
 zoe_status zoe_loader_fetch(const zoe_loader *loader, int64_t step, int micro_step, int32_t *tokens,
                             int32_t *targets) {
+    if (!loader || !tokens || !targets)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_loader_fetch: NULL argument");
     int64_t len = loader->cfg.seq_len;
     for (int row = 0; row < loader->cfg.micro_batch; row++) {
         int64_t seq;

@@ -90,6 +90,8 @@ static zoe_status build_images(zoe_dataset *ds, const char *text, size_t len, zo
 }
 
 zoe_status zoe_dataset_open_text(const char *path, zoe_doc_split split, zoe_dataset **out) {
+    if (!path || !out)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_open_text: NULL argument");
     *out = NULL;
     if (split != ZOE_SPLIT_BLANK_LINE && split != ZOE_SPLIT_LINE && split != ZOE_SPLIT_FILE)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': document split %d unknown", path,

@@ -2,11 +2,15 @@
  * arrive, the sizes stay in memory, and finish writes the .idx and renames both into place
  * (.bin first, so a present .idx always has its .bin). */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include "zoe/log.h"
 #include "engine/data_impl.h"
 #include "runtime/error.h"
 
@@ -34,9 +38,48 @@ static char *format_path(const char *prefix, const char *suffix, long pid) {
     return p;
 }
 
+/* Removes PREFIX.bin.tmp.PID and PREFIX.idx.tmp.PID left by runs that were killed (PID no
+ * longer alive); a live PID's files belong to a conversion still running and stay. */
+static void remove_stale_temporaries(const char *prefix) {
+    const char *slash = strrchr(prefix, '/');
+    size_t dir_len = slash ? (size_t)(slash - prefix) : 0;
+    const char *base = slash ? slash + 1 : prefix;
+    size_t base_len = strlen(base);
+    char dir[4096] = ".";
+    if (slash && dir_len == 0) snprintf(dir, sizeof dir, "/");
+    if (slash && dir_len > 0) snprintf(dir, sizeof dir, "%.*s", (int)dir_len, prefix);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *name = e->d_name, *rest;
+        if (strncmp(name, base, base_len) != 0) continue;
+        rest = name + base_len;
+        if (strncmp(rest, ".bin.tmp.", 9) != 0 && strncmp(rest, ".idx.tmp.", 9) != 0) continue;
+        char *end;
+        long pid = strtol(rest + 9, &end, 10);
+        if (*end || pid <= 0 || (kill((pid_t)pid, 0) == 0 || errno == EPERM)) continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (remove(path) == 0)
+            zoe_log(ZOE_LOG_INFO, "removed '%s', left by a conversion that was killed", path);
+    }
+    closedir(d);
+}
+
 zoe_status zoe_dataset_writer_create(const char *prefix, zoe_token_dtype dtype,
                                      zoe_dataset_writer **out) {
+    if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_writer_create: out is NULL");
     *out = NULL;
+    if (!prefix || !prefix[0])
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "output prefix is empty: give a path such as data/corpus");
+    struct stat sb;
+    size_t plen = strlen(prefix);
+    if (prefix[plen - 1] == '/' || (stat(prefix, &sb) == 0 && S_ISDIR(sb.st_mode)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "output prefix '%s' is a directory: give a file prefix inside it, such "
+                        "as %s%scorpus",
+                        prefix, prefix, prefix[plen - 1] == '/' ? "" : "/");
     if (zoe_token_size(dtype) == 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': token dtype code %d unsupported", prefix,
                         (int)dtype);
@@ -52,6 +95,7 @@ zoe_status zoe_dataset_writer_create(const char *prefix, zoe_token_dtype dtype,
         zoe_dataset_writer_destroy(w);
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dataset writer for '%s'", prefix);
     }
+    remove_stale_temporaries(prefix);
     w->bin = fopen(w->bin_tmp, "wb");
     if (!w->bin) {
         zoe_status st = zoe_fail(ZOE_ERR_IO, "cannot create '%s' (for '%s'): %s", w->bin_tmp,
@@ -76,11 +120,17 @@ void zoe_dataset_writer_destroy(zoe_dataset_writer *w) {
     free(w);
 }
 
+void zoe_dataset_writer_temp_paths(const zoe_dataset_writer *w, const char **bin,
+                                   const char **idx) {
+    *bin = w ? w->bin_tmp : NULL;
+    *idx = w ? w->idx_tmp : NULL;
+}
+
 int64_t zoe_dataset_writer_documents(const zoe_dataset_writer *w) {
-    return w->documents;
+    return w ? w->documents : -1;
 }
 int64_t zoe_dataset_writer_tokens(const zoe_dataset_writer *w) {
-    return w->tokens;
+    return w ? w->tokens : -1;
 }
 
 static zoe_status check_tokens(const zoe_dataset_writer *w, const int32_t *tokens, int64_t n) {
@@ -115,6 +165,8 @@ static zoe_status write_tokens(zoe_dataset_writer *w, const int32_t *tokens, int
 
 zoe_status zoe_dataset_writer_add_document(zoe_dataset_writer *w, const int32_t *tokens,
                                            int64_t n) {
+    if (!w || (n > 0 && !tokens))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_writer_add_document: NULL argument");
     if (w->finished || !w->bin)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': writer already finished or failed",
                         w->bin_path);
@@ -153,6 +205,7 @@ static zoe_status write_index(const zoe_dataset_writer *w) {
 }
 
 zoe_status zoe_dataset_writer_finish(zoe_dataset_writer *w) {
+    if (!w) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_writer_finish: NULL writer");
     if (w->finished || !w->bin)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': writer already finished or failed",
                         w->bin_path);

@@ -1,16 +1,25 @@
 /* Rank 0's view of training: a live bar on a terminal, plain lines in a log, JSON lines for
- * plots. Figures per step come from the trainer; nothing here measures. */
+ * plots. Figures per step come from the trainer; nothing here measures but the wall clock of
+ * the run (elapsed time and ETA). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
+#include "runtime/clock.h"
 #include "runtime/error.h"
+#include "zoe/log.h"
 #include "zoe/train.h"
 
 struct zoe_progress {
     FILE *out;
-    FILE *metrics;
+    int metrics_fd; /* -1: none */
+    char *metrics_path;
+    off_t metrics_bytes;  /* length of the complete lines written so far */
+    int metrics_warned;   /* a failed write was reported (once) */
     int total, every, live;
+    double started_ms;
 };
 
 static int live_bar(FILE *out, zoe_progress_style style) {
@@ -18,67 +27,141 @@ static int live_bar(FILE *out, zoe_progress_style style) {
     return out && isatty(fileno(out)) && !getenv("OMPI_COMM_WORLD_SIZE");
 }
 
+/* Columns of the terminal out writes to: the tty's size, else $COLUMNS, else 80. */
+static int terminal_width(FILE *out) {
+    struct winsize ws;
+    if (out && ioctl(fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    const char *cols = getenv("COLUMNS");
+    int n = cols ? atoi(cols) : 0;
+    return n >= 20 && n <= 1000 ? n : 80;
+}
+
 zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
                                const char *metrics_path, zoe_progress **out_p) {
+    if (!out_p) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_progress_create: out is NULL");
     *out_p = NULL;
     if (total_steps <= 0 || log_every <= 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "progress: steps %d, every %d", total_steps,
                         log_every);
     zoe_progress *p = calloc(1, sizeof *p);
-    if (!p) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "progress struct");
+    if (!p) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "progress struct (%zu bytes)", sizeof *p);
     p->out = out;
     p->total = total_steps;
     p->every = log_every;
     p->live = live_bar(out, style);
+    p->metrics_fd = -1;
+    p->started_ms = zoe_clock_ms();
     if (metrics_path && metrics_path[0]) {
-        p->metrics = fopen(metrics_path, "w");
-        if (!p->metrics) {
-            free(p);
-            return zoe_fail(ZOE_ERR_IO, "cannot write metrics '%s': %s", metrics_path,
-                            strerror(errno));
+        p->metrics_path = strdup(metrics_path);
+        p->metrics_fd = open(metrics_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (!p->metrics_path || p->metrics_fd < 0) {
+            int err = errno;
+            zoe_progress_destroy(p);
+            return zoe_fail(ZOE_ERR_IO, "--metrics: cannot write '%s': %s", metrics_path,
+                            strerror(err));
         }
     }
     *out_p = p;
     return ZOE_OK;
 }
 
-static void print_line(zoe_progress *p, const zoe_step_stats *s, double tok_per_s) {
+/* One whole line per step or none: a short write (a full disk, a file-size limit) is cut back
+ * to the last complete line, reported once, and training goes on. */
+static void write_metrics_line(zoe_progress *p, const char *line, size_t n) {
+    ssize_t w = write(p->metrics_fd, line, n);
+    if (w == (ssize_t)n) {
+        p->metrics_bytes += (off_t)n;
+        return;
+    }
+    int err = w < 0 ? errno : ENOSPC;
+    if (w > 0 && ftruncate(p->metrics_fd, p->metrics_bytes) == 0)
+        lseek(p->metrics_fd, p->metrics_bytes, SEEK_SET);
+    if (!p->metrics_warned)
+        zoe_log(ZOE_LOG_WARN,
+                "--metrics '%s': %s; this step's line and later ones that do not fit are left "
+                "out, training goes on",
+                p->metrics_path, strerror(err));
+    p->metrics_warned = 1;
+}
+
+/* h:mm:ss, or m:ss under an hour. */
+static void format_duration(char *buf, size_t n, double seconds) {
+    long s = seconds > 0 && seconds < 1e9 ? (long)(seconds + 0.5) : 0;
+    if (s >= 3600)
+        snprintf(buf, n, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld", s / 60, s % 60);
+}
+
+static void print_line(zoe_progress *p, const zoe_step_stats *s, double tok_per_s,
+                       const char *elapsed, const char *eta) {
     fprintf(p->out,
             "step %*d/%d  loss %.4f  lr %.2e  norm %.3f%s  %.0f tok/s  %.1f ms "
-            "(fwd %.1f  bwd %.1f  offload %.1f  host step %.1f%s  refresh %.1f)",
+            "(fwd %.1f  bwd %.1f  offload %.1f  host step %.1f%s  refresh %.1f)  elapsed %s  "
+            "eta %s",
             (int)snprintf(NULL, 0, "%d", p->total), s->step + 1, p->total, (double)s->loss,
             (double)s->lr, (double)s->grad_norm, s->skipped ? " SKIPPED" : "", tok_per_s,
             s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
-            s->overlapped ? " overlapped" : "", s->ms_refresh);
+            s->overlapped ? " overlapped" : "", s->ms_refresh, elapsed, eta);
+}
+
+/* The live line, fitted to the terminal's width so that it redraws in place instead of
+ * wrapping: step, loss, speed, elapsed<ETA always; the bar takes the room left (up to 30 cells),
+ * then the norm and step time if they still fit. */
+static void print_bar(zoe_progress *p, const zoe_step_stats *s, double tok_per_s,
+                      const char *elapsed, const char *eta) {
+    char text[160], tail[96], bar[32];
+    int width = terminal_width(p->out) - 1;
+    int n = snprintf(text, sizeof text, " %d/%d  loss %.4f  %.1fk tok/s  %s<%s", s->step + 1,
+                     p->total, (double)s->loss, tok_per_s / 1e3, elapsed, eta);
+    int cells = width - n - 2;
+    cells = cells > 30 ? 30 : cells;
+    bar[0] = '\0';
+    if (cells >= 5) {
+        int filled = (int)((double)cells * (s->step + 1) / p->total);
+        bar[0] = '[';
+        for (int i = 0; i < cells; i++) bar[1 + i] = i < filled ? '#' : '.';
+        bar[cells + 1] = ']';
+        bar[cells + 2] = '\0';
+    }
+    int tn = snprintf(tail, sizeof tail, "  norm %.3f  %.0f ms%s", (double)s->grad_norm,
+                      s->ms_total, s->skipped ? " SKIPPED" : "");
+    int used = (int)strlen(bar) + n;
+    char line[320];
+    snprintf(line, sizeof line, "%s%s%s", bar, text, used + tn <= width ? tail : "");
+    if ((int)strlen(line) > width) line[width > 0 ? width : 0] = '\0';
+    fprintf(p->out, "\r\033[K%s", line);
 }
 
 zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
+    if (!p || !s) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_progress_report: NULL argument");
     double tok_per_s = s->ms_total > 0 ? (double)s->tokens / (s->ms_total / 1e3) : 0;
-    if (p->metrics) {
-        fprintf(p->metrics,
-                "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"loss_scale\":%g,"
-                "\"skipped\":%d,\"tokens\":%lld,\"tokens_per_s\":%.1f,\"ms\":%.3f,"
-                "\"ms_forward\":%.3f,\"ms_backward\":%.3f,\"ms_offload\":%.3f,"
-                "\"ms_host_step\":%.3f,\"ms_refresh\":%.3f,\"ms_optimizer\":%.3f,"
-                "\"overlapped\":%d}\n",
-                s->step, (double)s->loss, (double)s->lr, (double)s->grad_norm,
-                (double)s->loss_scale, s->skipped, (long long)s->tokens, tok_per_s, s->ms_total,
-                s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step, s->ms_refresh,
-                s->ms_optimizer, s->overlapped);
-        if (fflush(p->metrics) != 0) return zoe_fail(ZOE_ERR_IO, "writing metrics failed");
+    if (p->metrics_fd >= 0) {
+        char line[1024];
+        int n = snprintf(line, sizeof line,
+                         "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,"
+                         "\"loss_scale\":%g,\"skipped\":%d,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
+                         "\"ms\":%.3f,\"ms_forward\":%.3f,\"ms_backward\":%.3f,"
+                         "\"ms_offload\":%.3f,\"ms_host_step\":%.3f,\"ms_refresh\":%.3f,"
+                         "\"ms_optimizer\":%.3f,\"overlapped\":%d}\n",
+                         s->step, (double)s->loss, (double)s->lr, (double)s->grad_norm,
+                         (double)s->loss_scale, s->skipped, (long long)s->tokens, tok_per_s,
+                         s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload,
+                         s->ms_host_step, s->ms_refresh, s->ms_optimizer, s->overlapped);
+        if (n > 0 && n < (int)sizeof line) write_metrics_line(p, line, (size_t)n);
     }
     if (!p->out) return ZOE_OK;
-    int last = s->step + 1 == p->total;
+    int last = s->step + 1 >= p->total;
+    double elapsed_s = (zoe_clock_ms() - p->started_ms) / 1e3;
+    double eta_s = elapsed_s / (s->step + 1) * (p->total - s->step - 1);
+    char elapsed[32], eta[32];
+    format_duration(elapsed, sizeof elapsed, elapsed_s);
+    format_duration(eta, sizeof eta, eta_s);
     if (p->live) {
-        /* One line redrawn in place: a bar of 20 cells, then the step's figures. */
-        int filled = (int)(20.0 * (s->step + 1) / p->total);
-        fprintf(p->out, "\r\033[K[");
-        for (int i = 0; i < 20; i++) fputc(i < filled ? '#' : '.', p->out);
-        fprintf(p->out, "] ");
-        print_line(p, s, tok_per_s);
+        print_bar(p, s, tok_per_s, elapsed, eta);
         if (last) fputc('\n', p->out);
     } else if ((s->step + 1) % p->every == 0 || s->step == 0 || last) {
-        print_line(p, s, tok_per_s);
+        print_line(p, s, tok_per_s, elapsed, eta);
         fputc('\n', p->out);
     }
     fflush(p->out);
@@ -87,6 +170,7 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
 
 void zoe_progress_destroy(zoe_progress *p) {
     if (!p) return;
-    if (p->metrics) fclose(p->metrics);
+    if (p->metrics_fd >= 0) close(p->metrics_fd);
+    free(p->metrics_path);
     free(p);
 }

@@ -13,6 +13,7 @@ enum {
 };
 
 zoe_status zoe_tokenizer_create_bytes(zoe_tokenizer **out) {
+    if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_tokenizer_create_bytes: out is NULL");
     *out = NULL;
     zoe_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tokenizer: %zu bytes", sizeof *tok);
@@ -37,11 +38,11 @@ void zoe_tokenizer_destroy(zoe_tokenizer *tok) {
 }
 
 int32_t zoe_tokenizer_vocab_size(const zoe_tokenizer *tok) {
-    return tok->vocab_size;
+    return tok ? tok->vocab_size : -1;
 }
 
 int32_t zoe_tokenizer_eod(const zoe_tokenizer *tok) {
-    return tok->eod;
+    return tok ? tok->eod : -1;
 }
 
 static int prefix_steps(const zoe_tokenizer *tok) {
@@ -51,6 +52,7 @@ static int prefix_steps(const zoe_tokenizer *tok) {
 }
 
 size_t zoe_tokenizer_max_tokens(const zoe_tokenizer *tok, size_t len) {
+    if (!tok) return 0;
     if (tok->kind == ZOE_TOKENIZER_BYTES) return len;
     /* Repair makes a byte at most three (U+FFFD); each prefix step adds a byte per piece. */
     return 3 * len * (size_t)(1 + prefix_steps(tok)) + (size_t)prefix_steps(tok);
@@ -323,6 +325,8 @@ zoe_status zoe_encoder_encode(zoe_encoder *enc, const char *text, size_t len, in
 
 zoe_status zoe_tokenizer_encode(const zoe_tokenizer *tok, const char *text, size_t len,
                                 int32_t *tokens, size_t cap, size_t *n_tokens) {
+    if (!tok || !n_tokens || (len && (!text || !tokens)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_tokenizer_encode: NULL argument");
     *n_tokens = 0;
     if (tok->kind == ZOE_TOKENIZER_BYTES) return encode_bytes(text, len, tokens, cap, n_tokens);
     zoe_encoder *enc;
@@ -336,6 +340,8 @@ zoe_status zoe_tokenizer_encode(const zoe_tokenizer *tok, const char *text, size
 
 zoe_status zoe_tokenizer_decode(const zoe_tokenizer *tok, const int32_t *tokens, size_t n,
                                 char *text, size_t cap, size_t *len) {
+    if (!tok || !len || (n && (!tokens || !text)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_tokenizer_decode: NULL argument");
     size_t out = 0;
     int first = 1;
     *len = 0;

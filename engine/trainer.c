@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/trainer_impl.h"
+#include "engine/watchdog.h"
 #include "models/gpt.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
@@ -23,6 +24,7 @@ struct zoe_trainer {
     zoe_comm *tp_comm;
     zoe_gpt *gpt;
     zoe_optimizer *opt;
+    zoe_watchdog *watchdog; /* with --stall-timeout */
     void **weight_ptrs;
     /* since the last step */
     double loss_sum;        /* sum of token losses (micro-batch mean x counted targets) */
@@ -73,7 +75,8 @@ static zoe_status create_device(zoe_trainer *tr) {
          * over the world, so that every rank stops alike when any node is short of GPUs. */
         int n = zoe_cuda_device_count(), local = zoe_grid_local_size(tr->grid);
         int fits = n > 0 && local <= n, all_fit = 0;
-        MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, zoe_grid_world_comm(tr->grid));
+        int rc = MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, zoe_grid_world_comm(tr->grid));
+        if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the GPU check");
         if (!all_fit && n == 0)
             return zoe_fail(ZOE_ERR_UNSUPPORTED, "--backend=cuda but no GPU is visible");
         if (!all_fit)
@@ -106,7 +109,8 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     tr->weight_ptrs = calloc((size_t)n, sizeof(void *));
     if (!tensors || !tr->weight_ptrs) {
         free(tensors);
-        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor table of %d", n);
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor table of %d entries (%zu bytes)", n,
+                        (size_t)n * (sizeof *tensors + sizeof(void *)));
     }
     for (int t = 0; t < n; t++) {
         const zoe_tp_param *p = zoe_gpt_tensor(tr->gpt, t);
@@ -150,8 +154,10 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     if (!out || !cfg)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: NULL argument");
     *out = NULL;
-    int world_size;
-    MPI_Comm_size(world, &world_size);
+    if (world == MPI_COMM_NULL)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: world is MPI_COMM_NULL");
+    int world_size = 0, rc = MPI_Comm_size(world, &world_size);
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "zoe_trainer_create: MPI_Comm_size of world");
     ZOE_TRY(zoe_train_config_validate(cfg, world_size));
     zoe_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "trainer struct");
@@ -161,6 +167,10 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     if (st == ZOE_OK) bind_threads(tr);
     if (st == ZOE_OK) st = create_model(tr);
     if (st == ZOE_OK) st = create_optimizer(tr);
+    if (st == ZOE_OK && cfg->stall_timeout > 0)
+        st = zoe_watchdog_create(zoe_grid_world_comm(tr->grid), cfg->stall_timeout,
+                                 zoe_grid_rank(tr->grid), zoe_grid_tp_rank(tr->grid),
+                                 zoe_grid_dp_rank(tr->grid), &tr->watchdog);
     if (st != ZOE_OK) {
         zoe_trainer_destroy(tr);
         return st;
@@ -171,9 +181,16 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     return ZOE_OK;
 }
 
+zoe_status zoe_trainer_finalize(zoe_trainer *tr) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_finalize: NULL trainer");
+    return zoe_optimizer_flush(tr->opt);
+}
+
+/* Local: the optimizer's destroy only joins a delayed update still in flight (its refresh, the
+ * collective part, is finalize's), so a rank on an error path never waits for the others. */
 void zoe_trainer_destroy(zoe_trainer *tr) {
     if (!tr) return;
-    if (tr->opt) zoe_optimizer_flush(tr->opt);
+    zoe_watchdog_destroy(tr->watchdog);
     zoe_optimizer_destroy(tr->opt);
     zoe_gpt_destroy(tr->gpt);
     zoe_comm_destroy(tr->tp_comm);
@@ -185,19 +202,19 @@ void zoe_trainer_destroy(zoe_trainer *tr) {
 }
 
 int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
-    return zoe_gpt_global_numel(tr->gpt);
+    return tr ? zoe_gpt_global_numel(tr->gpt) : -1;
 }
 zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr) {
-    return tr->opt;
+    return tr ? tr->opt : NULL;
 }
 int zoe_trainer_rank(const zoe_trainer *tr) {
-    return zoe_grid_rank(tr->grid);
+    return tr ? zoe_grid_rank(tr->grid) : -1;
 }
 int zoe_trainer_dp_rank(const zoe_trainer *tr) {
-    return zoe_grid_dp_rank(tr->grid);
+    return tr ? zoe_grid_dp_rank(tr->grid) : -1;
 }
 int zoe_trainer_dp_size(const zoe_trainer *tr) {
-    return zoe_grid_dp_size(tr->grid);
+    return tr ? zoe_grid_dp_size(tr->grid) : -1;
 }
 
 int64_t zoe_count_targets(const int32_t *targets, size_t n) {
@@ -215,7 +232,8 @@ zoe_status zoe_trainer_begin_step(zoe_trainer *tr, int64_t counted_targets) {
                         "zoe_trainer_begin_step after %d micro-batches of the step",
                         tr->micro_batches);
     int64_t global = counted_targets;
-    MPI_Allreduce(MPI_IN_PLACE, &global, 1, MPI_INT64_T, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    int rc = MPI_Allreduce(MPI_IN_PLACE, &global, 1, MPI_INT64_T, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the step's counted targets");
     tr->step_targets = counted_targets;
     tr->global_targets = global;
     return ZOE_OK;
@@ -241,7 +259,9 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
     ZOE_TRY(zoe_optimizer_begin_micro_batch(tr->opt));
     double t0 = zoe_clock_ms();
     float l = 0;
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_FORWARD);
     ZOE_TRY(zoe_gpt_forward(tr->gpt, tokens, targets, &l));
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_BACKWARD);
     double t1 = zoe_clock_ms(), offload_before = tr->ms_offload;
     zoe_gpt_grad_sink sink = {tr, sink_acquire, sink_release};
     int64_t count = zoe_gpt_loss_count(tr->gpt);
@@ -249,6 +269,7 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
     double t2 = zoe_clock_ms();
     ZOE_TRY(zoe_optimizer_end_micro_batch(tr->opt));
     double t3 = zoe_clock_ms();
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches + 1, ZOE_PHASE_BETWEEN);
     tr->ms_forward += t1 - t0;
     tr->ms_backward += (t2 - t1) - (tr->ms_offload - offload_before);
     tr->ms_offload += t3 - t2;
@@ -271,13 +292,15 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
                         (long long)tr->step_targets, tr->cfg.grad_accum, (long long)tr->loss_tokens,
                         tr->micro_batches);
     double t0 = zoe_clock_ms();
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_OPTIMIZER);
     ZOE_TRY(zoe_optimizer_step(tr->opt, lr));
     double t1 = zoe_clock_ms();
     zoe_optimizer_stats os;
     ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
     /* Every TP rank has the same loss; the mean over the global batch's counted targets. */
     double sums[3] = {tr->loss_sum, (double)tr->micro_batches, (double)tr->loss_tokens};
-    MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the step's loss over DP");
     if (stats) {
         const zoe_train_config *c = &tr->cfg;
         memset(stats, 0, sizeof *stats);
@@ -299,6 +322,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         stats->ms_total = t1 - tr->step_started;
     }
     tr->steps_done++;
+    zoe_watchdog_step_done(tr->watchdog, tr->steps_done);
     tr->loss_sum = 0;
     tr->loss_tokens = 0;
     tr->step_targets = -1;
@@ -309,15 +333,15 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
 }
 
 zoe_status zoe_trainer_flush(zoe_trainer *tr) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_flush: NULL trainer");
     return zoe_optimizer_flush(tr->opt);
 }
 
 zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset) {
     if (!tr || !out)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_profile: NULL argument");
-    zoe_kernels *k = zoe_gpt_tp(tr->gpt)->kernels;
     zoe_kernel_profile kp;
-    zoe_kernels_profile(k, &kp);
+    zoe_gpt_kernel_profile(tr->gpt, &kp, reset);
     memset(out, 0, sizeof *out);
     for (int op = 0; op < ZOE_KOP_COUNT && out->count < ZOE_PROFILE_MAX - 1; op++) {
         if (!kp.calls[op]) continue;
@@ -329,9 +353,6 @@ zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset) {
     double tp_seconds = zoe_comm_seconds(tr->tp_comm);
     snprintf(out->entries[out->count].name, sizeof out->entries[0].name, "tp_collectives");
     out->entries[out->count++].ms = (tp_seconds - tr->tp_seconds_at_reset) * 1e3;
-    if (reset) {
-        zoe_kernels_profile_reset(k);
-        tr->tp_seconds_at_reset = tp_seconds;
-    }
+    if (reset) tr->tp_seconds_at_reset = tp_seconds;
     return ZOE_OK;
 }

@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
             printf("step %2d  loss %.3f  grad norm %.3f\n", step + 1, (double)s.loss,
                    (double)s.grad_norm);
     }
-    zoe_trainer_flush(tr);
+    if (zoe_trainer_finalize(tr) != ZOE_OK) goto fail; /* collective: lands the last update */
     zoe_trainer_destroy(tr);
     MPI_Finalize();
     return 0;

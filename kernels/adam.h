@@ -25,6 +25,7 @@
 #define ZOE_KERNELS_ADAM_H
 
 #include <stddef.h>
+#include "runtime/cpu.h"
 #include "zoe/device.h"
 #include "zoe/dtype.h"
 #include "zoe/status.h"
@@ -49,18 +50,6 @@ typedef struct zoe_adam_consts {
 } zoe_adam_consts;
 
 void zoe_adam_consts_init(zoe_adam_consts *c, const zoe_adam_hparams *h);
-
-typedef enum zoe_cpu_isa {
-    ZOE_ISA_SCALAR = 0, /* portable C, any CPU */
-    ZOE_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-    ZOE_ISA_AVX512 = 2, /* AVX-512 F + BW */
-    ZOE_ISA_COUNT
-} zoe_cpu_isa;
-
-/* The best path this CPU runs; whether it runs a given one; "scalar", "avx2", "avx512". */
-zoe_cpu_isa zoe_cpu_isa_best(void);
-int zoe_cpu_isa_supported(zoe_cpu_isa isa);
-const char *zoe_cpu_isa_name(zoe_cpu_isa isa);
 
 /* The fused step over n elements with the best path. grad in grad_dtype (f32, bf16, f16); out
  * (out_dtype f32, bf16 or f16) may be NULL. No buffer may overlap another. */

@@ -180,6 +180,10 @@ size_t zoe_gpt_activation_bytes(const zoe_gpt *g) {
 zoe_tp *zoe_gpt_tp(zoe_gpt *g) {
     return &g->tp;
 }
+void zoe_gpt_kernel_profile(zoe_gpt *g, zoe_kernel_profile *out, int reset) {
+    zoe_kernels_profile(g->tp.kernels, out);
+    if (reset) zoe_kernels_profile_reset(g->tp.kernels);
+}
 const zoe_tp_embedding *zoe_gpt_embedding(const zoe_gpt *g) {
     return &g->emb;
 }

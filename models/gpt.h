@@ -54,6 +54,8 @@ int64_t zoe_gpt_block_local_numel(const zoe_gpt *g);
 /* Device bytes of the planned activation allocation. */
 size_t zoe_gpt_activation_bytes(const zoe_gpt *g);
 zoe_tp *zoe_gpt_tp(zoe_gpt *g);
+/* Where the model's kernel time went since creation or the last reset (reset: start again). */
+void zoe_gpt_kernel_profile(zoe_gpt *g, zoe_kernel_profile *out, int reset);
 /* For tests: the embedding (vocabulary split, traffic) and block l (traffic, dropout sites). */
 const zoe_tp_embedding *zoe_gpt_embedding(const zoe_gpt *g);
 const zoe_tp_block *zoe_gpt_block(const zoe_gpt *g, int l);

@@ -72,18 +72,19 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
         if (a >= e) continue;
         long tiles = (long)((e - a + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
         double sumsq = 0;
-        int failed = 0;
-#pragma omp parallel for schedule(static) reduction(+ : sumsq) reduction(| : failed) if (tiles > 4)
+        zoe_worker_error err = {ZOE_OK, ""};
+#pragma omp parallel for schedule(static) reduction(+ : sumsq) if (tiles > 4)
         for (long t = 0; t < tiles; t++) {
             size_t x = a + (size_t)t * ZOE_ADAM_TILE,
                    n = e - x < ZOE_ADAM_TILE ? e - x : ZOE_ADAM_TILE;
             double part = 0;
-            failed |= zoe_grad_accumulate_host(grad + (x - opt->sz.h_lo),
+            zoe_worker_error_record(
+                &err, zoe_grad_accumulate_host(grad + (x - opt->sz.h_lo),
                                                (const char *)pinned + (x - pinned_start) * opt->esz,
-                                               opt->dtype, scale, assign, n, &part) != ZOE_OK;
+                                               opt->dtype, scale, assign, n, &part));
             sumsq += part;
         }
-        if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "gradient accumulation failed");
+        ZOE_TRY(zoe_worker_error_raise(&err, "gradient accumulation"));
         if (seg->counted) opt->host_sumsq += sumsq;
     }
     return ZOE_OK;

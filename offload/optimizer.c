@@ -6,8 +6,14 @@
 #include "offload/optimizer_impl.h"
 #include "runtime/error.h"
 
-void zoe_optimizer_config_default(zoe_optimizer_config *cfg) {
+zoe_status zoe_optimizer_config_default_for(zoe_optimizer_config *cfg, size_t struct_size,
+                                            int api_version) {
+    if (!cfg) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_optimizer_config_default: NULL");
+    ZOE_TRY(
+        zoe_check_struct_version("zoe_optimizer_config", struct_size, api_version, sizeof *cfg));
     *cfg = (zoe_optimizer_config){
+        .struct_size = sizeof *cfg,
+        .api_version = ZOE_API_VERSION,
         .beta1 = 0.9f,
         .beta2 = 0.999f,
         .eps = 1e-8f,
@@ -25,10 +31,13 @@ void zoe_optimizer_config_default(zoe_optimizer_config *cfg) {
         .partial_ratio = 0.0f,
         .copy_out_numel = (size_t)1 << 22,
     };
+    return ZOE_OK;
 }
 
 zoe_status zoe_config_check(const zoe_optimizer_config *c) {
 #define BAD(...) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+    ZOE_TRY(zoe_check_struct_version("zoe_optimizer_config", c->struct_size, c->api_version,
+                                     sizeof *c));
     if (!(c->beta1 >= 0 && c->beta1 < 1)) BAD("beta1 %g outside [0, 1)", (double)c->beta1);
     if (!(c->beta2 >= 0 && c->beta2 < 1)) BAD("beta2 %g outside [0, 1)", (double)c->beta2);
     if (!(c->eps > 0) || !isfinite(c->eps)) BAD("eps %g is not a finite value > 0", (double)c->eps);

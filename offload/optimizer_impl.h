@@ -145,6 +145,7 @@ struct zoe_optimizer {
     int flight_buf;
     zoe_status flight_status;
     char flight_error[256];
+    double flight_ms_update; /* the worker writes it; join_update publishes it in stats */
 };
 
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */

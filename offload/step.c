@@ -50,8 +50,8 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
     size_t h_lo = opt->sz.h_lo;
     long first = (long)(b0 / ZOE_ADAM_TILE),
          last = (long)((b1 + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
-    int failed = 0;
-#pragma omp parallel for schedule(static) reduction(| : failed)
+    zoe_worker_error err = {ZOE_OK, ""};
+#pragma omp parallel for schedule(static)
     for (long ch = first; ch < last; ch++) {
         size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
         lo = lo < b0 ? b0 : lo;
@@ -60,12 +60,11 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
             size_t a = sg->offset - h_lo, e = a + sg->len;
             if (a >= hi) break;
             a = a < lo ? lo : a, e = e > hi ? hi : e;
-            failed |= adam_range(opt, c, snap_c, sg, a + h_lo, e + h_lo, buf, in_flight, block_out,
-                                 b0 + h_lo) != ZOE_OK;
+            zoe_worker_error_record(&err, adam_range(opt, c, snap_c, sg, a + h_lo, e + h_lo, buf,
+                                                     in_flight, block_out, b0 + h_lo));
         }
     }
-    if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "host Adam failed on a tile");
-    return ZOE_OK;
+    return zoe_worker_error_raise(&err, "host Adam");
 }
 
 /* The host share of an update and, on CUDA, its way to the device: through the copy-out ring
@@ -95,7 +94,8 @@ static zoe_status host_part_update(zoe_optimizer *opt, const zoe_step_consts *c,
 /* One update: device part on the update stream (CUDA; on the CPU backend the device share is
  * updated with the host share), host part on the host threads; returns when all is done. */
 static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
-                             const zoe_step_consts *snap_c, int buf, int in_flight) {
+                             const zoe_step_consts *snap_c, int buf, int in_flight,
+                             double *ms_update) {
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
@@ -109,7 +109,7 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
                                     opt->part_out, opt->dtype));
     ZOE_TRY(host_part_update(opt, c, snap_c, buf, in_flight));
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
-    opt->stats.ms_update = zoe_clock_ms() - t0;
+    *ms_update = zoe_clock_ms() - t0;
     return ZOE_OK;
 }
 
@@ -138,15 +138,15 @@ zoe_status zoe_refresh(zoe_optimizer *opt) {
  * host step's schedule. */
 static zoe_status snapshot_grads(zoe_optimizer *opt, int buf, float scale) {
     size_t n = opt->sz.h_numel;
-    int failed = 0;
-#pragma omp parallel for schedule(static) reduction(| : failed)
+    zoe_worker_error err = {ZOE_OK, ""};
+#pragma omp parallel for schedule(static)
     for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
         size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
-        failed |= zoe_grad_snapshot_host((char *)opt->h_snap + lo * opt->esz, opt->dtype,
-                                         opt->h_grad[buf] + lo, scale, len) != ZOE_OK;
+        zoe_worker_error_record(&err, zoe_grad_snapshot_host((char *)opt->h_snap + lo * opt->esz,
+                                                             opt->dtype, opt->h_grad[buf] + lo,
+                                                             scale, len));
     }
-    if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "gradient snapshot failed on a tile");
-    return ZOE_OK;
+    return zoe_worker_error_raise(&err, "gradient snapshot");
 }
 
 static void release_grads(zoe_optimizer *opt) {
@@ -169,7 +169,8 @@ static void *update_worker(void *arg) {
     if (opt->sz.dpu_snapshot) release_grads(opt); /* also on failure: nothing may wait forever */
     if (opt->flight_status == ZOE_OK)
         opt->flight_status =
-            run_update(opt, &opt->flight_consts, &opt->flight_snap_consts, opt->flight_buf, 1);
+            run_update(opt, &opt->flight_consts, &opt->flight_snap_consts, opt->flight_buf, 1,
+                       &opt->flight_ms_update);
     if (opt->flight_status != ZOE_OK)
         snprintf(opt->flight_error, sizeof opt->flight_error, "%s", zoe_last_error());
     return NULL;
@@ -179,6 +180,7 @@ zoe_status zoe_update_join(zoe_optimizer *opt) {
     if (!opt->in_flight) return ZOE_OK;
     pthread_join(opt->worker, NULL);
     opt->in_flight = 0;
+    opt->stats.ms_update = opt->flight_ms_update; /* the worker's figure, read after the join */
     if (opt->flight_status != ZOE_OK)
         return zoe_fail(opt->flight_status, "delayed update failed: %s", opt->flight_error);
     return ZOE_OK;
@@ -205,9 +207,8 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
 static zoe_status global_sumsq(zoe_optimizer *opt, int buf, double *out) {
     double local = opt->host_sumsq;
     ZOE_TRY(zoe_adam_table_sumsq(opt->copy_stream, opt->device_table, opt->d_grad[buf], &local));
-    if (MPI_Allreduce(&local, out, 1, MPI_DOUBLE, MPI_SUM, zoe_grid_world_comm(opt->grid)) !=
-        MPI_SUCCESS)
-        return zoe_fail(ZOE_ERR_MPI, "MPI_Allreduce of the gradient norm failed");
+    int rc = MPI_Allreduce(&local, out, 1, MPI_DOUBLE, MPI_SUM, zoe_grid_world_comm(opt->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the gradient norm");
     return ZOE_OK;
 }
 
@@ -292,7 +293,7 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
         opt->grad_buf ^= 1; /* the next iteration's gradients go to the other partition */
         return ZOE_OK;
     }
-    ZOE_TRY(run_update(opt, &c, &c, buf, 0));
+    ZOE_TRY(run_update(opt, &c, &c, buf, 0, &st->ms_update));
     return zoe_refresh(opt);
 }
 

@@ -22,7 +22,8 @@
 
 #define MPI_TRY(call, what)                                                                        \
     do {                                                                                           \
-        if ((call) != MPI_SUCCESS) return zoe_fail(ZOE_ERR_MPI, "%s failed", what);                \
+        int mpi_code_ = (call);                                                                    \
+        if (mpi_code_ != MPI_SUCCESS) return zoe_fail_mpi(mpi_code_, what);                        \
     } while (0)
 
 static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
@@ -32,12 +33,18 @@ static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
     zoe_comm *c = calloc(1, sizeof *c);
     if (!c) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "comm struct");
     c->kind = kind;
-    if (MPI_Comm_dup(group, &c->group) != MPI_SUCCESS) {
+    int rc = MPI_Comm_dup(group, &c->group);
+    if (rc != MPI_SUCCESS) {
         free(c);
-        return zoe_fail(ZOE_ERR_MPI, "MPI_Comm_dup of the group failed");
+        return zoe_fail_mpi(rc, "MPI_Comm_dup of the group");
     }
-    MPI_Comm_rank(c->group, &c->rank);
-    MPI_Comm_size(c->group, &c->size);
+    /* Errors come back to zoe, which names the call with MPI_Error_string (runtime/grid.c). */
+    if ((rc = MPI_Comm_set_errhandler(c->group, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_rank(c->group, &c->rank)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_size(c->group, &c->size)) != MPI_SUCCESS) {
+        zoe_comm_destroy(c);
+        return zoe_fail_mpi(rc, "MPI_Comm_rank/size of the group");
+    }
     c->max_count = INT_MAX;
     *out = c;
     return ZOE_OK;
@@ -94,19 +101,19 @@ zoe_status zoe_comm_set_max_count(zoe_comm *c, size_t max_count) {
 }
 
 int zoe_comm_rank(const zoe_comm *c) {
-    return c->rank;
+    return c ? c->rank : -1;
 }
 int zoe_comm_size(const zoe_comm *c) {
-    return c->size;
+    return c ? c->size : -1;
 }
 const char *zoe_comm_backend_name(const zoe_comm *c) {
-    return c->kind == ZOE_COMM_NCCL ? "nccl" : "mpi";
+    return !c ? "none" : c->kind == ZOE_COMM_NCCL ? "nccl" : "mpi";
 }
 uint64_t zoe_comm_bytes(const zoe_comm *c) {
-    return c->bytes;
+    return c ? c->bytes : 0;
 }
 void zoe_comm_reset_bytes(zoe_comm *c) {
-    c->bytes = 0;
+    if (c) c->bytes = 0;
 }
 
 static zoe_status check_args(const zoe_comm *c, const void *send, const void *recv, size_t count,
@@ -388,5 +395,5 @@ zoe_status zoe_comm_group_end(zoe_comm *c, zoe_stream *stream) {
 }
 
 double zoe_comm_seconds(const zoe_comm *c) {
-    return c->seconds;
+    return c ? c->seconds : 0.0;
 }

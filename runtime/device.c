@@ -72,16 +72,16 @@ void zoe_device_destroy(zoe_device *dev) {
     free(dev);
 }
 zoe_backend zoe_device_backend(const zoe_device *dev) {
-    return dev->backend;
+    return dev ? dev->backend : ZOE_BACKEND_CPU;
 }
 int zoe_device_ordinal(const zoe_device *dev) {
-    return dev->ordinal;
+    return dev ? dev->ordinal : -1;
 }
 
 static zoe_status cpu_alloc(size_t bytes, void **out) {
     size_t rounded = (bytes + ZOE_CPU_ALIGN - 1) / ZOE_CPU_ALIGN * ZOE_CPU_ALIGN;
     *out = aligned_alloc(ZOE_CPU_ALIGN, rounded ? rounded : ZOE_CPU_ALIGN);
-    if (!*out) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes", bytes);
+    if (!*out) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%zu bytes of host memory asked for", bytes);
     return ZOE_OK;
 }
 
@@ -300,6 +300,7 @@ zoe_status zoe_memset_async(void *dst, int value, size_t bytes, zoe_stream *stre
 }
 
 zoe_status zoe_device_synchronize(zoe_device *dev) {
+    if (!dev) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_device_synchronize: NULL device");
 #ifdef ZOE_HAVE_CUDA
     if (is_cuda(dev)) {
         ZOE_TRY(zoe_cuda_set_device(dev->ordinal));

@@ -1,5 +1,6 @@
 #include <immintrin.h>
 #include <strings.h>
+#include "runtime/cpu.h"
 #include "runtime/error.h"
 #include "zoe/dtype.h"
 
@@ -92,8 +93,7 @@ float zoe_f16_to_f32(zoe_f16 h) {
 
 /* ---- bulk conversions: AVX2 (bf16 by integer rounding, fp16 by F16C) with scalar tails ---- */
 
-__attribute__((target("avx2"))) static void f32_to_bf16_avx2(zoe_bf16 *dst, const float *src,
-                                                             size_t n) {
+ZOE_TARGET_AVX2 static void f32_to_bf16_avx2(zoe_bf16 *dst, const float *src, size_t n) {
     size_t i = 0;
     const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
     const __m256i absmask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
@@ -115,8 +115,7 @@ __attribute__((target("avx2"))) static void f32_to_bf16_avx2(zoe_bf16 *dst, cons
     for (; i < n; i++) dst[i] = zoe_f32_to_bf16(src[i]);
 }
 
-__attribute__((target("avx2"))) static void bf16_to_f32_avx2(float *dst, const zoe_bf16 *src,
-                                                             size_t n) {
+ZOE_TARGET_AVX2 static void bf16_to_f32_avx2(float *dst, const zoe_bf16 *src, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
@@ -126,8 +125,7 @@ __attribute__((target("avx2"))) static void bf16_to_f32_avx2(float *dst, const z
     for (; i < n; i++) dst[i] = zoe_bf16_to_f32(src[i]);
 }
 
-__attribute__((target("avx2,f16c"))) static void f32_to_f16_f16c(zoe_f16 *dst, const float *src,
-                                                                 size_t n) {
+ZOE_TARGET_AVX2 static void f32_to_f16_f16c(zoe_f16 *dst, const float *src, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
@@ -136,8 +134,7 @@ __attribute__((target("avx2,f16c"))) static void f32_to_f16_f16c(zoe_f16 *dst, c
     for (; i < n; i++) dst[i] = zoe_f32_to_f16(src[i]);
 }
 
-__attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(float *dst, const zoe_f16 *src,
-                                                                 size_t n) {
+ZOE_TARGET_AVX2 static void f16_to_f32_f16c(float *dst, const zoe_f16 *src, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
@@ -145,10 +142,7 @@ __attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(float *dst, con
 }
 
 static int have_avx2(void) {
-    return __builtin_cpu_supports("avx2");
-}
-static int have_f16c(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX2);
 }
 
 void zoe_convert_f32_to_bf16(zoe_bf16 *dst, const float *src, size_t n) {
@@ -162,12 +156,12 @@ void zoe_convert_bf16_to_f32(float *dst, const zoe_bf16 *src, size_t n) {
 }
 
 void zoe_convert_f32_to_f16(zoe_f16 *dst, const float *src, size_t n) {
-    if (have_f16c()) return f32_to_f16_f16c(dst, src, n);
+    if (have_avx2()) return f32_to_f16_f16c(dst, src, n);
     for (size_t i = 0; i < n; i++) dst[i] = zoe_f32_to_f16(src[i]);
 }
 
 void zoe_convert_f16_to_f32(float *dst, const zoe_f16 *src, size_t n) {
-    if (have_f16c()) return f16_to_f32_f16c(dst, src, n);
+    if (have_avx2()) return f16_to_f32_f16c(dst, src, n);
     for (size_t i = 0; i < n; i++) dst[i] = zoe_f16_to_f32(src[i]);
 }
 

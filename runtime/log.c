@@ -1,3 +1,4 @@
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,20 +8,31 @@
 
 /* The one process-wide global of the library: the logger's level and prefix. */
 static struct {
-    int initialised;
+    pthread_once_t initialised; /* ZOE_LOG is read once, whichever thread logs first */
     zoe_log_level level;
     char prefix[64];
-} logger = {0, ZOE_LOG_INFO, "[zoe]"};
+} logger = {PTHREAD_ONCE_INIT, ZOE_LOG_INFO, "[zoe]"};
 
-static void logger_init(void) {
-    if (logger.initialised) return;
-    logger.initialised = 1;
+static void read_level(void) {
     const char *env = getenv("ZOE_LOG");
     if (!env || !*env) return;
     static const char *names[] = {"debug", "info", "warn", "error", "off"};
     for (int i = 0; i < 5; i++)
-        if (strcasecmp(env, names[i]) == 0) logger.level = (zoe_log_level)i;
-    if (strcasecmp(env, "warning") == 0) logger.level = ZOE_LOG_WARN;
+        if (strcasecmp(env, names[i]) == 0) {
+            logger.level = (zoe_log_level)i;
+            return;
+        }
+    if (strcasecmp(env, "warning") == 0) {
+        logger.level = ZOE_LOG_WARN;
+        return;
+    }
+    /* Once per process: this runs once. */
+    fprintf(stderr, "%s warn: ZOE_LOG='%s' is not debug, info, warn, error or off; logging at info\n",
+            logger.prefix, env);
+}
+
+static void logger_init(void) {
+    pthread_once(&logger.initialised, read_level);
 }
 
 zoe_log_level zoe_log_get_level(void) {

@@ -141,13 +141,13 @@ zoe_status zoe_topology_load_synthetic(const char *description, const int *gpu_n
 }
 
 int zoe_topology_num_cores(const zoe_topology *t) {
-    return t->num_cores;
+    return t ? t->num_cores : 0;
 }
 int zoe_topology_num_numa(const zoe_topology *t) {
-    return t->num_numa;
+    return t ? t->num_numa : 0;
 }
 int zoe_topology_num_gpus(const zoe_topology *t) {
-    return t->num_gpus;
+    return t ? t->num_gpus : 0;
 }
 
 zoe_status zoe_topology_place(const zoe_topology *t, int local_rank, int local_size, int gpu,

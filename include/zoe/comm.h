@@ -30,6 +30,7 @@ zoe_status zoe_comm_create_nccl(MPI_Comm group, zoe_device *device, zoe_comm **o
 zoe_status zoe_comm_create_for_device(MPI_Comm group, zoe_device *device, zoe_comm **out);
 void zoe_comm_destroy(zoe_comm *comm);
 
+/* Pure getters, which cannot fail: -1, 0 or "none" for a NULL comm. */
 int zoe_comm_rank(const zoe_comm *comm);
 int zoe_comm_size(const zoe_comm *comm);
 const char *zoe_comm_backend_name(const zoe_comm *comm);

@@ -62,7 +62,8 @@ zoe_status zoe_dataset_open_text(const char *path, zoe_doc_split split, zoe_data
 zoe_status zoe_dataset_open(const char *path, zoe_dataset **out);
 void zoe_dataset_destroy(zoe_dataset *ds);
 
-/* The prefix or text path it was opened from. */
+/* Pure getters, which cannot fail: NULL or -1 for a NULL dataset. The prefix or text path it
+ * was opened from, its token dtype, tokens, documents and sequences. */
 const char *zoe_dataset_name(const zoe_dataset *ds);
 zoe_token_dtype zoe_dataset_dtype(const zoe_dataset *ds);
 int64_t zoe_dataset_tokens(const zoe_dataset *ds);
@@ -84,7 +85,8 @@ typedef struct zoe_dataset_writer zoe_dataset_writer;
 
 /* Starts PREFIX.bin and PREFIX.idx under temporary names (PREFIX.bin.tmp.PID ...) that
  * zoe_dataset_writer_finish renames into place; destroying an unfinished writer removes them,
- * so a failed run leaves no half-written dataset. */
+ * so a failed run leaves no half-written dataset, and temporaries of killed runs (a PID no
+ * longer alive) are removed here. An empty prefix or a directory is refused. */
 zoe_status zoe_dataset_writer_create(const char *prefix, zoe_token_dtype dtype,
                                      zoe_dataset_writer **out);
 /* Appends one document (one Megatron sequence). Tokens must fit the dtype. */
@@ -116,9 +118,15 @@ zoe_status zoe_dataset_writer_add_text(zoe_dataset_writer *w, const zoe_tokenize
                                        const char *text, size_t len, zoe_doc_split split);
 zoe_status zoe_dataset_writer_add_text_file(zoe_dataset_writer *w, const zoe_tokenizer *tok,
                                             const char *path, zoe_doc_split split);
-/* Writes the index, flushes both files and renames them into place. */
+/* Writes the index, flushes both files and renames them into place. With no document added it
+ * writes the empty dataset (no sequences, document_indices [0]), which reads back as 0
+ * documents and 0 tokens. */
 zoe_status zoe_dataset_writer_finish(zoe_dataset_writer *w);
+/* The temporary names the writer writes under until finish (for a program's signal handler,
+ * which must remove them before it dies: unlink is async-signal-safe). */
+void zoe_dataset_writer_temp_paths(const zoe_dataset_writer *w, const char **bin, const char **idx);
 void zoe_dataset_writer_destroy(zoe_dataset_writer *w);
+/* Pure getters: documents and tokens added so far; -1 for a NULL writer. */
 int64_t zoe_dataset_writer_documents(const zoe_dataset_writer *w);
 int64_t zoe_dataset_writer_tokens(const zoe_dataset_writer *w);
 

@@ -36,6 +36,7 @@ int zoe_cuda_device_count(void);
 /* ordinal selects the GPU for CUDA; ignored for CPU. */
 zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out);
 void zoe_device_destroy(zoe_device *dev);
+/* Pure getters: the backend (CPU for NULL) and the ordinal (-1 for NULL). */
 zoe_backend zoe_device_backend(const zoe_device *dev);
 int zoe_device_ordinal(const zoe_device *dev);
 

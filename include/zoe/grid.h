@@ -16,6 +16,7 @@ typedef struct zoe_grid zoe_grid;
 zoe_status zoe_grid_create(MPI_Comm world, int tp, zoe_grid **out);
 void zoe_grid_destroy(zoe_grid *grid);
 
+/* Pure getters, which cannot fail: -1 (MPI_COMM_NULL for the communicators) for a NULL grid. */
 int zoe_grid_rank(const zoe_grid *grid);
 int zoe_grid_world_size(const zoe_grid *grid);
 int zoe_grid_tp_size(const zoe_grid *grid);

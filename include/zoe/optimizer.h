@@ -110,7 +110,12 @@ typedef enum zoe_grad_mode {
     ZOE_GRAD_FULL_BUFFER = 1, /* a full device gradient buffer, reduced once per step */
 } zoe_grad_mode;
 
+/* Start it from ZOE_OPTIMIZER_CONFIG_INITIALIZER (other fields zero) or
+ * zoe_optimizer_config_default; later fields go at the end, and create refuses a struct whose
+ * size or version is not the library's. */
 typedef struct zoe_optimizer_config {
+    size_t struct_size;      /* sizeof(zoe_optimizer_config) where the caller was built */
+    int api_version;         /* ZOE_API_VERSION where the caller was built */
     float beta1, beta2, eps; /* Adam: 0.9, 0.999, 1e-8 */
     float weight_decay;      /* 0; not on tensors flagged no_weight_decay */
     int adamw;               /* 1: decoupled weight decay (AdamW, the default); 0: L2 in the grad */
@@ -129,7 +134,13 @@ typedef struct zoe_optimizer_config {
                               * to a GPU without DPU (rounded up to ZOE_ADAM_TILE): 1 << 22 */
 } zoe_optimizer_config;
 
-void zoe_optimizer_config_default(zoe_optimizer_config *cfg);
+#define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
+    { ZOE_STRUCT_VERSION(zoe_optimizer_config) }
+/* Fills the defaults noted above; the macro passes the caller's struct size and version. */
+#define zoe_optimizer_config_default(cfg)                                                          \
+    zoe_optimizer_config_default_for((cfg), sizeof(zoe_optimizer_config), ZOE_API_VERSION)
+zoe_status zoe_optimizer_config_default_for(zoe_optimizer_config *cfg, size_t struct_size,
+                                            int api_version);
 
 typedef struct zoe_param_tensor {
     const char *name;    /* copied */
@@ -163,7 +174,8 @@ zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *
                                 zoe_optimizer **out);
 void zoe_optimizer_destroy(zoe_optimizer *opt);
 
-/* The device parameter buffer (compute dtype, padded layout) and its size in elements. */
+/* Pure getters (NULL and 0 for a NULL optimizer): the device parameter buffer (compute dtype,
+ * padded layout) and its size in elements. */
 void *zoe_optimizer_params(zoe_optimizer *opt);
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt);
 /* Element offset of tensor index t in the parameter buffer. */

@@ -7,6 +7,13 @@
 extern "C" {
 #endif
 
+/* The version of the public structs' layout. Structs a caller fills (zoe_train_config,
+ * zoe_optimizer_config) carry the size and this version of the headers they were built with,
+ * so that a library of another version refuses them with a message instead of misreading. */
+#define ZOE_API_VERSION 1
+/* The first two fields of every versioned struct's initializer. */
+#define ZOE_STRUCT_VERSION(type) .struct_size = sizeof(type), .api_version = ZOE_API_VERSION
+
 typedef enum zoe_status {
     ZOE_OK = 0,
     ZOE_ERR_INVALID_ARGUMENT, /* a value out of range or inconsistent with others */

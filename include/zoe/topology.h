@@ -22,6 +22,7 @@ zoe_status zoe_topology_load_synthetic(const char *description, const int *gpu_n
 zoe_status zoe_topology_load_xml(const char *path, zoe_topology **out);
 void zoe_topology_destroy(zoe_topology *topo);
 
+/* Pure getters: 0 for a NULL topology. */
 int zoe_topology_num_cores(const zoe_topology *topo);
 int zoe_topology_num_numa(const zoe_topology *topo);
 int zoe_topology_num_gpus(const zoe_topology *topo);

@@ -70,7 +70,12 @@ typedef enum zoe_lr_wsd_style {
     ZOE_WSD_MINUS_SQRT = 3, /* 1 - sqrt(r) */
 } zoe_lr_wsd_style;
 
+/* Start every zoe_train_config from ZOE_TRAIN_CONFIG_INITIALIZER (all other fields zero, to be
+ * filled by hand) or zoe_train_config_defaults (zoe-train's defaults). A field added later goes
+ * at the end; validate and create refuse a struct whose size or version is not the library's. */
 typedef struct zoe_train_config {
+    size_t struct_size; /* sizeof(zoe_train_config) where the caller was built; set for you */
+    int api_version;    /* ZOE_API_VERSION where the caller was built; set for you */
     zoe_model_config model;
     zoe_backend backend;
     int tp;          /* tensor-parallel size; dp = world / tp */
@@ -98,9 +103,16 @@ typedef struct zoe_train_config {
     int lr_decay_iters;          /* where the decay reaches min_lr; 0: steps */
     float lr_wsd_decay_fraction; /* WSD: the decay's share of lr_decay_iters */
     zoe_lr_wsd_style lr_wsd_decay_style;
+    int stall_timeout; /* seconds without a completed step before the job is aborted; 0: never */
 } zoe_train_config;
 
-void zoe_train_config_defaults(zoe_train_config *cfg);
+#define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \
+    { ZOE_STRUCT_VERSION(zoe_train_config) }
+/* Fills cfg with zoe-train's defaults. The macro passes the caller's struct size and version. */
+#define zoe_train_config_defaults(cfg)                                                             \
+    zoe_train_config_defaults_for((cfg), sizeof(zoe_train_config), ZOE_API_VERSION)
+zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_size,
+                                         int api_version);
 /* Applies a JSON file whose keys mirror the command-line options ("micro-batch" or
  * "micro_batch"); unknown keys and bad values are errors naming them. */
 zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path);
@@ -108,9 +120,10 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path);
  * *help is set when --help was given, *list_models for --list-models. */
 zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **argv, int *help,
                                        int *list_models);
-/* Checks the configuration against the world size (grid and shape divisibility, ranges, and
- * the data file when one is named; a trainer with its own batches names none); the message
- * names the first problem. Pure: no allocation, no MPI. */
+/* Checks the configuration against the world size: the struct's version, every field's range
+ * (the same ranges as the flags, so a hand-filled struct is checked alike), grid and shape
+ * divisibility, and the data file when one is named (a trainer with its own batches names
+ * none); the message names the first problem. Pure: no allocation, no MPI. */
 zoe_status zoe_train_config_validate(const zoe_train_config *cfg, int world_size);
 /* Writes the option list with defaults (zoe-train --help). */
 void zoe_train_config_print_help(FILE *out, const char *program);
@@ -137,8 +150,14 @@ typedef struct zoe_trainer zoe_trainer;
  * alike before allocating; binds the rank's threads (hwloc) and builds the TP x DP grid, the
  * device, the model and the optimizer, with initial weights from cfg->seed. */
 zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_trainer **out);
+/* Collective over the grid, at the end of a successful run: lands a delayed update still in
+ * flight (its refresh all-gathers), so the weights are the latest. Then call destroy. */
+zoe_status zoe_trainer_finalize(zoe_trainer *tr);
+/* Local: never communicates and always frees (NULL is a no-op), so any rank may call it on an
+ * error path without the others. An update in flight is waited for but not refreshed. */
 void zoe_trainer_destroy(zoe_trainer *tr);
-/* Parameters of the model as built (padded vocabulary), over all TP ranks. */
+/* Pure getters, which cannot fail: parameters of the model as built (padded vocabulary, over
+ * all TP ranks), the world rank, the DP rank and size. -1 for a NULL trainer. */
 int64_t zoe_trainer_param_count(const zoe_trainer *tr);
 int zoe_trainer_rank(const zoe_trainer *tr);
 int zoe_trainer_dp_rank(const zoe_trainer *tr);
@@ -160,7 +179,7 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
  * counted targets,
  * gradient norm, loss scale, skip, and the time split since the last step. */
 zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
-/* Waits for a delayed update in flight, so the device weights are the latest. */
+/* Waits for a delayed update in flight, so the device weights are the latest. Collective. */
 zoe_status zoe_trainer_flush(zoe_trainer *tr);
 
 /* Where this rank's compute time went since creation or the last reset: each kernel op of the

@@ -19,31 +19,6 @@ void zoe_adam_consts_init(zoe_adam_consts *c, const zoe_adam_hparams *h) {
     c->decoupled = h->decoupled != 0;
 }
 
-zoe_cpu_isa zoe_cpu_isa_best(void) {
-    if (zoe_cpu_isa_supported(ZOE_ISA_AVX512)) return ZOE_ISA_AVX512;
-    if (zoe_cpu_isa_supported(ZOE_ISA_AVX2)) return ZOE_ISA_AVX2;
-    return ZOE_ISA_SCALAR;
-}
-
-int zoe_cpu_isa_supported(zoe_cpu_isa isa) {
-    switch (isa) {
-    case ZOE_ISA_SCALAR:
-        return 1;
-    case ZOE_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
-    case ZOE_ISA_AVX512:
-        return __builtin_cpu_supports("avx512f");
-    default:
-        return 0;
-    }
-}
-
-const char *zoe_cpu_isa_name(zoe_cpu_isa isa) {
-    static const char *names[] = {"scalar", "avx2", "avx512"};
-    return isa >= 0 && isa < ZOE_ISA_COUNT ? names[isa] : "unknown";
-}
-
 static int is_float_dtype(zoe_dtype dt) {
     return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
 }
@@ -64,10 +39,10 @@ zoe_status zoe_adam_host_to_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, const
                         zoe_cpu_isa_name(isa));
     int odt = out ? (int)out_dtype : ADAM_OUT_NONE;
     switch (isa) {
-    case ZOE_ISA_AVX512:
+    case ZOE_CPU_ISA_AVX512:
         zoe_adam_avx512(c, w_in, w_out, m, v, grad, grad_dtype, out, odt, n);
         break;
-    case ZOE_ISA_AVX2:
+    case ZOE_CPU_ISA_AVX2:
         zoe_adam_avx2(c, w_in, w_out, m, v, grad, grad_dtype, out, odt, n);
         break;
     default:
@@ -107,10 +82,10 @@ zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *s
     if (n && (!dst || !src))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "snapshot: NULL buffer for %zu elements", n);
     switch (zoe_cpu_isa_best()) {
-    case ZOE_ISA_AVX512:
+    case ZOE_CPU_ISA_AVX512:
         zoe_snapshot_avx512(dst, dst_dtype, src, scale, n);
         break;
-    case ZOE_ISA_AVX2:
+    case ZOE_CPU_ISA_AVX2:
         zoe_snapshot_avx2(dst, dst_dtype, src, scale, n);
         break;
     default:
@@ -130,10 +105,10 @@ zoe_status zoe_grad_accumulate_host(float *dst, const void *src, zoe_dtype src_d
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "accumulate: NULL buffer for %zu elements", n);
     double s;
     switch (zoe_cpu_isa_best()) {
-    case ZOE_ISA_AVX512:
+    case ZOE_CPU_ISA_AVX512:
         s = zoe_accumulate_avx512(dst, src, src_dtype, scale, assign, n);
         break;
-    case ZOE_ISA_AVX2:
+    case ZOE_CPU_ISA_AVX2:
         s = zoe_accumulate_avx2(dst, src, src_dtype, scale, assign, n);
         break;
     default:

@@ -1,6 +1,5 @@
 /* The host Adam loops for AVX-512 (16 fp32 lanes); picked at run time where the CPU has
- * AVX-512F (this file compiles on any x86-64 compiler that knows the target). */
-#pragma GCC target("avx512f")
+ * the AVX-512 level (the whole file is compiled for it, kernels/CMakeLists.txt). */
 #include <immintrin.h>
 #include "kernels/cpu/adam_simd.h"
 

@@ -7,15 +7,6 @@
 #include "kernels/cpu/cpu_util.h"
 #include "runtime/error.h"
 
-zoe_cpu_isa zoe_cpu_detect_isa(void) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
-        return ZOE_CPU_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ZOE_CPU_ISA_AVX2;
-    return ZOE_CPU_ISA_BASE;
-}
-
 static size_t max_size(size_t a, size_t b) {
     return a > b ? a : b;
 }
@@ -29,7 +20,7 @@ zoe_status zoe_cpu_kernels_create(const zoe_kernel_plan *plan, zoe_cpu_kernels *
     if (!ck) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "zoe_kernels: context allocation failed");
     ck->plan = *plan;
     ck->threads = omp_get_max_threads();
-    ck->isa = zoe_cpu_detect_isa();
+    ck->isa = zoe_cpu_isa_best();
 
     size_t floats = zoe_cpu_matmul_thread_floats(plan);
     floats = max_size(floats, zoe_cpu_layernorm_thread_floats(plan));

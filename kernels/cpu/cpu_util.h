@@ -7,13 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "kernels/cpu/cpu_ops.h"
-
-/* The widest vector unit the inner loops may use, detected once at create time. */
-typedef enum zoe_cpu_isa {
-    ZOE_CPU_ISA_BASE = 0, /* whatever the compiler's baseline gives (SSE2 on x86-64) */
-    ZOE_CPU_ISA_AVX2,     /* AVX2 + FMA */
-    ZOE_CPU_ISA_AVX512,   /* AVX-512 F/VL/BW/DQ */
-} zoe_cpu_isa;
+#include "runtime/cpu.h"
 
 struct zoe_cpu_kernels {
     zoe_kernel_plan plan;
@@ -106,19 +100,16 @@ void zoe_cpu_store_tile(const zoe_cpu_kernels *ck, void *dst, zoe_dtype dt, int6
  * the variant for the context's ISA. params must start with `zoe_cpu_isa isa`; args repeats
  * the parameter names. The bodies are plain loops with `#pragma omp simd`: the compiler
  * vectorises each variant for its target. */
-#define ZOE_CPU_INLINE      static inline __attribute__((always_inline))
-#define ZOE_CPU_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define ZOE_CPU_TARGET_AVX512                                                                      \
-    __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
+#define ZOE_CPU_INLINE static inline __attribute__((always_inline))
 
 #define ZOE_CPU_MULTIVERSION(name, params, args)                                                   \
     static void name##_base params {                                                               \
         name##_body args;                                                                          \
     }                                                                                              \
-    ZOE_CPU_TARGET_AVX2 static void name##_avx2 params {                                           \
+    ZOE_TARGET_AVX2 static void name##_avx2 params {                                               \
         name##_body args;                                                                          \
     }                                                                                              \
-    ZOE_CPU_TARGET_AVX512 static void name##_avx512 params {                                       \
+    ZOE_TARGET_AVX512 static void name##_avx512 params {                                           \
         name##_body args;                                                                          \
     }                                                                                              \
     static void name params {                                                                      \
@@ -134,8 +125,6 @@ void zoe_cpu_store_tile(const zoe_cpu_kernels *ck, void *dst, zoe_dtype dt, int6
             break;                                                                                 \
         }                                                                                          \
     }
-
-zoe_cpu_isa zoe_cpu_detect_isa(void);
 
 /* acc[0, n) += x[0, n), vectorised for isa. */
 void zoe_cpu_accumulate(zoe_cpu_isa isa, float *acc, const float *x, int64_t n);

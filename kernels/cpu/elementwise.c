@@ -62,18 +62,14 @@ zoe_status zoe_cpu_cast(zoe_cpu_kernels *ck, void *dst, zoe_dtype dst_dt, const 
                         zoe_dtype src_dt, int64_t n) {
     const size_t dsz = zoe_dtype_size(dst_dt), ssz = zoe_dtype_size(src_dt);
     const int64_t chunks = zoe_cpu_chunk_count(n);
-    int failed = 0; /* dispatch checked the dtypes; a failure here is a bug */
+    zoe_worker_error err = {ZOE_OK, ""}; /* dispatch checked the dtypes; a failure is a bug */
 #pragma omp parallel for num_threads(ck->threads)                                                  \
-    schedule(static) if (chunks >= PARALLEL_MIN_CHUNKS) reduction(|                                \
-                                                                  : failed)
+    schedule(static) if (chunks >= PARALLEL_MIN_CHUNKS)
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t off = c * ZOE_CPU_CHUNK;
-        failed |= zoe_convert((char *)dst + (size_t)off * dsz, dst_dt,
-                              (const char *)src + (size_t)off * ssz, src_dt,
-                              (size_t)zoe_cpu_chunk_len(n, c)) != ZOE_OK;
+        zoe_worker_error_record(&err, zoe_convert((char *)dst + (size_t)off * dsz, dst_dt,
+                                                  (const char *)src + (size_t)off * ssz, src_dt,
+                                                  (size_t)zoe_cpu_chunk_len(n, c)));
     }
-    if (failed)
-        return zoe_fail(ZOE_ERR_INTERNAL, "zoe_cast: converting %s to %s failed",
-                        zoe_dtype_name(src_dt), zoe_dtype_name(dst_dt));
-    return ZOE_OK;
+    return zoe_worker_error_raise(&err, "zoe_cast");
 }

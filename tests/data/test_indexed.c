@@ -242,6 +242,34 @@ static void writer_abandoned(void) {
     tmpdir_remove(dir);
 }
 
+/* A writer finished with no document writes the empty dataset, which reads back as such. */
+static void writer_empty(void) {
+    char dir[256], prefix[512];
+    tmpdir_create(dir);
+    snprintf(prefix, sizeof prefix, "%s/empty", dir);
+    zoe_dataset_writer *w;
+    if (CHECK_OK(zoe_dataset_writer_create(prefix, ZOE_TOKENS_UINT16, &w))) {
+        CHECK_OK(zoe_dataset_writer_finish(w));
+        zoe_dataset_writer_destroy(w);
+    }
+    zoe_dataset *ds = NULL;
+    if (CHECK_OK(zoe_dataset_open_indexed(prefix, &ds)))
+        CHECK(zoe_dataset_documents(ds) == 0 && zoe_dataset_tokens(ds) == 0 &&
+                  zoe_dataset_sequences(ds) == 0,
+              "empty dataset: %lld documents", (long long)zoe_dataset_documents(ds));
+    zoe_dataset_destroy(ds);
+    CHECK(zoe_dataset_writer_create("", ZOE_TOKENS_UINT16, &w) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "empty"),
+          "empty prefix: '%s'", zoe_last_error());
+    CHECK(zoe_dataset_writer_create(dir, ZOE_TOKENS_UINT16, &w) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "is a directory"),
+          "directory prefix: '%s'", zoe_last_error());
+    char path[600];
+    snprintf(path, sizeof path, "%s.bin", prefix), unlink(path);
+    snprintf(path, sizeof path, "%s.idx", prefix), unlink(path);
+    tmpdir_remove(dir);
+}
+
 /* The documents of open_text(text, split), each checked to end in EOD. */
 static void check_split(const char *dir, const char *text, zoe_doc_split split,
                         const char *const *want, int n_want) {
@@ -333,6 +361,7 @@ int main(int argc, char **argv) {
     test_rng rng;
     test_rng_seed(&rng, 6);
     writer_round_trip(ZOE_TOKENS_UINT16, &rng);
+    writer_empty();
     writer_round_trip(ZOE_TOKENS_INT32, &rng);
     writer_abandoned();
     text_splits(dir);

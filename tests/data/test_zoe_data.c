@@ -8,7 +8,11 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include "data_util.h"
 #include "zoe/data.h"
 
@@ -248,9 +252,83 @@ static void bad_inputs(void) {
     free(idx_before);
     free(idx_after);
 
+    /* Output prefixes that cannot be one: empty, a directory, the input itself. */
+    expect_bad("empty prefix",
+               (const char *const[]){"--input", corpus, "--output-prefix", "", NULL},
+               "--output-prefix is empty", before);
+    expect_bad("directory prefix",
+               (const char *const[]){"--input", corpus, "--output-prefix", out, NULL},
+               "is a directory", before);
+    char slash[600];
+    snprintf(slash, sizeof slash, "%s/", out);
+    expect_bad("prefix ending in /",
+               (const char *const[]){"--input", corpus, "--output-prefix", slash, NULL},
+               "is a directory", before);
+    char demo_bin[600];
+    snprintf(demo_bin, sizeof demo_bin, "%s.bin", demo);
+    expect_bad("output is the input",
+               (const char *const[]){"--input", demo_bin, "--output-prefix", demo, NULL},
+               "is also an output", before);
+
     run_result r = run((const char *const[]){"--help", NULL});
     CHECK(r.code == 0 && strstr(r.out, "usage: zoe-data"), "--help: exit %d", r.code);
     done(&r);
+}
+
+static int count_temporaries(const char *dir) {
+    int n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) n += strstr(e->d_name, ".tmp.") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+/* SIGINT or SIGTERM in the middle of a conversion: no temporary file stays behind. And the
+ * temporaries of a killed run (a PID that is gone) are removed by the next conversion to the
+ * same prefix, while a live PID's stay. */
+static void signals_and_stale_files(void) {
+    char big[512], prefix[512];
+    snprintf(big, sizeof big, "%s/big.txt", logs);
+    snprintf(prefix, sizeof prefix, "%s/big", out);
+    FILE *f = fopen(big, "w");
+    char line[101];
+    memset(line, 'z', 100), line[100] = '\n';
+    for (int i = 0; i < 600000; i++) fwrite(line, 1, sizeof line, f); /* 60 MB: about a second */
+    fclose(f);
+    int sigs[2] = {SIGINT, SIGTERM};
+    for (int k = 0; k < 2; k++) {
+        char *argv[] = {(char *)zoe_data, "--input", big, "--output-prefix", prefix, NULL};
+        pid_t pid;
+        if (posix_spawn(&pid, zoe_data, NULL, NULL, argv, environ) != 0) continue;
+        int seen = 0;
+        for (int i = 0; i < 20000 && !seen; i++) { /* up to 20 s for the temporaries to appear */
+            seen = count_temporaries(out) > 0;
+            if (!seen) nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        }
+        kill(pid, sigs[k]);
+        int status;
+        waitpid(pid, &status, 0);
+        CHECK(seen && WIFSIGNALED(status) && WTERMSIG(status) == sigs[k],
+              "signal %d: conversion seen %d, status %d", sigs[k], seen, status);
+        CHECK(count_temporaries(out) == 0, "signal %d left %d temporary files", sigs[k],
+              count_temporaries(out));
+    }
+    unlink(big);
+    char stale[600], live[600];
+    snprintf(stale, sizeof stale, "%s/small.bin.tmp.%d", out, 999999999);
+    snprintf(live, sizeof live, "%s/small.idx.tmp.%ld", out, (long)getpid());
+    write_file(stale, "x", 1);
+    write_file(live, "x", 1);
+    snprintf(prefix, sizeof prefix, "%s/small", out);
+    run_result r = run((const char *const[]){"--input", corpus, "--output-prefix", prefix, NULL});
+    CHECK(r.code == 0, "conversion next to stale files: exit %d: %s", r.code, r.err);
+    CHECK(access(stale, F_OK) != 0, "a dead run's temporary stayed: %s", stale);
+    CHECK(access(live, F_OK) == 0, "a live run's temporary was removed: %s", live);
+    done(&r);
+    unlink(live);
+    char path[600];
+    snprintf(path, sizeof path, "%s.bin", prefix), unlink(path);
+    snprintf(path, sizeof path, "%s.idx", prefix), unlink(path);
 }
 
 int main(int argc, char **argv) {
@@ -267,6 +345,7 @@ int main(int argc, char **argv) {
     demo_corpus_round_trip();
     random_lines_round_trip(&rng);
     bad_inputs();
+    signals_and_stale_files();
     tmpdir_remove(out);
     tmpdir_remove(logs);
     return test_finish("test_zoe_data");

@@ -45,10 +45,10 @@ static void check_paths_bitwise(const zoe_adam_consts *c, zoe_dtype gdt, zoe_dty
     uint16_t g16[N];
     const void *g = g32;
     if (gdt != ZOE_F32) to_dtype(gdt, g32, g16), g = g16;
-    float w[ZOE_ISA_COUNT][N], m[ZOE_ISA_COUNT][N], v[ZOE_ISA_COUNT][N];
+    float w[ZOE_CPU_ISA_COUNT][N], m[ZOE_CPU_ISA_COUNT][N], v[ZOE_CPU_ISA_COUNT][N];
     size_t osz = zoe_dtype_size(odt);
-    unsigned char o[ZOE_ISA_COUNT][N * 4];
-    for (int isa = 0; isa < ZOE_ISA_COUNT; isa++) {
+    unsigned char o[ZOE_CPU_ISA_COUNT][N * 4];
+    for (int isa = 0; isa < ZOE_CPU_ISA_COUNT; isa++) {
         memcpy(w[isa], w0, sizeof w0), memcpy(m[isa], m0, sizeof m0);
         memcpy(v[isa], v0, sizeof v0);
         memset(o[isa], 0xA5, sizeof o[isa]); /* poison */
@@ -67,7 +67,7 @@ static void check_paths_bitwise(const zoe_adam_consts *c, zoe_dtype gdt, zoe_dty
             continue;
         }
         CHECK_OK(st);
-        if (isa == ZOE_ISA_SCALAR) continue;
+        if (isa == ZOE_CPU_ISA_SCALAR) continue;
         size_t out_bytes = out ? N * osz : 0;
         CHECK(memcmp(w[isa], w[0], sizeof w0) == 0 && memcmp(m[isa], m[0], sizeof m0) == 0 &&
                   memcmp(v[isa], v[0], sizeof v0) == 0 && memcmp(o[isa], o[0], out_bytes) == 0,
@@ -112,7 +112,7 @@ static void check_against_double(const zoe_adam_hparams *h) {
         step[i] = h->lr / bc1 * mi / (sqrt(vi) / sqrt(bc2) + h->eps);
         want[i] = wi - step[i];
     }
-    CHECK_OK(zoe_adam_host_isa(ZOE_ISA_SCALAR, &c, w, m, v, g, ZOE_F32, NULL, ZOE_F32, N));
+    CHECK_OK(zoe_adam_host_isa(ZOE_CPU_ISA_SCALAR, &c, w, m, v, g, ZOE_F32, NULL, ZOE_F32, N));
     for (int i = 0; i < N; i++) got[i] = w[i];
     double worst = 0;
     for (int i = 0; i < N; i++) {
@@ -151,7 +151,7 @@ static void check_accumulate(zoe_dtype sdt, int assign) {
           want_sumsq);
 }
 
-static const zoe_cpu_isa isas[] = {ZOE_ISA_SCALAR, ZOE_ISA_AVX2, ZOE_ISA_AVX512};
+static const zoe_cpu_isa isas[] = {ZOE_CPU_ISA_SCALAR, ZOE_CPU_ISA_AVX2, ZOE_CPU_ISA_AVX512};
 
 /* The in-place forms against separate buffers, on every path this CPU runs. */
 static void check_in_place(const zoe_adam_consts *c, zoe_dtype half) {
@@ -214,8 +214,8 @@ int main(int argc, char **argv) {
     test_init(&argc, &argv);
     if (test_rank() == 0)
         printf("paths on this CPU: scalar%s%s (best %s)\n",
-               zoe_cpu_isa_supported(ZOE_ISA_AVX2) ? " avx2" : " [avx2 skipped]",
-               zoe_cpu_isa_supported(ZOE_ISA_AVX512) ? " avx512" : " [avx512 skipped]",
+               zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX2) ? " avx2" : " [avx2 skipped]",
+               zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX512) ? " avx512" : " [avx512 skipped]",
                zoe_cpu_isa_name(zoe_cpu_isa_best()));
     const zoe_dtype dts[] = {ZOE_F32, ZOE_BF16, ZOE_F16};
     for (int decoupled = 0; decoupled < 2; decoupled++) {

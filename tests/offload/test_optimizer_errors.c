@@ -127,6 +127,31 @@ static void call_errors(void) {
     zoe_optimizer_destroy(opt);
 }
 
+/* Out of memory says so, with the bytes asked for: a device (host memory on CPU) allocation and
+ * an optimizer over a tensor no machine holds. */
+static void expect_oom(zoe_status st, const char *bytes, const char *what) {
+    CHECK(st == ZOE_ERR_OUT_OF_MEMORY, "%s: status %d, want out of memory", what, (int)st);
+    CHECK(strncmp(zoe_last_error(), "out of memory", 13) == 0, "%s: message '%s'", what,
+          zoe_last_error());
+    CHECK(strstr(zoe_last_error(), bytes) && strstr(zoe_last_error(), " bytes"),
+          "%s: message '%s' lacks the %s bytes", what, zoe_last_error(), bytes);
+}
+
+static void oom_errors(void) {
+    void *p = NULL;
+    expect_oom(zoe_device_alloc(dev, (size_t)1 << 62, &p), "4611686018427387904", "device alloc");
+    CHECK(p == NULL, "device alloc: pointer set after a failure");
+    expect_oom(zoe_host_alloc(dev, (size_t)1 << 62, &p), "4611686018427387904", "host alloc");
+    zoe_param_tensor huge[] = {{"wte", (size_t)1 << 60, 0, 0}};
+    zoe_optimizer_config cfg;
+    zoe_optimizer_config_default(&cfg);
+    zoe_optimizer *opt = NULL;
+    /* the flat fp32 parameter buffer of 2^60 elements comes first: 2^62 bytes */
+    expect_oom(zoe_optimizer_create(grid, dev, stream, ZOE_F32, huge, 1, &cfg, &opt),
+               "4611686018427387904", "optimizer of 2^60 parameters");
+    CHECK(opt == NULL, "optimizer: handle set after a failure");
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &dev));
@@ -134,6 +159,7 @@ int main(int argc, char **argv) {
     CHECK_OK(zoe_grid_create(MPI_COMM_WORLD, 1, &grid));
     config_errors();
     call_errors();
+    oom_errors();
     zoe_grid_destroy(grid);
     zoe_stream_destroy(stream);
     zoe_device_destroy(dev);

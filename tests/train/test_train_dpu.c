@@ -133,7 +133,7 @@ static zoe_status train(const dpu_case *k, run_kind kind, const char *corpus, tr
             st = read_master(zoe_trainer_optimizer(tr), cur);
         }
     }
-    if (st == ZOE_OK) st = zoe_trainer_flush(tr);
+    if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     if (st == ZOE_OK) st = read_master(zoe_trainer_optimizer(tr), out->master);
     free(prev), free(cur), free(tokens), free(targets);
     zoe_loader_destroy(loader);

@@ -38,5 +38,20 @@ expect 2 "fewer than one global batch of 8 (dp 2 x grad_accum 1 x micro_batch 4)
 rm -rf "$tmp"
 expect 1 "--lr-warmup-iters=50 is longer than the run (--steps=20)" --steps 20 --lr-warmup-iters 50 --data "$corpus"
 expect 1 "--lr-decay-style: 'step' is not one of" --lr-decay-style step --data "$corpus"
+expect 1 "'0x3' is not a number" --tp 0x3 --data "$corpus"
+expect 1 "'+2' is not a number" --micro-batch +2 --data "$corpus"
+expect 1 "--stall-timeout=-1 is out of range" --stall-timeout -1 --data "$corpus"
+cfgdir="$(mktemp -d)"
+expect 1 "is a directory, not a JSON file" --config "$cfgdir" --data "$corpus"
+printf '{"micro-batch": 2, "micro_batch": 3}' >"$cfgdir/dup.json"
+expect 1 "is given twice" --config "$cfgdir/dup.json" --data "$corpus"
+printf '{"tp": 1} trailing' >"$cfgdir/trail.json"
+expect 1 "text after the JSON object" --config "$cfgdir/trail.json" --data "$corpus"
+# metrics that cannot be written: refused before the model is built (exit 2, not 1 later)
+expect 2 "--metrics: cannot write '$cfgdir/missing/m.jsonl'" --metrics "$cfgdir/missing/m.jsonl" --data "$corpus"
+readonly_dir="$cfgdir/ro"; mkdir "$readonly_dir"; chmod 555 "$readonly_dir"
+[ "$(id -u)" -eq 0 ] && readonly_dir=/sys # root writes anywhere chmod allows; sysfs refuses
+expect 1 "--metrics: cannot write '$readonly_dir/m.jsonl'" --metrics "$readonly_dir/m.jsonl" --data "$corpus"
+chmod 755 "$cfgdir/ro"; rm -rf "$cfgdir"
 echo "test_zoe_train_cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

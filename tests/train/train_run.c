@@ -41,6 +41,7 @@ zoe_status train_run_losses(const train_run *r, float *losses, int *skipped) {
     free(tokens), free(targets);
     zoe_loader_destroy(loader);
     zoe_dataset_destroy(ds);
+    if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     zoe_trainer_destroy(tr);
     return st;
 }

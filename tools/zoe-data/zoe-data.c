@@ -3,10 +3,12 @@
  * datasets. Every failure prints one line naming the
  * bad value and exits 2; a failed conversion leaves no output files behind. */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "zoe/data.h"
@@ -146,8 +148,11 @@ static int parse(int argc, char **argv, options *o) {
     if (o->eod_token && !o->tokenizer)
         return fail("--eod-token '%s' needs --tokenizer (the byte-level EOD is %d)", o->eod_token,
                     ZOE_BYTE_EOD);
+    if (!o->inspect && !o->prefix[0])
+        return fail("--output-prefix is empty: give a path such as data/corpus");
     return 0;
 }
+
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -159,14 +164,29 @@ static int is_jsonl(const options *o, const char *path) {
     return ends_with(path, ".jsonl") || ends_with(path, ".json");
 }
 
-/* Opens every input first, so a missing file fails before any output exists; sums sizes. */
+/* Opens every input first, so a missing file fails before any output exists, and sums their
+ * sizes; an input that is one of the outputs (PREFIX.bin or PREFIX.idx, by path or through a
+ * link) would be overwritten, so it is refused too. */
 static int check_inputs(const options *o, long long *total) {
     *total = 0;
+    char bin[4096], idx[4096];
+    snprintf(bin, sizeof bin, "%s.bin", o->prefix);
+    snprintf(idx, sizeof idx, "%s.idx", o->prefix);
+    struct stat out_bin, out_idx;
+    int have_bin = stat(bin, &out_bin) == 0, have_idx = stat(idx, &out_idx) == 0;
     for (int i = 0; i < o->n_inputs; i++) {
         FILE *f = fopen(o->inputs[i], "rb");
         if (!f) return fail("cannot read input '%s': %s", o->inputs[i], strerror(errno));
         if (fseek(f, 0, SEEK_END) == 0) *total += ftell(f);
+        struct stat in;
+        int same = fstat(fileno(f), &in) == 0 &&
+                   ((have_bin && in.st_dev == out_bin.st_dev && in.st_ino == out_bin.st_ino) ||
+                    (have_idx && in.st_dev == out_idx.st_dev && in.st_ino == out_idx.st_ino));
         fclose(f);
+        if (same || strcmp(o->inputs[i], bin) == 0 || strcmp(o->inputs[i], idx) == 0)
+            return fail("--input '%s' is also an output of --output-prefix '%s': it would be "
+                        "overwritten",
+                        o->inputs[i], o->prefix);
     }
     return 0;
 }
@@ -196,6 +216,42 @@ static void show_progress(void *user, int64_t docs, int64_t bytes) {
             (int)eta % 60);
 }
 
+/* SIGINT/SIGTERM during a conversion: the temporary outputs go, then the signal does what it
+ * would have done. The handler reads only these two paths, set before any file exists. */
+static const char *volatile temp_bin, *volatile temp_idx;
+
+static void remove_temporaries_and_die(int sig) {
+    if (temp_bin) unlink(temp_bin);
+    if (temp_idx) unlink(temp_idx);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Held from before the writer makes its files until the handler knows their names. */
+static void hold_signals(int hold) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+}
+
+static void on_signals_remove(const zoe_dataset_writer *w) {
+    const char *bin, *idx;
+    zoe_dataset_writer_temp_paths(w, &bin, &idx);
+    temp_bin = bin, temp_idx = idx;
+    struct sigaction sa = {.sa_handler = remove_temporaries_and_die};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void on_signals_default(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    temp_bin = temp_idx = NULL;
+}
+
 static int convert(const options *o) {
     long long total;
     int rc = check_inputs(o, &total);
@@ -211,7 +267,10 @@ static int convert(const options *o) {
     if (dtype == ZOE_TOKENS_UINT16 && vocab > 65536)
         rc = fail("--dtype uint16 cannot hold the %d tokens of '%s' (use int32 or auto)", vocab,
                   o->tokenizer);
+    hold_signals(1);
     if (rc == 0 && zoe_dataset_writer_create(o->prefix, dtype, &w) != ZOE_OK) rc = fail_zoe();
+    if (rc == 0) on_signals_remove(w);
+    hold_signals(0);
     progress prog = {.live = isatty(fileno(stderr)), .total = total, .started = now_s()};
     for (int i = 0; rc == 0 && i < o->n_inputs; i++) {
         zoe_input_options in = {.split = o->split,
@@ -240,6 +299,7 @@ static int convert(const options *o) {
                o->append_eod || !o->tokenizer ? zoe_tokenizer_eod(tok) : -1, o->n_inputs,
                o->n_inputs == 1 ? "" : "s", (double)total / 1e6, secs,
                (double)total / 1e6 / (secs > 0 ? secs : 1e-9));
+    on_signals_default();
     zoe_dataset_writer_destroy(w); /* removes the temporary files unless finished */
     zoe_tokenizer_destroy(tok);
     return rc;

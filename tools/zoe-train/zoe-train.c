@@ -54,7 +54,13 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
 static void ensure_passive_openmp_wait(char **argv) {
     if (getenv("OMP_WAIT_POLICY")) return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv); /* returns only on failure: then run as we are */
+    /* The binary's own path, not /proc/self/exe: the kernel names a process after the file it
+     * executes, and "exe" in ps, top and the OOM killer's log would hide zoe-train. */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || n >= (ssize_t)sizeof self - 1) return; /* run as we are */
+    self[n] = '\0';
+    execv(self, argv); /* returns only on failure: then run as we are */
 }
 
 /* Before the model is built: every token inside the vocabulary (rank 0 reads the dataset once
@@ -101,15 +107,25 @@ int main(int argc, char **argv) {
     if (zoe_train_config_validate(&cfg, world) != ZOE_OK ||
         zoe_train_schedule_validate(&cfg) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
+    /* Rank 0 writes the metrics: it opens the file now, before anything is built, and every
+     * rank learns whether it could. */
+    zoe_progress *progress = NULL;
+    int progress_ok = 1;
+    if (rank == 0)
+        progress_ok = zoe_progress_create(stdout, cfg.progress, cfg.steps, cfg.log_every,
+                                          cfg.metrics, &progress) == ZOE_OK;
+    MPI_Bcast(&progress_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!progress_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
 
     zoe_dataset *ds = NULL;
-    if (zoe_dataset_open(cfg.data, &ds) != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
-    if (check_data(ds, &cfg, rank, world) != ZOE_OK) {
+    if (zoe_dataset_open(cfg.data, &ds) != ZOE_OK || check_data(ds, &cfg, rank, world) != ZOE_OK) {
         zoe_dataset_destroy(ds);
+        zoe_progress_destroy(progress);
         return fail(rank, EXIT_USAGE, zoe_last_error());
     }
     zoe_trainer *tr = NULL;
     if (zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr) != ZOE_OK) {
+        zoe_progress_destroy(progress);
         zoe_dataset_destroy(ds);
         return fail(rank, EXIT_FAILURE, zoe_last_error());
     }
@@ -121,15 +137,11 @@ int main(int argc, char **argv) {
                             .seed = cfg.seed,
                             .vocab_size = cfg.model.vocab};
     zoe_loader *loader = NULL;
-    zoe_progress *progress = NULL;
     /* A step's micro-batches are fetched first: the count of their targets weights the loss. */
     size_t n = (size_t)cfg.micro_batch * (size_t)cfg.model.seq_len,
            all = n * (size_t)cfg.grad_accum;
     int32_t *tokens = malloc(all * sizeof(int32_t)), *targets = malloc(all * sizeof(int32_t));
     st = tokens && targets ? zoe_loader_create(ds, &lc, &loader) : ZOE_ERR_OUT_OF_MEMORY;
-    if (st == ZOE_OK && rank == 0)
-        st = zoe_progress_create(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
-                                 &progress);
     if (st == ZOE_OK && rank == 0) print_banner(&cfg, tr, world);
     float first_loss = 0, last_loss = 0;
     double ms = 0, toks = 0;
@@ -147,7 +159,7 @@ int main(int argc, char **argv) {
             last_loss = s.loss, ms += s.ms_total, toks += (double)s.tokens;
         }
     }
-    if (st == ZOE_OK) st = zoe_trainer_flush(tr);
+    if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     int code = 0;
     if (st != ZOE_OK) {
         fprintf(stderr, "zoe-train: rank %d: %s\n", rank, zoe_last_error());

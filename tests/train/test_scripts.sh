@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The scripts a user runs first: scripts/bench with no argument or `list` lists the benchmarks
+# and exits 0; scripts/plot-loss refuses an output in a missing directory with a message and
+# exit 2, and never prints PNG bytes. Usage: test_scripts.sh ROOT
+set -u
+root="$1"
+fails=0 passes=0
+check() { # description, condition (evaluated)
+  if eval "$2"; then passes=$((passes + 1)); else echo "FAIL: $1"; fails=$((fails + 1)); fi
+}
+for args in "" list; do
+  out="$("$root/scripts/bench" $args 2>&1)"; rc=$?
+  check "scripts/bench $args exits 0 (got $rc)" '[ "$rc" -eq 0 ]'
+  check "scripts/bench $args lists train_step and cpu_adam" \
+    '[[ "$out" == *train_step* && "$out" == *cpu_adam* ]]'
+done
+"$root/scripts/bench" no-such-bench >/dev/null 2>&1; rc=$?
+check "scripts/bench no-such-bench exits 2 (got $rc)" '[ "$rc" -eq 2 ]'
+dir="$(mktemp -d)"; trap 'rm -rf "$dir"' EXIT
+printf '{"step":0,"loss":5.5}\n{"step":1,"loss":4.0}\n' >"$dir/m.jsonl"
+out="$("$root/scripts/plot-loss" "$dir/m.jsonl" "$dir/missing/loss.png" 2>"$dir/err")"; rc=$?
+check "plot-loss into a missing directory exits 2 (got $rc)" '[ "$rc" -eq 2 ]'
+check "plot-loss names the directory" 'grep -q "output directory .*missing.* does not exist" "$dir/err"'
+check "plot-loss prints no PNG bytes" '[ -z "$out" ]'
+if command -v gnuplot >/dev/null; then
+  out="$("$root/scripts/plot-loss" "$dir/m.jsonl" "$dir/loss.png" 2>&1)"; rc=$?
+  check "plot-loss writes a PNG (rc $rc: $out)" '[ "$rc" -eq 0 ] && head -c 4 "$dir/loss.png" | grep -q PNG'
+  check "plot-loss leaves no temporary file" '[ -z "$(ls -A "$dir" | grep plot-loss)" ]'
+fi
+echo "test_scripts: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]
