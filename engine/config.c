@@ -23,10 +23,13 @@ typedef enum {
     OPT_BACKEND,
     OPT_FLAG,
     OPT_MODEL,
-    OPT_PROGRESS
+    OPT_PROGRESS,
+    OPT_RATIO,
+    OPT_DPU
 } opt_kind;
 
 static const char *const progress_names[] = {"auto", "bar", "lines"}; /* zoe_progress_style */
+static const char *const dpu_names[] = {"on", "off", "auto"};            /* zoe_dpu_mode */
 
 typedef struct option_spec {
     const char *name; /* without the leading "--" */
@@ -73,6 +76,12 @@ static const option_spec options[] = {
     {"log-every", OPT_INT, CFG(log_every), 1, 1e9, "print progress every N steps"},
     {"bucket-mb", OPT_INT64, CFG(bucket_mb), 1, 1 << 20, "gradient bucket size in MiB"},
     {"progress", OPT_PROGRESS, CFG(progress), 0, 0, "auto, bar (live) or lines"},
+    {"offload-ratio", OPT_RATIO, CFG(offload_ratio), 0, 1,
+     "share of optimizer state on the host, 0..1, or auto (the least that fits)"},
+    {"dpu", OPT_DPU, CFG(dpu), 0, 0,
+     "on (after --dpu-warmup), off, or auto (where the host step would stall the device)"},
+    {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
+     "run even when the plan says the run does not fit"},
 };
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
 
@@ -98,6 +107,8 @@ void zoe_train_config_defaults(zoe_train_config *cfg) {
     cfg->seed = 1234;
     cfg->log_every = 1;
     cfg->bucket_mb = 16;
+    cfg->offload_ratio = 1.0f;
+    cfg->dpu = ZOE_DPU_ON;
 }
 
 static const option_spec *find_option(const char *name) {
@@ -166,6 +177,21 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--progress: '%s' is not auto, bar or lines",
                         text);
     }
+    case OPT_DPU:
+        for (int i = 0; i < 3; i++)
+            if (strcmp(text, dpu_names[i]) == 0) {
+                *(zoe_dpu_mode *)base = (zoe_dpu_mode)i;
+                return ZOE_OK;
+            }
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--dpu: '%s' is not on, off or auto", text);
+    case OPT_RATIO:
+        if (strcmp(text, "auto") == 0) {
+            *(float *)base = ZOE_OFFLOAD_RATIO_AUTO;
+            return ZOE_OK;
+        }
+        ZOE_TRY(parse_number(o, text, &v));
+        *(float *)base = (float)v;
+        return ZOE_OK;
     case OPT_FLAG:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0)
             *(int *)base = 1;
@@ -319,6 +345,10 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
     if (ffn % c->tp != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "MLP width %d is not divisible by --tp=%d", ffn,
                         c->tp);
+    if (c->offload_ratio != ZOE_OFFLOAD_RATIO_AUTO &&
+        !(c->offload_ratio >= 0.0f && c->offload_ratio <= 1.0f))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload-ratio=%g is outside [0, 1]",
+                        (double)c->offload_ratio);
     if (c->min_lr > c->lr)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--min-lr=%g is above --lr=%g", c->min_lr, c->lr);
     if (c->dtype == ZOE_F16 && c->backend == ZOE_BACKEND_CPU)
@@ -352,6 +382,15 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         break;
     case OPT_FLAG:
         snprintf(buf, n, "%s", *(const int *)base ? "on" : "off");
+        break;
+    case OPT_DPU:
+        snprintf(buf, n, "%s", dpu_names[*(const zoe_dpu_mode *)base]);
+        break;
+    case OPT_RATIO:
+        if (*(const float *)base == ZOE_OFFLOAD_RATIO_AUTO)
+            snprintf(buf, n, "auto");
+        else
+            snprintf(buf, n, "%g", (double)*(const float *)base);
         break;
     case OPT_PROGRESS:
         snprintf(buf, n, "%s", progress_names[*(const zoe_progress_style *)base]);
