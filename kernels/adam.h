@@ -67,10 +67,27 @@ const char *zoe_cpu_isa_name(zoe_cpu_isa isa);
 zoe_status zoe_adam_host(const zoe_adam_consts *c, float *master, float *m, float *v,
                          const void *grad, zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype,
                          size_t n);
-/* The same with a chosen path (tests and benchmarks); ZOE_ERR_UNSUPPORTED if the CPU lacks it. */
+/* The same reading the fp32 weights from w_in and writing the new ones to w_out. Element i is
+ * read completely before anything of it is written, which allows three in-place forms and no
+ * other overlap: w_out == w_in (the master updated in place); w_out == grad with an fp32
+ * gradient (the new weights over the gradient they were computed from); out == grad with
+ * out_dtype == grad_dtype (the new compute-dtype weights over a compute-dtype gradient). */
+zoe_status zoe_adam_host_to(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m,
+                            float *v, const void *grad, zoe_dtype grad_dtype, void *out,
+                            zoe_dtype out_dtype, size_t n);
+/* zoe_adam_host_to with a chosen path (tests and benchmarks); ZOE_ERR_UNSUPPORTED if the CPU
+ * lacks it. zoe_adam_host_isa is its master-in-place form. */
+zoe_status zoe_adam_host_to_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, const float *w_in,
+                                float *w_out, float *m, float *v, const void *grad,
+                                zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype, size_t n);
 zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *master, float *m,
                              float *v, const void *grad, zoe_dtype grad_dtype, void *out,
                              zoe_dtype out_dtype, size_t n);
+
+/* dst[i] = dst_dtype(src[i] * scale), round to nearest even: the delayed update's snapshot of a
+ * finished fp32 gradient (the fp32 accumulator is then free for the next iteration). */
+zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *src, float scale,
+                                  size_t n);
 
 /* dst[i] = (assign ? 0 : dst[i]) + scale * src[i] (src in f32, bf16 or f16). When sumsq is not
  * NULL it receives the sum of squares of the new dst (for the gradient norm, fused into the pass

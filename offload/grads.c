@@ -12,21 +12,22 @@ zoe_status zoe_grads_create(zoe_optimizer *opt) {
     if (!opt->progress || !opt->tensor_ready)
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "gradient bookkeeping");
     for (int b = 0; b < lay->num_buckets; b++) opt->progress[b].slot = -1;
-    size_t bucket_bytes = (size_t)opt->dp_size * lay->max_part * opt->esz;
+    const zoe_state_sizes *z = &opt->sz;
     if (opt->cfg.grad_mode == ZOE_GRAD_FULL_BUFFER) {
-        ZOE_TRY(zoe_device_alloc(opt->dev, lay->flat_numel * opt->esz, &opt->full_grad));
-        ZOE_TRY(zoe_memset_async(opt->full_grad, 0, lay->flat_numel * opt->esz, opt->stream));
-        ZOE_TRY(zoe_host_alloc(opt->dev, (opt->host_numel ? opt->host_numel : 1) * opt->esz,
-                               &opt->full_pinned));
+        ZOE_TRY(zoe_state_device_alloc(opt, z->full_grad * opt->esz, 0, &opt->full_grad));
+        ZOE_TRY(zoe_memset_async(opt->full_grad, 0, z->full_grad * opt->esz, opt->stream));
+        if (z->full_pinned)
+            ZOE_TRY(zoe_state_pinned_alloc(opt, z->full_pinned * opt->esz, 0, &opt->full_pinned));
         return ZOE_OK;
     }
-    opt->slots = calloc((size_t)opt->cfg.bucket_ring, sizeof *opt->slots);
+    opt->slots = calloc((size_t)z->slots, sizeof *opt->slots);
     if (!opt->slots) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "bucket ring");
-    for (int s = 0; s < opt->cfg.bucket_ring; s++) {
+    for (int s = 0; s < z->slots; s++) {
         grad_slot *slot = &opt->slots[s];
         slot->bucket = -1;
-        ZOE_TRY(zoe_device_alloc(opt->dev, bucket_bytes, &slot->device));
-        ZOE_TRY(zoe_host_alloc(opt->dev, lay->max_part * opt->esz, &slot->pinned));
+        ZOE_TRY(zoe_state_device_alloc(opt, z->slot_device * opt->esz, 1, &slot->device));
+        if (z->slot_pinned)
+            ZOE_TRY(zoe_state_pinned_alloc(opt, z->slot_pinned * opt->esz, 1, &slot->pinned));
         ZOE_TRY(zoe_event_create(opt->dev, &slot->done));
     }
     return ZOE_OK;
@@ -69,7 +70,7 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
             size_t x = a + (size_t)t * ZOE_ADAM_TILE,
                    n = e - x < ZOE_ADAM_TILE ? e - x : ZOE_ADAM_TILE;
             double part = 0;
-            failed |= zoe_grad_accumulate_host(grad + (x - lay->device_numel),
+            failed |= zoe_grad_accumulate_host(grad + (x - opt->sz.h_lo),
                                                (const char *)pinned + (x - pinned_start) * opt->esz,
                                                opt->dtype, scale, assign, n, &part) != ZOE_OK;
             sumsq += part;
@@ -248,13 +249,24 @@ zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
     /* All buckets reduced back to back, then one wait: the sums of k micro-batches at once,
      * assigned into the gradient partitions. */
     opt->host_sumsq = 0;
+    int in_place = zoe_device_is_host_memory(opt);
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         char *grads = (char *)opt->full_grad + opt->lay.buckets[b].flat_offset * opt->esz;
-        ZOE_TRY(reduce_bucket(opt, b, grads, opt->full_pinned, opt->lay.device_numel, 1, 1));
+        ZOE_TRY(
+            reduce_bucket(opt, b, grads, opt->full_pinned, opt->lay.device_numel, 1, !in_place));
     }
     ZOE_TRY(zoe_stream_synchronize(opt->copy_stream));
-    for (int b = 0; b < opt->lay.num_buckets; b++)
-        ZOE_TRY(accumulate_host_part(opt, b, opt->full_pinned, opt->lay.device_numel, 1));
+    for (int b = 0; b < opt->lay.num_buckets; b++) {
+        /* On the CPU backend the rank's reduced partition is read where it lies. */
+        const zoe_bucket *bk = &opt->lay.buckets[b];
+        const void *host_part =
+            in_place
+                ? (const char *)opt->full_grad +
+                      zoe_partition_flat(&opt->lay, b, opt->dp_rank, bk->part_offset) * opt->esz
+                : opt->full_pinned;
+        ZOE_TRY(accumulate_host_part(opt, b, host_part,
+                                     in_place ? bk->part_offset : opt->lay.device_numel, 1));
+    }
     ZOE_TRY(zoe_event_record(opt->grads_written, opt->copy_stream));
     ZOE_TRY(zoe_stream_wait_event(opt->stream, opt->grads_written));
     return zoe_memset_async(opt->full_grad, 0, opt->lay.flat_numel * opt->esz, opt->stream);

@@ -24,14 +24,14 @@ void zoe_layout_free(zoe_layout *lay) {
     memset(lay, 0, sizeof *lay);
 }
 
-/* Appends seg to the segments, merging it into the previous one when it continues it with the
- * same counting and decay (never into a segment below index floor: device and host segments
- * stay apart). */
+/* Appends seg to the segments, merging it into the previous one when it continues it, in the
+ * partition and in the parameter buffer, with the same counting and decay (never into a
+ * segment below index floor: device and host segments stay apart). */
 static void push_segment(zoe_layout *lay, int floor, zoe_segment seg) {
     if (seg.len == 0) return;
     zoe_segment *last = lay->num_segments > floor ? &lay->segments[lay->num_segments - 1] : NULL;
-    if (last && last->offset + last->len == seg.offset && last->counted == seg.counted &&
-        last->no_decay == seg.no_decay) {
+    if (last && last->offset + last->len == seg.offset && last->flat + last->len == seg.flat &&
+        last->counted == seg.counted && last->no_decay == seg.no_decay) {
         last->len += seg.len;
         return;
     }
@@ -55,11 +55,13 @@ static void add_segments(zoe_layout *lay, size_t lo, size_t hi, int dp_rank,
             if (p_lo < lo) p_lo = lo;
             if (p_hi > hi) p_hi = hi;
             if (p_lo >= p_hi) continue;
-            push_segment(lay, floor,
-                         (zoe_segment){.offset = p_lo,
-                                       .len = p_hi - p_lo,
-                                       .counted = !lay->replicated[t] || counted_replicated,
-                                       .no_decay = lay->no_decay[t]});
+            push_segment(
+                lay, floor,
+                (zoe_segment){.offset = p_lo,
+                              .len = p_hi - p_lo,
+                              .flat = bk->flat_offset + rank_start + (p_lo - bk->part_offset),
+                              .counted = !lay->replicated[t] || counted_replicated,
+                              .no_decay = lay->no_decay[t]});
         }
     }
 }

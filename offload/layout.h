@@ -19,6 +19,7 @@ typedef struct zoe_bucket {
  * counted in the norm or none, and all weight-decayed or none. Partition coordinates. */
 typedef struct zoe_segment {
     size_t offset, len;
+    size_t flat; /* where offset sits in the parameter buffer (the segment is contiguous there) */
     int counted;
     int no_decay; /* 1: its tensors are exempt from weight decay */
 } zoe_segment;
@@ -51,6 +52,46 @@ static inline void zoe_bucket_split(const zoe_layout *lay, int b, size_t *lo, si
     *lo = bk->part_offset;
     *hi = bk->part_offset + bk->part;
     *mid = dev_end < *lo ? *lo : dev_end > *hi ? *hi : dev_end;
+}
+
+/* Where partition coordinate x of bucket b (part_offset <= x < part_offset + part) sits in the
+ * parameter buffer of DP rank dp_rank. */
+static inline size_t zoe_partition_flat(const zoe_layout *lay, int b, int dp_rank, size_t x) {
+    const zoe_bucket *bk = &lay->buckets[b];
+    return bk->flat_offset + (size_t)dp_rank * bk->part + (x - bk->part_offset);
+}
+
+/* The pieces of partition range [x, end) that lie in one bucket each, in order, with where they
+ * sit in DP rank rank's slices of the parameter buffer:
+ *     for (zoe_slices it = zoe_slices_of(lay, rank, x, n); zoe_slices_next(&it);)
+ *         use it.x, it.flat, it.len */
+typedef struct zoe_slices {
+    const zoe_layout *lay;
+    int rank, bucket;
+    size_t next, end;
+    size_t x, flat, len; /* the current piece */
+} zoe_slices;
+
+static inline zoe_slices zoe_slices_of(const zoe_layout *lay, int rank, size_t x, size_t n) {
+    return (zoe_slices){.lay = lay, .rank = rank, .bucket = 0, .next = x, .end = x + n};
+}
+
+static inline int zoe_slices_next(zoe_slices *it) {
+    const zoe_layout *lay = it->lay;
+    while (it->next < it->end && it->bucket < lay->num_buckets) {
+        const zoe_bucket *bk = &lay->buckets[it->bucket];
+        size_t bk_end = bk->part_offset + bk->part;
+        if (it->next >= bk_end) {
+            it->bucket++;
+            continue;
+        }
+        it->x = it->next;
+        it->len = (bk_end < it->end ? bk_end : it->end) - it->x;
+        it->flat = zoe_partition_flat(lay, it->bucket, it->rank, it->x);
+        it->next += it->len;
+        return 1;
+    }
+    return 0;
 }
 
 /* Builds the layout of the tensors for DP rank dp_rank of dp_size (tensors already checked).

@@ -26,7 +26,7 @@ void zoe_optimizer_config_default(zoe_optimizer_config *cfg) {
     };
 }
 
-static zoe_status check_config(const zoe_optimizer_config *c) {
+zoe_status zoe_config_check(const zoe_optimizer_config *c) {
 #define BAD(...) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
     if (!(c->beta1 >= 0 && c->beta1 < 1)) BAD("beta1 %g outside [0, 1)", (double)c->beta1);
     if (!(c->beta2 >= 0 && c->beta2 < 1)) BAD("beta2 %g outside [0, 1)", (double)c->beta2);
@@ -74,7 +74,8 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
     ZOE_TRY(zoe_layout_build(&opt->lay, tensors, n, opt->cfg.bucket_numel, opt->dp_size,
                              opt->dp_rank, 64 / opt->esz, zoe_grid_tp_rank(opt->grid) == 0,
                              opt->cfg.partial_ratio));
-    opt->host_numel = opt->lay.part_numel - opt->lay.device_numel;
+    zoe_state_sizes_of(zoe_device_backend(opt->dev), opt->dtype, &opt->lay, opt->dp_size, &opt->cfg,
+                       &opt->sz);
     ZOE_TRY(zoe_state_create(opt));
     ZOE_TRY(zoe_grads_create(opt));
     opt->loss_scale = opt->cfg.loss_scale;
@@ -95,7 +96,7 @@ zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *
     if (compute_dtype != ZOE_F32 && compute_dtype != ZOE_BF16 && compute_dtype != ZOE_F16)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "compute dtype %s is not fp32, bf16 or fp16",
                         zoe_dtype_name(compute_dtype));
-    ZOE_TRY(check_config(cfg));
+    ZOE_TRY(zoe_config_check(cfg));
     ZOE_TRY(check_tensors(tensors, num_tensors));
     zoe_optimizer *opt = calloc(1, sizeof *opt);
     if (!opt) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "optimizer struct");
@@ -184,7 +185,7 @@ zoe_status zoe_optimizer_set_step(zoe_optimizer *opt, long step) {
 }
 
 /* Copies [offset, offset + count) of one state array between the caller's host buffer and the
- * partition, whose first device_numel elements live in device memory. */
+ * partition, whose first sz.h_lo elements live in device memory (CUDA with partial offload). */
 static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
                              size_t count, float *host, int write) {
     const char *what = write ? "write_state" : "read_state";
@@ -200,9 +201,18 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "%s while a delayed update is in flight: call zoe_optimizer_flush first",
                         what);
+    size_t end = offset + count;
+    if (which == ZOE_STATE_MASTER && opt->sz.master_in_params) { /* the rank's weight slices */
+        for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, offset, count);
+             zoe_slices_next(&it);) {
+            float *w = (float *)opt->params + it.flat, *u = host + (it.x - offset);
+            memcpy(write ? w : u, write ? u : w, it.len * sizeof(float));
+        }
+        return ZOE_OK;
+    }
     float *dev[] = {opt->d_master, opt->d_m, opt->d_v},
           *hst[] = {opt->h_master, opt->h_m, opt->h_v};
-    size_t pd = opt->lay.device_numel, end = offset + count;
+    size_t pd = opt->sz.h_lo; /* the device arrays hold [0, h_lo), the host arrays the rest */
     if (offset < pd) {
         size_t n = (end < pd ? end : pd) - offset;
         float *d = dev[which] + offset;

@@ -31,6 +31,49 @@ static inline const zoe_adam_consts *zoe_segment_consts(const zoe_step_consts *c
     return seg->no_decay ? &c->exempt : &c->decayed;
 }
 
+/* The memory layout (docs/offload.md, "Memory layout"): which arrays exist and how many elements
+ * each holds, a pure function of the backend, the dtype, the flat layout and the configuration.
+ * zoe_state_create() and zoe_grads_create() allocate exactly these, and
+ * zoe_optimizer_footprint_of() sums them without allocating. */
+typedef struct zoe_state_sizes {
+    /* CPU backend, fp32 weights: the rank's slices of the parameter buffer are the fp32 master
+     * weights (no separate master array, no weight copy). */
+    int master_in_params;
+    /* DPU with the master in the parameters: two fp32 gradient partitions alternate, and the
+     * update in flight writes the new weights over the gradient it read (in place). */
+    int dpu_swap;
+    /* DPU otherwise: the step rounds the finished fp32 gradient (divided by the micro-batch
+     * count) into a compute-dtype snapshot, the update in flight reads it and writes the new
+     * compute-dtype weights over it (in place), and the one fp32 accumulator is free at once. */
+    int dpu_snapshot;
+    size_t h_lo;    /* partition coordinate of element 0 of the host arrays: 0 on CPU, else the
+                     * device share (on CPU the device share lives in the host arrays) */
+    size_t h_numel; /* elements of each host array: part_numel - h_lo */
+    int h_master;   /* 1: a host fp32 master array */
+    int h_grads;    /* host fp32 gradient partitions: 1, or 2 with dpu_swap */
+    size_t snap;    /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
+    int snap_pinned;
+    size_t params;   /* device, compute dtype: the parameter buffer */
+    size_t part_out; /* device, compute dtype: the partition buffer (CUDA with DPU or a device
+                      * share) the update writes before the all-gather; 0: none, the updated
+                      * partition lands in the parameter buffer's own slices */
+    size_t d_state;  /* device fp32 master, m and v of the device share (CUDA) */
+    int d_grads;     /* device fp32 gradient partitions of d_state elements: 1, 2 with DPU */
+    size_t out_ring; /* pinned copy-out ring (CUDA without DPU): elements per slot, compute dtype */
+    int out_slots;
+    int slots;                       /* gradient bucket ring */
+    size_t slot_device, slot_pinned; /* elements per slot, compute dtype */
+    size_t full_grad, full_pinned;   /* ZOE_GRAD_FULL_BUFFER, compute dtype */
+} zoe_state_sizes;
+
+/* Elements per slot of the copy-out ring: 8 MiB of bf16, a whole number of tiles. */
+#define ZOE_OUT_RING_NUMEL ((size_t)256 * ZOE_ADAM_TILE)
+
+void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
+                        const zoe_optimizer_config *cfg, zoe_state_sizes *out);
+void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,
+                           zoe_optimizer_footprint *out);
+
 /* Per-bucket progress within the micro-batch. */
 typedef struct bucket_progress {
     int ready; /* tensors marked ready */
@@ -53,18 +96,23 @@ struct zoe_optimizer {
     zoe_dtype dtype;
     size_t esz;
     zoe_layout lay;
-    size_t host_numel; /* partition elements on the host: part_numel - device_numel */
+    zoe_state_sizes sz;
+    zoe_optimizer_footprint mem; /* what was allocated, counted as it was */
 
     void *params;   /* device, lay.flat_numel elements of compute dtype */
-    void *part_out; /* device, the updated partition in compute dtype, all-gathered at refresh */
-    /* Device-resident state (partial offload), partition coordinates [0, device_numel). */
+    void *part_out; /* device partition buffer (sz.part_out), or NULL */
+    /* Device-resident state (partial offload), partition coordinates [0, device_numel). On the
+     * CPU backend these alias the host arrays (whose element 0 is partition coordinate 0). */
     float *d_master, *d_m, *d_v, *d_grad[2];
-    /* Host state, partition coordinates [device_numel, part_numel) shifted to 0. */
+    /* Host state, partition coordinates [sz.h_lo, part_numel) shifted to 0. h_master is NULL
+     * with the master in the parameters; h_grad[1] is h_grad[0] unless sz.dpu_swap. */
     float *h_master, *h_m, *h_v, *h_grad[2];
-    void *h_out; /* pinned, host_numel elements of compute dtype; on the CPU backend the host
-                  * part of part_out itself (see zoe_device_is_host_memory) */
+    void *h_snap;           /* sz.snap elements of compute dtype, or NULL */
+    void *out_ring[2];      /* pinned copy-out ring, or NULL */
+    zoe_event *out_done[2]; /* recorded after each slot's copy to the device */
     size_t num_chunks;
-    int *chunk_segment; /* first host segment that reaches into each chunk */
+    int first_run_segment; /* the first segment the host Adam updates (0 on CPU) */
+    int *chunk_segment;    /* first such segment that reaches into each chunk */
 
     /* Gradients of the current accumulation. */
     grad_slot *slots;
@@ -88,10 +136,17 @@ struct zoe_optimizer {
     pthread_t worker;
     int in_flight;
     zoe_step_consts flight_consts;
+    zoe_step_consts flight_snap_consts; /* for the host share's snapshot (sz.dpu_snapshot) */
     int flight_buf;
     zoe_status flight_status;
     char flight_error[256];
 };
+
+/* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */
+zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
+zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
+void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes); /* 64-byte aligned; free() */
+zoe_status zoe_config_check(const zoe_optimizer_config *cfg);
 
 /* grads.c */
 zoe_status zoe_grads_create(zoe_optimizer *opt);
@@ -99,11 +154,26 @@ void zoe_grads_destroy(zoe_optimizer *opt);
 /* ZOE_GRAD_FULL_BUFFER: reduces the full buffer into the gradient partitions (in step). */
 zoe_status zoe_grads_reduce_full(zoe_optimizer *opt);
 
-/* step.c */
+/* state.c */
 zoe_status zoe_state_create(zoe_optimizer *opt);
 void zoe_state_destroy(zoe_optimizer *opt);
+/* Elements per block of the host step (the copy-out ring's slot, else the whole host range):
+ * the host arrays are first-touched and updated block by block, each block's tiles on the
+ * OpenMP threads with a static schedule, so each thread updates the pages it placed. */
+size_t zoe_host_block(const zoe_optimizer *opt);
+/* Partition range [x0, x0 + n) of compute-dtype weights from host buffer src to the device:
+ * into the partition buffer when there is one, else into this rank's slices of the parameter
+ * buffer. On stream; src must stay untouched until the stream has done. */
+zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, size_t n,
+                                zoe_stream *stream);
+
+/* step.c */
 /* Waits for the update in flight (DPU), if any, and refreshes the parameters with it. */
 zoe_status zoe_update_wait(zoe_optimizer *opt);
+/* Waits for the update in flight, if any, without refreshing. */
+zoe_status zoe_update_join(zoe_optimizer *opt);
+/* All-gathers every rank's updated partition into the parameter buffer. Collective over DP. */
+zoe_status zoe_refresh(zoe_optimizer *opt);
 
 /* On the CPU backend device memory is host memory: the host can read and write "device"
  * buffers in place, so staging copies between them, which would only move the same bytes, are

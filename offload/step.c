@@ -10,161 +10,121 @@
 #include "runtime/clock.h"
 #include "runtime/error.h"
 
-static float *host_array(size_t n) {
-    /* Untouched pages: the first write, by the thread that will update them, places them. */
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    return aligned_alloc(64, bytes ? bytes : 64);
-}
-
 static size_t min_size(size_t a, size_t b) {
     return a < b ? a : b;
 }
 
-/* First touch of every host array, chunk by chunk, with the schedule of host_update(). */
-static void first_touch(zoe_optimizer *opt) {
-    size_t n = opt->host_numel;
-#pragma omp parallel for schedule(static)
-    for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
-        size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
-        memset(opt->h_master + lo, 0, len * sizeof(float));
-        memset(opt->h_m + lo, 0, len * sizeof(float));
-        memset(opt->h_v + lo, 0, len * sizeof(float));
-        for (int b = 0; b < 2; b++)
-            if (opt->h_grad[b]) memset(opt->h_grad[b] + lo, 0, len * sizeof(float));
-        memset((char *)opt->h_out + lo * opt->esz, 0, len * opt->esz);
-    }
+/* One host Adam call on partition coordinates [a, e) of segment sg; block_out is the copy-out
+ * slot holding partition coordinate block_lo (CUDA without DPU), else NULL. Where each array
+ * lives is the memory layout's choice (zoe_state_sizes). */
+static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
+                             const zoe_step_consts *snap_c, const zoe_segment *sg, size_t a,
+                             size_t e, int buf, int in_flight, void *block_out, size_t block_lo) {
+    const zoe_state_sizes *z = &opt->sz;
+    size_t h = a - z->h_lo, flat = sg->flat + (a - sg->offset), esz = opt->esz;
+    float *w_in = z->master_in_params ? (float *)opt->params + flat : opt->h_master + h;
+    float *w_out = in_flight && z->dpu_swap ? opt->h_grad[buf] + h : w_in;
+    int from_snap = in_flight && z->dpu_snapshot;
+    char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
+    const void *grad = from_snap ? (const void *)snap : (const void *)(opt->h_grad[buf] + h);
+    void *out = NULL; /* the fp32 master is the weights (CPU, fp32), or w_out holds them */
+    if (z->snap_pinned && snap)
+        out = snap; /* CUDA with DPU: the snapshot is the staging buffer of every step */
+    else if (block_out)
+        out = (char *)block_out + (a - block_lo) * esz;
+    else if (from_snap)
+        out = snap;
+    else if (!z->master_in_params)
+        out = (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
+    return zoe_adam_host_to(zoe_segment_consts(from_snap ? snap_c : c, sg), w_in, w_out,
+                            opt->h_m + h, opt->h_v + h, grad, from_snap ? opt->dtype : ZOE_F32, out,
+                            opt->dtype, e - a);
 }
 
-/* With one DP rank and no delayed update, the rank's partition has the parameter buffer's
- * layout and nothing reads the parameters while the step writes them: the update then writes
- * the new weights in place and the refresh (an all-gather over one rank) has nothing to move.
- * Under DPU the next iteration reads the parameters while the update runs, so it keeps its own
- * partition buffer. */
-static int partition_is_params(const zoe_optimizer *opt) {
+/* The host Adam over host coordinates [b0, b1) (a block): OpenMP over its tiles, each thread
+ * on the tiles it first-touched. */
+static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
+                              const zoe_step_consts *snap_c, int buf, int in_flight, size_t b0,
+                              size_t b1, void *block_out) {
     const zoe_layout *lay = &opt->lay;
-    if (opt->dp_size != 1 || opt->cfg.dpu_warmup > 0 || lay->part_numel != lay->flat_numel)
-        return 0;
-    for (int b = 0; b < lay->num_buckets; b++)
-        if (lay->buckets[b].part_offset != lay->buckets[b].flat_offset) return 0;
-    return 1;
-}
-
-zoe_status zoe_state_create(zoe_optimizer *opt) {
-    const zoe_layout *lay = &opt->lay;
-    int buffers = opt->cfg.dpu_warmup > 0 ? 2 : 1;
-    size_t pd = lay->device_numel, ph = opt->host_numel;
-    ZOE_TRY(zoe_device_alloc(opt->dev, lay->flat_numel * opt->esz, &opt->params));
-    ZOE_TRY(zoe_memset_async(opt->params, 0, lay->flat_numel * opt->esz, opt->stream));
-    if (partition_is_params(opt)) {
-        opt->part_out = opt->params;
-    } else {
-        ZOE_TRY(zoe_device_alloc(opt->dev, lay->part_numel * opt->esz, &opt->part_out));
-        ZOE_TRY(zoe_memset_async(opt->part_out, 0, lay->part_numel * opt->esz, opt->stream));
-    }
-    if (pd) {
-        float **dev_arrays[] = {&opt->d_master, &opt->d_m, &opt->d_v, &opt->d_grad[0],
-                                buffers > 1 ? &opt->d_grad[1] : NULL};
-        for (int i = 0; i < 5 && dev_arrays[i]; i++) {
-            ZOE_TRY(zoe_device_alloc(opt->dev, pd * sizeof(float), (void **)dev_arrays[i]));
-            ZOE_TRY(zoe_memset_async(*dev_arrays[i], 0, pd * sizeof(float), opt->stream));
-        }
-    }
-    if (ph) {
-        opt->h_master = host_array(ph), opt->h_m = host_array(ph), opt->h_v = host_array(ph);
-        opt->h_grad[0] = host_array(ph);
-        if (buffers > 1) opt->h_grad[1] = host_array(ph);
-        if (!opt->h_master || !opt->h_m || !opt->h_v || !opt->h_grad[0] ||
-            (buffers > 1 && !opt->h_grad[1]))
-            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements", ph);
-        if (zoe_device_is_host_memory(opt))
-            opt->h_out = (char *)opt->part_out + pd * opt->esz; /* copies to it become no-ops */
-        else
-            ZOE_TRY(zoe_host_alloc(opt->dev, ph * opt->esz, &opt->h_out));
-    }
-    /* The tiling of the host step, and the first host segment reaching into each tile. */
-    opt->num_chunks = (ph + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE;
-    opt->chunk_segment = calloc(opt->num_chunks + 1, sizeof(int));
-    if (!opt->chunk_segment) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "chunk table");
-    int s = lay->num_device_segments;
-    for (size_t ch = 0; ch < opt->num_chunks; ch++) {
-        size_t lo = ch * ZOE_ADAM_TILE;
-        while (s < lay->num_segments && lay->segments[s].offset + lay->segments[s].len - pd <= lo)
-            s++;
-        opt->chunk_segment[ch] = s;
-    }
-    if (ph) first_touch(opt);
-    return zoe_stream_synchronize(opt->stream);
-}
-
-void zoe_state_destroy(zoe_optimizer *opt) {
-    zoe_device_free(opt->dev, opt->params);
-    if (opt->part_out != opt->params) zoe_device_free(opt->dev, opt->part_out);
-    zoe_device_free(opt->dev, opt->d_master);
-    zoe_device_free(opt->dev, opt->d_m);
-    zoe_device_free(opt->dev, opt->d_v);
-    zoe_device_free(opt->dev, opt->d_grad[0]);
-    zoe_device_free(opt->dev, opt->d_grad[1]);
-    free(opt->h_master), free(opt->h_m), free(opt->h_v), free(opt->h_grad[0]);
-    free(opt->h_grad[1]);
-    if (!zoe_device_is_host_memory(opt)) zoe_host_free(opt->dev, opt->h_out);
-    free(opt->chunk_segment);
-}
-
-/* The host part of the update: OpenMP over tiles, each thread on the tiles it first-touched. */
-static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf) {
-    const zoe_layout *lay = &opt->lay;
-    size_t pd = lay->device_numel, n = opt->host_numel;
-    const float *grad = opt->h_grad[buf];
+    size_t h_lo = opt->sz.h_lo;
+    long first = (long)(b0 / ZOE_ADAM_TILE),
+         last = (long)((b1 + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
     int failed = 0;
 #pragma omp parallel for schedule(static) reduction(| : failed)
-    for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
-        size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, n);
+    for (long ch = first; ch < last; ch++) {
+        size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
         for (int s = opt->chunk_segment[ch]; s < lay->num_segments; s++) {
-            size_t a = lay->segments[s].offset - pd, e = a + lay->segments[s].len;
+            const zoe_segment *sg = &lay->segments[s];
+            size_t a = sg->offset - h_lo, e = a + sg->len;
             if (a >= hi) break;
             a = a < lo ? lo : a, e = e > hi ? hi : e;
-            failed |= zoe_adam_host(zoe_segment_consts(c, &lay->segments[s]), opt->h_master + a,
-                                    opt->h_m + a, opt->h_v + a, grad + a, ZOE_F32,
-                                    (char *)opt->h_out + a * opt->esz, opt->dtype, e - a) != ZOE_OK;
+            failed |= adam_range(opt, c, snap_c, sg, a + h_lo, e + h_lo, buf, in_flight, block_out,
+                                 b0 + h_lo) != ZOE_OK;
         }
     }
     if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "host Adam failed on a tile");
     return ZOE_OK;
 }
 
-/* One update: device part on the update stream, host part on the host threads, the host
- * part's new weights copied into the device partition buffer; returns when all is done. */
-static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf) {
+/* The host share of an update and, on CUDA, its way to the device: through the copy-out ring
+ * block by block (without DPU), or from the snapshot the update wrote into (DPU). */
+static zoe_status host_part_update(zoe_optimizer *opt, const zoe_step_consts *c,
+                                   const zoe_step_consts *snap_c, int buf, int in_flight) {
+    const zoe_state_sizes *z = &opt->sz;
+    if (!z->h_numel) return ZOE_OK;
+    if (!z->out_ring) {
+        ZOE_TRY(host_update(opt, c, snap_c, buf, in_flight, 0, z->h_numel, NULL));
+        if (z->snap_pinned && opt->h_snap)
+            ZOE_TRY(
+                zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
+        return ZOE_OK;
+    }
+    for (size_t b0 = 0, k = 0; b0 < z->h_numel; b0 += z->out_ring, k++) {
+        size_t b1 = min_size(b0 + z->out_ring, z->h_numel);
+        void *slot = opt->out_ring[k % 2];
+        ZOE_TRY(zoe_event_synchronize(opt->out_done[k % 2])); /* its previous copy is done */
+        ZOE_TRY(host_update(opt, c, snap_c, buf, in_flight, b0, b1, slot));
+        ZOE_TRY(zoe_partition_upload(opt, z->h_lo + b0, slot, b1 - b0, opt->update_stream));
+        ZOE_TRY(zoe_event_record(opt->out_done[k % 2], opt->update_stream));
+    }
+    return ZOE_OK;
+}
+
+/* One update: device part on the update stream (CUDA; on the CPU backend the device share is
+ * updated with the host share), host part on the host threads; returns when all is done. */
+static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
+                             const zoe_step_consts *snap_c, int buf, int in_flight) {
     const zoe_layout *lay = &opt->lay;
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
-    for (int s = 0; s < lay->num_device_segments; s++) {
+    for (int s = 0; !zoe_device_is_host_memory(opt) && s < lay->num_device_segments; s++) {
         size_t a = lay->segments[s].offset, n = lay->segments[s].len;
         ZOE_TRY(zoe_adam_stream(opt->update_stream, zoe_segment_consts(c, &lay->segments[s]),
                                 opt->d_master + a, opt->d_m + a, opt->d_v + a, opt->d_grad[buf] + a,
                                 (char *)opt->part_out + a * opt->esz, opt->dtype, n));
     }
-    if (opt->host_numel) {
-        ZOE_TRY(host_update(opt, c, buf));
-        ZOE_TRY(zoe_memcpy_async((char *)opt->part_out + lay->device_numel * opt->esz, opt->h_out,
-                                 opt->host_numel * opt->esz, ZOE_COPY_HOST_TO_DEVICE,
-                                 opt->update_stream));
-    }
+    ZOE_TRY(host_part_update(opt, c, snap_c, buf, in_flight));
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     opt->stats.ms_update = zoe_clock_ms() - t0;
     return ZOE_OK;
 }
 
 /* The refresh: every rank's updated partition of every bucket, all-gathered over DP into the
- * parameter buffer, on the compute stream. */
-static zoe_status refresh(zoe_optimizer *opt) {
+ * parameter buffer, on the compute stream; in place when the partition was updated in the
+ * rank's own slices (no partition buffer). */
+zoe_status zoe_refresh(zoe_optimizer *opt) {
     double t0 = zoe_clock_ms();
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         const zoe_bucket *bk = &opt->lay.buckets[b];
-        ZOE_TRY(zoe_comm_all_gather(opt->dp, (char *)opt->part_out + bk->part_offset * opt->esz,
-                                    (char *)opt->params + bk->flat_offset * opt->esz, bk->part,
-                                    opt->dtype, opt->stream));
+        const char *mine =
+            opt->part_out
+                ? (char *)opt->part_out + bk->part_offset * opt->esz
+                : (char *)opt->params +
+                      zoe_partition_flat(&opt->lay, b, opt->dp_rank, bk->part_offset) * opt->esz;
+        ZOE_TRY(zoe_comm_all_gather(opt->dp, mine, (char *)opt->params + bk->flat_offset * opt->esz,
+                                    bk->part, opt->dtype, opt->stream));
     }
     opt->stats.ms_refresh = zoe_clock_ms() - t0;
     return zoe_event_record(opt->refreshed, opt->stream);
@@ -179,13 +139,14 @@ static void *update_worker(void *arg) {
         opt->flight_status = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
 #endif
     if (opt->flight_status == ZOE_OK)
-        opt->flight_status = run_update(opt, &opt->flight_consts, opt->flight_buf);
+        opt->flight_status =
+            run_update(opt, &opt->flight_consts, &opt->flight_snap_consts, opt->flight_buf, 1);
     if (opt->flight_status != ZOE_OK)
         snprintf(opt->flight_error, sizeof opt->flight_error, "%s", zoe_last_error());
     return NULL;
 }
 
-static zoe_status join_update(zoe_optimizer *opt) {
+zoe_status zoe_update_join(zoe_optimizer *opt) {
     if (!opt->in_flight) return ZOE_OK;
     pthread_join(opt->worker, NULL);
     opt->in_flight = 0;
@@ -198,9 +159,16 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
     opt->stats.ms_wait = 0;
     if (!opt->in_flight) return ZOE_OK;
     double t0 = zoe_clock_ms();
-    ZOE_TRY(join_update(opt));
+    ZOE_TRY(zoe_update_join(opt));
     opt->stats.ms_wait = zoe_clock_ms() - t0;
-    return refresh(opt);
+    /* On the CPU backend the update left the new weights where it read the gradient (the
+     * snapshot, or the fp32 gradient partition); the forward that read the old ones is done. */
+    if (zoe_device_is_host_memory(opt)) {
+        const void *staged =
+            opt->sz.dpu_swap ? (const void *)opt->h_grad[opt->flight_buf] : opt->h_snap;
+        ZOE_TRY(zoe_partition_upload(opt, 0, staged, opt->lay.part_numel, opt->stream));
+    }
+    return zoe_refresh(opt);
 }
 
 /* This rank's counted sum of squares, summed over the whole grid (DP partitions and TP
@@ -228,6 +196,21 @@ static void update_loss_scale(zoe_optimizer *opt, int overflow) {
         opt->loss_scale *= 2.0f;
         opt->clean_steps = 0;
     }
+}
+
+/* The DPU snapshot: the host gradient partition buf times scale, in the compute dtype, with the
+ * host step's schedule. */
+static zoe_status snapshot_grads(zoe_optimizer *opt, int buf, float scale) {
+    size_t n = opt->sz.h_numel;
+    int failed = 0;
+#pragma omp parallel for schedule(static) reduction(| : failed)
+    for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
+        size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
+        failed |= zoe_grad_snapshot_host((char *)opt->h_snap + lo * opt->esz, opt->dtype,
+                                         opt->h_grad[buf] + lo, scale, len) != ZOE_OK;
+    }
+    if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "gradient snapshot failed on a tile");
+    return ZOE_OK;
 }
 
 zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
@@ -282,77 +265,25 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     if (opt->cfg.dpu_warmup > 0 && opt->iteration > opt->cfg.dpu_warmup) {
         opt->flight_consts = c;
         opt->flight_buf = buf;
+        if (opt->sz.dpu_snapshot) { /* the snapshot holds the mean over micro-batches */
+            ZOE_TRY(snapshot_grads(opt, buf, 1.0f / (float)k));
+            h.grad_scale = (float)(st->clip_coef / opt->loss_scale);
+            h.weight_decay = opt->cfg.weight_decay;
+            zoe_adam_consts_init(&opt->flight_snap_consts.decayed, &h);
+            h.weight_decay = 0;
+            zoe_adam_consts_init(&opt->flight_snap_consts.exempt, &h);
+        }
         if (pthread_create(&opt->worker, NULL, update_worker, opt) != 0)
             return zoe_fail(ZOE_ERR_INTERNAL, "could not start the delayed-update thread");
         opt->in_flight = 1;
         opt->grad_buf ^= 1; /* the next iteration's gradients go to the other partition */
         return ZOE_OK;
     }
-    ZOE_TRY(run_update(opt, &c, buf));
-    return refresh(opt);
+    ZOE_TRY(run_update(opt, &c, &c, buf, 0));
+    return zoe_refresh(opt);
 }
 
 zoe_status zoe_optimizer_flush(zoe_optimizer *opt) {
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "flush: optimizer is NULL");
     return zoe_update_wait(opt);
-}
-
-zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
-    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "init_from_params: optimizer is NULL");
-    ZOE_TRY(join_update(opt));
-    const zoe_layout *lay = &opt->lay;
-    size_t pd = lay->device_numel;
-    ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
-    ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_written));
-    for (int b = 0; b < lay->num_buckets; b++) {
-        const zoe_bucket *bk = &lay->buckets[b];
-        const char *mine = (const char *)opt->params +
-                           (bk->flat_offset + (size_t)opt->dp_rank * bk->part) * opt->esz;
-        size_t lo, mid, hi;
-        zoe_bucket_split(lay, b, &lo, &mid, &hi);
-        if (mid > lo)
-            ZOE_TRY(zoe_convert_stream(opt->update_stream, opt->d_master + lo, ZOE_F32, mine,
-                                       opt->dtype, mid - lo));
-        if (hi > mid)
-            ZOE_TRY(zoe_memcpy_async((char *)opt->h_out + (mid - pd) * opt->esz,
-                                     mine + (mid - lo) * opt->esz, (hi - mid) * opt->esz,
-                                     ZOE_COPY_DEVICE_TO_HOST, opt->update_stream));
-    }
-    if (pd) {
-        ZOE_TRY(zoe_memset_async(opt->d_m, 0, pd * sizeof(float), opt->update_stream));
-        ZOE_TRY(zoe_memset_async(opt->d_v, 0, pd * sizeof(float), opt->update_stream));
-    }
-    ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
-    if (opt->host_numel) {
-        ZOE_TRY(zoe_convert(opt->h_master, ZOE_F32, opt->h_out, opt->dtype, opt->host_numel));
-        memset(opt->h_m, 0, opt->host_numel * sizeof(float));
-        memset(opt->h_v, 0, opt->host_numel * sizeof(float));
-    }
-    opt->iteration = 0;
-    opt->micro_batches = 0;
-    opt->grad_buf = 0;
-    opt->loss_scale = opt->cfg.loss_scale;
-    opt->clean_steps = 0;
-    memset(&opt->stats, 0, sizeof opt->stats);
-    opt->stats.loss_scale = opt->loss_scale;
-    opt->stats.clip_coef = 1.0;
-    return ZOE_OK;
-}
-
-zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt) {
-    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "refresh_params: optimizer is NULL");
-    ZOE_TRY(join_update(opt));
-    size_t pd = opt->lay.device_numel;
-    ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
-    if (pd)
-        ZOE_TRY(zoe_convert_stream(opt->update_stream, opt->part_out, opt->dtype, opt->d_master,
-                                   ZOE_F32, pd));
-    if (opt->host_numel) {
-        ZOE_TRY(zoe_convert(opt->h_out, opt->dtype, opt->h_master, ZOE_F32, opt->host_numel));
-        ZOE_TRY(zoe_memcpy_async((char *)opt->part_out + pd * opt->esz, opt->h_out,
-                                 opt->host_numel * opt->esz, ZOE_COPY_HOST_TO_DEVICE,
-                                 opt->update_stream));
-    }
-    ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
-    return refresh(opt);
 }

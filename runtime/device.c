@@ -55,11 +55,18 @@ zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out)
     if (!dev) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "device struct");
     dev->backend = backend;
     dev->ordinal = backend == ZOE_BACKEND_CUDA ? ordinal : -1;
+    if (pthread_mutex_init(&dev->lock, NULL) != 0) {
+        free(dev);
+        return zoe_fail(ZOE_ERR_INTERNAL, "device accounting lock");
+    }
     *out = dev;
     return ZOE_OK;
 }
 
 void zoe_device_destroy(zoe_device *dev) {
+    if (!dev) return;
+    pthread_mutex_destroy(&dev->lock);
+    free(dev->live);
     free(dev);
 }
 zoe_backend zoe_device_backend(const zoe_device *dev) {
@@ -76,38 +83,104 @@ static zoe_status cpu_alloc(size_t bytes, void **out) {
     return ZOE_OK;
 }
 
+/* The accounting: every live allocation with its size, so that a free knows what it returns. */
+static zoe_status track(zoe_device *dev, void *ptr, size_t bytes, int pinned) {
+    zoe_status st = ZOE_OK;
+    pthread_mutex_lock(&dev->lock);
+    if (dev->num_live == dev->cap_live) {
+        size_t cap = dev->cap_live ? 2 * dev->cap_live : 64;
+        zoe_allocation *grown = realloc(dev->live, cap * sizeof *grown);
+        if (grown)
+            dev->live = grown, dev->cap_live = cap;
+        else
+            st = ZOE_ERR_OUT_OF_MEMORY;
+    }
+    if (st == ZOE_OK) {
+        dev->live[dev->num_live++] = (zoe_allocation){.ptr = ptr, .bytes = bytes, .pinned = pinned};
+        zoe_memory_stats *m = &dev->stats;
+        size_t *now = pinned ? &m->pinned_bytes : &m->device_bytes;
+        size_t *peak = pinned ? &m->pinned_peak : &m->device_peak;
+        *now += bytes;
+        if (*now > *peak) *peak = *now;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return st == ZOE_OK ? ZOE_OK : zoe_fail(st, "allocation table of %zu entries", dev->num_live);
+}
+
+static void untrack(zoe_device *dev, void *ptr) {
+    pthread_mutex_lock(&dev->lock);
+    for (size_t i = dev->num_live; i-- > 0;) { /* frees tend to come in reverse order */
+        zoe_allocation a = dev->live[i];
+        if (a.ptr != ptr) continue;
+        *(a.pinned ? &dev->stats.pinned_bytes : &dev->stats.device_bytes) -= a.bytes;
+        dev->live[i] = dev->live[--dev->num_live];
+        break;
+    }
+    pthread_mutex_unlock(&dev->lock);
+}
+
+zoe_status zoe_device_memory_stats(const zoe_device *dev, zoe_memory_stats *out) {
+    if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "memory stats: NULL argument");
+    pthread_mutex_lock((pthread_mutex_t *)&dev->lock);
+    *out = dev->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&dev->lock);
+    return ZOE_OK;
+}
+
+static zoe_status raw_alloc(zoe_device *dev, size_t bytes, int pinned, void **out) {
+#ifdef ZOE_HAVE_CUDA
+    if (is_cuda(dev)) return pinned ? zoe_cuda_host_alloc(bytes, out) : zoe_cuda_alloc(bytes, out);
+#endif
+    (void)dev, (void)pinned;
+    return cpu_alloc(bytes, out);
+}
+
+static void raw_free(zoe_device *dev, void *ptr, int pinned) {
+#ifdef ZOE_HAVE_CUDA
+    if (is_cuda(dev)) {
+        if (pinned)
+            zoe_cuda_host_free(ptr);
+        else
+            zoe_cuda_free(ptr);
+        return;
+    }
+#endif
+    (void)dev, (void)pinned;
+    free(ptr);
+}
+
+static zoe_status tracked_alloc(zoe_device *dev, size_t bytes, int pinned, void **out) {
+    ZOE_TRY(raw_alloc(dev, bytes, pinned, out));
+    zoe_status st = track(dev, *out, bytes, pinned);
+    if (st != ZOE_OK) {
+        raw_free(dev, *out, pinned);
+        *out = NULL;
+    }
+    return st;
+}
+
 zoe_status zoe_device_alloc(zoe_device *dev, size_t bytes, void **out) {
     if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "device alloc: NULL argument");
     *out = NULL;
-#ifdef ZOE_HAVE_CUDA
-    if (is_cuda(dev)) return zoe_cuda_alloc(bytes, out);
-#endif
-    return cpu_alloc(bytes, out);
+    return tracked_alloc(dev, bytes, 0, out);
 }
 
 void zoe_device_free(zoe_device *dev, void *ptr) {
     if (!ptr) return;
-#ifdef ZOE_HAVE_CUDA
-    if (is_cuda(dev)) return zoe_cuda_free(ptr);
-#endif
-    free(ptr);
+    untrack(dev, ptr);
+    raw_free(dev, ptr, 0);
 }
 
 zoe_status zoe_host_alloc(zoe_device *dev, size_t bytes, void **out) {
     if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "host alloc: NULL argument");
     *out = NULL;
-#ifdef ZOE_HAVE_CUDA
-    if (is_cuda(dev)) return zoe_cuda_host_alloc(bytes, out);
-#endif
-    return cpu_alloc(bytes, out);
+    return tracked_alloc(dev, bytes, 1, out);
 }
 
 void zoe_host_free(zoe_device *dev, void *ptr) {
     if (!ptr) return;
-#ifdef ZOE_HAVE_CUDA
-    if (is_cuda(dev)) return zoe_cuda_host_free(ptr);
-#endif
-    free(ptr);
+    untrack(dev, ptr);
+    raw_free(dev, ptr, 1);
 }
 
 zoe_status zoe_stream_create(zoe_device *dev, zoe_stream **out) {

@@ -2,11 +2,23 @@
 #ifndef ZOE_RUNTIME_DEVICE_IMPL_H
 #define ZOE_RUNTIME_DEVICE_IMPL_H
 
+#include <pthread.h>
 #include "zoe/device.h"
+
+/* One live allocation, for the accounting (zoe_device_memory_stats). */
+typedef struct zoe_allocation {
+    void *ptr;
+    size_t bytes;
+    int pinned;
+} zoe_allocation;
 
 struct zoe_device {
     zoe_backend backend;
     int ordinal;
+    pthread_mutex_t lock; /* guards the accounting: a DPU worker may allocate */
+    zoe_allocation *live; /* the allocations not yet freed, in allocation order */
+    size_t num_live, cap_live;
+    zoe_memory_stats stats;
 };
 
 struct zoe_stream {

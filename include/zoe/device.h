@@ -46,6 +46,16 @@ void zoe_device_free(zoe_device *dev, void *ptr);
 zoe_status zoe_host_alloc(zoe_device *dev, size_t bytes, void **out);
 void zoe_host_free(zoe_device *dev, void *ptr);
 
+/* What the device's allocations hold now and held at most since it was created, in bytes as
+ * requested: device memory (zoe_device_alloc; on the CPU backend the host memory that stands in
+ * for it) and page-locked host memory (zoe_host_alloc). Safe to call, and to allocate and free,
+ * from several threads. */
+typedef struct zoe_memory_stats {
+    size_t device_bytes, device_peak;
+    size_t pinned_bytes, pinned_peak;
+} zoe_memory_stats;
+zoe_status zoe_device_memory_stats(const zoe_device *dev, zoe_memory_stats *out);
+
 zoe_status zoe_stream_create(zoe_device *dev, zoe_stream **out);
 void zoe_stream_destroy(zoe_stream *stream);
 zoe_status zoe_stream_synchronize(zoe_stream *stream);

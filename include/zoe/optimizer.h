@@ -188,6 +188,37 @@ zoe_status zoe_optimizer_set_step(zoe_optimizer *opt, long step);
 /* Parameter buffer := compute-dtype copy of the master weights, all-gathered. Collective. */
 zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt);
 
+/* Memory, in bytes as allocated (see "Memory layout" above). host: plain host memory (master
+ * weights, moments, gradient accumulators, the DPU snapshot on the CPU backend); pinned:
+ * page-locked host memory from the device layer (gradient staging, the copy-out ring, the DPU
+ * snapshot on CUDA); device: the device layer's memory (the parameter buffer, the gradient
+ * bucket ring or full buffer, the partition buffer, the device share of partial offload; on the
+ * CPU backend host memory standing in for it). pinned_ring and device_ring are the parts of
+ * pinned and device that do not grow with the model (staging and bucket rings). */
+typedef struct zoe_optimizer_footprint {
+    size_t host_bytes, pinned_bytes, device_bytes;
+    size_t pinned_ring_bytes, device_ring_bytes;
+    size_t params_numel;    /* elements of the parameter buffer (padded layout) */
+    size_t partition_numel; /* elements of this rank's partition (padding included) */
+} zoe_optimizer_footprint;
+
+/* What zoe_optimizer_create would allocate, computed by the code that sizes the allocations,
+ * without allocating: the tensors' element counts in the order given to create, the DP size and
+ * the configuration (bucket_numel, bucket_ring, grad_mode, dpu_warmup and partial_ratio
+ * matter). Every DP rank allocates the same. */
+typedef struct zoe_optimizer_footprint_args {
+    zoe_backend backend;
+    zoe_dtype compute_dtype; /* fp32, bf16 or fp16 */
+    const size_t *numel;     /* num_tensors element counts, each > 0 */
+    int num_tensors;
+    int dp_size;                        /* >= 1 */
+    const zoe_optimizer_config *config; /* as passed to zoe_optimizer_create */
+} zoe_optimizer_footprint_args;
+zoe_status zoe_optimizer_footprint_of(const zoe_optimizer_footprint_args *args,
+                                      zoe_optimizer_footprint *out);
+/* What this optimizer allocated (counted as it allocated). */
+zoe_status zoe_optimizer_memory(const zoe_optimizer *opt, zoe_optimizer_footprint *out);
+
 #ifdef __cplusplus
 }
 #endif

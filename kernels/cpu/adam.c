@@ -48,16 +48,16 @@ static int is_float_dtype(zoe_dtype dt) {
     return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
 }
 
-zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *master, float *m,
-                             float *v, const void *grad, zoe_dtype grad_dtype, void *out,
-                             zoe_dtype out_dtype, size_t n) {
+zoe_status zoe_adam_host_to_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, const float *w_in,
+                                float *w_out, float *m, float *v, const void *grad,
+                                zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype, size_t n) {
     if (!is_float_dtype(grad_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: gradient dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(grad_dtype));
     if (out && !is_float_dtype(out_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: output dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(out_dtype));
-    if (n && (!c || !master || !m || !v || !grad))
+    if (n && (!c || !w_in || !w_out || !m || !v || !grad))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: NULL buffer for %zu elements", n);
     if (!zoe_cpu_isa_supported(isa))
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam: this CPU cannot run the %s path",
@@ -65,26 +65,59 @@ zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *m
     int odt = out ? (int)out_dtype : ADAM_OUT_NONE;
     switch (isa) {
     case ZOE_ISA_AVX512:
-        zoe_adam_avx512(c, master, m, v, grad, grad_dtype, out, odt, n);
+        zoe_adam_avx512(c, w_in, w_out, m, v, grad, grad_dtype, out, odt, n);
         break;
     case ZOE_ISA_AVX2:
-        zoe_adam_avx2(c, master, m, v, grad, grad_dtype, out, odt, n);
+        zoe_adam_avx2(c, w_in, w_out, m, v, grad, grad_dtype, out, odt, n);
         break;
     default:
         if (c->decoupled)
-            adam_scalar_range(c, 1, master, m, v, grad, grad_dtype, out, odt, 0, n);
+            adam_scalar_range(c, 1, w_in, w_out, m, v, grad, grad_dtype, out, odt, 0, n);
         else
-            adam_scalar_range(c, 0, master, m, v, grad, grad_dtype, out, odt, 0, n);
+            adam_scalar_range(c, 0, w_in, w_out, m, v, grad, grad_dtype, out, odt, 0, n);
         break;
     }
     return ZOE_OK;
 }
 
+zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *master, float *m,
+                             float *v, const void *grad, zoe_dtype grad_dtype, void *out,
+                             zoe_dtype out_dtype, size_t n) {
+    return zoe_adam_host_to_isa(isa, c, master, master, m, v, grad, grad_dtype, out, out_dtype, n);
+}
+
+zoe_status zoe_adam_host_to(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m,
+                            float *v, const void *grad, zoe_dtype grad_dtype, void *out,
+                            zoe_dtype out_dtype, size_t n) {
+    return zoe_adam_host_to_isa(zoe_cpu_isa_best(), c, w_in, w_out, m, v, grad, grad_dtype, out,
+                                out_dtype, n);
+}
+
 zoe_status zoe_adam_host(const zoe_adam_consts *c, float *master, float *m, float *v,
                          const void *grad, zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype,
                          size_t n) {
-    return zoe_adam_host_isa(zoe_cpu_isa_best(), c, master, m, v, grad, grad_dtype, out, out_dtype,
-                             n);
+    return zoe_adam_host_to(c, master, master, m, v, grad, grad_dtype, out, out_dtype, n);
+}
+
+zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *src, float scale,
+                                  size_t n) {
+    if (!is_float_dtype(dst_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "snapshot: dtype %s is not fp32/bf16/fp16",
+                        zoe_dtype_name(dst_dtype));
+    if (n && (!dst || !src))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "snapshot: NULL buffer for %zu elements", n);
+    switch (zoe_cpu_isa_best()) {
+    case ZOE_ISA_AVX512:
+        zoe_snapshot_avx512(dst, dst_dtype, src, scale, n);
+        break;
+    case ZOE_ISA_AVX2:
+        zoe_snapshot_avx2(dst, dst_dtype, src, scale, n);
+        break;
+    default:
+        snapshot_scalar_range(dst, dst_dtype, src, scale, 0, n);
+        break;
+    }
+    return ZOE_OK;
 }
 
 zoe_status zoe_grad_accumulate_host(float *dst, const void *src, zoe_dtype src_dtype, float scale,

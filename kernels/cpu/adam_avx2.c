@@ -61,9 +61,13 @@ static inline double hsum_avx2(__m256 x) {
 #define ADAM_FN(name)           name##_avx2
 #include "kernels/cpu/adam_simd.h"
 
-void zoe_adam_avx2(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
-                   int gdt, void *out, int odt, size_t n) {
-    adam_avx2(c, master, m, v, grad, gdt, out, odt, n);
+void zoe_adam_avx2(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m, float *v,
+                   const void *grad, int gdt, void *out, int odt, size_t n) {
+    adam_avx2(c, w_in, w_out, m, v, grad, gdt, out, odt, n);
+}
+
+void zoe_snapshot_avx2(void *dst, int ddt, const float *src, float scale, size_t n) {
+    snapshot_avx2(dst, ddt, src, scale, n);
 }
 
 double zoe_accumulate_avx2(float *dst, const void *src, int sdt, float scale, int assign,

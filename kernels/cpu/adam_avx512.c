@@ -63,9 +63,13 @@ static inline double hsum_avx512(__m512 x) {
 #define ADAM_FN(name)           name##_avx512
 #include "kernels/cpu/adam_simd.h"
 
-void zoe_adam_avx512(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
-                     int gdt, void *out, int odt, size_t n) {
-    adam_avx512(c, master, m, v, grad, gdt, out, odt, n);
+void zoe_adam_avx512(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m, float *v,
+                     const void *grad, int gdt, void *out, int odt, size_t n) {
+    adam_avx512(c, w_in, w_out, m, v, grad, gdt, out, odt, n);
+}
+
+void zoe_snapshot_avx512(void *dst, int ddt, const float *src, float scale, size_t n) {
+    snapshot_avx512(dst, ddt, src, scale, n);
 }
 
 double zoe_accumulate_avx512(float *dst, const void *src, int sdt, float scale, int assign,

@@ -44,24 +44,35 @@ static inline void adam_store_scalar(void *p, size_t i, int dtype, float x) {
 
 /* dec (AdamW) is a constant at every call site, so each mode compiles without the other's
  * operations. */
-static inline void adam_element(const zoe_adam_consts *c, int dec, float grad, float *w, float *m,
-                                float *v) {
+static inline float adam_element(const zoe_adam_consts *c, int dec, float grad, float w, float *m,
+                                 float *v) {
     float g = grad * c->grad_scale;
-    if (!dec) g = g + c->l2 * *w;
+    if (!dec) g = g + c->l2 * w;
     float mm = c->beta1 * *m + c->one_minus_beta1 * g;
     float vv = c->beta2 * *v + c->one_minus_beta2 * (g * g);
-    float ww = dec ? *w * c->decay : *w;
+    float ww = dec ? w * c->decay : w;
     ww = ww - c->step_size * (mm / (sqrtf(vv) * c->inv_sqrt_bc2 + c->eps));
-    *w = ww, *m = mm, *v = vv;
+    *m = mm, *v = vv;
+    return ww;
 }
 
-static inline void adam_scalar_range(const zoe_adam_consts *c, int dec, float *master, float *m,
-                                     float *v, const void *grad, int gdt, void *out, int odt,
-                                     size_t lo, size_t hi) {
+/* Element i is read (gradient, weight, moments) before anything of it is written, so w_out may
+ * be w_in or, for an fp32 gradient, the gradient itself, and out may be the gradient when both
+ * have the same dtype (the in-place forms of kernels/adam.h). */
+static inline void adam_scalar_range(const zoe_adam_consts *c, int dec, const float *w_in,
+                                     float *w_out, float *m, float *v, const void *grad, int gdt,
+                                     void *out, int odt, size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; i++) {
-        adam_element(c, dec, adam_load_scalar(grad, i, gdt), &master[i], &m[i], &v[i]);
-        adam_store_scalar(out, i, odt, master[i]);
+        float w = adam_element(c, dec, adam_load_scalar(grad, i, gdt), w_in[i], &m[i], &v[i]);
+        w_out[i] = w;
+        adam_store_scalar(out, i, odt, w);
     }
+}
+
+/* dst[i] = dtype(src[i] * scale): the DPU snapshot of a finished gradient. */
+static inline void snapshot_scalar_range(void *dst, int ddt, const float *src, float scale,
+                                         size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; i++) adam_store_scalar(dst, i, ddt, src[i] * scale);
 }
 
 static inline double accumulate_scalar_range(float *dst, const void *src, int sdt, float scale,
@@ -77,13 +88,15 @@ static inline double accumulate_scalar_range(float *dst, const void *src, int sd
 }
 
 /* The vector instantiations (adam_avx2.c, adam_avx512.c); odt ADAM_OUT_NONE means no output. */
-void zoe_adam_avx2(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
-                   int gdt, void *out, int odt, size_t n);
+void zoe_adam_avx2(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m, float *v,
+                   const void *grad, int gdt, void *out, int odt, size_t n);
 double zoe_accumulate_avx2(float *dst, const void *src, int sdt, float scale, int assign, size_t n);
-void zoe_adam_avx512(const zoe_adam_consts *c, float *master, float *m, float *v, const void *grad,
-                     int gdt, void *out, int odt, size_t n);
+void zoe_snapshot_avx2(void *dst, int ddt, const float *src, float scale, size_t n);
+void zoe_adam_avx512(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m, float *v,
+                     const void *grad, int gdt, void *out, int odt, size_t n);
 double zoe_accumulate_avx512(float *dst, const void *src, int sdt, float scale, int assign,
                              size_t n);
+void zoe_snapshot_avx512(void *dst, int ddt, const float *src, float scale, size_t n);
 
 #endif /* ZOE_KERNELS_CPU_ADAM_SIMD_H */
 
@@ -123,18 +136,17 @@ typedef struct ADAM_FN(vconsts) {
 } ADAM_FN(vconsts);
 
 /* adam_element() on W lanes at i: updates master, m and v and returns the new weights. */
-static inline __attribute__((always_inline)) VF ADAM_FN(update)(const ADAM_FN(vconsts) * k, int dec,
-                                                                float *master, float *m, float *v,
-                                                                const void *grad, int gdt,
-                                                                size_t i) {
-    VF w = V_LOAD_F32(master + i);
+static inline __attribute__((always_inline)) VF
+ADAM_FN(update)(const ADAM_FN(vconsts) * k, int dec, const float *w_in, float *w_out, float *m,
+                float *v, const void *grad, int gdt, size_t i) {
+    VF w = V_LOAD_F32(w_in + i);
     VF g = V_MUL(ADAM_FN(load)(grad, i, gdt), k->gs);
     if (!dec) g = V_ADD(g, V_MUL(k->l2, w));
     VF mm = V_ADD(V_MUL(k->b1, V_LOAD_F32(m + i)), V_MUL(k->omb1, g));
     VF vv = V_ADD(V_MUL(k->b2, V_LOAD_F32(v + i)), V_MUL(k->omb2, V_MUL(g, g)));
     if (dec) w = V_MUL(w, k->decay);
     w = V_SUB(w, V_MUL(k->step, V_DIV(mm, V_ADD(V_MUL(V_SQRT(vv), k->isb2), k->eps))));
-    V_STORE_F32(master + i, w);
+    V_STORE_F32(w_out + i, w);
     V_STORE_F32(m + i, mm);
     V_STORE_F32(v + i, vv);
     return w;
@@ -144,26 +156,27 @@ static inline __attribute__((always_inline)) VF ADAM_FN(update)(const ADAM_FN(vc
  * branch-free loop. Two vectors per iteration: independent work for the out-of-order core, and
  * one full-width store of 16-bit output. */
 static inline __attribute__((always_inline)) void
-ADAM_FN(adam_body)(const zoe_adam_consts *c, int dec, float *master, float *m, float *v,
-                   const void *grad, int gdt, void *out, int odt, size_t n) {
+ADAM_FN(adam_body)(const zoe_adam_consts *c, int dec, const float *w_in, float *w_out, float *m,
+                   float *v, const void *grad, int gdt, void *out, int odt, size_t n) {
     const ADAM_FN(vconsts) k = {V_SET1(c->grad_scale),   V_SET1(c->l2),
                                 V_SET1(c->beta1),        V_SET1(c->one_minus_beta1),
                                 V_SET1(c->beta2),        V_SET1(c->one_minus_beta2),
                                 V_SET1(c->decay),        V_SET1(c->step_size),
                                 V_SET1(c->inv_sqrt_bc2), V_SET1(c->eps)};
     size_t i = ADAM_FN(peel)(out, odt, n);
-    adam_scalar_range(c, dec, master, m, v, grad, gdt, out, odt, 0, i);
+    adam_scalar_range(c, dec, w_in, w_out, m, v, grad, gdt, out, odt, 0, i);
     for (; i + 2 * W <= n; i += 2 * W) {
-        VF a = ADAM_FN(update)(&k, dec, master, m, v, grad, gdt, i);
-        VF b = ADAM_FN(update)(&k, dec, master, m, v, grad, gdt, i + W);
+        VF a = ADAM_FN(update)(&k, dec, w_in, w_out, m, v, grad, gdt, i);
+        VF b = ADAM_FN(update)(&k, dec, w_in, w_out, m, v, grad, gdt, i + W);
         ADAM_FN(stream2)(out, i, odt, a, b);
     }
     if (odt != ADAM_OUT_NONE) V_FENCE();
-    adam_scalar_range(c, dec, master, m, v, grad, gdt, out, odt, i, n);
+    adam_scalar_range(c, dec, w_in, w_out, m, v, grad, gdt, out, odt, i, n);
 }
 
 /* Every (AdamW or not, gradient dtype, output dtype) gets its own loop. */
-#define ADAM_BODY(dec, gdt, odt) ADAM_FN(adam_body)(c, dec, master, m, v, grad, gdt, out, odt, n)
+#define ADAM_BODY(dec, gdt, odt)                                                                   \
+    ADAM_FN(adam_body)(c, dec, w_in, w_out, m, v, grad, gdt, out, odt, n)
 #define ADAM_OUT_CASES(dec, gdt)                                                                   \
     switch (odt) {                                                                                 \
     case ZOE_F32:                                                                                  \
@@ -193,8 +206,8 @@ ADAM_FN(adam_body)(const zoe_adam_consts *c, int dec, float *master, float *m, f
     }
 
 /* odt is ADAM_OUT_NONE when there is no output; dtypes were validated by the caller. */
-static void ADAM_FN(adam)(const zoe_adam_consts *c, float *master, float *m, float *v,
-                          const void *grad, int gdt, void *out, int odt, size_t n) {
+static void ADAM_FN(adam)(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m,
+                          float *v, const void *grad, int gdt, void *out, int odt, size_t n) {
     if (c->decoupled)
         ADAM_GRAD_CASES(1)
     else
@@ -220,6 +233,32 @@ ADAM_FN(accumulate_body)(float *dst, const void *src, int sdt, float scale, int 
     }
     sumsq += V_HSUM(acc);
     return sumsq + accumulate_scalar_range(dst, src, sdt, scale, assign, i, n);
+}
+
+static inline __attribute__((always_inline)) void
+ADAM_FN(snapshot_body)(void *dst, int ddt, const float *src, float scale, size_t n) {
+    const VF s = V_SET1(scale);
+    size_t i = ADAM_FN(peel)(dst, ddt, n);
+    snapshot_scalar_range(dst, ddt, src, scale, 0, i);
+    for (; i + 2 * W <= n; i += 2 * W)
+        ADAM_FN(stream2)
+        (dst, i, ddt, V_MUL(V_LOAD_F32(src + i), s), V_MUL(V_LOAD_F32(src + i + W), s));
+    V_FENCE();
+    snapshot_scalar_range(dst, ddt, src, scale, i, n);
+}
+
+static void ADAM_FN(snapshot)(void *dst, int ddt, const float *src, float scale, size_t n) {
+    switch (ddt) {
+    case ZOE_BF16:
+        ADAM_FN(snapshot_body)(dst, ZOE_BF16, src, scale, n);
+        break;
+    case ZOE_F16:
+        ADAM_FN(snapshot_body)(dst, ZOE_F16, src, scale, n);
+        break;
+    default:
+        ADAM_FN(snapshot_body)(dst, ZOE_F32, src, scale, n);
+        break;
+    }
 }
 
 static double ADAM_FN(accumulate)(float *dst, const void *src, int sdt, float scale, int assign,

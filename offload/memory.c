@@ -1,0 +1,130 @@
+/* The memory layout as a pure function of the configuration, the counted allocations that
+ * follow it, and the footprint queries (docs/offload.md, "Memory layout"). */
+#include <stdlib.h>
+#include "offload/optimizer_impl.h"
+#include "runtime/error.h"
+
+static size_t min_size(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+
+void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
+                        const zoe_optimizer_config *cfg, zoe_state_sizes *out) {
+    int cpu = backend == ZOE_BACKEND_CPU, dpu = cfg->dpu_warmup > 0;
+    size_t part = lay->part_numel, pd = lay->device_numel;
+    zoe_state_sizes z = {0};
+    z.master_in_params = cpu && dtype == ZOE_F32;
+    z.dpu_swap = dpu && z.master_in_params;
+    z.dpu_snapshot = dpu && !z.dpu_swap;
+    z.h_lo = cpu ? 0 : pd;
+    z.h_numel = part - z.h_lo;
+    z.h_master = z.h_numel && !z.master_in_params;
+    z.h_grads = !z.h_numel ? 0 : z.dpu_swap ? 2 : 1;
+    z.snap = z.dpu_snapshot ? z.h_numel : 0;
+    z.snap_pinned = !cpu;
+    z.params = lay->flat_numel;
+    z.part_out = !cpu && (dpu || pd) ? part : 0;
+    z.d_state = cpu ? 0 : pd;
+    z.d_grads = !z.d_state ? 0 : dpu ? 2 : 1;
+    if (!cpu && !dpu && z.h_numel) {
+        z.out_ring = min_size(z.h_numel, ZOE_OUT_RING_NUMEL);
+        z.out_slots = 2;
+    }
+    if (cfg->grad_mode == ZOE_GRAD_FULL_BUFFER) {
+        z.full_grad = lay->flat_numel;
+        z.full_pinned = cpu ? 0 : z.h_numel; /* the CPU backend reads the buffer in place */
+    } else {
+        z.slots = cfg->bucket_ring;
+        z.slot_device = (size_t)dp_size * lay->max_part;
+        z.slot_pinned = cpu ? 0 : lay->max_part; /* the CPU backend reads buckets in place */
+    }
+    *out = z;
+}
+
+void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,
+                           zoe_optimizer_footprint *out) {
+    size_t esz = zoe_dtype_size(dtype), f = sizeof(float);
+    size_t snap = z->snap * esz;
+    size_t slots_device = (size_t)z->slots * z->slot_device * esz;
+    size_t slots_pinned = (size_t)z->slots * z->slot_pinned * esz;
+    size_t ring = (size_t)z->out_slots * z->out_ring * esz;
+    *out = (zoe_optimizer_footprint){
+        .host_bytes =
+            z->h_numel * f * (size_t)(2 + z->h_master + z->h_grads) + (z->snap_pinned ? 0 : snap),
+        .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz,
+        .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
+                        z->d_state * f * (size_t)(3 + z->d_grads),
+        .pinned_ring_bytes = slots_pinned + ring,
+        .device_ring_bytes = slots_device,
+        .params_numel = lay->flat_numel,
+        .partition_numel = lay->part_numel,
+    };
+}
+
+zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
+    ZOE_TRY(zoe_device_alloc(opt->dev, bytes, out));
+    opt->mem.device_bytes += bytes;
+    if (ring) opt->mem.device_ring_bytes += bytes;
+    return ZOE_OK;
+}
+
+zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
+    ZOE_TRY(zoe_host_alloc(opt->dev, bytes, out));
+    opt->mem.pinned_bytes += bytes;
+    if (ring) opt->mem.pinned_ring_bytes += bytes;
+    return ZOE_OK;
+}
+
+void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes) {
+    /* Untouched pages: the first write, by the thread that will update them, places them. */
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (p) opt->mem.host_bytes += bytes;
+    return p;
+}
+
+zoe_status zoe_optimizer_memory(const zoe_optimizer *opt, zoe_optimizer_footprint *out) {
+    if (!opt || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "optimizer memory: NULL argument");
+    *out = opt->mem;
+    out->params_numel = opt->lay.flat_numel;
+    out->partition_numel = opt->lay.part_numel;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_footprint_of(const zoe_optimizer_footprint_args *args,
+                                      zoe_optimizer_footprint *out) {
+    if (!args || !out || !args->config)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "optimizer footprint: NULL argument");
+    zoe_dtype dt = args->compute_dtype;
+    if (dt != ZOE_F32 && dt != ZOE_BF16 && dt != ZOE_F16)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "compute dtype %s is not fp32, bf16 or fp16",
+                        zoe_dtype_name(dt));
+    if (args->backend != ZOE_BACKEND_CPU && args->backend != ZOE_BACKEND_CUDA)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "unknown backend %d", (int)args->backend);
+    if (args->dp_size < 1)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "dp_size %d must be >= 1", args->dp_size);
+    if (args->num_tensors <= 0 || !args->numel)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "footprint of %d tensors (numel %s)",
+                        args->num_tensors, args->numel ? "given" : "NULL");
+    ZOE_TRY(zoe_config_check(args->config));
+    zoe_param_tensor *tensors = calloc((size_t)args->num_tensors, sizeof *tensors);
+    if (!tensors) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor list of %d", args->num_tensors);
+    for (int t = 0; t < args->num_tensors; t++) {
+        tensors[t] = (zoe_param_tensor){.name = "", .numel = args->numel[t]};
+        if (args->numel[t] == 0) {
+            free(tensors);
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "tensor %d has numel 0", t);
+        }
+    }
+    zoe_layout lay;
+    size_t align = 64 / zoe_dtype_size(dt);
+    zoe_status st = zoe_layout_build(&lay, tensors, args->num_tensors, args->config->bucket_numel,
+                                     args->dp_size, 0, align, 1, args->config->partial_ratio);
+    free(tensors);
+    ZOE_TRY(st);
+    zoe_state_sizes z;
+    zoe_state_sizes_of(args->backend, dt, &lay, args->dp_size, args->config, &z);
+    zoe_state_sizes_bytes(&z, &lay, dt, out);
+    zoe_layout_free(&lay);
+    return ZOE_OK;
+}

@@ -1,0 +1,219 @@
+/* The state arrays of the memory layout (zoe_state_sizes in optimizer_impl.h): allocation and
+ * first touch, the copies between the partition and the device, and the master weights
+ * initialised from the parameters and copied back to them. */
+#include <stdlib.h>
+#include <string.h>
+#include "offload/optimizer_impl.h"
+#include "runtime/error.h"
+
+static size_t min_size(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+
+size_t zoe_host_block(const zoe_optimizer *opt) {
+    return opt->sz.out_ring ? opt->sz.out_ring : opt->sz.h_numel;
+}
+
+/* First touch of every host array, block by block and tile by tile, with the schedule of the
+ * host step (step.c). */
+static void first_touch(zoe_optimizer *opt) {
+    size_t n = opt->sz.h_numel, block = zoe_host_block(opt);
+    float *arrays[] = {opt->h_master, opt->h_m, opt->h_v, opt->h_grad[0],
+                       opt->h_grad[1] != opt->h_grad[0] ? opt->h_grad[1] : NULL};
+    void *snap = opt->sz.snap_pinned ? NULL : opt->h_snap; /* pinned memory is placed already */
+    for (size_t b0 = 0; b0 < n; b0 += block) {
+        long first = (long)(b0 / ZOE_ADAM_TILE);
+        long last = (long)((min_size(b0 + block, n) + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
+#pragma omp parallel for schedule(static)
+        for (long ch = first; ch < last; ch++) {
+            size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
+            for (int a = 0; a < 5; a++)
+                if (arrays[a]) memset(arrays[a] + lo, 0, len * sizeof(float));
+            if (snap) memset((char *)snap + lo * opt->esz, 0, len * opt->esz);
+        }
+    }
+}
+
+static zoe_status device_array(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
+    ZOE_TRY(zoe_state_device_alloc(opt, bytes, ring, out));
+    return zoe_memset_async(*out, 0, bytes, opt->stream);
+}
+
+static zoe_status host_arrays(zoe_optimizer *opt) {
+    const zoe_state_sizes *z = &opt->sz;
+    size_t bytes = z->h_numel * sizeof(float);
+    opt->h_m = zoe_state_host_alloc(opt, bytes), opt->h_v = zoe_state_host_alloc(opt, bytes);
+    opt->h_grad[0] = zoe_state_host_alloc(opt, bytes);
+    opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
+    if (z->h_master) opt->h_master = zoe_state_host_alloc(opt, bytes);
+    if (!opt->h_m || !opt->h_v || !opt->h_grad[0] || !opt->h_grad[1] ||
+        (z->h_master && !opt->h_master))
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements", z->h_numel);
+    if (z->snap && z->snap_pinned)
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->snap * opt->esz, 0, &opt->h_snap));
+    else if (z->snap && !(opt->h_snap = zoe_state_host_alloc(opt, z->snap * opt->esz)))
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "gradient snapshot of %zu elements", z->snap);
+    for (int s = 0; s < z->out_slots; s++) {
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->out_ring * opt->esz, 1, &opt->out_ring[s]));
+        ZOE_TRY(zoe_event_create(opt->dev, &opt->out_done[s]));
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_state_create(zoe_optimizer *opt) {
+    const zoe_layout *lay = &opt->lay;
+    const zoe_state_sizes *z = &opt->sz;
+    ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
+    if (z->part_out) ZOE_TRY(device_array(opt, z->part_out * opt->esz, 0, &opt->part_out));
+    if (z->d_state) {
+        float **dev_arrays[] = {&opt->d_master, &opt->d_m, &opt->d_v, &opt->d_grad[0],
+                                &opt->d_grad[1]};
+        for (int i = 0; i < 3 + z->d_grads; i++)
+            ZOE_TRY(device_array(opt, z->d_state * sizeof(float), 0, (void **)dev_arrays[i]));
+    }
+    if (z->h_numel) ZOE_TRY(host_arrays(opt));
+    if (zoe_device_is_host_memory(opt)) { /* the device share lives in the host arrays */
+        opt->d_master = opt->h_master, opt->d_m = opt->h_m, opt->d_v = opt->h_v;
+        opt->d_grad[0] = opt->h_grad[0], opt->d_grad[1] = opt->h_grad[1];
+    }
+    /* The tiling of the host step, and the first updated segment reaching into each tile. */
+    opt->first_run_segment = zoe_device_is_host_memory(opt) ? 0 : lay->num_device_segments;
+    opt->num_chunks = (z->h_numel + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE;
+    opt->chunk_segment = calloc(opt->num_chunks + 1, sizeof(int));
+    if (!opt->chunk_segment) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "chunk table");
+    int s = opt->first_run_segment;
+    for (size_t ch = 0; ch < opt->num_chunks; ch++) {
+        size_t lo = ch * ZOE_ADAM_TILE;
+        while (s < lay->num_segments &&
+               lay->segments[s].offset + lay->segments[s].len - z->h_lo <= lo)
+            s++;
+        opt->chunk_segment[ch] = s;
+    }
+    if (z->h_numel) first_touch(opt);
+    return zoe_stream_synchronize(opt->stream);
+}
+
+void zoe_state_destroy(zoe_optimizer *opt) {
+    zoe_device_free(opt->dev, opt->params);
+    zoe_device_free(opt->dev, opt->part_out);
+    if (opt->sz.d_state) {
+        zoe_device_free(opt->dev, opt->d_master);
+        zoe_device_free(opt->dev, opt->d_m);
+        zoe_device_free(opt->dev, opt->d_v);
+        zoe_device_free(opt->dev, opt->d_grad[0]);
+        zoe_device_free(opt->dev, opt->d_grad[1]);
+    }
+    if (opt->h_grad[1] != opt->h_grad[0]) free(opt->h_grad[1]);
+    free(opt->h_master), free(opt->h_m), free(opt->h_v), free(opt->h_grad[0]);
+    if (opt->sz.snap_pinned)
+        zoe_host_free(opt->dev, opt->h_snap);
+    else
+        free(opt->h_snap);
+    for (int s = 0; s < 2; s++) {
+        zoe_host_free(opt->dev, opt->out_ring[s]);
+        zoe_event_destroy(opt->out_done[s]);
+    }
+    free(opt->chunk_segment);
+}
+
+zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, size_t n,
+                                zoe_stream *stream) {
+    if (opt->part_out)
+        return zoe_memcpy_async((char *)opt->part_out + x0 * opt->esz, src, n * opt->esz,
+                                ZOE_COPY_HOST_TO_DEVICE, stream);
+    for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, x0, n); zoe_slices_next(&it);)
+        ZOE_TRY(zoe_memcpy_async((char *)opt->params + it.flat * opt->esz,
+                                 (const char *)src + (it.x - x0) * opt->esz, it.len * opt->esz,
+                                 ZOE_COPY_HOST_TO_DEVICE, stream));
+    return ZOE_OK;
+}
+
+/* The host share's master weights from (to_master) or to the parameter buffer. On the CPU
+ * backend they are converted in place of the slices; on CUDA they pass, block by block, through
+ * a pinned staging buffer (the snapshot or a copy-out slot). */
+static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
+    const zoe_state_sizes *z = &opt->sz;
+    if (z->master_in_params || !z->h_numel) return ZOE_OK;
+    if (zoe_device_is_host_memory(opt)) {
+        for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo, z->h_numel);
+             zoe_slices_next(&it);) {
+            float *master = opt->h_master + (it.x - z->h_lo);
+            char *w = (char *)opt->params + it.flat * opt->esz;
+            ZOE_TRY(to_master ? zoe_convert(master, ZOE_F32, w, opt->dtype, it.len)
+                              : zoe_convert(w, opt->dtype, master, ZOE_F32, it.len));
+        }
+        return ZOE_OK;
+    }
+    void *stage = opt->h_snap ? opt->h_snap : opt->out_ring[0];
+    size_t block = opt->h_snap ? z->h_numel : z->out_ring;
+    for (size_t b0 = 0; b0 < z->h_numel; b0 += block) {
+        size_t n = min_size(block, z->h_numel - b0);
+        float *master = opt->h_master + b0;
+        if (to_master) {
+            for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo + b0, n);
+                 zoe_slices_next(&it);)
+                ZOE_TRY(zoe_memcpy_async((char *)stage + (it.x - z->h_lo - b0) * opt->esz,
+                                         (const char *)opt->params + it.flat * opt->esz,
+                                         it.len * opt->esz, ZOE_COPY_DEVICE_TO_HOST,
+                                         opt->update_stream));
+            ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+            ZOE_TRY(zoe_convert(master, ZOE_F32, stage, opt->dtype, n));
+        } else {
+            ZOE_TRY(zoe_convert(stage, opt->dtype, master, ZOE_F32, n));
+            ZOE_TRY(zoe_partition_upload(opt, z->h_lo + b0, stage, n, opt->update_stream));
+            ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+        }
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "init_from_params: optimizer is NULL");
+    ZOE_TRY(zoe_update_join(opt));
+    const zoe_layout *lay = &opt->lay;
+    size_t pd = opt->sz.d_state;
+    ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
+    ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_written));
+    for (int b = 0; pd && b < lay->num_buckets; b++) {
+        const char *mine =
+            (const char *)opt->params +
+            zoe_partition_flat(lay, b, opt->dp_rank, lay->buckets[b].part_offset) * opt->esz;
+        size_t lo, mid, hi;
+        zoe_bucket_split(lay, b, &lo, &mid, &hi);
+        if (mid > lo)
+            ZOE_TRY(zoe_convert_stream(opt->update_stream, opt->d_master + lo, ZOE_F32, mine,
+                                       opt->dtype, mid - lo));
+    }
+    if (pd) {
+        ZOE_TRY(zoe_memset_async(opt->d_m, 0, pd * sizeof(float), opt->update_stream));
+        ZOE_TRY(zoe_memset_async(opt->d_v, 0, pd * sizeof(float), opt->update_stream));
+    }
+    ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+    ZOE_TRY(host_master_copy(opt, 1));
+    if (opt->sz.h_numel) {
+        memset(opt->h_m, 0, opt->sz.h_numel * sizeof(float));
+        memset(opt->h_v, 0, opt->sz.h_numel * sizeof(float));
+    }
+    opt->iteration = 0;
+    opt->micro_batches = 0;
+    opt->grad_buf = 0;
+    opt->loss_scale = opt->cfg.loss_scale;
+    opt->clean_steps = 0;
+    memset(&opt->stats, 0, sizeof opt->stats);
+    opt->stats.loss_scale = opt->loss_scale;
+    opt->stats.clip_coef = 1.0;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "refresh_params: optimizer is NULL");
+    ZOE_TRY(zoe_update_join(opt));
+    size_t pd = opt->sz.d_state;
+    ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
+    if (pd)
+        ZOE_TRY(zoe_convert_stream(opt->update_stream, opt->part_out, opt->dtype, opt->d_master,
+                                   ZOE_F32, pd));
+    ZOE_TRY(host_master_copy(opt, 0));
+    ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+    return zoe_refresh(opt);
+}

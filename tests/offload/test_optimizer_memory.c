@@ -1,0 +1,208 @@
+/* The memory layout (include/zoe/optimizer.h, docs/offload.md): bytes per parameter measured
+ * from the allocations, on the CPU backend at 1, 2 and 4 DP ranks, fp32 and bf16 weights, DPU
+ * off and on, against the layout's figures and against zoe_optimizer_footprint_of().
+ *
+ * Measured: the device layer's accounting (zoe_device_memory_stats: the parameter buffer and
+ * bucket ring, and any page-locked memory) and the process heap (glibc mallinfo2: every byte
+ * malloc'd between before zoe_optimizer_create and after it). The heap growth must cover the
+ * optimizer's own count of its host arrays and exceed it by no more than its tables and the
+ * MPI communicator it duplicates (HEAP_SLACK, stated below); device and pinned bytes must equal
+ * its count exactly; and the count must equal the footprint computed without allocating.
+ *
+ * Bytes per parameter: the host state per element of the rank's partition (fixed-size rings
+ * excluded) plus the weight array per element of the parameter buffer; at one DP rank this is
+ * every byte the optimizer holds, rings excluded, per parameter. The figures the layout
+ * reaches on the CPU backend (the issue's targets: 16 fp32, 18 bf16, DPU at most 2 more):
+ *     fp32 16 = m, v, gradient 12 + the weights, which are the fp32 master;
+ *     fp32 with DPU 20 = 16 + a second fp32 gradient partition: while the update of step i
+ *         runs, the forward of i+1 reads w_{i-1} (fp32) from the weights, iteration i+1
+ *         accumulates in fp32, and g_i / w_i share the other partition in place; 18 would need
+ *         g_i or w_i in 2 bytes, i.e. a forward or a master of other precision (docs/offload.md);
+ *     bf16 18 = master, m, v, gradient 16 + bf16 weights 2;
+ *     bf16 with DPU 20 = 18 + a bf16 snapshot of the gradient, overwritten by the new weights.
+ * The GPU box's host figures (16, and 18 with DPU) come from the same sizing code for the CUDA
+ * backend and are checked from the footprint here (CUDA cannot run on this machine) and
+ * against the real allocations in test_optimizer_cuda. */
+#include <malloc.h>
+#include "offload_test.h"
+
+enum { NT = 4 };
+static const size_t numel[NT] = {300000, 123457, 500001, 77};
+/* Layout tables, tensor names, the chunk table, the DP communicator's duplicate and what
+ * OpenMP allocates for its team: bounded by 256 KiB, against 5 MB and more of state. */
+static const size_t HEAP_SLACK = 256 * 1024;
+
+static size_t heap_in_use(void) {
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+static int same_footprint(const zoe_optimizer_footprint *a, const zoe_optimizer_footprint *b) {
+    return a->host_bytes == b->host_bytes && a->pinned_bytes == b->pinned_bytes &&
+           a->device_bytes == b->device_bytes && a->pinned_ring_bytes == b->pinned_ring_bytes &&
+           a->device_ring_bytes == b->device_ring_bytes && a->params_numel == b->params_numel &&
+           a->partition_numel == b->partition_numel;
+}
+
+/* Host bytes per partition element and weight bytes per parameter-buffer element. */
+static double host_per_param(const zoe_optimizer_footprint *f) {
+    return (double)(f->host_bytes + f->pinned_bytes - f->pinned_ring_bytes) /
+           (double)f->partition_numel;
+}
+static double device_per_param(const zoe_optimizer_footprint *f) {
+    return (double)(f->device_bytes - f->device_ring_bytes) / (double)f->params_numel;
+}
+
+static zoe_optimizer_config config(int dpu, zoe_grad_mode mode, float partial) {
+    zoe_optimizer_config c;
+    zoe_optimizer_config_default(&c);
+    c.bucket_numel = (size_t)1 << 18;
+    c.bucket_ring = 2;
+    c.dpu_warmup = dpu ? 1 : 0;
+    c.grad_mode = mode;
+    c.partial_ratio = partial;
+    return c;
+}
+
+static zoe_optimizer_footprint footprint(zoe_backend be, zoe_dtype dt, int d,
+                                         const zoe_optimizer_config *c) {
+    zoe_optimizer_footprint f = {0};
+    CHECK_OK(zoe_optimizer_footprint_of(&(zoe_optimizer_footprint_args){.backend = be,
+                                                                        .compute_dtype = dt,
+                                                                        .numel = numel,
+                                                                        .num_tensors = NT,
+                                                                        .dp_size = d,
+                                                                        .config = c},
+                                        &f));
+    return f;
+}
+
+/* Creates the optimizer, measures it, runs three steps (the last two under DPU with an update
+ * in flight) and checks nothing more was allocated. want_total < 0: no per-parameter figure
+ * (partial offload, full-buffer mode: only the measurement against the footprint). */
+static void measure(zoe_grid *grid, zoe_dtype dt, const zoe_optimizer_config *c, double want_total,
+                    const char *what) {
+    int d = zoe_grid_dp_size(grid);
+    zoe_device *dev = NULL;
+    zoe_stream *stream = NULL;
+    CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &dev));
+    CHECK_OK(zoe_stream_create(dev, &stream));
+    zoe_param_tensor t[NT] = {
+        {"a", numel[0], 0, 0}, {"b", numel[1], 1, 1}, {"c", numel[2], 0, 0}, {"d", numel[3], 1, 1}};
+    zoe_memory_stats before, after, later;
+    CHECK_OK(zoe_device_memory_stats(dev, &before));
+    size_t heap0 = heap_in_use();
+    zoe_optimizer *opt = NULL;
+    if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, dt, t, NT, c, &opt))) return;
+    size_t heap = heap_in_use() - heap0;
+    CHECK_OK(zoe_device_memory_stats(dev, &after));
+    zoe_optimizer_footprint real, plan = footprint(ZOE_BACKEND_CPU, dt, d, c);
+    CHECK_OK(zoe_optimizer_memory(opt, &real));
+    CHECK(same_footprint(&real, &plan),
+          "%s: allocated host %zu pinned %zu device %zu (rings %zu, %zu) but the footprint says "
+          "%zu %zu %zu (%zu, %zu)",
+          what, real.host_bytes, real.pinned_bytes, real.device_bytes, real.pinned_ring_bytes,
+          real.device_ring_bytes, plan.host_bytes, plan.pinned_bytes, plan.device_bytes,
+          plan.pinned_ring_bytes, plan.device_ring_bytes);
+    CHECK(after.device_bytes - before.device_bytes == real.device_bytes &&
+              after.pinned_bytes - before.pinned_bytes == real.pinned_bytes,
+          "%s: the device layer holds %zu device and %zu pinned bytes more, the optimizer counts "
+          "%zu and %zu",
+          what, after.device_bytes - before.device_bytes, after.pinned_bytes - before.pinned_bytes,
+          real.device_bytes, real.pinned_bytes);
+    /* On the CPU backend device and pinned memory come from the heap as well. */
+    size_t counted = real.host_bytes + real.device_bytes + real.pinned_bytes;
+    CHECK(heap >= counted && heap <= counted + HEAP_SLACK,
+          "%s: the heap grew by %zu bytes for %zu counted (slack %zu)", what, heap, counted,
+          HEAP_SLACK);
+    double host = host_per_param(&real), device = device_per_param(&real);
+    if (want_total >= 0)
+        CHECK(fabs(host + device - want_total) < 1e-9,
+              "%s: %.4f host + %.4f weight bytes per parameter, the layout's figure is %.1f", what,
+              host, device, want_total);
+    if (test_rank() == 0)
+        printf("%s, DP=%d: %.3f B/param host + %.3f weights = %.3f (rings: %zu device bytes); "
+               "heap +%zu for %zu counted\n",
+               what, d, host, device, host + device, real.device_ring_bytes, heap, counted);
+
+    /* Steps with random gradients; the update in flight allocates nothing. */
+    size_t total = 0;
+    for (int i = 0; i < NT; i++) total += numel[i];
+    double *w = malloc(total * sizeof(double)), *g = malloc(total * sizeof(double));
+    test_rng rng;
+    test_rng_seed(&rng, 17);
+    for (size_t i = 0; i < total; i++) w[i] = 2 * test_rng_uniform(&rng) - 1;
+    write_params(opt, dt, numel, NT, w);
+    CHECK_OK(zoe_optimizer_init_from_params(opt));
+    for (int s = 0; s < 3; s++) {
+        for (size_t i = 0; i < total; i++) g[i] = test_rng_normal(&rng);
+        feed_micro_batch(opt, dt, numel, NT, g);
+        CHECK_OK(zoe_optimizer_step(opt, 1e-3f));
+    }
+    CHECK_OK(zoe_device_memory_stats(dev, &later));
+    CHECK(later.device_peak == after.device_bytes && later.pinned_peak == after.pinned_bytes,
+          "%s: device peak %zu, pinned peak %zu after steps; %zu and %zu after create", what,
+          later.device_peak, later.pinned_peak, after.device_bytes, after.pinned_bytes);
+    CHECK_OK(zoe_optimizer_flush(opt));
+    free(w), free(g);
+    zoe_optimizer_destroy(opt);
+    CHECK_OK(zoe_device_memory_stats(dev, &later));
+    CHECK(later.device_bytes == before.device_bytes && later.pinned_bytes == before.pinned_bytes,
+          "%s: destroy returned the device layer to %zu device, %zu pinned bytes (from %zu, %zu)",
+          what, later.device_bytes, later.pinned_bytes, before.device_bytes, before.pinned_bytes);
+    zoe_stream_destroy(stream);
+    zoe_device_destroy(dev);
+}
+
+/* The GPU box from the sizing code alone: host bytes per partition element (pinned included,
+ * rings excluded) and device bytes per parameter-buffer element. */
+static void gpu_box(int d) {
+    struct {
+        zoe_dtype dt;
+        int dpu;
+        double host, device;
+    } cases[] = {
+        {ZOE_BF16, 0, 16, 2},
+        {ZOE_F16, 0, 16, 2},
+        {ZOE_BF16, 1, 18, 2}, /* + the device partition buffer, below */
+        {ZOE_F16, 1, 18, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        zoe_optimizer_config c = config(cases[i].dpu, ZOE_GRAD_BUCKETS, 0.0f);
+        zoe_optimizer_footprint f = footprint(ZOE_BACKEND_CUDA, cases[i].dt, d, &c);
+        /* With DPU the update in flight writes a device partition buffer, not the weights the
+         * forward reads: 2 bytes per partition element more on the device. */
+        double device =
+            cases[i].device +
+            (cases[i].dpu ? 2.0 * (double)f.partition_numel / (double)f.params_numel : 0.0);
+        CHECK(fabs(host_per_param(&f) - cases[i].host) < 1e-9 &&
+                  fabs(device_per_param(&f) - device) < 1e-9,
+              "CUDA %s DPU %d, DP=%d: %.4f host and %.4f device bytes per parameter, want %.1f and "
+              "%.4f",
+              zoe_dtype_name(cases[i].dt), cases[i].dpu, d, host_per_param(&f),
+              device_per_param(&f), cases[i].host, device);
+        if (test_rank() == 0)
+            printf("CUDA %s DPU %d, DP=%d: %.3f B/param host (pinned rings %zu bytes), %.3f "
+                   "device\n",
+                   zoe_dtype_name(cases[i].dt), cases[i].dpu, d, host_per_param(&f),
+                   f.pinned_ring_bytes, device_per_param(&f));
+    }
+}
+
+int main(int argc, char **argv) {
+    test_init(&argc, &argv);
+    zoe_grid *grid = NULL;
+    CHECK_OK(zoe_grid_create(MPI_COMM_WORLD, 1, &grid));
+    zoe_optimizer_config sync = config(0, ZOE_GRAD_BUCKETS, 0.0f);
+    zoe_optimizer_config dpu = config(1, ZOE_GRAD_BUCKETS, 0.0f);
+    measure(grid, ZOE_F32, &sync, 16, "CPU fp32");
+    measure(grid, ZOE_F32, &dpu, 20, "CPU fp32 DPU");
+    measure(grid, ZOE_BF16, &sync, 18, "CPU bf16");
+    measure(grid, ZOE_BF16, &dpu, 20, "CPU bf16 DPU");
+    zoe_optimizer_config partial = config(1, ZOE_GRAD_FULL_BUFFER, 0.5f);
+    measure(grid, ZOE_F32, &partial, -1, "CPU fp32 DPU full-buffer partial 0.5");
+    measure(grid, ZOE_BF16, &partial, -1, "CPU bf16 DPU full-buffer partial 0.5");
+    gpu_box(zoe_grid_dp_size(grid));
+    zoe_grid_destroy(grid);
+    return test_finish("test_optimizer_memory");
+}
