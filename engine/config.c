@@ -25,11 +25,12 @@ typedef enum {
     OPT_MODEL,
     OPT_PROGRESS,
     OPT_RATIO,
-    OPT_DPU
+    OPT_DPU,
+    OPT_HARDWARE
 } opt_kind;
 
 static const char *const progress_names[] = {"auto", "bar", "lines"}; /* zoe_progress_style */
-static const char *const dpu_names[] = {"on", "off", "auto"};            /* zoe_dpu_mode */
+static const char *const dpu_names[] = {"on", "off", "auto"};         /* zoe_dpu_mode */
 
 typedef struct option_spec {
     const char *name; /* without the leading "--" */
@@ -82,6 +83,8 @@ static const option_spec options[] = {
      "on (after --dpu-warmup), off, or auto (where the host step would stall the device)"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
+    {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
+     "the box to plan for: local (this machine), dgx2, dgx-h100, ... (zoe-plan --help)"},
 };
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
 
@@ -109,6 +112,7 @@ void zoe_train_config_defaults(zoe_train_config *cfg) {
     cfg->bucket_mb = 16;
     cfg->offload_ratio = 1.0f;
     cfg->dpu = ZOE_DPU_ON;
+    snprintf(cfg->hardware, sizeof cfg->hardware, "local");
 }
 
 static const option_spec *find_option(const char *name) {
@@ -177,6 +181,11 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--progress: '%s' is not auto, bar or lines",
                         text);
     }
+    case OPT_HARDWARE:
+        if (strlen(text) >= sizeof cfg->hardware)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--hardware: '%s' is too long", text);
+        strcpy(base, text);
+        return ZOE_OK;
     case OPT_DPU:
         for (int i = 0; i < 3; i++)
             if (strcmp(text, dpu_names[i]) == 0) {
@@ -382,6 +391,9 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         break;
     case OPT_FLAG:
         snprintf(buf, n, "%s", *(const int *)base ? "on" : "off");
+        break;
+    case OPT_HARDWARE:
+        snprintf(buf, n, "%s", base);
         break;
     case OPT_DPU:
         snprintf(buf, n, "%s", dpu_names[*(const zoe_dpu_mode *)base]);

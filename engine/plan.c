@@ -141,15 +141,17 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     r->host.reserve = hw->host_bytes * hw->host_reserve;
     r->host.available = r->host.capacity - r->host.reserve;
 
-    r->fits_gpu = cpu || r->gpu.total <= r->gpu.capacity;
+    /* a capacity of 0 is unknown (zoe-train on a GPU it cannot size): not checked */
+    r->fits_gpu = cpu || r->gpu.capacity <= 0 || r->gpu.total <= r->gpu.capacity;
     r->fits_host = r->host.total <= r->host.available;
     r->fits = r->fits_gpu && r->fits_host;
     if (!r->fits_host)
         snprintf(r->verdict, sizeof r->verdict,
-                 "host: %d ranks x %.2f GiB = %.1f GiB > %.1f GiB available (%.1f GiB less %.0f%% "
+                 "host: %d rank%s x %.2f GiB = %.1f GiB > %.1f GiB available (%.1f GiB less %.0f%% "
                  "for the OS)",
-                 r->ranks_per_node, r->host.per_rank / GIB, r->host.total / GIB,
-                 r->host.available / GIB, r->host.capacity / GIB, 100.0 * hw->host_reserve);
+                 r->ranks_per_node, r->ranks_per_node == 1 ? "" : "s", r->host.per_rank / GIB,
+                 r->host.total / GIB, r->host.available / GIB, r->host.capacity / GIB,
+                 100.0 * hw->host_reserve);
     else if (!r->fits_gpu)
         snprintf(r->verdict, sizeof r->verdict,
                  "GPU: %.1f GiB > %.1f GiB (weights %.1f, gradient ring %.1f, optimizer %.1f, "
@@ -170,6 +172,10 @@ static void flops_per_token(const zoe_model_config *m, double *layers, double *h
 
 static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe_plan_result *r) {
     const zoe_hardware *hw = &p->hardware;
+    if (hw->gpu_peak_flops <= 0 || hw->host_bandwidth <= 0 || hw->gpu_fraction <= 0) {
+        snprintf(r->time.bound, sizeof r->time.bound, "not probed");
+        return;
+    }
     const zoe_model_config *m = &p->model;
     int t = p->tp, d = p->dp, k = p->grad_accum, cpu = hw->backend == ZOE_BACKEND_CPU;
     double esz = (double)zoe_dtype_size(p->dtype);
@@ -237,7 +243,10 @@ zoe_status zoe_plan(const zoe_plan_config *p, zoe_plan_result *r) {
     ZOE_TRY(check(p));
     const zoe_hardware *hw = &p->hardware;
     r->ranks = p->tp * p->dp;
-    if (hw->backend == ZOE_BACKEND_CPU || hw->gpus <= 0) {
+    if (p->ranks_per_node > 0) {
+        r->ranks_per_node = p->ranks_per_node < r->ranks ? p->ranks_per_node : r->ranks;
+        r->nodes = (r->ranks + r->ranks_per_node - 1) / r->ranks_per_node;
+    } else if (hw->backend == ZOE_BACKEND_CPU || hw->gpus <= 0) {
         r->ranks_per_node = r->ranks, r->nodes = 1;
     } else {
         r->ranks_per_node = r->ranks < hw->gpus ? r->ranks : hw->gpus;
@@ -300,7 +309,8 @@ zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best
     zoe_plan_result r;
     int64_t best_params = 0;
     /* GPT shapes with 128-wide heads, their count a multiple of tp; for each width the most
-     * layers that fit (memory grows with layers, so a bisection finds it). */
+     * layers that fit (memory grows with layers, so a bisection finds it). Past the widest that
+     * fits a single layer nothing wider will. */
     int tp = cfg->tp, step = 128 * (tp > 4 ? tp : 4);
     for (int h = step; h <= 65536; h += step) {
         int heads = h / 128;
@@ -310,7 +320,9 @@ zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best
         p.model.source = "a GPT scaled to fit (zoe_plan_max_model)";
         p.model.hidden = h, p.model.heads = heads, p.model.ffn = 0;
         memset(p.model.grids, 0, sizeof p.model.grids);
-        int lo = 0, hi = 1024;
+        /* at most hidden / 64 layers, the deepest ratio of the GPT-2/GPT-3 family and the
+         * presets (gpt2-124m: 12 at 768), so the answer stays a GPT anyone would train */
+        int lo = 0, hi = h / 64;
         while (lo < hi) {
             int mid = (lo + hi + 1) / 2;
             p.model.layers = mid;
@@ -320,7 +332,7 @@ zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best
             else
                 hi = mid - 1;
         }
-        if (lo == 0) break; /* not even one layer fits at this width: wider will not either */
+        if (lo == 0) break;
         p.model.layers = lo;
         int64_t params = zoe_model_param_count(&p.model);
         if (params > best_params) {

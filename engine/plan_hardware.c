@@ -198,7 +198,8 @@ static zoe_status probe_matmul(double *flops) {
     return st;
 }
 
-static zoe_status probe_local(zoe_hardware *hw) {
+zoe_status zoe_hardware_local(int probe, zoe_hardware *hw) {
+    if (!hw) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "local hardware: NULL argument");
     memset(hw, 0, sizeof *hw);
     snprintf(hw->name, sizeof hw->name, "local");
     hw->description = "this machine, CPU backend: cores from hwloc, memory from /proc/meminfo, "
@@ -214,16 +215,17 @@ static zoe_status probe_local(zoe_hardware *hw) {
     if (hw->host_bytes <= 0)
         return zoe_fail(ZOE_ERR_IO, "local hardware: no MemTotal in /proc/meminfo");
     hw->host_reserve = 0.10;
-    hw->host_bandwidth = probe_bandwidth();
-    ZOE_TRY(probe_matmul(&hw->gpu_peak_flops));
-    hw->gpu_fraction = 0.70;
-    hw->gpu_fraction_source = "bench/train_step: a gpt2-124m step runs at 0.65-0.77 of the same "
-                              "machine's matmul rate";
-    /* MPI's shared-memory collectives copy through a segment: in and out at half the rate */
-    hw->nvlink_bandwidth = hw->host_bandwidth / 2;
     /* an MPI rank with its libraries before the run allocates (Open MPI, OpenBLAS, hwloc);
      * zoe-train measures its own instead (zoe_hardware_measure_rank_base) */
     hw->rank_base_bytes = 48.0 * 1024 * 1024;
+    hw->gpu_fraction = 0.70;
+    hw->gpu_fraction_source = "bench/train_step: a gpt2-124m step runs at 0.65-0.77 of the same "
+                              "machine's matmul rate";
+    if (!probe) return ZOE_OK;
+    hw->host_bandwidth = probe_bandwidth();
+    ZOE_TRY(probe_matmul(&hw->gpu_peak_flops));
+    /* MPI's shared-memory collectives copy through a segment: in and out at half the rate */
+    hw->nvlink_bandwidth = hw->host_bandwidth / 2;
     if (hw->host_bandwidth <= 0 || hw->gpu_peak_flops <= 0)
         return zoe_fail(ZOE_ERR_INTERNAL, "local hardware: the probes measured nothing");
     return ZOE_OK;
@@ -236,7 +238,7 @@ zoe_status zoe_hardware_preset(const char *name, zoe_hardware *out) {
             *out = presets[i];
             return ZOE_OK;
         }
-    if (strcmp(name, "local") == 0) return probe_local(out);
+    if (strcmp(name, "local") == 0) return zoe_hardware_local(1, out);
     return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                     "unknown hardware '%s' (dgx2, v100-32g, dgx-a100-80g, dgx-h100, h200, local)",
                     name);

@@ -60,6 +60,10 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
 
 static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
     const zoe_hardware *hw = &c->hardware;
+    if (!strcmp(r->time.bound, "not probed")) {
+        fprintf(out, "\nOne step: no time model (the hardware's rates were not probed)\n");
+        return;
+    }
     fprintf(out, "\nOne step (%.0f tokens), seconds:\n", r->time.tokens);
     fprintf(out,
             "  compute                   %9.3f   %.3g TFLOP per GPU at %.0f%% of %.0f TFLOPS "
@@ -111,12 +115,13 @@ void zoe_plan_summary(const zoe_plan_config *c, const zoe_plan_result *r, char *
     if (!cpu)
         snprintf(gpu, sizeof gpu, "GPU %.2f of %.2f GiB; ", gib(r->gpu.total),
                  gib(r->gpu.capacity));
-    snprintf(buf, len,
-             "plan on %s: %s; %shost %d x %.2f GiB = %.2f of %.2f GiB available; step %.3f s "
-             "predicted (%s binds)",
-             c->hardware.name, r->fits ? "fits" : r->verdict, gpu, r->ranks_per_node,
-             gib(r->host.per_rank), gib(r->host.total), gib(r->host.available), r->time.step,
-             r->time.bound);
+    char step[96] = "";
+    if (strcmp(r->time.bound, "not probed"))
+        snprintf(step, sizeof step, "; step %.3f s predicted (%s binds)", r->time.step,
+                 r->time.bound);
+    snprintf(buf, len, "plan on %s: %s; %shost %d x %.2f GiB = %.2f of %.2f GiB available%s",
+             c->hardware.name, r->fits ? "fits" : "does not fit", gpu, r->ranks_per_node,
+             gib(r->host.per_rank), gib(r->host.total), gib(r->host.available), step);
 }
 
 static cJSON *add_object(cJSON *parent, const char *name) {

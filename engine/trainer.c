@@ -113,6 +113,12 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     oc->dynamic_loss_scale = c->dtype == ZOE_F16;
     oc->loss_scale = c->dtype == ZOE_F16 ? 65536.0f : 1.0f;
     oc->bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
+    /* Every ring slot is as large as the largest bucket, and a tensor is never split, so
+     * buckets smaller than the largest tensor (wte) only add slots: --bucket-mb is a floor.
+     * (On the 10b preset 16 MiB buckets made a ring of 27 wte-sized slots, 10.8 GiB.) */
+    for (int t = 0; t < zoe_gpt_num_tensors(g); t++)
+        if ((size_t)zoe_gpt_tensor(g, t)->local_numel > oc->bucket_numel)
+            oc->bucket_numel = (size_t)zoe_gpt_tensor(g, t)->local_numel;
     /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
      * buckets of one block, and the one it shares with the block before. */
     size_t block = (size_t)zoe_gpt_block_local_numel(g);

@@ -49,6 +49,10 @@ typedef struct zoe_hardware {
 zoe_status zoe_hardware_preset(const char *name, zoe_hardware *out);
 int zoe_hardware_preset_count(void);
 const char *zoe_hardware_preset_name(int index);
+/* This machine as `local` describes it; with probe 0 only its capacities (cores, memory), the
+ * probed rates left 0, so that the plan's memory is right and its time model reports nothing
+ * (zoe-train plans this way: the probes' buffers would count in its peak memory). */
+zoe_status zoe_hardware_local(int probe, zoe_hardware *out);
 /* rank_base_bytes := this process's resident memory now (zoe-train calls it after MPI_Init,
  * before it allocates, so that the plan adds its allocations to what the rank already holds). */
 zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw);
@@ -67,6 +71,7 @@ typedef struct zoe_plan_config {
                           * ZeRO-Offload, 0 keeps everything on the device */
     int64_t bucket_mb;   /* gradient bucket size */
     int host_threads;    /* OpenMP threads per rank; 0: the host's cores shared by its ranks */
+    int ranks_per_node;  /* ranks sharing one host; 0: as many as the box has GPUs (local: all) */
     zoe_hardware hardware;
 } zoe_plan_config;
 
@@ -143,9 +148,9 @@ zoe_status zoe_plan_auto_offload_ratio(const zoe_plan_config *cfg, float *ratio)
  * more than ZOE_PLAN_DPU_STALL_SHARE of the synchronous step and DPU would hide some of it. */
 #define ZOE_PLAN_DPU_STALL_SHARE 0.10
 /* --max-model: the GPT with the most parameters that fits cfg's run (grid, batch, dtype,
- * offload, hardware): 128-wide heads, their count a multiple of tp, MLP 4 x hidden, cfg's
- * sequence and vocabulary; the most layers at every such width. *best_plan (optional) is its
- * plan. */
+ * offload, hardware): 128-wide heads, their count a multiple of tp, MLP 4 x hidden, at most
+ * hidden / 64 layers, cfg's sequence and vocabulary; the most layers at every such width.
+ * *best_plan (optional) is its plan. */
 zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
                               zoe_plan_result *best_plan);
 int zoe_plan_dpu_pays(const zoe_plan_result *r);

@@ -104,6 +104,7 @@ typedef struct zoe_train_config {
     float offload_ratio;
     zoe_dpu_mode dpu;  /* ZOE_DPU_AUTO: zoe-train asks the plan (zoe_plan_dpu_pays) */
     int no_plan_check; /* zoe-train: run even when the plan says it does not fit */
+    char hardware[32]; /* the box zoe-train plans for (zoe_hardware_preset); "local": this one */
 } zoe_train_config;
 
 void zoe_train_config_defaults(zoe_train_config *cfg);
