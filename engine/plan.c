@@ -132,11 +132,16 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     r->host.pinned_per_rank = o->pinned;
     /* On the CPU backend the device is host memory, and so are the kernels' workspace and the
      * MPI staging of 16-bit collectives. */
-    r->host.other_per_rank = hw->rank_base_bytes + m->host_other +
-                             (cpu ? r->gpu.total + m->workspace + o->comm_staging : 0);
+    r->host.other_per_rank =
+        hw->rank_base_bytes + m->host_other +
+        (cpu ? r->gpu.total + m->workspace + o->comm_staging + o->comm_root : 0);
     r->host.per_rank =
         r->host.optimizer_per_rank + r->host.pinned_per_rank + r->host.other_per_rank;
-    r->host.total = r->host.per_rank * r->ranks_per_node;
+    /* per_rank is the fullest rank, a DP root; the other ranks of the box hold no root
+     * temporary. Ranks are placed by node, so the first box holds the tp roots. */
+    int roots = p->tp < r->ranks_per_node ? p->tp : r->ranks_per_node;
+    r->host.total =
+        r->host.per_rank * r->ranks_per_node - o->comm_root * (r->ranks_per_node - roots);
     r->host.capacity = hw->host_bytes;
     r->host.reserve = hw->host_bytes * hw->host_reserve;
     r->host.available = r->host.capacity - r->host.reserve;
@@ -267,9 +272,10 @@ zoe_status zoe_plan(const zoe_plan_config *p, zoe_plan_result *r) {
     /* the model's own host tables: the loss of every token */
     double tokens = (double)p->micro_batch * p->model.seq_len;
     m.host_other = tokens * sizeof(float);
-    /* the CPU backend stages 16-bit TP all-reduces of [B*T, hidden] in fp32 (runtime/comm.c) */
-    if (hw->backend == ZOE_BACKEND_CPU && p->dtype != ZOE_F32 && p->tp > 1)
-        m.host_other += tokens * p->model.hidden * sizeof(float);
+    /* The CPU backend's TP all-reduces of [B*T, hidden]: Open MPI's temporary as large as the
+     * input (see plan_optimizer.c), and runtime/comm.c's fp32 staging of 16-bit ones. */
+    if (hw->backend == ZOE_BACKEND_CPU && p->tp > 1)
+        m.host_other += tokens * p->model.hidden * sizeof(float) * (p->dtype == ZOE_F32 ? 1 : 2);
     zoe_status st = zoe_plan_optimizer_of(&c, g, p->dp, &o);
     zoe_gpt_destroy(g);
     ZOE_TRY(st);

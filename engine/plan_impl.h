@@ -17,7 +17,8 @@ typedef struct zoe_plan_model {
 typedef struct zoe_plan_optimizer {
     double device_params, device_ring, device_other; /* device allocations */
     double host, pinned;                             /* host allocations */
-    double comm_staging;           /* the CPU backend's fp32 staging of 16-bit DP collectives */
+    double comm_staging; /* the CPU backend's fp32 staging of DP collectives, on every rank */
+    double comm_root;    /* and MPI's temporary on each DP group's root (dp_rank 0) */
     size_t part_numel, host_numel; /* the partition, and its host part, in elements */
     double adam_bytes_per_param;   /* host memory the host step moves per element */
 } zoe_plan_optimizer;

@@ -28,6 +28,12 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
                                          .dp_size = dp,
                                          .config = &oc};
     zoe_status st = zoe_optimizer_footprint_of(&args, &f);
+    /* one ring slot: dp x the largest bucket partition, as the same sizing code says */
+    zoe_optimizer_config one_slot = oc;
+    one_slot.bucket_ring = 1;
+    args.config = &one_slot;
+    zoe_optimizer_footprint slot;
+    if (st == ZOE_OK) st = zoe_optimizer_footprint_of(&args, &slot);
     free(numel);
     ZOE_TRY(st);
     size_t esz = zoe_dtype_size(c->dtype);
@@ -37,10 +43,13 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     out->device_other = (double)f.device_bytes - out->device_params - out->device_ring;
     out->host = (double)f.host_bytes;
     out->pinned = (double)f.pinned_bytes;
-    /* The CPU backend's MPI reduce-scatter of a bucket is staged in fp32, the whole bucket and
-     * the rank's partition of it (runtime/comm.c); a ring slot is dp x the largest partition. */
-    double max_part = (double)f.device_ring_bytes / (oc.bucket_ring * (double)dp * esz);
-    out->comm_staging = cpu && dp > 1 ? (dp + 1.0) * max_part * sizeof(float) : 0.0;
+    /* The CPU backend's reduce-scatter of a bucket runs in place, so runtime/comm.c stages it
+     * in fp32: the whole bucket and the rank's partition of it. Open MPI reduces to DP rank 0
+     * and scatters, and that rank holds an fp32 temporary of the whole bucket besides
+     * (measured: the DP root of a 2-rank gpt2-350m run peaks that much above the other rank). */
+    double bucket = (double)slot.device_ring_bytes / (double)esz, part = bucket / dp;
+    out->comm_staging = cpu && dp > 1 ? (bucket + part) * sizeof(float) : 0.0;
+    out->comm_root = cpu && dp > 1 ? bucket * sizeof(float) : 0.0;
     out->part_numel = f.partition_numel;
     /* On CPU the whole partition is the host's; on a GPU the device keeps partial_ratio. */
     out->host_numel =

@@ -203,6 +203,9 @@ int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
 zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr) {
     return tr->opt;
 }
+zoe_device *zoe_trainer_device(zoe_trainer *tr) {
+    return tr->dev;
+}
 int zoe_trainer_rank(const zoe_trainer *tr) {
     return zoe_grid_rank(tr->grid);
 }

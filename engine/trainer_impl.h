@@ -8,6 +8,8 @@
 
 /* The trainer's offload optimizer (tests drive it to build reference schedules). */
 zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr);
+/* The trainer's device (tests read its allocation counters). */
+zoe_device *zoe_trainer_device(zoe_trainer *tr);
 
 /* How the trainer builds its parts from a configuration; the plan (engine/plan.c) sizes a run
  * with the same functions, so both see the same model and optimizer. */

@@ -107,7 +107,8 @@ typedef struct zoe_plan_result {
         double pinned_per_rank;    /* page-locked staging */
         double other_per_rank;     /* the rest: rank base, device memory on the CPU backend, host
                                     * workspace and communication staging */
-        double per_rank, total;    /* total: per_rank x ranks per node */
+        double per_rank;           /* the fullest rank (a DP group's root) */
+        double total;              /* the box's ranks together */
         double capacity, reserve, available; /* available = capacity - reserve */
     } host;
     int fits_gpu, fits_host, fits;
