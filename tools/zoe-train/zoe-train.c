@@ -102,7 +102,10 @@ static int plan_run(zoe_train_config *cfg, int world, int rank) {
         cfg->dpu = pays ? ZOE_DPU_ON : ZOE_DPU_OFF;
         if (pays && cfg->dpu_warmup == 0) cfg->dpu_warmup = 5;
         pc.dpu = pays && cfg->dpu_warmup > 0;
-        if (st == ZOE_OK && rank == 0)
+        if (st == ZOE_OK && rank == 0 && hw.backend == ZOE_BACKEND_CPU)
+            printf("zoe-train: --dpu auto: off (on the CPU backend the host step runs on the cores "
+                   "that compute, so DPU hides nothing)\n");
+        else if (st == ZOE_OK && rank == 0)
             printf("zoe-train: --dpu auto: %s (the host step would stall the device for %.0f%% "
                    "of a step, DPU would hide %.3f s; on above %.0f%%)\n",
                    pays ? "on" : "off", 100.0 * r.time.stall_share, r.time.hidden_by_dpu,
