@@ -22,6 +22,13 @@
  * (an estimate; a CUDA context alone takes a few hundred MiB of host memory). */
 #define GPU_RANK_BASE (1.0 * GIB)
 
+#define V100_FRACTION_SOURCE                                                                       \
+    "Megatron-LM (Shoeybi et al. 2019): one V100 sustains 39 TFLOPS training a 1.2B GPT-2, 30% "   \
+    "of peak"
+#define H100_FRACTION_SOURCE                                                                       \
+    "The Llama 3 herd of models (Dubey et al. 2024): 38-43% BF16 model FLOPs utilisation on "      \
+    "H100s"
+
 static const zoe_hardware presets[] = {
     {.name = "dgx2",
      .description = "NVIDIA DGX-2: 16 x V100-SXM3-32GB on NVSwitch (6 NVLink2 x 25 GB/s per GPU), "
@@ -34,34 +41,13 @@ static const zoe_hardware presets[] = {
      .gpu_bytes = 32 * GIB,
      .gpu_peak_flops = 125e12,
      .gpu_fraction = 39.0 / 125.0,
-     .gpu_fraction_source = "Megatron-LM (Shoeybi et al. 2019): one V100 sustains 39 TFLOPS "
-                            "training a 1.2B GPT-2, 30% of peak",
+     .gpu_fraction_source = V100_FRACTION_SOURCE,
      .host_bytes = 1.5 * TIB,
      .host_reserve = 0.10,
      .host_cores = 48,
      .host_bandwidth = STREAM_SHARE * 2 * 6 * 2666e6 * 8,
      .pcie_bandwidth = PCIE_SHARE * 15.75e9,
      .gpus_per_link = 2,
-     .nvlink_bandwidth = NCCL_SHARE * 150e9,
-     .rank_base_bytes = GPU_RANK_BASE},
-    {.name = "v100-32g",
-     .description = "one V100-SXM3-32GB alone on a DGX-2's host (as the ZeRO-Offload paper's "
-                    "single-GPU runs): 1.5 TB, 2 x 24-core Xeon Platinum 8168, its own PCIe 3.0 "
-                    "x16 link",
-     .backend = ZOE_BACKEND_CUDA,
-     .dtype = ZOE_F16,
-     .gpus = 1,
-     .gpu_bytes = 32 * GIB,
-     .gpu_peak_flops = 125e12,
-     .gpu_fraction = 39.0 / 125.0,
-     .gpu_fraction_source = "Megatron-LM (Shoeybi et al. 2019): one V100 sustains 39 TFLOPS "
-                            "training a 1.2B GPT-2, 30% of peak",
-     .host_bytes = 1.5 * TIB,
-     .host_reserve = 0.10,
-     .host_cores = 48,
-     .host_bandwidth = STREAM_SHARE * 2 * 6 * 2666e6 * 8,
-     .pcie_bandwidth = PCIE_SHARE * 15.75e9,
-     .gpus_per_link = 1,
      .nvlink_bandwidth = NCCL_SHARE * 150e9,
      .rank_base_bytes = GPU_RANK_BASE},
     {.name = "dgx-a100-80g",
@@ -95,8 +81,7 @@ static const zoe_hardware presets[] = {
      .gpu_bytes = 80 * GIB,
      .gpu_peak_flops = 989e12,
      .gpu_fraction = 0.40,
-     .gpu_fraction_source = "The Llama 3 herd of models (Dubey et al. 2024): 38-43% BF16 model "
-                            "FLOPs utilisation on H100s",
+     .gpu_fraction_source = H100_FRACTION_SOURCE,
      .host_bytes = 2.0 * TIB,
      .host_reserve = 0.10,
      .host_cores = 112,
@@ -115,8 +100,7 @@ static const zoe_hardware presets[] = {
      .gpu_bytes = 140 * GIB,
      .gpu_peak_flops = 989e12,
      .gpu_fraction = 0.40,
-     .gpu_fraction_source = "The Llama 3 herd of models (Dubey et al. 2024): 38-43% BF16 model "
-                            "FLOPs utilisation on H100s (the H200 is the same GH100 chip)",
+     .gpu_fraction_source = H100_FRACTION_SOURCE " (the H200 is the same GH100 chip)",
      .host_bytes = 128 * GIB,
      .host_reserve = 0.10,
      .host_cores = 16,
@@ -128,13 +112,29 @@ static const zoe_hardware presets[] = {
 };
 enum { NUM_PRESETS = sizeof presets / sizeof presets[0] };
 
+/* The boxes described as a change of another: one GPU of a DGX-2 alone on its host, as the
+ * ZeRO-Offload paper's single-GPU runs. */
+static zoe_hardware v100_32g(void) {
+    zoe_hardware hw = presets[0]; /* dgx2 */
+    snprintf(hw.name, sizeof hw.name, "v100-32g");
+    hw.description = "one V100-SXM3-32GB alone on a DGX-2's host (as the ZeRO-Offload paper's "
+                     "single-GPU runs): 1.5 TB, 2 x 24-core Xeon Platinum 8168, its own PCIe 3.0 "
+                     "x16 link";
+    hw.gpus = 1;
+    hw.gpus_per_link = 1;
+    return hw;
+}
+
+static const char *const other_names[] = {"v100-32g", "local"};
+
 int zoe_hardware_preset_count(void) {
-    return NUM_PRESETS + 1;
+    return NUM_PRESETS + 2;
 }
 
 const char *zoe_hardware_preset_name(int index) {
     if (index >= 0 && index < NUM_PRESETS) return presets[index].name;
-    return index == NUM_PRESETS ? "local" : NULL;
+    return index >= NUM_PRESETS && index < NUM_PRESETS + 2 ? other_names[index - NUM_PRESETS]
+                                                           : NULL;
 }
 
 static double mem_total_bytes(void) {
@@ -238,6 +238,10 @@ zoe_status zoe_hardware_preset(const char *name, zoe_hardware *out) {
             *out = presets[i];
             return ZOE_OK;
         }
+    if (strcmp(name, "v100-32g") == 0) {
+        *out = v100_32g();
+        return ZOE_OK;
+    }
     if (strcmp(name, "local") == 0) return zoe_hardware_local(1, out);
     return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                     "unknown hardware '%s' (dgx2, v100-32g, dgx-a100-80g, dgx-h100, h200, local)",

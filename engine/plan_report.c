@@ -85,8 +85,7 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
             r->time.host_adam, hw->host_bandwidth / 1e9);
     fprintf(out, "  host stall without DPU    %9.3f   (%.0f%% of the synchronous step)\n",
             r->time.host_stall, 100.0 * r->time.stall_share);
-    fprintf(out, "  DPU %s               %9.3f\n", c->dpu ? "hides" : "would hide",
-            r->time.hidden_by_dpu);
+    fprintf(out, "  %-25s %9.3f\n", c->dpu ? "DPU hides" : "DPU would hide", r->time.hidden_by_dpu);
     fprintf(out,
             "  step                      %9.3f   %.0f tokens/s, %.1f TFLOPS per GPU; %s "
             "binds\n",
@@ -106,7 +105,19 @@ void zoe_plan_print(FILE *out, const zoe_plan_config *c, const zoe_plan_result *
             c->dpu ? "on" : "off", (double)c->offload_ratio, (long long)c->bucket_mb);
     print_memory(out, c, r);
     print_time(out, c, r);
-    fprintf(out, "\n%s\n", r->fits ? "The run fits." : r->verdict);
+    if (!r->fits) {
+        fprintf(out, "\nThe run does not fit: %s\n", r->verdict);
+        return;
+    }
+    fprintf(out, "\nThe run fits: ");
+    if (c->hardware.backend != ZOE_BACKEND_CPU)
+        fprintf(out, "GPU %.2f of %.2f GiB, ", gib(r->gpu.total), gib(r->gpu.capacity));
+    fprintf(out, "host %.1f of %.1f GiB available (%.1f%% of host memory spare)",
+            gib(r->host.total), gib(r->host.available),
+            100.0 * (1.0 - r->host.total / r->host.capacity));
+    if (strcmp(r->time.bound, "not probed"))
+        fprintf(out, "; a step takes %.2f s, %s binds", r->time.step, r->time.bound);
+    fprintf(out, ".\n");
 }
 
 void zoe_plan_summary(const zoe_plan_config *c, const zoe_plan_result *r, char *buf, size_t len) {

@@ -19,9 +19,9 @@ check() { # check NAME EXPECTED_EXIT PATTERN -- command...
         echo "ok   $name"
     fi
 }
-check headline 0 "The run fits" -- "$plan" --model 70b --hardware dgx2 --tp 16
+check headline 0 "The run fits: GPU 19.9. of 32.00 GiB" -- "$plan" --model 70b --hardware dgx2 --tp 16
 check headline-why 0 "host adam binds" -- "$plan" --model 70b --hardware dgx2 --tp 16
-check no-offload 0 "^GPU: .* > 32.0 GiB" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-ratio 0
+check no-offload 0 "does not fit: GPU: .* > 32.0 GiB" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-ratio 0
 check json 0 '^\{"model":\{"name":"70b".*"fits":true' -- "$plan" --model 70b --hardware dgx2 --tp 16 --json
 check search 0 "^ +16 +1 +8 +on +on" -- "$plan" --search --model 70b --hardware dgx2
 check max-model 0 "largest scaled GPT: .*B parameters" -- "$plan" --max-model --model 10b --hardware v100-32g --offload-ratio 0
