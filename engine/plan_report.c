@@ -49,8 +49,8 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
             gib(r->host.other_per_rank), gib(c->hardware.rank_base_bytes),
             cpu ? ", device memory, workspace, MPI staging" : "");
     fprintf(out,
-            "  total                     %9.2f GiB = %d x %.2f, of %.1f available (%.1f less "
-            "%.0f%% for the OS)   %s\n",
+            "  total                     %9.2f GiB, %d x up to %.2f, of %.1f available (%.1f "
+            "less %.0f%% for the OS)   %s\n",
             gib(r->host.total), r->ranks_per_node, gib(r->host.per_rank), gib(r->host.available),
             gib(r->host.capacity), 100.0 * c->hardware.host_reserve, yes_no(r->fits_host));
     if (r->fits_host)

@@ -19,14 +19,18 @@ static int fail(int rank, int code, const char *what) {
 }
 
 static void list_models(void) {
-    printf("%-10s %6s %6s %6s %7s %7s %9s  %s\n", "model", "layers", "hidden", "heads", "seq",
-           "vocab", "params", "shape from");
+    printf("%-10s %6s %6s %6s %7s %7s %9s  %-11s %s\n", "model", "layers", "hidden", "heads", "seq",
+           "vocab", "params", "TP x DP", "shape from");
     for (int i = 0; i < zoe_model_preset_count(); i++) {
         const zoe_model_config *m = zoe_model_preset_at(i);
         double p = (double)zoe_model_param_count(m);
-        printf("%-10s %6d %6d %6d %7d %7d %8.*f%c  %s\n", m->name, m->layers, m->hidden, m->heads,
-               m->seq_len, m->vocab, p >= 1e9 ? 2 : 1, p >= 1e9 ? p / 1e9 : p / 1e6,
-               p >= 1e9 ? 'B' : 'M', m->source);
+        char grids[64] = "";
+        for (int g = 0; g < ZOE_MODEL_MAX_GRIDS && m->grids[g].tp; g++)
+            snprintf(grids + strlen(grids), sizeof grids - strlen(grids), "%s%dx%d", g ? " " : "",
+                     m->grids[g].tp, m->grids[g].dp);
+        printf("%-10s %6d %6d %6d %7d %7d %8.*f%c  %-11s %s\n", m->name, m->layers, m->hidden,
+               m->heads, m->seq_len, m->vocab, p >= 1e9 ? 2 : 1, p >= 1e9 ? p / 1e9 : p / 1e6,
+               p >= 1e9 ? 'B' : 'M', grids, m->source);
     }
 }
 
