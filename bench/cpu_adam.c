@@ -1,12 +1,19 @@
 /* bench_cpu_adam [N] [REPS]: the fused host Adam step against a streaming probe that moves the
- * same bytes with trivial arithmetic, at 1 and 2 threads, in fp32 mode (fp32 weights out) and
- * bf16-weight mode (bf16 weights out); and a naive scalar AdamW for the factor gained.
+ * same bytes with trivial arithmetic, at 1 and 2 threads, in the layouts of docs/offload.md
+ * ("Memory layout"); and a naive scalar AdamW for the factor gained.
  *
- * Bytes per parameter of the step: reads gradient (fp32, the host accumulation buffer), master,
- * m, v = 16; writes master, m, v = 12; writes the compute-dtype weight = 4 (fp32) or 2 (bf16).
+ * Bytes per parameter of the step, by mode:
+ *   fp32          CPU backend, fp32 weights: the weights are the master. Reads gradient,
+ *                 weight, m, v = 16; writes weight, m, v = 12: 28.
+ *   bf16_weights  bf16 weights (CPU backend, or a GPU box's host): 28 + the bf16 weight = 30.
+ *   fp32_dpu      CPU, fp32, update in flight: reads the weights the forward reads, writes the
+ *                 new ones over the gradient: 28.
+ *   bf16_dpu      update in flight from the bf16 gradient snapshot, the new bf16 weights over
+ *                 it: reads master, m, v, snapshot = 14; writes the same = 14: 28.
  * The probe reads and writes exactly those arrays. Each figure is the fastest of REPS runs,
  * step and probe interleaved so that noise from other processes hits both alike. Default N is
- * 16M parameters (~0.5 GB); pass 100000000 for the 100M figure. */
+ * 16M parameters (~0.4 GB); pass 100000000 for the 100M figure. The summary's worst ratio and
+ * bytes are those of the fp32 and bf16_weights modes, the goals of issue 14. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -20,8 +27,12 @@
 typedef struct arrays {
     size_t n;
     float *grad, *master, *m, *v;
-    void *out;
+    void *out; /* n floats' room: the bf16 weights, or the bf16 snapshot */
 } arrays;
+
+typedef enum { FP32, BF16_WEIGHTS, FP32_DPU, BF16_DPU, NUM_MODES } mode;
+static const char *mode_names[] = {"fp32", "bf16_weights", "fp32_dpu", "bf16_dpu"};
+static const double mode_bytes[] = {28, 30, 28, 28};
 
 static double now_ms(void) {
     struct timespec ts;
@@ -34,21 +45,56 @@ static size_t tiles(size_t n) {
 }
 
 /* The optimizer's threading: static schedule over ZOE_ADAM_TILE tiles. */
-static void fused_step(const arrays *a, const zoe_adam_consts *c, zoe_dtype odt) {
+static void fused_step(const arrays *a, const zoe_adam_consts *c, mode md) {
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < (long)tiles(a->n); t++) {
         size_t lo = (size_t)t * ZOE_ADAM_TILE;
         size_t len = lo + ZOE_ADAM_TILE < a->n ? ZOE_ADAM_TILE : a->n - lo;
-        zoe_adam_host(c, a->master + lo, a->m + lo, a->v + lo, a->grad + lo, ZOE_F32,
-                      (char *)a->out + lo * zoe_dtype_size(odt), odt, len);
+        float *w = a->master + lo, *g = a->grad + lo;
+        zoe_bf16 *half = (zoe_bf16 *)a->out + lo;
+        switch (md) {
+        case FP32:
+            zoe_adam_host_to(c, w, w, a->m + lo, a->v + lo, g, ZOE_F32, NULL, ZOE_F32, len);
+            break;
+        case BF16_WEIGHTS:
+            zoe_adam_host_to(c, w, w, a->m + lo, a->v + lo, g, ZOE_F32, half, ZOE_BF16, len);
+            break;
+        case FP32_DPU:
+            zoe_adam_host_to(c, w, g, a->m + lo, a->v + lo, g, ZOE_F32, NULL, ZOE_F32, len);
+            break;
+        default:
+            zoe_adam_host_to(c, w, w, a->m + lo, a->v + lo, half, ZOE_BF16, half, ZOE_BF16, len);
+            break;
+        }
     }
 }
 
 /* Same reads and writes, one multiply-add per array, and the weights' copy stored the way the
- * step stores it (non-temporal, truncated to bf16 in the bf16 mode): a memory-speed yardstick.
- * Tiles start 64-byte aligned. */
-__attribute__((target("avx2"))) static void
-probe_tile_avx2(float *w, float *m, float *v, const float *g, void *out, int bf16, size_t len) {
+ * step stores it (non-temporal, truncated to bf16): a memory-speed yardstick. The mode's
+ * gradient comes from g (fp32) or the bf16 buffer; the new weight goes to w or over g, and its
+ * bf16 copy (if any) to the bf16 buffer. Tiles start 64-byte aligned. */
+static inline float probe_grad(const float *g, const uint16_t *half, mode md, size_t i) {
+    if (md != BF16_DPU) return g[i];
+    uint32_t u = (uint32_t)half[i] << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static void probe_scalar(float *w, float *m, float *v, float *g, uint16_t *half, mode md, size_t lo,
+                         size_t len) {
+    for (size_t i = lo; i < len; i++) {
+        float gi = probe_grad(g, half, md, i), x = w[i] + 1e-7f * gi;
+        m[i] += 1e-7f * gi, v[i] = v[i] * 0.999999f + 1e-9f;
+        *(md == FP32_DPU ? &g[i] : &w[i]) = x;
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        if (md == BF16_WEIGHTS || md == BF16_DPU) half[i] = (uint16_t)(u >> 16);
+    }
+}
+
+__attribute__((target("avx2"))) static void probe_tile_avx2(float *w, float *m, float *v, float *g,
+                                                            uint16_t *half, mode md, size_t len) {
     const __m256 c = _mm256_set1_ps(1e-7f), a = _mm256_set1_ps(0.999999f),
                  b = _mm256_set1_ps(1e-9f);
     size_t i = 0;
@@ -56,63 +102,43 @@ probe_tile_avx2(float *w, float *m, float *v, const float *g, void *out, int bf1
         __m256 x[2];
         for (int k = 0; k < 2; k++) {
             size_t j = i + 8 * (size_t)k;
-            __m256 gj = _mm256_loadu_ps(g + j);
+            __m256 gj =
+                md == BF16_DPU
+                    ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                          _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(half + j))), 16))
+                    : _mm256_loadu_ps(g + j);
             x[k] = _mm256_add_ps(_mm256_loadu_ps(w + j), _mm256_mul_ps(c, gj));
-            _mm256_storeu_ps(w + j, x[k]);
+            _mm256_storeu_ps(md == FP32_DPU ? g + j : w + j, x[k]);
             _mm256_storeu_ps(m + j, _mm256_add_ps(_mm256_loadu_ps(m + j), _mm256_mul_ps(c, gj)));
             _mm256_storeu_ps(v + j, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + j), a), b));
         }
-        if (bf16) {
+        if (md == BF16_WEIGHTS || md == BF16_DPU) {
             __m256i hi = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(x[0]), 16),
                                              _mm256_srli_epi32(_mm256_castps_si256(x[1]), 16));
-            _mm256_stream_si256((__m256i *)((uint16_t *)out + i),
-                                _mm256_permute4x64_epi64(hi, 0xD8));
-        } else {
-            _mm256_stream_ps((float *)out + i, x[0]);
-            _mm256_stream_ps((float *)out + i + 8, x[1]);
+            _mm256_stream_si256((__m256i *)(half + i), _mm256_permute4x64_epi64(hi, 0xD8));
         }
     }
     _mm_sfence();
-    for (; i < len; i++) {
-        w[i] += 1e-7f * g[i], m[i] += 1e-7f * g[i], v[i] = v[i] * 0.999999f + 1e-9f;
-        uint32_t u;
-        memcpy(&u, &w[i], 4);
-        if (bf16)
-            ((uint16_t *)out)[i] = (uint16_t)(u >> 16);
-        else
-            ((float *)out)[i] = w[i];
-    }
+    probe_scalar(w, m, v, g, half, md, i, len);
 }
 
-static void probe_tile(float *w, float *m, float *v, const float *g, void *out, int bf16,
-                       size_t len) {
-    if (__builtin_cpu_supports("avx2")) {
-        probe_tile_avx2(w, m, v, g, out, bf16, len);
-        return;
-    }
-    for (size_t i = 0; i < len; i++) {
-        w[i] += 1e-7f * g[i], m[i] += 1e-7f * g[i], v[i] = v[i] * 0.999999f + 1e-9f;
-        uint32_t u;
-        memcpy(&u, &w[i], 4);
-        if (bf16)
-            ((uint16_t *)out)[i] = (uint16_t)(u >> 16);
-        else
-            ((float *)out)[i] = w[i];
-    }
-}
-
-static void probe(const arrays *a, zoe_dtype odt) {
+static void probe(const arrays *a, mode md) {
+    int avx2 = __builtin_cpu_supports("avx2");
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < (long)tiles(a->n); t++) {
         size_t lo = (size_t)t * ZOE_ADAM_TILE;
         size_t len = lo + ZOE_ADAM_TILE < a->n ? ZOE_ADAM_TILE : a->n - lo;
-        probe_tile(a->master + lo, a->m + lo, a->v + lo, a->grad + lo,
-                   (char *)a->out + lo * zoe_dtype_size(odt), odt == ZOE_BF16, len);
+        float *w = a->master + lo, *m = a->m + lo, *v = a->v + lo, *g = a->grad + lo;
+        uint16_t *half = (uint16_t *)a->out + lo;
+        if (avx2)
+            probe_tile_avx2(w, m, v, g, half, md, len);
+        else
+            probe_scalar(w, m, v, g, half, md, 0, len);
     }
 }
 
 /* AdamW as it is usually first written: one thread, bias corrections per element. */
-static void naive_adamw(const arrays *a, const zoe_adam_hparams *h, zoe_dtype odt) {
+static void naive_adamw(const arrays *a, const zoe_adam_hparams *h, mode md) {
     for (size_t i = 0; i < a->n; i++) {
         float g = a->grad[i] * h->grad_scale;
         a->m[i] = h->beta1 * a->m[i] + (1 - h->beta1) * g;
@@ -120,10 +146,7 @@ static void naive_adamw(const arrays *a, const zoe_adam_hparams *h, zoe_dtype od
         float mhat = a->m[i] / (1 - powf(h->beta1, (float)h->step));
         float vhat = a->v[i] / (1 - powf(h->beta2, (float)h->step));
         a->master[i] -= h->lr * (mhat / (sqrtf(vhat) + h->eps) + h->weight_decay * a->master[i]);
-        if (odt == ZOE_BF16)
-            ((zoe_bf16 *)a->out)[i] = zoe_f32_to_bf16(a->master[i]);
-        else
-            ((float *)a->out)[i] = a->master[i];
+        if (md == BF16_WEIGHTS) ((zoe_bf16 *)a->out)[i] = zoe_f32_to_bf16(a->master[i]);
     }
 }
 
@@ -170,7 +193,6 @@ int main(int argc, char **argv) {
                           .step = 10};
     zoe_adam_consts c;
     zoe_adam_consts_init(&c, &h);
-    const zoe_dtype modes[] = {ZOE_F32, ZOE_BF16};
     double worst_ratio = 0, max_bytes = 0;
     int max_threads = omp_get_num_procs() < 2 ? omp_get_num_procs() : 2;
     for (int threads = 1; threads <= max_threads; threads++) {
@@ -180,35 +202,37 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_cpu_adam: cannot allocate 5 x %zu floats\n", n);
             return 1;
         }
-        for (int mi = 0; mi < 2; mi++) {
-            zoe_dtype odt = modes[mi];
-            double bytes = 16 + 12 + (double)zoe_dtype_size(odt);
+        for (int mi = 0; mi < NUM_MODES; mi++) {
+            mode md = (mode)mi;
+            double bytes = mode_bytes[md];
             double step_ms = INFINITY, probe_ms = INFINITY, naive_ms = INFINITY;
-            fused_step(&a, &c, odt), probe(&a, odt); /* warm-up */
+            fused_step(&a, &c, md), probe(&a, md); /* warm-up */
             for (int r = 0; r < reps; r++) {
                 double t0 = now_ms();
-                fused_step(&a, &c, odt);
+                fused_step(&a, &c, md);
                 double t1 = now_ms();
-                probe(&a, odt);
+                probe(&a, md);
                 double t2 = now_ms();
                 step_ms = fmin(step_ms, t1 - t0), probe_ms = fmin(probe_ms, t2 - t1);
             }
-            if (threads == 1)
-                for (int r = 0; r < (reps < 3 ? reps : 3); r++) {
-                    double t0 = now_ms();
-                    naive_adamw(&a, &h, odt);
-                    naive_ms = fmin(naive_ms, now_ms() - t0);
-                }
+            int naive = threads == 1 && (md == FP32 || md == BF16_WEIGHTS);
+            for (int r = 0; naive && r < (reps < 3 ? reps : 3); r++) {
+                double t0 = now_ms();
+                naive_adamw(&a, &h, md);
+                naive_ms = fmin(naive_ms, now_ms() - t0);
+            }
             double ratio = step_ms / probe_ms;
-            if (ratio > worst_ratio) worst_ratio = ratio;
-            if (bytes > max_bytes) max_bytes = bytes;
+            if (md == FP32 || md == BF16_WEIGHTS) {
+                if (ratio > worst_ratio) worst_ratio = ratio;
+                if (bytes > max_bytes) max_bytes = bytes;
+            }
             printf(
                 "{\"bench\":\"cpu_adam\",\"mode\":\"%s\",\"isa\":\"%s\",\"threads\":%d,\"n\":%zu,"
                 "\"bytes_per_param\":%.0f,\"step_ms\":%.3f,\"probe_ms\":%.3f,"
                 "\"step_over_probe\":%.3f,\"step_gb_s\":%.2f",
-                odt == ZOE_F32 ? "fp32" : "bf16_weights", zoe_cpu_isa_name(zoe_cpu_isa_best()),
-                threads, n, bytes, step_ms, probe_ms, ratio, bytes * n / step_ms * 1e-6);
-            if (threads == 1)
+                mode_names[md], zoe_cpu_isa_name(zoe_cpu_isa_best()), threads, n, bytes, step_ms,
+                probe_ms, ratio, bytes * n / step_ms * 1e-6);
+            if (naive)
                 printf(",\"naive_ms\":%.3f,\"naive_over_step\":%.2f", naive_ms, naive_ms / step_ms);
             printf("}\n");
             fflush(stdout);
@@ -216,7 +240,7 @@ int main(int argc, char **argv) {
         free_arrays(&a);
     }
     printf("{\"bench\":\"cpu_adam\",\"summary\":true,\"n\":%zu,\"worst_step_over_probe\":%.3f,"
-           "\"goal_ratio\":1.03,\"max_bytes_per_param\":%.0f,\"goal_bytes\":32}\n",
+           "\"goal_ratio\":1.03,\"max_bytes_per_param\":%.0f,\"goal_bytes\":30}\n",
            n, worst_ratio, max_bytes);
     return 0;
 }

@@ -46,6 +46,13 @@ void zoe_grads_destroy(zoe_optimizer *opt) {
     free(opt->tensor_ready);
 }
 
+void zoe_grads_wait_released(zoe_optimizer *opt) {
+    if (!opt->in_flight) return;
+    pthread_mutex_lock(&opt->release_lock);
+    while (opt->grad_held) pthread_cond_wait(&opt->released, &opt->release_lock);
+    pthread_mutex_unlock(&opt->release_lock);
+}
+
 /* Adds (or, for the first micro-batch of a step, assigns) the host part of bucket b's
  * partition, held in pinned from partition offset pinned_start, into the host gradient
  * partition, segment by segment, with the norm's sum of squares of the result. Large segments
@@ -55,6 +62,7 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
     size_t lo, mid, hi;
     zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     const zoe_layout *lay = &opt->lay;
+    zoe_grads_wait_released(opt);
     float *grad = opt->h_grad[opt->grad_buf];
     const float scale = 1.0f / (float)opt->dp_size;
     for (int s = lay->num_device_segments; s < lay->num_segments; s++) {
@@ -94,6 +102,7 @@ static zoe_status reduce_bucket(zoe_optimizer *opt, int b, void *grads, void *pi
                                     opt->copy_stream));
     size_t lo, mid, hi;
     zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
+    if (mid > lo && zoe_device_is_host_memory(opt)) zoe_grads_wait_released(opt); /* aliases */
     if (mid > lo)
         ZOE_TRY(zoe_grad_accumulate_stream(opt->copy_stream, opt->d_grad[opt->grad_buf] + lo, mine,
                                            opt->dtype, 1.0f / (float)opt->dp_size, assign,

@@ -27,7 +27,8 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.d_state = cpu ? 0 : pd;
     z.d_grads = !z.d_state ? 0 : dpu ? 2 : 1;
     if (!cpu && !dpu && z.h_numel) {
-        z.out_ring = min_size(z.h_numel, ZOE_OUT_RING_NUMEL);
+        size_t tiles = (cfg->copy_out_numel + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE;
+        z.out_ring = min_size(z.h_numel, tiles * ZOE_ADAM_TILE); /* blocks of whole tiles */
         z.out_slots = 2;
     }
     if (cfg->grad_mode == ZOE_GRAD_FULL_BUFFER) {

@@ -23,6 +23,7 @@ void zoe_optimizer_config_default(zoe_optimizer_config *cfg) {
         .grad_mode = ZOE_GRAD_BUCKETS,
         .dpu_warmup = 0,
         .partial_ratio = 0.0f,
+        .copy_out_numel = (size_t)1 << 22,
     };
 }
 
@@ -46,6 +47,7 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
     if (c->grad_mode != ZOE_GRAD_BUCKETS && c->grad_mode != ZOE_GRAD_FULL_BUFFER)
         BAD("unknown gradient mode %d", (int)c->grad_mode);
     if (c->dpu_warmup < 0) BAD("dpu_warmup %d must be >= 0 (0 disables DPU)", c->dpu_warmup);
+    if (c->copy_out_numel == 0) BAD("copy_out_numel 0 must be positive");
     if (!(c->partial_ratio >= 0 && c->partial_ratio <= 1))
         BAD("partial offload ratio %g outside [0, 1]", (double)c->partial_ratio);
     return ZOE_OK;
@@ -100,6 +102,15 @@ zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *
     ZOE_TRY(check_tensors(tensors, num_tensors));
     zoe_optimizer *opt = calloc(1, sizeof *opt);
     if (!opt) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "optimizer struct");
+    if (pthread_mutex_init(&opt->release_lock, NULL) != 0) {
+        free(opt);
+        return zoe_fail(ZOE_ERR_INTERNAL, "optimizer lock");
+    }
+    if (pthread_cond_init(&opt->released, NULL) != 0) {
+        pthread_mutex_destroy(&opt->release_lock);
+        free(opt);
+        return zoe_fail(ZOE_ERR_INTERNAL, "optimizer condition variable");
+    }
     opt->cfg = *cfg;
     opt->grid = grid, opt->dev = device, opt->stream = stream;
     opt->dp_size = zoe_grid_dp_size(grid), opt->dp_rank = zoe_grid_dp_rank(grid);
@@ -128,6 +139,8 @@ void zoe_optimizer_destroy(zoe_optimizer *opt) {
     zoe_stream_destroy(opt->copy_stream);
     zoe_stream_destroy(opt->update_stream);
     zoe_comm_destroy(opt->dp);
+    pthread_cond_destroy(&opt->released);
+    pthread_mutex_destroy(&opt->release_lock);
     free(opt);
 }
 

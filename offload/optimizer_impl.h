@@ -66,9 +66,6 @@ typedef struct zoe_state_sizes {
     size_t full_grad, full_pinned;   /* ZOE_GRAD_FULL_BUFFER, compute dtype */
 } zoe_state_sizes;
 
-/* Elements per slot of the copy-out ring: 8 MiB of bf16, a whole number of tiles. */
-#define ZOE_OUT_RING_NUMEL ((size_t)256 * ZOE_ADAM_TILE)
-
 void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
                         const zoe_optimizer_config *cfg, zoe_state_sizes *out);
 void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,
@@ -137,6 +134,13 @@ struct zoe_optimizer {
     int in_flight;
     zoe_step_consts flight_consts;
     zoe_step_consts flight_snap_consts; /* for the host share's snapshot (sz.dpu_snapshot) */
+    float flight_snap_scale;            /* the snapshot's factor: 1 / micro-batches */
+    /* With a snapshot the update in flight first takes it from the fp32 gradient partition,
+     * then releases the partition: grad_held is 1 until then, and the next iteration's first
+     * write to the partition waits for the release (zoe_grads_wait_released). */
+    pthread_mutex_t release_lock;
+    pthread_cond_t released;
+    int grad_held;
     int flight_buf;
     zoe_status flight_status;
     char flight_error[256];
@@ -151,6 +155,8 @@ zoe_status zoe_config_check(const zoe_optimizer_config *cfg);
 /* grads.c */
 zoe_status zoe_grads_create(zoe_optimizer *opt);
 void zoe_grads_destroy(zoe_optimizer *opt);
+/* Waits until the update in flight has taken its snapshot of the gradient partition. */
+void zoe_grads_wait_released(zoe_optimizer *opt);
 /* ZOE_GRAD_FULL_BUFFER: reduces the full buffer into the gradient partitions (in step). */
 zoe_status zoe_grads_reduce_full(zoe_optimizer *opt);
 

@@ -54,6 +54,7 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
 #pragma omp parallel for schedule(static) reduction(| : failed)
     for (long ch = first; ch < last; ch++) {
         size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
+        lo = lo < b0 ? b0 : lo;
         for (int s = opt->chunk_segment[ch]; s < lay->num_segments; s++) {
             const zoe_segment *sg = &lay->segments[s];
             size_t a = sg->offset - h_lo, e = a + sg->len;
@@ -99,6 +100,10 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
+    if (!in_flight && !opt->part_out) { /* the update writes the parameters: compute is done */
+        ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
+        ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_written));
+    }
     for (int s = 0; !zoe_device_is_host_memory(opt) && s < lay->num_device_segments; s++) {
         size_t a = lay->segments[s].offset, n = lay->segments[s].len;
         ZOE_TRY(zoe_adam_stream(opt->update_stream, zoe_segment_consts(c, &lay->segments[s]),
@@ -130,6 +135,28 @@ zoe_status zoe_refresh(zoe_optimizer *opt) {
     return zoe_event_record(opt->refreshed, opt->stream);
 }
 
+/* The DPU snapshot: the host gradient partition buf times scale, in the compute dtype, with the
+ * host step's schedule. */
+static zoe_status snapshot_grads(zoe_optimizer *opt, int buf, float scale) {
+    size_t n = opt->sz.h_numel;
+    int failed = 0;
+#pragma omp parallel for schedule(static) reduction(| : failed)
+    for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
+        size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
+        failed |= zoe_grad_snapshot_host((char *)opt->h_snap + lo * opt->esz, opt->dtype,
+                                         opt->h_grad[buf] + lo, scale, len) != ZOE_OK;
+    }
+    if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "gradient snapshot failed on a tile");
+    return ZOE_OK;
+}
+
+static void release_grads(zoe_optimizer *opt) {
+    pthread_mutex_lock(&opt->release_lock);
+    opt->grad_held = 0;
+    pthread_cond_broadcast(&opt->released);
+    pthread_mutex_unlock(&opt->release_lock);
+}
+
 static void *update_worker(void *arg) {
     zoe_optimizer *opt = arg;
     opt->flight_status = ZOE_OK;
@@ -138,6 +165,9 @@ static void *update_worker(void *arg) {
     if (zoe_device_backend(opt->dev) == ZOE_BACKEND_CUDA)
         opt->flight_status = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
 #endif
+    if (opt->flight_status == ZOE_OK && opt->sz.dpu_snapshot)
+        opt->flight_status = snapshot_grads(opt, opt->flight_buf, opt->flight_snap_scale);
+    if (opt->sz.dpu_snapshot) release_grads(opt); /* also on failure: nothing may wait forever */
     if (opt->flight_status == ZOE_OK)
         opt->flight_status =
             run_update(opt, &opt->flight_consts, &opt->flight_snap_consts, opt->flight_buf, 1);
@@ -198,21 +228,6 @@ static void update_loss_scale(zoe_optimizer *opt, int overflow) {
     }
 }
 
-/* The DPU snapshot: the host gradient partition buf times scale, in the compute dtype, with the
- * host step's schedule. */
-static zoe_status snapshot_grads(zoe_optimizer *opt, int buf, float scale) {
-    size_t n = opt->sz.h_numel;
-    int failed = 0;
-#pragma omp parallel for schedule(static) reduction(| : failed)
-    for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
-        size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
-        failed |= zoe_grad_snapshot_host((char *)opt->h_snap + lo * opt->esz, opt->dtype,
-                                         opt->h_grad[buf] + lo, scale, len) != ZOE_OK;
-    }
-    if (failed) return zoe_fail(ZOE_ERR_INTERNAL, "gradient snapshot failed on a tile");
-    return ZOE_OK;
-}
-
 zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "step: optimizer is NULL");
     if (!(lr >= 0.0f) || !isfinite(lr))
@@ -266,15 +281,18 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
         opt->flight_consts = c;
         opt->flight_buf = buf;
         if (opt->sz.dpu_snapshot) { /* the snapshot holds the mean over micro-batches */
-            ZOE_TRY(snapshot_grads(opt, buf, 1.0f / (float)k));
+            opt->flight_snap_scale = 1.0f / (float)k;
+            opt->grad_held = 1; /* before the worker exists: no lock needed */
             h.grad_scale = (float)(st->clip_coef / opt->loss_scale);
             h.weight_decay = opt->cfg.weight_decay;
             zoe_adam_consts_init(&opt->flight_snap_consts.decayed, &h);
             h.weight_decay = 0;
             zoe_adam_consts_init(&opt->flight_snap_consts.exempt, &h);
         }
-        if (pthread_create(&opt->worker, NULL, update_worker, opt) != 0)
+        if (pthread_create(&opt->worker, NULL, update_worker, opt) != 0) {
+            opt->grad_held = 0;
             return zoe_fail(ZOE_ERR_INTERNAL, "could not start the delayed-update thread");
+        }
         opt->in_flight = 1;
         opt->grad_buf ^= 1; /* the next iteration's gradients go to the other partition */
         return ZOE_OK;

@@ -31,9 +31,11 @@ int zoe_cuda_device_count(void) {
 #endif
 }
 
+#ifdef ZOE_HAVE_CUDA
 static inline int is_cuda(const zoe_device *dev) {
     return dev && dev->backend == ZOE_BACKEND_CUDA;
 }
+#endif
 
 zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out) {
     if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "device out pointer is NULL");
@@ -150,6 +152,10 @@ static void raw_free(zoe_device *dev, void *ptr, int pinned) {
 }
 
 static zoe_status tracked_alloc(zoe_device *dev, size_t bytes, int pinned, void **out) {
+    if (!dev || !out)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s alloc: NULL argument",
+                        pinned ? "host" : "device");
+    *out = NULL;
     ZOE_TRY(raw_alloc(dev, bytes, pinned, out));
     zoe_status st = track(dev, *out, bytes, pinned);
     if (st != ZOE_OK) {
@@ -159,28 +165,23 @@ static zoe_status tracked_alloc(zoe_device *dev, size_t bytes, int pinned, void 
     return st;
 }
 
+static void tracked_free(zoe_device *dev, void *ptr, int pinned) {
+    if (!ptr) return;
+    untrack(dev, ptr);
+    raw_free(dev, ptr, pinned);
+}
+
 zoe_status zoe_device_alloc(zoe_device *dev, size_t bytes, void **out) {
-    if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "device alloc: NULL argument");
-    *out = NULL;
     return tracked_alloc(dev, bytes, 0, out);
 }
-
 void zoe_device_free(zoe_device *dev, void *ptr) {
-    if (!ptr) return;
-    untrack(dev, ptr);
-    raw_free(dev, ptr, 0);
+    tracked_free(dev, ptr, 0);
 }
-
 zoe_status zoe_host_alloc(zoe_device *dev, size_t bytes, void **out) {
-    if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "host alloc: NULL argument");
-    *out = NULL;
     return tracked_alloc(dev, bytes, 1, out);
 }
-
 void zoe_host_free(zoe_device *dev, void *ptr) {
-    if (!ptr) return;
-    untrack(dev, ptr);
-    raw_free(dev, ptr, 1);
+    tracked_free(dev, ptr, 1);
 }
 
 zoe_status zoe_stream_create(zoe_device *dev, zoe_stream **out) {

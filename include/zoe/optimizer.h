@@ -60,9 +60,32 @@
  * flight and refreshes, so that the parameter buffer holds the latest weights (before
  * evaluation or a checkpoint). The stats of step i are those of g_i, known when step i returns.
  *
+ * Memory layout (docs/offload.md), per element of the rank's partition P unless stated; the
+ * device holds the parameter buffer (compute dtype, 1 element per parameter of the TP shard) and
+ * the gradient bucket ring besides. On a GPU (host side): fp32 master, m, v and the fp32
+ * gradient accumulator = 16 bytes; the new compute-dtype weights go to the device through a
+ * small pinned copy-out ring (2 slots of copy_out_numel, 8 MiB of bf16 each), never a full-size
+ * buffer. With DPU, 18: the update in flight first rounds the finished gradient, divided by the
+ * micro-batch count, into a pinned compute-dtype snapshot and releases the fp32 accumulator (the
+ * next iteration's first gradient write waits for that), then writes the new compute-dtype
+ * weights over the snapshot, so one fp32 accumulator serves, and the device keeps a partition
+ * buffer (2 bytes per element of P) that the new weights are copied into while compute runs. On the
+ * CPU backend with fp32 weights the rank's slices of the parameter buffer are the fp32 master
+ * weights (16 bytes per parameter at DP = 1 in all); writing ZOE_STATE_MASTER then changes
+ * the rank's own slices at once (the other ranks' copies at zoe_optimizer_refresh_params).
+ * With DPU there, the update reads the weights the forward is reading and writes the new ones
+ * over the gradient it read, in a second fp32 gradient partition (20 bytes per parameter).
+ * bf16 weights on the CPU backend: 18, and 20 with DPU (the bf16 snapshot as above).
+ * Numerics: everything but DPU with 16-bit weights is bit for bit the fused step of
+ * kernels/adam.h on the fp32 accumulator; DPU with bf16/fp16 weights applies Adam to the
+ * snapshot, i.e. to the mean gradient rounded to the compute dtype (the precision of the
+ * ZeRO-Offload paper's fp16 gradients: a relative error of at most 2^-9 for bf16, 2^-12 for
+ * fp16 per element), while the accumulation over micro-batches and the norm stay fp32.
+ *
  * Partial offload: partial_ratio r in [0, 1] keeps the first r of the rank's partition (rounded
  * down to 64 bytes) with its state in device memory, updated by a device Adam; the rest is on
- * the host. On the CPU backend device memory is host memory and the device Adam is the host's.
+ * the host. On the CPU backend device memory is host memory and the device Adam is the host's:
+ * the device share then lives in the host arrays (counted as host memory).
  *
  * Threads: the host step runs on the OpenMP threads of the calling process; bind them first
  * (zoe_topology_bind) so that the state, first-touched by the threads that update it, lands in
@@ -102,6 +125,8 @@ typedef struct zoe_optimizer_config {
     zoe_grad_mode grad_mode; /* ZOE_GRAD_BUCKETS */
     int dpu_warmup;          /* synchronous steps before DPU; 0 disables DPU (the default) */
     float partial_ratio;     /* share of the partition kept and updated on the device: 0 */
+    size_t copy_out_numel;   /* elements per slot of the pinned ring that carries the new weights
+                              * to a GPU without DPU (rounded up to ZOE_ADAM_TILE): 1 << 22 */
 } zoe_optimizer_config;
 
 void zoe_optimizer_config_default(zoe_optimizer_config *cfg);
@@ -172,8 +197,9 @@ zoe_status zoe_optimizer_stats_get(const zoe_optimizer *opt, zoe_optimizer_stats
 
 /* Checkpoint access to the rank's partition, in partition coordinates [0, partition_numel):
  * fp32 master weights, first and second moments, count elements from offset. Waits for an
- * update in flight. Writing the master weights does not refresh the parameter buffer: call
- * zoe_optimizer_refresh_params() after writing. */
+ * update in flight. Writing the master weights does not refresh the parameter buffer (on the
+ * CPU backend with fp32 weights it changes this rank's own slices, which are the master, and
+ * no other rank's copy): call zoe_optimizer_refresh_params() after writing. */
 typedef enum zoe_optimizer_state {
     ZOE_STATE_MASTER = 0,
     ZOE_STATE_EXP_AVG = 1,
@@ -216,7 +242,9 @@ typedef struct zoe_optimizer_footprint_args {
 } zoe_optimizer_footprint_args;
 zoe_status zoe_optimizer_footprint_of(const zoe_optimizer_footprint_args *args,
                                       zoe_optimizer_footprint *out);
-/* What this optimizer allocated (counted as it allocated). */
+/* What this optimizer allocated (counted as it allocated). Not counted by either: the DP
+ * communicator's own staging (on the CPU backend, a 16-bit reduction stages its input as fp32:
+ * up to 4 bytes per element of the largest bucket, allocated at the first reduction). */
 zoe_status zoe_optimizer_memory(const zoe_optimizer *opt, zoe_optimizer_footprint *out);
 
 #ifdef __cplusplus

@@ -88,6 +88,19 @@ static inline void read_params(zoe_optimizer *opt, zoe_dtype dt, const size_t *n
     }
 }
 
+/* Uniform [-1, 1) weights from seed written into the parameters, and the optimizer initialised
+ * from them. */
+static inline void init_random_params(zoe_optimizer *opt, zoe_dtype dt, const size_t *numel, int nt,
+                                      uint64_t seed, double *w) {
+    size_t total = 0;
+    for (int t = 0; t < nt; t++) total += numel[t];
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    for (size_t i = 0; i < total; i++) w[i] = 2 * test_rng_uniform(&rng) - 1;
+    write_params(opt, dt, numel, nt, w);
+    CHECK_OK(zoe_optimizer_init_from_params(opt));
+}
+
 /* One micro-batch as a model's backward would run it: tensors in reverse order, each gradient
  * accumulated (+=, rounded to dt) into the buffer the optimizer hands out, then marked ready. */
 static inline void feed_micro_batch(zoe_optimizer *opt, zoe_dtype dt, const size_t *numel, int nt,

@@ -7,6 +7,11 @@
  *  - the scalar path against a float64 Adam step: within 1e-5 relative of the update
  *    magnitude (~10 fp32 roundings of 2^-24 each in computing it) plus 3 roundings of the
  *    weight itself (the decay constant, w * decay, w - update);
+ *  - the in-place forms of the layout (kernels/adam.h, zoe_adam_host_to) equal the separate
+ *    buffers bit for bit on every path: the new fp32 weights over an fp32 gradient, read from
+ *    weights left untouched, and the new compute-dtype weights over a compute-dtype gradient;
+ *  - the DPU snapshot (fp32 times a scale, rounded to fp32, bf16, fp16) equals the scalar
+ *    definition, zoe_f32_to_bf16 / _f16 of the fp32 product, bit for bit on every path;
  *  - the gradient accumulation (assign and add, scaled, each source dtype) equals the scalar
  *    definition bit for bit on every path, and its sum of squares is within 1e-6 relative of a
  *    float64 sum (fp32 lane sums, flushed to double).
@@ -146,6 +151,65 @@ static void check_accumulate(zoe_dtype sdt, int assign) {
           want_sumsq);
 }
 
+static const zoe_cpu_isa isas[] = {ZOE_ISA_SCALAR, ZOE_ISA_AVX2, ZOE_ISA_AVX512};
+
+/* The in-place forms against separate buffers, on every path this CPU runs. */
+static void check_in_place(const zoe_adam_consts *c, zoe_dtype half) {
+    test_rng rng;
+    test_rng_seed(&rng, 29 + half);
+    float w0[N], m0[N], v0[N], g0[N];
+    fill_state(&rng, w0, m0, v0, g0);
+    uint16_t gh0[N];
+    to_dtype(half, g0, gh0);
+    for (int p = 0; p < 3; p++) {
+        if (!zoe_cpu_isa_supported(isas[p])) continue;
+        float w[N], m[N], v[N], g[N], wo[N], rm[N], rv[N];
+        /* fp32: w_out over the gradient, the weights only read. */
+        memcpy(w, w0, sizeof w), memcpy(m, m0, sizeof m), memcpy(v, v0, sizeof v);
+        memcpy(g, g0, sizeof g), memcpy(rm, m0, sizeof m), memcpy(rv, v0, sizeof v);
+        CHECK_OK(zoe_adam_host_to_isa(isas[p], c, w0, wo, rm, rv, g0, ZOE_F32, NULL, ZOE_F32, N));
+        CHECK_OK(zoe_adam_host_to_isa(isas[p], c, w, g, m, v, g, ZOE_F32, NULL, ZOE_F32, N));
+        CHECK(!memcmp(g, wo, sizeof g) && !memcmp(m, rm, sizeof m) && !memcmp(v, rv, sizeof v) &&
+                  !memcmp(w, w0, sizeof w),
+              "%s: new weights over the fp32 gradient differ from separate buffers",
+              zoe_cpu_isa_name(isas[p]));
+        /* Compute dtype: the new weights over the compute-dtype gradient (odd offset: peeling). */
+        uint16_t gh[N], out[N];
+        memcpy(w, w0, sizeof w), memcpy(m, m0, sizeof m), memcpy(v, v0, sizeof v);
+        memcpy(wo, w0, sizeof w), memcpy(rm, m0, sizeof m), memcpy(rv, v0, sizeof v);
+        memcpy(gh, gh0, sizeof gh);
+        CHECK_OK(zoe_adam_host_to_isa(isas[p], c, wo + 3, wo + 3, rm + 3, rv + 3, gh0 + 3, half,
+                                      out + 3, half, N - 3));
+        CHECK_OK(zoe_adam_host_to_isa(isas[p], c, w + 3, w + 3, m + 3, v + 3, gh + 3, half, gh + 3,
+                                      half, N - 3));
+        CHECK(!memcmp(gh + 3, out + 3, (N - 3) * 2) && !memcmp(w, wo, sizeof w) &&
+                  !memcmp(m, rm, sizeof m),
+              "%s: new %s weights over the %s gradient differ from separate buffers",
+              zoe_cpu_isa_name(isas[p]), zoe_dtype_name(half), zoe_dtype_name(half));
+    }
+}
+
+/* The snapshot kernel against its scalar definition. */
+static void check_snapshot(zoe_dtype dt) {
+    test_rng rng;
+    test_rng_seed(&rng, 41 + dt);
+    float g[N], want32[N], got32[N];
+    uint16_t want[N], got[N];
+    for (int i = 0; i < N; i++) g[i] = (float)(1e3 * test_rng_normal(&rng));
+    g[7] = NAN, g[8] = INFINITY;
+    const float scale = 1.0f / 3.0f;
+    for (int i = 0; i < N; i++) {
+        want32[i] = g[i] * scale;
+        want[i] = dt == ZOE_BF16 ? zoe_f32_to_bf16(want32[i]) : zoe_f32_to_f16(want32[i]);
+    }
+    int off = 5; /* misaligned: the peel */
+    CHECK_OK(zoe_grad_snapshot_host(got + off, dt, g + off, scale, N - off));
+    CHECK_OK(zoe_grad_snapshot_host(got32 + off, ZOE_F32, g + off, scale, N - off));
+    CHECK(!memcmp(got + off, want + off, (N - off) * 2) &&
+              !memcmp(got32 + off, want32 + off, (N - off) * 4),
+          "%s snapshot differs from the scalar rounding", zoe_dtype_name(dt));
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     if (test_rank() == 0)
@@ -169,7 +233,11 @@ int main(int argc, char **argv) {
             for (int oi = 0; oi < 4; oi++)
                 check_paths_bitwise(&c, dts[gi], oi < 3 ? dts[oi] : ZOE_F32, oi < 3);
         check_against_double(&h);
+        check_in_place(&c, ZOE_BF16);
+        check_in_place(&c, ZOE_F16);
     }
+    check_snapshot(ZOE_BF16);
+    check_snapshot(ZOE_F16);
     for (int si = 0; si < 3; si++)
         for (int assign = 0; assign < 2; assign++) check_accumulate(dts[si], assign);
     /* Bad dtypes are refused before anything is written. */

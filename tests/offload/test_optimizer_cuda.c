@@ -2,15 +2,21 @@
  *  - The device Adam (kernels/cuda/adam.cu) against the host path: bit-identical master
  *    weights, moments and bf16/fp16 weights (the same operations with _rn intrinsics, no FMA),
  *    for AdamW and Adam+L2; the device gradient accumulation bit-identical to the host's.
- *  - The optimizer on CUDA (NCCL, copy stream, pinned buffers, device Adam for half of the
- *    partition, DPU after 2 steps) against the same run on the CPU backend: 10 steps of
+ *  - The optimizer on CUDA against the same run on the CPU backend: 10 steps of
  *    g_r = a_r * w - c_r, fp32 weights within 2e-5 (NCCL and MPI sum the ranks in different
- *    orders; the rest is fp32 arithmetic, as in test_optimizer_dp). */
+ *    orders; the rest is fp32 arithmetic, as in test_optimizer_dp). Two setups: device Adam for
+ *    half of the partition with DPU after 2 steps (NCCL, copy stream, the pinned gradient
+ *    snapshot, the device partition buffer); and everything on the host without DPU, where
+ *    the new weights stream to the device through the pinned copy-out ring in blocks of one
+ *    tile (several blocks, both slots) into the parameter buffer, all-gathered in place.
+ *  - The memory the CUDA optimizer allocated (its count and the device layer's) equals
+ *    zoe_optimizer_footprint_of() for the CUDA backend (test_optimizer_memory checks the
+ *    per-parameter figures from the same sizing code). */
 #include "kernels/adam.h"
 #include "offload_test.h"
 
-enum { NT = 3, NTOTAL = 5000, STEPS = 10 };
-static const size_t numel[NT] = {1500, 1000, 2500};
+enum { NT = 3, NTOTAL = 50000, STEPS = 10 };
+static const size_t numel[NT] = {15000, 10000, 25000};
 
 static void kernel_checks(zoe_device *dev, zoe_stream *s) {
     enum { N = 4099 };
@@ -90,18 +96,49 @@ static void copy_params(zoe_optimizer *opt, zoe_stream *s, double *w, int to_dev
         for (int i = 0; i < NTOTAL; i++) w[i] = buf[i];
 }
 
-static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, double *w_out) {
+static void check_memory(zoe_grid *grid, zoe_device *dev, const zoe_memory_stats *before,
+                         const zoe_optimizer *opt, const zoe_optimizer_config *cfg) {
+    zoe_memory_stats after;
+    zoe_optimizer_footprint real, plan;
+    CHECK_OK(zoe_device_memory_stats(dev, &after));
+    CHECK_OK(zoe_optimizer_memory(opt, &real));
+    CHECK_OK(zoe_optimizer_footprint_of(
+        &(zoe_optimizer_footprint_args){.backend = zoe_device_backend(dev),
+                                        .compute_dtype = ZOE_F32,
+                                        .numel = numel,
+                                        .num_tensors = NT,
+                                        .dp_size = zoe_grid_dp_size(grid),
+                                        .config = cfg},
+        &plan));
+    CHECK(real.host_bytes == plan.host_bytes && real.pinned_bytes == plan.pinned_bytes &&
+              real.device_bytes == plan.device_bytes &&
+              after.device_bytes - before->device_bytes == real.device_bytes &&
+              after.pinned_bytes - before->pinned_bytes == real.pinned_bytes,
+          "%s: allocated host %zu, pinned %zu (device layer %zu), device %zu (device layer %zu); "
+          "footprint %zu, %zu, %zu",
+          zoe_backend_name(zoe_device_backend(dev)), real.host_bytes, real.pinned_bytes,
+          after.pinned_bytes - before->pinned_bytes, real.device_bytes,
+          after.device_bytes - before->device_bytes, plan.host_bytes, plan.pinned_bytes,
+          plan.device_bytes);
+}
+
+static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, int dpu,
+                double *w_out) {
     zoe_optimizer_config cfg;
     zoe_optimizer_config_default(&cfg);
-    cfg.bucket_numel = 2000;
-    cfg.partial_ratio = 0.5f;
-    cfg.dpu_warmup = 2;
+    cfg.bucket_numel = 20000;
+    cfg.partial_ratio = partial;
+    cfg.dpu_warmup = dpu;
     cfg.weight_decay = 0.01f;
+    cfg.copy_out_numel = 1; /* one tile per block */
     zoe_param_tensor t[NT] = {{"a", numel[0], 0, 0}, {"b", numel[1], 1, 0}, {"c", numel[2], 0, 0}};
     zoe_optimizer *opt = NULL;
+    zoe_memory_stats before;
+    CHECK_OK(zoe_device_memory_stats(dev, &before));
     if (!CHECK_OK(zoe_optimizer_create(grid, dev, s, ZOE_F32, t, NT, &cfg, &opt))) return;
-    double w[NTOTAL];
-    float g[NTOTAL];
+    check_memory(grid, dev, &before, opt, &cfg);
+    static double w[NTOTAL];
+    static float g[NTOTAL];
     test_rng rng;
     test_rng_seed(&rng, 3);
     for (int i = 0; i < NTOTAL; i++) w[i] = 2 * test_rng_uniform(&rng) - 1;
@@ -150,9 +187,12 @@ int main(int argc, char **argv) {
     CHECK_OK(zoe_stream_create(cpu, &cs));
     kernel_checks(gpu, gs);
     static double w_gpu[NTOTAL], w_cpu[NTOTAL];
-    run(grid, gpu, gs, w_gpu);
-    run(grid, cpu, cs, w_cpu);
-    CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA optimizer vs CPU optimizer");
+    run(grid, gpu, gs, 0.5f, 2, w_gpu);
+    run(grid, cpu, cs, 0.5f, 2, w_cpu);
+    CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA optimizer vs CPU optimizer, partial 0.5, DPU");
+    run(grid, gpu, gs, 0.0f, 0, w_gpu);
+    run(grid, cpu, cs, 0.0f, 0, w_cpu);
+    CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA optimizer vs CPU optimizer, copy-out ring");
     zoe_stream_destroy(gs), zoe_stream_destroy(cs);
     zoe_device_destroy(gpu), zoe_device_destroy(cpu);
     zoe_grid_destroy(grid);

@@ -178,11 +178,7 @@ static void batch_run(zoe_grid *grid, int b, int micro, double *w_out) {
     if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, ZOE_F32, tensor_list(), NT, &cfg, &opt)))
         return;
     double *w = malloc(NTOTAL * sizeof(double)), *g = malloc(NTOTAL * sizeof(double));
-    test_rng rng;
-    test_rng_seed(&rng, 6);
-    for (int i = 0; i < NTOTAL; i++) w[i] = 2 * test_rng_uniform(&rng) - 1;
-    write_params(opt, ZOE_F32, numel, NT, w);
-    CHECK_OK(zoe_optimizer_init_from_params(opt));
+    init_random_params(opt, ZOE_F32, numel, NT, 6, w);
     for (int s = 0; s < STEPS; s++) {
         read_params(opt, ZOE_F32, numel, NT, w);
         for (int j = 0; j < micro; j++) {

@@ -15,6 +15,16 @@
  * warm-up 1 with two micro-batches per step. Tensor y is flagged no_weight_decay (the update
  * in flight carries both constant sets) and the reference does not decay it. fp32 weights: 2e-5
  * absolute (fp32 arithmetic over 12 steps on weights of magnitude <= 1, as in test_optimizer_dp).
+ *
+ * bf16 weights (the compute-dtype gradient snapshot of docs/offload.md): the reference reads
+ * the weights rounded to bf16, feeds each gradient rounded to bf16 (as the model's bf16
+ * buffers hold it), and applies each delayed update to the mean gradient rounded to bf16, the
+ * snapshot; lr 4e-2 and Adam with an L2 term of 0.5, so that the gradient's scale (the snapshot
+ * holds the sum over micro-batches divided by their count) moves the trajectory, and two
+ * micro-batches. Tolerance 2^-6 absolute on weights below 2 in magnitude: two bf16 units in the
+ * last place (a rounding of the read weights may land on the other side of a tie between the
+ * reference's float64 master and the optimizer's fp32 one), the bf16 sums of the DP reduce-scatter
+ * within that; a snapshot without the division by the count moves the weights by more (checked).
  */
 #include "offload_test.h"
 
@@ -34,8 +44,9 @@ static void grad_of(const double *w, int r, int j, double *g) {
 
 /* The reference: weights after each step, for a given staleness switch-over (stale_from <= 0
  * means never stale). */
-static void reference(int d, int k, int warmup, int stale, const zoe_optimizer_config *cfg,
-                      const double *w0, double (*ws)[NTOTAL]) {
+static void reference(int d, int k, int warmup, int stale, zoe_dtype dt, double snap_scale,
+                      double lr, const zoe_optimizer_config *cfg, const double *w0,
+                      double (*ws)[NTOTAL]) {
     ref_adam ref;
     ref_adam_init(&ref, w0, NTOTAL);
     unsigned char no_decay[NTOTAL] = {0};
@@ -44,20 +55,32 @@ static void reference(int d, int k, int warmup, int stale, const zoe_optimizer_c
     memcpy(ws[0], w0, sizeof ws[0]);
     double g[NTOTAL], gm[NTOTAL];
     for (int i = 1; i <= STEPS; i++) {
-        const double *read = stale && i >= warmup + 2 ? ws[i - 2] : ws[i - 1];
+        const double *w = stale && i >= warmup + 2 ? ws[i - 2] : ws[i - 1];
+        double read[NTOTAL];
+        for (int e = 0; e < NTOTAL; e++) read[e] = round_to(dt, w[e]);
         memset(gm, 0, sizeof gm);
         for (int j = 0; j < k; j++)
             for (int r = 0; r < d; r++) {
                 grad_of(read, r, j, g);
-                for (int e = 0; e < NTOTAL; e++) gm[e] += g[e] / ((double)d * k);
+                for (int e = 0; e < NTOTAL; e++) gm[e] += round_to(dt, g[e]) / ((double)d * k);
             }
-        ref_adam_step(&ref, gm, 1.0, 1e-2, cfg);
+        /* The delayed updates of 16-bit weights read the snapshot. */
+        if (dt != ZOE_F32 && stale && i > warmup)
+            for (int e = 0; e < NTOTAL; e++) gm[e] = round_to(dt, gm[e]) * snap_scale;
+        ref_adam_step(&ref, gm, 1.0, lr, cfg);
         memcpy(ws[i], ref.w, sizeof ws[i]);
     }
     ref_adam_free(&ref);
 }
 
-static void dpu_case(zoe_grid *grid, int warmup, int k, zoe_grad_mode mode, float partial) {
+static double max_gap(const double *a, const double *b) {
+    double gap = 0;
+    for (int i = 0; i < NTOTAL; i++) gap = fmax(gap, fabs(a[i] - b[i]));
+    return gap;
+}
+
+static void dpu_case(zoe_grid *grid, zoe_dtype dt, int warmup, int k, zoe_grad_mode mode,
+                     float partial) {
     int d = zoe_grid_dp_size(grid), me = zoe_grid_dp_rank(grid);
     zoe_optimizer_config cfg;
     zoe_optimizer_config_default(&cfg);
@@ -65,40 +88,51 @@ static void dpu_case(zoe_grid *grid, int warmup, int k, zoe_grad_mode mode, floa
     cfg.grad_mode = mode;
     cfg.partial_ratio = partial;
     cfg.bucket_numel = 120;
-    cfg.weight_decay = 0.01f;
+    cfg.weight_decay = dt == ZOE_F32 ? 0.01f : 0.5f;
+    cfg.adamw = dt == ZOE_F32;
     cfg.clip_norm = 0;
+    const double tol = dt == ZOE_F32 ? 2e-5 : 0x1p-6, gap_wanted = dt == ZOE_F32 ? 100 * tol : tol;
+    const double lr = dt == ZOE_F32 ? 1e-2 : 4e-2; /* bf16: a gap wider than its tolerance */
     zoe_param_tensor t[NT] = {{"x", 100, 0, 0}, {"y", 77, 0, 1}, {"z", 123, 0, 0}};
     zoe_optimizer *opt = NULL;
-    if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, ZOE_F32, t, NT, &cfg, &opt))) return;
-    static double stale[STEPS + 1][NTOTAL], sync[STEPS + 1][NTOTAL];
-    double w0[NTOTAL], w[NTOTAL], g[NTOTAL];
+    if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, dt, t, NT, &cfg, &opt))) return;
+    static double stale[STEPS + 1][NTOTAL], sync[STEPS + 1][NTOTAL], unscaled[STEPS + 1][NTOTAL];
+    double w0[NTOTAL], w[NTOTAL], g[NTOTAL], want[NTOTAL];
     test_rng rng;
     test_rng_seed(&rng, 77);
-    for (int i = 0; i < NTOTAL; i++) w0[i] = (float)(2 * test_rng_uniform(&rng) - 1);
-    reference(d, k, warmup, 1, &cfg, w0, stale);
-    reference(d, k, warmup, 0, &cfg, w0, sync);
-    write_params(opt, ZOE_F32, numel, NT, w0);
+    for (int i = 0; i < NTOTAL; i++) w0[i] = round_to(dt, 2 * test_rng_uniform(&rng) - 1);
+    reference(d, k, warmup, 1, dt, 1.0, lr, &cfg, w0, stale);
+    reference(d, k, warmup, 0, dt, 1.0, lr, &cfg, w0, sync);
+    write_params(opt, dt, numel, NT, w0);
     CHECK_OK(zoe_optimizer_init_from_params(opt));
-    char what[128];
+    char what[160];
     for (int i = 1; i <= STEPS; i++) {
-        read_params(opt, ZOE_F32, numel, NT, w);
-        const double *want = i >= warmup + 2 ? stale[i - 2] : stale[i - 1];
-        snprintf(what, sizeof what, "warmup %d k %d %s partial %.1f: weights read by iteration %d",
-                 warmup, k, mode == ZOE_GRAD_BUCKETS ? "buckets" : "full", partial, i);
-        CHECK_CLOSE(w, want, NTOTAL, 2e-5, 0, what);
+        read_params(opt, dt, numel, NT, w);
+        const double *ref = i >= warmup + 2 ? stale[i - 2] : stale[i - 1];
+        for (int e = 0; e < NTOTAL; e++) want[e] = round_to(dt, ref[e]);
+        snprintf(what, sizeof what,
+                 "%s warmup %d k %d %s partial %.1f: weights read by iteration %d",
+                 zoe_dtype_name(dt), warmup, k, mode == ZOE_GRAD_BUCKETS ? "buckets" : "full",
+                 partial, i);
+        CHECK_CLOSE(w, want, NTOTAL, tol, 0, what);
         for (int j = 0; j < k; j++) {
             grad_of(w, me, j, g);
-            feed_micro_batch(opt, ZOE_F32, numel, NT, g);
+            feed_micro_batch(opt, dt, numel, NT, g);
         }
-        CHECK_OK(zoe_optimizer_step(opt, 1e-2f));
+        CHECK_OK(zoe_optimizer_step(opt, (float)lr));
     }
     CHECK_OK(zoe_optimizer_flush(opt));
-    read_params(opt, ZOE_F32, numel, NT, w);
-    snprintf(what, sizeof what, "warmup %d: weights after flush", warmup);
-    CHECK_CLOSE(w, stale[STEPS], NTOTAL, 2e-5, 0, what);
-    double gap = 0;
-    for (int i = 0; i < NTOTAL; i++) gap = fmax(gap, fabs(stale[STEPS][i] - sync[STEPS][i]));
-    CHECK(gap > 100 * 2e-5, "stale and synchronous trajectories differ by only %g", gap);
+    read_params(opt, dt, numel, NT, w);
+    for (int e = 0; e < NTOTAL; e++) want[e] = round_to(dt, stale[STEPS][e]);
+    snprintf(what, sizeof what, "%s warmup %d: weights after flush", zoe_dtype_name(dt), warmup);
+    CHECK_CLOSE(w, want, NTOTAL, tol, 0, what);
+    double gap = max_gap(stale[STEPS], sync[STEPS]);
+    CHECK(gap > gap_wanted, "stale and synchronous trajectories differ by only %g", gap);
+    if (dt != ZOE_F32 && k > 1) { /* a snapshot of the sum, not the mean, is told apart */
+        reference(d, k, warmup, 1, dt, (double)k, lr, &cfg, w0, unscaled);
+        double off = max_gap(stale[STEPS], unscaled[STEPS]);
+        CHECK(off > 2 * tol, "a snapshot without the 1/k moves the weights by only %g", off);
+    }
     zoe_optimizer_destroy(opt);
 }
 
@@ -108,9 +142,11 @@ int main(int argc, char **argv) {
     CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &dev));
     CHECK_OK(zoe_stream_create(dev, &stream));
     CHECK_OK(zoe_grid_create(MPI_COMM_WORLD, 1, &grid));
-    dpu_case(grid, 3, 1, ZOE_GRAD_BUCKETS, 0.0f);
-    dpu_case(grid, 3, 1, ZOE_GRAD_FULL_BUFFER, 0.5f);
-    dpu_case(grid, 1, 2, ZOE_GRAD_BUCKETS, 0.0f);
+    dpu_case(grid, ZOE_F32, 3, 1, ZOE_GRAD_BUCKETS, 0.0f);
+    dpu_case(grid, ZOE_F32, 3, 1, ZOE_GRAD_FULL_BUFFER, 0.5f);
+    dpu_case(grid, ZOE_F32, 1, 2, ZOE_GRAD_BUCKETS, 0.0f);
+    dpu_case(grid, ZOE_BF16, 3, 2, ZOE_GRAD_BUCKETS, 0.0f);
+    dpu_case(grid, ZOE_BF16, 1, 2, ZOE_GRAD_FULL_BUFFER, 0.5f);
     zoe_grid_destroy(grid);
     zoe_stream_destroy(stream);
     zoe_device_destroy(dev);
