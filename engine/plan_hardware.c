@@ -137,13 +137,18 @@ const char *zoe_hardware_preset_name(int index) {
                                                            : NULL;
 }
 
-static double mem_total_bytes(void) {
+/* A /proc/meminfo figure ("MemTotal", "MemAvailable") in bytes; 0 when absent. */
+static double meminfo_bytes(const char *key) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return 0;
     char line[256];
     double kib = 0;
+    size_t n = strlen(key);
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemTotal: %lf kB", &kib) == 1) break;
+        if (strncmp(line, key, n) == 0 && line[n] == ':') {
+            kib = atof(line + n + 1);
+            break;
+        }
     fclose(f);
     return kib * 1024.0;
 }
@@ -211,7 +216,8 @@ zoe_status zoe_hardware_local(int probe, zoe_hardware *hw) {
     ZOE_TRY(zoe_topology_load_host(&topo));
     hw->host_cores = zoe_topology_num_cores(topo);
     zoe_topology_destroy(topo);
-    hw->host_bytes = mem_total_bytes();
+    hw->host_bytes = meminfo_bytes("MemTotal");
+    hw->host_free_bytes = meminfo_bytes("MemAvailable");
     if (hw->host_bytes <= 0)
         return zoe_fail(ZOE_ERR_IO, "local hardware: no MemTotal in /proc/meminfo");
     hw->host_reserve = 0.10;

@@ -130,9 +130,12 @@ void zoe_plan_summary(const zoe_plan_config *c, const zoe_plan_result *r, char *
     if (strcmp(r->time.bound, "not probed"))
         snprintf(step, sizeof step, "; step %.3f s predicted (%s binds)", r->time.step,
                  r->time.bound);
-    snprintf(buf, len, "plan on %s: %s; %shost %d x %.2f GiB = %.2f of %.2f GiB available%s",
-             c->hardware.name, r->fits ? "fits" : "does not fit", gpu, r->ranks_per_node,
-             gib(r->host.per_rank), gib(r->host.total), gib(r->host.available), step);
+    snprintf(buf, len,
+             "plan on %s: %s; %shost %.2f of %.2f GiB available (%d rank%s, up to %.2f GiB "
+             "each)%s",
+             c->hardware.name, r->fits ? "fits" : "does not fit", gpu, gib(r->host.total),
+             gib(r->host.available), r->ranks_per_node, r->ranks_per_node == 1 ? "" : "s",
+             gib(r->host.per_rank), step);
 }
 
 static cJSON *add_object(cJSON *parent, const char *name) {

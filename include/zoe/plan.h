@@ -42,6 +42,8 @@ typedef struct zoe_hardware {
     double nvlink_bandwidth; /* all-reduce bus bandwidth per GPU over NVLink/NVSwitch, bytes/s */
     double rank_base_bytes;  /* host bytes a rank holds before its first allocation (CUDA
                               * context, MPI, libraries) */
+    double host_free_bytes;  /* local: memory free now (MemAvailable), what other processes
+                              * leave; 0 when unknown */
 } zoe_hardware;
 
 /* Fills *out with a named box: dgx2, v100-32g, dgx-a100-80g, dgx-h100, h200, or local (this
@@ -137,8 +139,8 @@ zoe_status zoe_plan(const zoe_plan_config *cfg, zoe_plan_result *out);
 /* The report, human-readable or as one JSON object. */
 void zoe_plan_print(FILE *out, const zoe_plan_config *cfg, const zoe_plan_result *r);
 zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *cfg, const zoe_plan_result *r);
-/* One line: "plan: fits; GPU 12.3 of 32.0 GiB; host 4 x 9.8 GiB = 39 of 1380 GiB; step 3.2 s
- * (host adam binds)". */
+/* One line: "plan on dgx2: fits; GPU 19.95 of 32.00 GiB; host 1079.51 of 1382.40 GiB available
+ * (16 ranks, up to 67.47 GiB each); step 21.047 s predicted (host adam binds)". */
 void zoe_plan_summary(const zoe_plan_config *cfg, const zoe_plan_result *r, char *buf, size_t len);
 
 /* --offload-ratio auto: the smallest share of optimizer state on the host (0 to 1 in steps of

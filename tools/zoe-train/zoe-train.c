@@ -85,9 +85,9 @@ static int plan_run(zoe_train_config *cfg, int world, int rank) {
         hw.gpus = zoe_cuda_device_count();
         hw.dtype = cfg->dtype;
     }
-    double measured[2] = {hw.host_bytes, hw.rank_base_bytes};
-    MPI_Bcast(measured, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    hw.host_bytes = measured[0], hw.rank_base_bytes = measured[1];
+    double measured[3] = {hw.host_bytes, hw.rank_base_bytes, hw.host_free_bytes};
+    MPI_Bcast(measured, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    hw.host_bytes = measured[0], hw.rank_base_bytes = measured[1], hw.host_free_bytes = measured[2];
     zoe_plan_config pc;
     zoe_plan_result r;
     st = zoe_plan_config_from_train(cfg, world, &hw, &pc);
@@ -120,6 +120,11 @@ static int plan_run(zoe_train_config *cfg, int world, int rank) {
     char line[512];
     zoe_plan_summary(&pc, &r, line, sizeof line);
     if (rank == 0) printf("zoe-train: %s\n", line);
+    /* The plan checks the box's memory; other processes may hold much of it now. */
+    if (rank == 0 && r.fits && hw.host_free_bytes > 0 && r.host.total > hw.host_free_bytes)
+        printf("zoe-train: warning: the run needs %.2f GiB of host memory, and only %.2f GiB are "
+               "free now (other processes hold the rest): it may be killed for memory\n",
+               r.host.total / (1 << 30), hw.host_free_bytes / (1 << 30));
     fflush(stdout);
     if (!r.fits && !cfg->no_plan_check) {
         char msg[640];
