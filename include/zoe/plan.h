@@ -77,8 +77,8 @@ typedef struct zoe_plan_config {
     zoe_hardware hardware;
 } zoe_plan_config;
 
-/* Defaults: the demo model, TP=1 x DP=1, micro-batch 4, fp32 (bf16 on a GPU box), no recompute,
- * no DPU, offload ratio 1, 16 MiB buckets. hardware is left empty: fill it with
+/* Defaults: the demo model, TP=1 x DP=1, micro-batch 4, fp32 (zoe-plan takes the box's own dtype),
+ * no recompute, no DPU, offload ratio 1, 16 MiB buckets. hardware is left empty: fill it with
  * zoe_hardware_preset. */
 void zoe_plan_config_init(zoe_plan_config *cfg);
 /* The plan configuration of a zoe-train run on world ranks (micro-batch, accumulation, dtype,
