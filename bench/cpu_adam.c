@@ -11,7 +11,8 @@
  *   bf16_dpu      update in flight from the bf16 gradient snapshot, the new bf16 weights over
  *                 it: reads master, m, v, snapshot = 14; writes the same = 14: 28.
  * The probe reads and writes exactly those arrays. Each figure is the fastest of REPS runs,
- * step and probe interleaved so that noise from other processes hits both alike. Default N is
+ * step and probe interleaved so that noise from other processes hits both alike, in wall time
+ * and in process CPU time (which leaves out the time other processes held the cores). Default N is
  * 16M parameters (~0.4 GB); pass 100000000 for the 100M figure. The summary's worst ratio and
  * bytes are those of the fp32 and bf16_weights modes, the goals of issue 14. */
 #include <immintrin.h>
@@ -34,10 +35,21 @@ typedef enum { FP32, BF16_WEIGHTS, FP32_DPU, BF16_DPU, NUM_MODES } mode;
 static const char *mode_names[] = {"fp32", "bf16_weights", "fp32_dpu", "bf16_dpu"};
 static const double mode_bytes[] = {28, 30, 28, 28};
 
-static double now_ms(void) {
+static double clock_ms(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static double now_ms(void) {
+    return clock_ms(CLOCK_MONOTONIC);
+}
+
+/* CPU time of the whole process (every thread; idle OpenMP workers sleep with
+ * OMP_WAIT_POLICY=passive): on a shared machine the time preempted by others is left out,
+ * which wall time cannot do. */
+static double cpu_ms(void) {
+    return clock_ms(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 static size_t tiles(size_t n) {
@@ -193,7 +205,7 @@ int main(int argc, char **argv) {
                           .step = 10};
     zoe_adam_consts c;
     zoe_adam_consts_init(&c, &h);
-    double worst_ratio = 0, max_bytes = 0;
+    double worst_ratio = 0, worst_cpu_ratio = 0, max_bytes = 0;
     int max_threads = omp_get_num_procs() < 2 ? omp_get_num_procs() : 2;
     for (int threads = 1; threads <= max_threads; threads++) {
         omp_set_num_threads(threads);
@@ -206,14 +218,16 @@ int main(int argc, char **argv) {
             mode md = (mode)mi;
             double bytes = mode_bytes[md];
             double step_ms = INFINITY, probe_ms = INFINITY, naive_ms = INFINITY;
+            double step_cpu = INFINITY, probe_cpu = INFINITY;
             fused_step(&a, &c, md), probe(&a, md); /* warm-up */
             for (int r = 0; r < reps; r++) {
-                double t0 = now_ms();
+                double t0 = now_ms(), c0 = cpu_ms();
                 fused_step(&a, &c, md);
-                double t1 = now_ms();
+                double t1 = now_ms(), c1 = cpu_ms();
                 probe(&a, md);
-                double t2 = now_ms();
+                double t2 = now_ms(), c2 = cpu_ms();
                 step_ms = fmin(step_ms, t1 - t0), probe_ms = fmin(probe_ms, t2 - t1);
+                step_cpu = fmin(step_cpu, c1 - c0), probe_cpu = fmin(probe_cpu, c2 - c1);
             }
             int naive = threads == 1 && (md == FP32 || md == BF16_WEIGHTS);
             for (int r = 0; naive && r < (reps < 3 ? reps : 3); r++) {
@@ -221,17 +235,19 @@ int main(int argc, char **argv) {
                 naive_adamw(&a, &h, md);
                 naive_ms = fmin(naive_ms, now_ms() - t0);
             }
-            double ratio = step_ms / probe_ms;
+            double ratio = step_ms / probe_ms, cpu_ratio = step_cpu / probe_cpu;
             if (md == FP32 || md == BF16_WEIGHTS) {
                 if (ratio > worst_ratio) worst_ratio = ratio;
+                if (cpu_ratio > worst_cpu_ratio) worst_cpu_ratio = cpu_ratio;
                 if (bytes > max_bytes) max_bytes = bytes;
             }
             printf(
                 "{\"bench\":\"cpu_adam\",\"mode\":\"%s\",\"isa\":\"%s\",\"threads\":%d,\"n\":%zu,"
                 "\"bytes_per_param\":%.0f,\"step_ms\":%.3f,\"probe_ms\":%.3f,"
-                "\"step_over_probe\":%.3f,\"step_gb_s\":%.2f",
+                "\"step_over_probe\":%.3f,\"step_cpu_ms\":%.3f,\"probe_cpu_ms\":%.3f,"
+                "\"cpu_step_over_probe\":%.3f,\"step_gb_s\":%.2f",
                 mode_names[md], zoe_cpu_isa_name(zoe_cpu_isa_best()), threads, n, bytes, step_ms,
-                probe_ms, ratio, bytes * n / step_ms * 1e-6);
+                probe_ms, ratio, step_cpu, probe_cpu, cpu_ratio, bytes * n / step_ms * 1e-6);
             if (naive)
                 printf(",\"naive_ms\":%.3f,\"naive_over_step\":%.2f", naive_ms, naive_ms / step_ms);
             printf("}\n");
@@ -240,7 +256,8 @@ int main(int argc, char **argv) {
         free_arrays(&a);
     }
     printf("{\"bench\":\"cpu_adam\",\"summary\":true,\"n\":%zu,\"worst_step_over_probe\":%.3f,"
-           "\"goal_ratio\":1.03,\"max_bytes_per_param\":%.0f,\"goal_bytes\":30}\n",
-           n, worst_ratio, max_bytes);
+           "\"worst_cpu_step_over_probe\":%.3f,\"goal_ratio\":1.03,\"max_bytes_per_param\":%.0f,"
+           "\"goal_bytes\":30}\n",
+           n, worst_ratio, worst_cpu_ratio, max_bytes);
     return 0;
 }

@@ -240,9 +240,10 @@ ADAM_FN(snapshot_body)(void *dst, int ddt, const float *src, float scale, size_t
     const VF s = V_SET1(scale);
     size_t i = ADAM_FN(peel)(dst, ddt, n);
     snapshot_scalar_range(dst, ddt, src, scale, 0, i);
-    for (; i + 2 * W <= n; i += 2 * W)
-        ADAM_FN(stream2)
-        (dst, i, ddt, V_MUL(V_LOAD_F32(src + i), s), V_MUL(V_LOAD_F32(src + i + W), s));
+    for (; i + 2 * W <= n; i += 2 * W) {
+        VF a = V_MUL(V_LOAD_F32(src + i), s), b = V_MUL(V_LOAD_F32(src + i + W), s);
+        ADAM_FN(stream2)(dst, i, ddt, a, b);
+    }
     V_FENCE();
     snapshot_scalar_range(dst, ddt, src, scale, i, n);
 }
