@@ -150,13 +150,14 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     r->fits_gpu = cpu || r->gpu.capacity <= 0 || r->gpu.total <= r->gpu.capacity;
     r->fits_host = r->host.total <= r->host.available;
     r->fits = r->fits_gpu && r->fits_host;
+    int alike = fabs(r->host.per_rank * r->ranks_per_node - r->host.total) < 1.0;
     if (!r->fits_host)
         snprintf(r->verdict, sizeof r->verdict,
-                 "host: %d rank%s x %.2f GiB = %.1f GiB > %.1f GiB available (%.1f GiB less %.0f%% "
-                 "for the OS)",
-                 r->ranks_per_node, r->ranks_per_node == 1 ? "" : "s", r->host.per_rank / GIB,
-                 r->host.total / GIB, r->host.available / GIB, r->host.capacity / GIB,
-                 100.0 * hw->host_reserve);
+                 "host: %d rank%s x %s%.2f GiB = %.1f GiB > %.1f GiB available (%.1f GiB less "
+                 "%.0f%% for the OS)",
+                 r->ranks_per_node, r->ranks_per_node == 1 ? "" : "s", alike ? "" : "up to ",
+                 r->host.per_rank / GIB, r->host.total / GIB, r->host.available / GIB,
+                 r->host.capacity / GIB, 100.0 * hw->host_reserve);
     else if (!r->fits_gpu)
         snprintf(r->verdict, sizeof r->verdict,
                  "GPU: %.1f GiB > %.1f GiB (weights %.1f, gradient ring %.1f, optimizer %.1f, "

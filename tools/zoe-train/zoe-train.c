@@ -106,7 +106,11 @@ static int plan_run(zoe_train_config *cfg, int world, int rank) {
         cfg->dpu = pays ? ZOE_DPU_ON : ZOE_DPU_OFF;
         if (pays && cfg->dpu_warmup == 0) cfg->dpu_warmup = 5;
         pc.dpu = pays && cfg->dpu_warmup > 0;
-        if (st == ZOE_OK && rank == 0 && hw.backend == ZOE_BACKEND_CPU)
+        if (st == ZOE_OK && rank == 0 && hw.backend == ZOE_BACKEND_CUDA &&
+            strcmp(r.time.bound, "not probed") == 0)
+            printf("zoe-train: --dpu auto: off (no time model for this machine's GPUs: name the "
+                   "box with --hardware)\n");
+        else if (st == ZOE_OK && rank == 0 && hw.backend == ZOE_BACKEND_CPU)
             printf("zoe-train: --dpu auto: off (on the CPU backend the host step runs on the cores "
                    "that compute, so DPU hides nothing)\n");
         else if (st == ZOE_OK && rank == 0)
