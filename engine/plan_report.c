@@ -38,11 +38,12 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
     fprintf(out, "\nPer host (%d rank%s on the box):\n", r->ranks_per_node,
             r->ranks_per_node == 1 ? "" : "s");
     double per_param = r->state_params ? 1.0 / (double)r->state_params : 0.0;
+    double part = (double)r->state_params;
     fprintf(out,
             "  optimizer state per rank  %9.2f GiB  (%.2f bytes per parameter of its "
-            "partition of %.1fM; with pinned %.2f)\n",
+            "partition of %.*f%c; with pinned %.2f)\n",
             gib(r->host.optimizer_per_rank), r->host.optimizer_per_rank * per_param,
-            (double)r->state_params / 1e6,
+            part >= 1e9 ? 2 : 1, part >= 1e9 ? part / 1e9 : part / 1e6, part >= 1e9 ? 'B' : 'M',
             (r->host.optimizer_per_rank + r->host.pinned_per_rank) * per_param);
     fprintf(out, "  pinned staging per rank   %9.2f GiB\n", gib(r->host.pinned_per_rank));
     fprintf(out, "  other per rank            %9.2f GiB  (rank base %.2f%s)\n",
