@@ -27,10 +27,14 @@ typedef enum {
     OPT_FLAG,
     OPT_MODEL,
     OPT_PROGRESS,
-    OPT_CHOICE /* an enum: the index of the value in `choices` */
+    OPT_CHOICE, /* an enum: the index of the value in `choices` */
+    OPT_RATIO,
+    OPT_DPU,
+    OPT_HARDWARE
 } opt_kind;
 
 static const char *const progress_names[] = {"auto", "bar", "lines"}; /* zoe_progress_style */
+static const char *const dpu_names[] = {"on", "off", "auto"};         /* zoe_dpu_mode */
 
 typedef struct option_spec {
     const char *name; /* without the leading "--" */
@@ -96,6 +100,14 @@ static const option_spec options[] = {
      "wsd: the decay's share of --lr-decay-iters"},
     {"lr-wsd-decay-style", OPT_CHOICE, CFG(lr_wsd_decay_style), 0, 0,
      "wsd decay: exponential, linear, cosine or minus-sqrt"},
+    {"offload-ratio", OPT_RATIO, CFG(offload_ratio), 0, 1,
+     "share of optimizer state on the host, 0..1, or auto (the least that fits)"},
+    {"dpu", OPT_DPU, CFG(dpu), 0, 0,
+     "on (after --dpu-warmup), off, or auto (where the host step would stall the device)"},
+    {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
+     "run even when the plan says the run does not fit"},
+    {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
+     "the box to plan for: local (this machine), dgx2, dgx-h100, ... (zoe-plan --help)"},
 };
 
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */
@@ -132,6 +144,9 @@ zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_si
     cfg->seed = 1234;
     cfg->log_every = 1;
     cfg->bucket_mb = 16;
+    cfg->offload_ratio = 1.0f;
+    cfg->dpu = ZOE_DPU_ON;
+    snprintf(cfg->hardware, sizeof cfg->hardware, "local");
     cfg->lr_decay_style = ZOE_LR_COSINE;
     cfg->lr_wsd_decay_fraction = 0.1f;
     cfg->lr_wsd_decay_style = ZOE_WSD_EXPONENTIAL;
@@ -232,6 +247,26 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
             }
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: '%s' is not one of: %s", o->name, text,
                         o->help);
+    case OPT_HARDWARE:
+        if (strlen(text) >= sizeof cfg->hardware)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--hardware: '%s' is too long", text);
+        strcpy(base, text);
+        return ZOE_OK;
+    case OPT_DPU:
+        for (int i = 0; i < 3; i++)
+            if (strcmp(text, dpu_names[i]) == 0) {
+                *(zoe_dpu_mode *)base = (zoe_dpu_mode)i;
+                return ZOE_OK;
+            }
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--dpu: '%s' is not on, off or auto", text);
+    case OPT_RATIO:
+        if (strcmp(text, "auto") == 0) {
+            *(float *)base = ZOE_OFFLOAD_RATIO_AUTO;
+            return ZOE_OK;
+        }
+        ZOE_TRY(parse_number(o, text, &v));
+        *(float *)base = (float)v;
+        return ZOE_OK;
     case OPT_FLAG:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0)
             *(int *)base = 1;
@@ -272,6 +307,8 @@ static const char *json_type_needed(const option_spec *o) {
         return "a number";
     case OPT_FLAG:
         return "true or false";
+    case OPT_RATIO:
+        return "a number or \"auto\"";
     default:
         return "a string";
     }
@@ -286,6 +323,8 @@ static int json_type_ok(const option_spec *o, const cJSON *item) {
         return cJSON_IsNumber(item);
     case OPT_FLAG:
         return cJSON_IsBool(item);
+    case OPT_RATIO:
+        return cJSON_IsNumber(item) || cJSON_IsString(item);
     default:
         return cJSON_IsString(item);
     }
@@ -546,6 +585,26 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
                             o->help);
         return ZOE_OK;
     }
+    case OPT_RATIO: {
+        float v;
+        memcpy(&v, base, sizeof v);
+        if (v != ZOE_OFFLOAD_RATIO_AUTO && !(v >= o->min && v <= o->max))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%g is not auto or in [%g, %g]",
+                            o->name, (double)v, o->min, o->max);
+        return ZOE_OK;
+    }
+    case OPT_DPU: {
+        zoe_dpu_mode v;
+        memcpy(&v, base, sizeof v);
+        if (v != ZOE_DPU_ON && v != ZOE_DPU_OFF && v != ZOE_DPU_AUTO)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--dpu=%d is not on, off or auto", (int)v);
+        return ZOE_OK;
+    }
+    case OPT_HARDWARE:
+        if (!memchr(base, '\0', sizeof c->hardware))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--hardware is not a string shorter than %zu bytes", sizeof c->hardware);
+        return ZOE_OK;
     }
     return zoe_fail(ZOE_ERR_INTERNAL, "option kind %d", (int)o->kind);
 }
@@ -572,6 +631,10 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
     if (ffn % c->tp != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "MLP width %d is not divisible by --tp=%d", ffn,
                         c->tp);
+    if (c->offload_ratio != ZOE_OFFLOAD_RATIO_AUTO &&
+        !(c->offload_ratio >= 0.0f && c->offload_ratio <= 1.0f))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload-ratio=%g is outside [0, 1]",
+                        (double)c->offload_ratio);
     if (c->min_lr > c->lr)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--min-lr=%g is above --lr=%g", c->min_lr, c->lr);
     if (c->dtype == ZOE_F16 && c->backend == ZOE_BACKEND_CPU)
@@ -614,6 +677,18 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         break;
     case OPT_FLAG:
         snprintf(buf, n, "%s", *(const int *)base ? "on" : "off");
+        break;
+    case OPT_HARDWARE:
+        snprintf(buf, n, "%s", base);
+        break;
+    case OPT_DPU:
+        snprintf(buf, n, "%s", dpu_names[*(const zoe_dpu_mode *)base]);
+        break;
+    case OPT_RATIO:
+        if (*(const float *)base == ZOE_OFFLOAD_RATIO_AUTO)
+            snprintf(buf, n, "auto");
+        else
+            snprintf(buf, n, "%g", (double)*(const float *)base);
         break;
     case OPT_PROGRESS:
         snprintf(buf, n, "%s", progress_names[*(const zoe_progress_style *)base]);

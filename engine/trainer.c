@@ -90,16 +90,59 @@ static zoe_status create_device(zoe_trainer *tr) {
     return zoe_stream_create(tr->dev, &tr->stream);
 }
 
+zoe_gpt_config zoe_trainer_gpt_config(const zoe_train_config *c) {
+    return (zoe_gpt_config){.shape = c->model,
+                            .micro_batch = c->micro_batch,
+                            .dtype = c->dtype,
+                            .seed = c->seed,
+                            .recompute = c->recompute,
+                            .tf32 = c->tf32};
+}
+
 static zoe_status create_model(zoe_trainer *tr) {
-    const zoe_train_config *c = &tr->cfg;
-    zoe_gpt_config gc = {.shape = c->model,
-                         .micro_batch = c->micro_batch,
-                         .dtype = c->dtype,
-                         .seed = c->seed,
-                         .recompute = c->recompute,
-                         .tf32 = c->tf32};
+    zoe_gpt_config gc = zoe_trainer_gpt_config(&tr->cfg);
     ZOE_TRY(zoe_comm_create_for_device(zoe_grid_tp_comm(tr->grid), tr->dev, &tr->tp_comm));
     return zoe_gpt_create(&gc, tr->dev, tr->stream, tr->tp_comm, &tr->gpt);
+}
+
+void zoe_trainer_param_tensors(const zoe_gpt *g, zoe_param_tensor *tensors) {
+    for (int t = 0; t < zoe_gpt_num_tensors(g); t++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(g, t);
+        /* GPT practice: biases and LayerNorm weights (the 1-D tensors) take no weight decay. */
+        tensors[t] = (zoe_param_tensor){.name = p->name,
+                                        .numel = (size_t)p->local_numel,
+                                        .tp_replicated = p->replicated,
+                                        .no_weight_decay = p->ndim == 1};
+    }
+}
+
+float zoe_train_offload_ratio(const zoe_train_config *c) {
+    return c->offload == ZOE_OFFLOAD_NONE ? 0.0f : c->offload_ratio;
+}
+
+void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
+                                  zoe_optimizer_config *oc) {
+    zoe_optimizer_config_default(oc);
+    oc->beta1 = c->beta1, oc->beta2 = c->beta2, oc->eps = c->eps;
+    oc->weight_decay = c->weight_decay;
+    oc->adamw = 1;
+    oc->clip_norm = c->clip_grad;
+    oc->dynamic_loss_scale = c->dtype == ZOE_F16;
+    oc->loss_scale = c->dtype == ZOE_F16 ? c->loss_scale : 1.0f;
+    oc->bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
+    /* Every ring slot is as large as the largest bucket, and a tensor is never split, so
+     * buckets smaller than the largest tensor (wte) only add slots: --bucket-mb is a floor.
+     * (On the 10b preset 16 MiB buckets made a ring of 27 wte-sized slots, 10.8 GiB.) */
+    for (int t = 0; t < zoe_gpt_num_tensors(g); t++)
+        if ((size_t)zoe_gpt_tensor(g, t)->local_numel > oc->bucket_numel)
+            oc->bucket_numel = (size_t)zoe_gpt_tensor(g, t)->local_numel;
+    /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
+     * buckets of one block, and the one it shares with the block before. */
+    size_t block = (size_t)zoe_gpt_block_local_numel(g);
+    oc->bucket_ring = 3 + (int)((block + oc->bucket_numel - 1) / oc->bucket_numel);
+    oc->dpu_warmup = c->dpu_warmup;
+    /* the optimizer keeps partial_ratio of the state on the device; the rest is offloaded */
+    oc->partial_ratio = 1.0f - zoe_train_offload_ratio(c);
 }
 
 static zoe_status create_optimizer(zoe_trainer *tr) {
@@ -112,29 +155,9 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor table of %d entries (%zu bytes)", n,
                         (size_t)n * (sizeof *tensors + sizeof(void *)));
     }
-    for (int t = 0; t < n; t++) {
-        const zoe_tp_param *p = zoe_gpt_tensor(tr->gpt, t);
-        /* GPT practice: biases and LayerNorm weights (the 1-D tensors) take no weight decay. */
-        tensors[t] = (zoe_param_tensor){.name = p->name,
-                                        .numel = (size_t)p->local_numel,
-                                        .tp_replicated = p->replicated,
-                                        .no_weight_decay = p->ndim == 1};
-    }
+    zoe_trainer_param_tensors(tr->gpt, tensors);
     zoe_optimizer_config oc;
-    zoe_optimizer_config_default(&oc);
-    oc.beta1 = c->beta1, oc.beta2 = c->beta2, oc.eps = c->eps;
-    oc.weight_decay = c->weight_decay;
-    oc.adamw = 1;
-    oc.clip_norm = c->clip_grad;
-    oc.dynamic_loss_scale = c->dtype == ZOE_F16;
-    oc.loss_scale = c->dtype == ZOE_F16 ? c->loss_scale : 1.0f;
-    oc.bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
-    /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
-     * buckets of one block, and the one it shares with the block before. */
-    size_t block = (size_t)zoe_gpt_block_local_numel(tr->gpt);
-    oc.bucket_ring = 3 + (int)((block + oc.bucket_numel - 1) / oc.bucket_numel);
-    oc.dpu_warmup = c->dpu_warmup;
-    oc.partial_ratio = c->offload == ZOE_OFFLOAD_NONE ? 1.0f : 0.0f;
+    zoe_trainer_optimizer_config(c, tr->gpt, &oc);
     zoe_status st =
         zoe_optimizer_create(tr->grid, tr->dev, tr->stream, c->dtype, tensors, n, &oc, &tr->opt);
     free(tensors);
@@ -159,9 +182,14 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     int world_size = 0, rc = MPI_Comm_size(world, &world_size);
     if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "zoe_trainer_create: MPI_Comm_size of world");
     ZOE_TRY(zoe_train_config_validate(cfg, world_size));
+    if (cfg->dpu == ZOE_DPU_AUTO || cfg->offload_ratio == ZOE_OFFLOAD_RATIO_AUTO)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_create: --dpu auto and --offload-ratio auto are the plan's to "
+                        "resolve first (zoe_plan_dpu_pays, zoe_plan_auto_offload_ratio)");
     zoe_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "trainer struct");
     tr->cfg = *cfg;
+    if (tr->cfg.dpu == ZOE_DPU_OFF) tr->cfg.dpu_warmup = 0;
     zoe_status st = zoe_grid_create(world, cfg->tp, &tr->grid);
     if (st == ZOE_OK) st = create_device(tr);
     if (st == ZOE_OK) bind_threads(tr);
@@ -206,6 +234,9 @@ int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
 }
 zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr) {
     return tr ? tr->opt : NULL;
+}
+zoe_device *zoe_trainer_device(zoe_trainer *tr) {
+    return tr->dev;
 }
 int zoe_trainer_rank(const zoe_trainer *tr) {
     return tr ? zoe_grid_rank(tr->grid) : -1;

@@ -40,6 +40,11 @@ typedef struct zoe_kernel_plan {
 zoe_status zoe_kernels_create(zoe_device *dev, zoe_stream *stream, const zoe_kernel_plan *plan,
                               zoe_kernels **out);
 void zoe_kernels_destroy(zoe_kernels *k);
+/* Bytes of the workspace zoe_kernels_create plans for plan, without creating a context: on
+ * the CPU backend host memory, host_threads slices (the OpenMP thread count); on CUDA device
+ * memory, where cub's sort scratch is bounded rather than asked of a GPU. */
+size_t zoe_kernels_workspace_bytes(zoe_backend backend, const zoe_kernel_plan *plan,
+                                   int host_threads);
 zoe_backend zoe_kernels_backend(const zoe_kernels *k);
 zoe_stream *zoe_kernels_stream(const zoe_kernels *k);
 

@@ -25,6 +25,7 @@ struct zoe_gpt {
     /* activations, carved from one device allocation */
     void *arena;
     size_t arena_bytes;
+    zoe_kernel_plan kernel_plan; /* the largest shapes its kernels see (the workspace's plan) */
     int32_t *tokens, *targets;
     void **resid;            /* [L + 1] x [N, C]: block inputs, then the last output */
     zoe_tp_block_acts *acts; /* L of them, or 1 shared with recompute */
@@ -110,41 +111,60 @@ static zoe_status check_config(const zoe_gpt_config *c) {
     return ZOE_OK;
 }
 
-zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream *stream,
-                          zoe_comm *tp_comm, zoe_gpt **out) {
-    if (!out || !cfg || !dev || !stream || !tp_comm)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_gpt_create: NULL argument");
+/* The description: tables, the tensors and the activation layout's size, nothing on the
+ * device. zoe_gpt_create builds on it; the plan sizes a run with it alone. */
+static zoe_status describe_model(const zoe_gpt_config *cfg, int tp_size, int tp_rank,
+                                 zoe_gpt **out) {
     *out = NULL;
     ZOE_TRY(check_config(cfg));
+    if (tp_size <= 0 || tp_rank < 0 || tp_rank >= tp_size)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "GPT: tp rank %d of size %d", tp_rank, tp_size);
     zoe_gpt *g = calloc(1, sizeof *g);
     if (!g) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "GPT struct");
     int L = cfg->shape.layers;
     g->cfg = *cfg;
-    g->dev = dev;
-    g->stream = stream;
     g->N = cfg->micro_batch * cfg->shape.seq_len;
     g->C = cfg->shape.hidden;
     g->blocks = calloc((size_t)L, sizeof *g->blocks);
     g->tensors = calloc((size_t)(L * ZOE_TP_BLOCK_PARAMS + GPT_MAX_TENSORS_FIXED), sizeof(void *));
     g->resid = calloc((size_t)L + 1, sizeof(void *));
     g->acts = calloc((size_t)L, sizeof *g->acts);
-    g->losses = malloc((size_t)g->N * sizeof(float));
-    zoe_status st = g->blocks && g->tensors && g->resid && g->acts && g->losses
+    zoe_status st = g->blocks && g->tensors && g->resid && g->acts
                         ? ZOE_OK
                         : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "GPT tables for %d layers", L);
-    int t = zoe_comm_size(tp_comm), r = zoe_comm_rank(tp_comm);
-    if (st == ZOE_OK) st = describe(g, t, r);
-    zoe_kernel_plan plan = {.max_dim = g->emb.vocab.local, .tf32 = cfg->tf32};
+    if (st == ZOE_OK) st = describe(g, tp_size, tp_rank);
+    g->kernel_plan = (zoe_kernel_plan){.max_dim = g->emb.vocab.local, .tf32 = cfg->tf32};
     for (int l = 0; st == ZOE_OK && l < L; l++)
-        zoe_tp_block_plan(&g->blocks[l], cfg->micro_batch, cfg->shape.seq_len, &plan);
-    if (plan.max_rows < g->N) plan.max_rows = g->N;
-    if (plan.max_dim < g->C) plan.max_dim = g->C;
-    if (st == ZOE_OK) st = zoe_kernels_create(dev, stream, &plan, &g->kernels);
-    if (st == ZOE_OK) st = zoe_tp_init(&g->tp, g->kernels, tp_comm, cfg->dtype, cfg->seed);
-    if (st == ZOE_OK) {
-        g->arena_bytes = layout(g, NULL);
-        st = zoe_device_alloc(dev, g->arena_bytes, &g->arena);
+        zoe_tp_block_plan(&g->blocks[l], cfg->micro_batch, cfg->shape.seq_len, &g->kernel_plan);
+    if (g->kernel_plan.max_rows < g->N) g->kernel_plan.max_rows = g->N;
+    if (g->kernel_plan.max_dim < g->C) g->kernel_plan.max_dim = g->C;
+    if (st == ZOE_OK) g->arena_bytes = layout(g, NULL);
+    if (st != ZOE_OK) {
+        zoe_gpt_destroy(g);
+        return st;
     }
+    *out = g;
+    return ZOE_OK;
+}
+
+zoe_status zoe_gpt_describe(const zoe_gpt_config *cfg, int tp_size, int tp_rank, zoe_gpt **out) {
+    if (!out || !cfg) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_gpt_describe: NULL argument");
+    return describe_model(cfg, tp_size, tp_rank, out);
+}
+
+zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream *stream,
+                          zoe_comm *tp_comm, zoe_gpt **out) {
+    if (!out || !cfg || !dev || !stream || !tp_comm)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_gpt_create: NULL argument");
+    zoe_gpt *g = NULL;
+    ZOE_TRY(describe_model(cfg, zoe_comm_size(tp_comm), zoe_comm_rank(tp_comm), &g));
+    g->dev = dev;
+    g->stream = stream;
+    g->losses = malloc((size_t)g->N * sizeof(float));
+    zoe_status st = g->losses ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "GPT loss table");
+    if (st == ZOE_OK) st = zoe_kernels_create(dev, stream, &g->kernel_plan, &g->kernels);
+    if (st == ZOE_OK) st = zoe_tp_init(&g->tp, g->kernels, tp_comm, cfg->dtype, cfg->seed);
+    if (st == ZOE_OK) st = zoe_device_alloc(dev, g->arena_bytes, &g->arena);
     if (st == ZOE_OK) layout(g, g->arena);
     if (st == ZOE_OK)
         st = zoe_host_alloc(dev, 2 * (size_t)g->N * sizeof(int32_t), (void **)&g->staged_ids);
@@ -161,8 +181,8 @@ zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream
 
 void zoe_gpt_destroy(zoe_gpt *g) {
     if (!g) return;
-    zoe_device_free(g->dev, g->arena);
-    zoe_host_free(g->dev, g->staged_ids);
+    if (g->dev) zoe_device_free(g->dev, g->arena);
+    if (g->dev) zoe_host_free(g->dev, g->staged_ids);
     zoe_kernels_destroy(g->kernels);
     free(g->blocks), free(g->tensors), free(g->resid), free(g->acts), free(g->losses);
     free(g);
@@ -176,6 +196,9 @@ const zoe_tp_param *zoe_gpt_tensor(const zoe_gpt *g, int t) {
 }
 size_t zoe_gpt_activation_bytes(const zoe_gpt *g) {
     return g->arena_bytes;
+}
+const zoe_kernel_plan *zoe_gpt_kernel_plan(const zoe_gpt *g) {
+    return &g->kernel_plan;
 }
 zoe_tp *zoe_gpt_tp(zoe_gpt *g) {
     return &g->tp;

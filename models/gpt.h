@@ -41,6 +41,11 @@ typedef struct zoe_gpt zoe_gpt;
 zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream *stream,
                           zoe_comm *tp_comm, zoe_gpt **out);
 void zoe_gpt_destroy(zoe_gpt *g);
+/* The model described for TP rank tp_rank of tp_size but not built: its tensors (no data),
+ * element counts, activation size and kernel plan, from the same code zoe_gpt_create sizes
+ * its allocations with, and no device memory. Only the queries below the next line and
+ * zoe_gpt_destroy may be called on it. The plan (engine/plan.c) sizes a run with it. */
+zoe_status zoe_gpt_describe(const zoe_gpt_config *cfg, int tp_size, int tp_rank, zoe_gpt **out);
 
 /* The tensors in their fixed order: wte, wpe, h.0.* ... h.{L-1}.*, ln_f.weight, ln_f.bias. */
 int zoe_gpt_num_tensors(const zoe_gpt *g);
@@ -51,8 +56,11 @@ int64_t zoe_gpt_global_numel(const zoe_gpt *g);
 /* Elements of one transformer block on this rank (the most backward holds open at once,
  * besides wte). */
 int64_t zoe_gpt_block_local_numel(const zoe_gpt *g);
-/* Device bytes of the planned activation allocation. */
+/* Device bytes of the planned activation allocation (with cfg.recompute: the block inputs and
+ * one block's activations; without: every block's). */
 size_t zoe_gpt_activation_bytes(const zoe_gpt *g);
+/* The largest shapes the model's kernels see: the kernel workspace is planned from it. */
+const zoe_kernel_plan *zoe_gpt_kernel_plan(const zoe_gpt *g);
 zoe_tp *zoe_gpt_tp(zoe_gpt *g);
 /* Where the model's kernel time went since creation or the last reset (reset: start again). */
 void zoe_gpt_kernel_profile(zoe_gpt *g, zoe_kernel_profile *out, int reset);

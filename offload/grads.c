@@ -34,7 +34,7 @@ zoe_status zoe_grads_create(zoe_optimizer *opt) {
 }
 
 void zoe_grads_destroy(zoe_optimizer *opt) {
-    for (int s = 0; opt->slots && s < opt->cfg.bucket_ring; s++) {
+    for (int s = 0; opt->slots && s < opt->sz.slots; s++) {
         zoe_device_free(opt->dev, opt->slots[s].device);
         zoe_host_free(opt->dev, opt->slots[s].pinned);
         zoe_event_destroy(opt->slots[s].done);
@@ -136,7 +136,7 @@ static zoe_status drain_slot(zoe_optimizer *opt, int s) {
 /* A free slot, else the one in flight the longest, else -1 (all hold open buckets). */
 static int pick_slot(const zoe_optimizer *opt) {
     int oldest = -1;
-    for (int s = 0; s < opt->cfg.bucket_ring; s++) {
+    for (int s = 0; s < opt->sz.slots; s++) {
         const grad_slot *slot = &opt->slots[s];
         if (slot->state == SLOT_FREE) return s;
         if (slot->state == SLOT_IN_FLIGHT &&
@@ -154,7 +154,7 @@ static zoe_status acquire_slot(zoe_optimizer *opt, int b) {
             ZOE_ERR_INVALID_ARGUMENT,
             "bucket ring of %d full: all hold incomplete buckets when bucket %d (tensor "
             "'%s') was requested; raise bucket_ring or complete buckets in order",
-            opt->cfg.bucket_ring, b, opt->lay.names[opt->lay.buckets[b].first_tensor]);
+            opt->sz.slots, b, opt->lay.names[opt->lay.buckets[b].first_tensor]);
     grad_slot *slot = &opt->slots[pick];
     if (slot->state == SLOT_IN_FLIGHT) ZOE_TRY(drain_slot(opt, pick));
     /* The compute stream may reuse the buffer once the copy stream has read it. */
@@ -248,7 +248,7 @@ zoe_status zoe_optimizer_end_micro_batch(zoe_optimizer *opt) {
         for (int b = 0; b < opt->lay.num_buckets; b++)
             if (!opt->progress[b].reduced && (opt->progress[b].slot >= 0) == (pass == 0))
                 ZOE_TRY(complete_bucket(opt, b));
-    for (int s = 0; opt->slots && s < opt->cfg.bucket_ring; s++)
+    for (int s = 0; opt->slots && s < opt->sz.slots; s++)
         if (opt->slots[s].state == SLOT_IN_FLIGHT) ZOE_TRY(drain_slot(opt, s));
     opt->in_micro_batch = 0;
     opt->micro_batches++;

@@ -35,7 +35,8 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
         z.full_grad = lay->flat_numel;
         z.full_pinned = cpu ? 0 : z.h_numel; /* the CPU backend reads the buffer in place */
     } else {
-        z.slots = cfg->bucket_ring;
+        /* a slot beyond the number of buckets would never hold one */
+        z.slots = cfg->bucket_ring < lay->num_buckets ? cfg->bucket_ring : lay->num_buckets;
         z.slot_device = (size_t)dp_size * lay->max_part;
         z.slot_pinned = cpu ? 0 : lay->max_part; /* the CPU backend reads buckets in place */
     }

@@ -16,6 +16,15 @@ extern "C" {
 #endif
 
 /* ---- model shapes ---- */
+/* A run a preset is documented at (README, DESIGN.md, the paper it is from): its TP x DP grid,
+ * and the micro-batch and recompute setting it runs with there. */
+typedef struct zoe_model_grid {
+    int tp, dp;
+    int micro_batch;
+    int recompute;
+} zoe_model_grid;
+#define ZOE_MODEL_MAX_GRIDS 4
+
 typedef struct zoe_model_config {
     char name[32]; /* preset name, or "custom" */
     int layers;
@@ -26,6 +35,10 @@ typedef struct zoe_model_config {
     int vocab;          /* real vocabulary; padded internally for TP */
     float dropout;      /* hidden dropout after attention and MLP projections */
     const char *source; /* where the preset's shape comes from (static string) */
+    /* the documented runs, ended by tp = 0 (none for a custom shape); a test validates every
+     * preset at each of them, and zoe-plan takes micro-batch and recompute from the one at its
+     * --tp unless told */
+    zoe_model_grid grids[ZOE_MODEL_MAX_GRIDS];
 } zoe_model_config;
 
 /* Fills *out with the named preset (demo, gpt2-124m, gpt2-350m, 1.3b, 2.7b, 6.7b, 10b, 13b, 70b).
@@ -42,7 +55,17 @@ typedef enum zoe_offload_mode {
     ZOE_OFFLOAD_NONE = 1, /* optimizer state and step on the device */
 } zoe_offload_mode;
 
-#define ZOE_PATH_MAX 1024
+#define ZOE_PATH_MAX           1024
+#define ZOE_OFFLOAD_RATIO_AUTO (-1.0f)
+
+/* The delayed parameter update: as --dpu-warmup says (ON: on after dpu_warmup synchronous
+ * steps, off when it is 0), OFF, or AUTO (on only where the plan predicts that the host step
+ * would stall the device by more than ZOE_PLAN_DPU_STALL_SHARE of the step). */
+typedef enum zoe_dpu_mode {
+    ZOE_DPU_ON = 0,
+    ZOE_DPU_OFF = 1,
+    ZOE_DPU_AUTO = 2,
+} zoe_dpu_mode;
 
 /* How rank 0 shows progress. AUTO: a live bar when stdout is a terminal, except under Open MPI,
  * whose launcher hands every rank a pseudo-terminal even when mpirun's output is a file
@@ -104,6 +127,13 @@ typedef struct zoe_train_config {
     float lr_wsd_decay_fraction; /* WSD: the decay's share of lr_decay_iters */
     zoe_lr_wsd_style lr_wsd_decay_style;
     int stall_timeout; /* seconds without a completed step before the job is aborted; 0: never */
+    /* Share of the optimizer state offloaded to the host (1: all, ZeRO-Offload; 0: none, like
+     * --offload none); ZOE_OFFLOAD_RATIO_AUTO: the smallest share with which the plan fits,
+     * which zoe-train resolves (zoe_plan_auto_offload_ratio) before creating the trainer. */
+    float offload_ratio;
+    zoe_dpu_mode dpu;  /* ZOE_DPU_AUTO: zoe-train asks the plan (zoe_plan_dpu_pays) */
+    int no_plan_check; /* zoe-train: run even when the plan says it does not fit */
+    char hardware[32]; /* the box zoe-train plans for (zoe_hardware_preset); "local": this one */
 } zoe_train_config;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \

@@ -14,6 +14,23 @@ static size_t round_up(size_t n, size_t to) {
     return (n + to - 1) / to * to;
 }
 
+/* The workspace of a plan: floats per thread slice and bytes shared. */
+static void workspace_of(const zoe_kernel_plan *plan, size_t *thread_floats, size_t *shared) {
+    size_t floats = zoe_cpu_matmul_thread_floats(plan);
+    floats = max_size(floats, zoe_cpu_layernorm_thread_floats(plan));
+    floats = max_size(floats, zoe_cpu_attention_thread_floats(plan));
+    floats = max_size(floats, zoe_cpu_embedding_thread_floats(plan));
+    *thread_floats = round_up(floats, 16); /* each slice starts on a 64-byte line */
+    *shared = round_up(
+        max_size(zoe_cpu_layernorm_shared_bytes(plan), zoe_cpu_embedding_shared_bytes(plan)), 64);
+}
+
+size_t zoe_cpu_workspace_bytes(const zoe_kernel_plan *plan, int threads) {
+    size_t thread_floats, shared;
+    workspace_of(plan, &thread_floats, &shared);
+    return thread_floats * sizeof(float) * (size_t)threads + shared;
+}
+
 zoe_status zoe_cpu_kernels_create(const zoe_kernel_plan *plan, zoe_cpu_kernels **out) {
     *out = NULL;
     zoe_cpu_kernels *ck = calloc(1, sizeof *ck);
@@ -21,14 +38,7 @@ zoe_status zoe_cpu_kernels_create(const zoe_kernel_plan *plan, zoe_cpu_kernels *
     ck->plan = *plan;
     ck->threads = omp_get_max_threads();
     ck->isa = zoe_cpu_isa_best();
-
-    size_t floats = zoe_cpu_matmul_thread_floats(plan);
-    floats = max_size(floats, zoe_cpu_layernorm_thread_floats(plan));
-    floats = max_size(floats, zoe_cpu_attention_thread_floats(plan));
-    floats = max_size(floats, zoe_cpu_embedding_thread_floats(plan));
-    ck->thread_floats = round_up(floats, 16); /* each slice starts on a 64-byte line */
-    ck->shared_bytes = round_up(
-        max_size(zoe_cpu_layernorm_shared_bytes(plan), zoe_cpu_embedding_shared_bytes(plan)), 64);
+    workspace_of(plan, &ck->thread_floats, &ck->shared_bytes);
     size_t scratch_bytes = ck->thread_floats * sizeof(float) * (size_t)ck->threads;
     ck->thread_scratch = aligned_alloc(64, scratch_bytes ? scratch_bytes : 64);
     ck->shared = aligned_alloc(64, ck->shared_bytes ? ck->shared_bytes : 64);

@@ -10,6 +10,8 @@ typedef struct zoe_cpu_kernels zoe_cpu_kernels;
 
 /* Plans the workspace (per-thread tiles and shared scratch) for the shapes in plan. */
 zoe_status zoe_cpu_kernels_create(const zoe_kernel_plan *plan, zoe_cpu_kernels **out);
+/* Host bytes of the workspace zoe_cpu_kernels_create allocates for plan with threads threads. */
+size_t zoe_cpu_workspace_bytes(const zoe_kernel_plan *plan, int threads);
 void zoe_cpu_kernels_destroy(zoe_cpu_kernels *ck);
 
 zoe_status zoe_cpu_matmul_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *y, const void *x,

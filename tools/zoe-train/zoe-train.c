@@ -5,8 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "zoe/data.h"
-#include "zoe/zoe.h"
+#include "zoe/plan.h"
 #include "zoe/train.h"
+#include "zoe/zoe.h"
 
 #define EXIT_USAGE 2
 
@@ -18,14 +19,18 @@ static int fail(int rank, int code, const char *what) {
 }
 
 static void list_models(void) {
-    printf("%-10s %6s %6s %6s %7s %7s %9s  %s\n", "model", "layers", "hidden", "heads", "seq",
-           "vocab", "params", "shape from");
+    printf("%-10s %6s %6s %6s %7s %7s %9s  %-11s %s\n", "model", "layers", "hidden", "heads", "seq",
+           "vocab", "params", "TP x DP", "shape from");
     for (int i = 0; i < zoe_model_preset_count(); i++) {
         const zoe_model_config *m = zoe_model_preset_at(i);
         double p = (double)zoe_model_param_count(m);
-        printf("%-10s %6d %6d %6d %7d %7d %8.*f%c  %s\n", m->name, m->layers, m->hidden, m->heads,
-               m->seq_len, m->vocab, p >= 1e9 ? 2 : 1, p >= 1e9 ? p / 1e9 : p / 1e6,
-               p >= 1e9 ? 'B' : 'M', m->source);
+        char grids[64] = "";
+        for (int g = 0; g < ZOE_MODEL_MAX_GRIDS && m->grids[g].tp; g++)
+            snprintf(grids + strlen(grids), sizeof grids - strlen(grids), "%s%dx%d", g ? " " : "",
+                     m->grids[g].tp, m->grids[g].dp);
+        printf("%-10s %6d %6d %6d %7d %7d %8.*f%c  %-11s %s\n", m->name, m->layers, m->hidden,
+               m->heads, m->seq_len, m->vocab, p >= 1e9 ? 2 : 1, p >= 1e9 ? p / 1e9 : p / 1e6,
+               p >= 1e9 ? 'B' : 'M', grids, m->source);
     }
 }
 
@@ -35,16 +40,105 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
         "zoe-train: %s GPT, %.2fM parameters (%d layers, hidden %d, %d heads, seq %d, vocab %d)\n",
         c->model.name, (double)zoe_trainer_param_count(tr) / 1e6, c->model.layers, c->model.hidden,
         c->model.heads, c->model.seq_len, c->model.vocab);
-    printf(
-        "zoe-train: %d ranks = TP %d x DP %d, %s %s, optimizer on %s, DPU %s, global batch %d x %d "
-        "tokens\n",
-        world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype),
-        c->offload == ZOE_OFFLOAD_CPU ? "the host (ZeRO-Offload)" : "the device",
-        c->dpu_warmup > 0 ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch,
-        c->model.seq_len);
-    if (c->dpu_warmup > 0)
-        printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
+    int dpu = c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0;
+    float ratio = c->offload == ZOE_OFFLOAD_NONE ? 0.0f : c->offload_ratio;
+    char where[64];
+    if (ratio >= 1.0f)
+        snprintf(where, sizeof where, "the host (ZeRO-Offload)");
+    else if (ratio <= 0.0f)
+        snprintf(where, sizeof where, "the device");
+    else
+        snprintf(where, sizeof where, "the host for %.0f%%, the device for the rest",
+                 100.0 * ratio);
+    printf("zoe-train: %d ranks = TP %d x DP %d, %s %s, optimizer on %s, DPU %s, global batch %d "
+           "x %d tokens\n",
+           world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype), where,
+           dpu ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch, c->model.seq_len);
+    if (dpu) printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
     fflush(stdout);
+}
+
+/* Ranks on this rank's host, the most over the world (every rank must plan alike). */
+static int ranks_per_node(void) {
+    MPI_Comm node;
+    int local = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return local;
+}
+
+/* Plans the run before anything is allocated: resolves --offload-ratio auto and --dpu auto,
+ * logs the plan's summary, and refuses a run that does not fit (unless --no-plan-check). Every
+ * rank plans from rank 0's measurements, so all decide alike. Returns 0 to go on, or the exit
+ * code after a message. */
+static int plan_run(zoe_train_config *cfg, int world, int rank) {
+    zoe_hardware hw;
+    zoe_status st = strcmp(cfg->hardware, "local") == 0 ? zoe_hardware_local(0, &hw)
+                                                        : zoe_hardware_preset(cfg->hardware, &hw);
+    if (st == ZOE_OK && hw.backend == ZOE_BACKEND_CPU) st = zoe_hardware_measure_rank_base(&hw);
+    if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
+    if (cfg->backend == ZOE_BACKEND_CUDA && hw.backend == ZOE_BACKEND_CPU) {
+        /* this machine's GPUs: their count; their memory is not known here, so not checked */
+        hw.backend = ZOE_BACKEND_CUDA;
+        hw.gpus = zoe_cuda_device_count();
+        hw.dtype = cfg->dtype;
+    }
+    double measured[3] = {hw.host_bytes, hw.rank_base_bytes, hw.host_free_bytes};
+    MPI_Bcast(measured, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    hw.host_bytes = measured[0], hw.rank_base_bytes = measured[1], hw.host_free_bytes = measured[2];
+    zoe_plan_config pc;
+    zoe_plan_result r;
+    st = zoe_plan_config_from_train(cfg, world, &hw, &pc);
+    pc.ranks_per_node = ranks_per_node();
+    if (st == ZOE_OK && cfg->offload_ratio == ZOE_OFFLOAD_RATIO_AUTO) {
+        st = zoe_plan_auto_offload_ratio(&pc, &pc.offload_ratio);
+        if (st == ZOE_OK) cfg->offload_ratio = pc.offload_ratio;
+        if (st == ZOE_OK && rank == 0)
+            printf("zoe-train: --offload-ratio auto: %g of the optimizer state on the host\n",
+                   (double)cfg->offload_ratio);
+    }
+    if (st == ZOE_OK && cfg->dpu == ZOE_DPU_AUTO) {
+        pc.dpu = 0;
+        st = zoe_plan(&pc, &r);
+        int pays = st == ZOE_OK && zoe_plan_dpu_pays(&r);
+        cfg->dpu = pays ? ZOE_DPU_ON : ZOE_DPU_OFF;
+        if (pays && cfg->dpu_warmup == 0) cfg->dpu_warmup = 5;
+        pc.dpu = pays && cfg->dpu_warmup > 0;
+        if (st == ZOE_OK && rank == 0 && hw.backend == ZOE_BACKEND_CUDA &&
+            strcmp(r.time.bound, "not probed") == 0)
+            printf("zoe-train: --dpu auto: off (no time model for this machine's GPUs: name the "
+                   "box with --hardware)\n");
+        else if (st == ZOE_OK && rank == 0 && hw.backend == ZOE_BACKEND_CPU)
+            printf("zoe-train: --dpu auto: off (on the CPU backend the host step runs on the cores "
+                   "that compute, so DPU hides nothing)\n");
+        else if (st == ZOE_OK && rank == 0)
+            printf("zoe-train: --dpu auto: %s (the host step would stall the device for %.0f%% "
+                   "of a step, DPU would hide %.3f s; on above %.0f%%)\n",
+                   pays ? "on" : "off", 100.0 * r.time.stall_share, r.time.hidden_by_dpu,
+                   100.0 * ZOE_PLAN_DPU_STALL_SHARE);
+    }
+    if (st == ZOE_OK) st = zoe_plan(&pc, &r);
+    if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
+    char line[512];
+    zoe_plan_summary(&pc, &r, line, sizeof line);
+    if (rank == 0) printf("zoe-train: %s\n", line);
+    /* The plan checks the box's memory; other processes may hold much of it now. */
+    if (rank == 0 && r.fits && hw.host_free_bytes > 0 && r.host.total > hw.host_free_bytes)
+        printf("zoe-train: warning: the run needs %.2f GiB of host memory, and only %.2f GiB are "
+               "free now (other processes hold the rest): it may be killed for memory\n",
+               r.host.total / (1 << 30), hw.host_free_bytes / (1 << 30));
+    fflush(stdout);
+    if (!r.fits && !cfg->no_plan_check) {
+        char msg[640];
+        snprintf(msg, sizeof msg,
+                 "the run does not fit: %s (zoe-plan shows where memory goes; --no-plan-check "
+                 "runs it anyway)",
+                 r.verdict);
+        return fail(rank, EXIT_USAGE, msg);
+    }
+    return 0;
 }
 
 /* zoe's OpenMP regions alternate with the BLAS's own thread pool. OpenMP workers that spin
@@ -107,6 +201,8 @@ int main(int argc, char **argv) {
     if (zoe_train_config_validate(&cfg, world) != ZOE_OK ||
         zoe_train_schedule_validate(&cfg) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
+    int code = plan_run(&cfg, world, rank);
+    if (code) return code;
     /* Rank 0 writes the metrics: it opens the file now, before anything is built, and every
      * rank learns whether it could. */
     zoe_progress *progress = NULL;
@@ -160,7 +256,6 @@ int main(int argc, char **argv) {
         }
     }
     if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
-    int code = 0;
     if (st != ZOE_OK) {
         fprintf(stderr, "zoe-train: rank %d: %s\n", rank, zoe_last_error());
         code = EXIT_FAILURE;

@@ -1,0 +1,269 @@
+/* The boxes zoe plans for, each figure with its source, and `local`: this machine, probed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/kernels.h"
+#include "runtime/clock.h"
+#include "runtime/error.h"
+#include "zoe/plan.h"
+#include "zoe/topology.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define TIB (1024.0 * GIB)
+
+/* Streaming (STREAM-class) code reaches about 75% of the DIMMs' peak on two-socket servers; the
+ * peak is channels x transfer rate x 8 bytes. NCCL's all-reduce reaches about 80% of the
+ * NVLink bandwidth into the switch (nccl-tests' bus bandwidth). Pinned copies reach about 80%
+ * of a PCIe x16 link's rate (CUDA's bandwidthTest). */
+#define STREAM_SHARE 0.75
+#define NCCL_SHARE   0.80
+#define PCIE_SHARE   0.80
+/* A GPU rank's host memory before its first allocation: the CUDA context, cuBLAS, NCCL and MPI
+ * (an estimate; a CUDA context alone takes a few hundred MiB of host memory). */
+#define GPU_RANK_BASE (1.0 * GIB)
+
+#define V100_FRACTION_SOURCE                                                                       \
+    "Megatron-LM (Shoeybi et al. 2019): one V100 sustains 39 TFLOPS training a 1.2B GPT-2, 30% "   \
+    "of peak"
+#define H100_FRACTION_SOURCE                                                                       \
+    "The Llama 3 herd of models (Dubey et al. 2024): 38-43% BF16 model FLOPs utilisation on "      \
+    "H100s"
+
+static const zoe_hardware presets[] = {
+    {.name = "dgx2",
+     .description = "NVIDIA DGX-2: 16 x V100-SXM3-32GB on NVSwitch (6 NVLink2 x 25 GB/s per GPU), "
+                    "1.5 TB host memory, 2 x 24-core Xeon Platinum 8168 with 6 channels of "
+                    "DDR4-2666 each, two GPUs per PCIe 3.0 x16 switch uplink (DGX-2 datasheet "
+                    "and system architecture whitepaper)",
+     .backend = ZOE_BACKEND_CUDA,
+     .dtype = ZOE_F16,
+     .gpus = 16,
+     .gpu_bytes = 32 * GIB,
+     .gpu_peak_flops = 125e12,
+     .gpu_fraction = 39.0 / 125.0,
+     .gpu_fraction_source = V100_FRACTION_SOURCE,
+     .host_bytes = 1.5 * TIB,
+     .host_reserve = 0.10,
+     .host_cores = 48,
+     .host_bandwidth = STREAM_SHARE * 2 * 6 * 2666e6 * 8,
+     .pcie_bandwidth = PCIE_SHARE * 15.75e9,
+     .gpus_per_link = 2,
+     .nvlink_bandwidth = NCCL_SHARE * 150e9,
+     .rank_base_bytes = GPU_RANK_BASE},
+    {.name = "dgx-a100-80g",
+     .description = "NVIDIA DGX A100 640GB: 8 x A100-SXM4-80GB on NVSwitch (12 NVLink3 x 25 GB/s "
+                    "per GPU), 2 TB host memory, 2 x 64-core EPYC 7742 with 8 channels of "
+                    "DDR4-3200 each, two GPUs per PCIe 4.0 x16 switch uplink (DGX A100 datasheet)",
+     .backend = ZOE_BACKEND_CUDA,
+     .dtype = ZOE_BF16,
+     .gpus = 8,
+     .gpu_bytes = 80 * GIB,
+     .gpu_peak_flops = 312e12,
+     .gpu_fraction = 0.52,
+     .gpu_fraction_source = "Narayanan et al. 2021 (Megatron-LM on 3072 A100s): 163 TFLOPS per "
+                            "GPU, 52% of peak",
+     .host_bytes = 2.0 * TIB,
+     .host_reserve = 0.10,
+     .host_cores = 128,
+     .host_bandwidth = STREAM_SHARE * 2 * 8 * 3200e6 * 8,
+     .pcie_bandwidth = PCIE_SHARE * 31.5e9,
+     .gpus_per_link = 2,
+     .nvlink_bandwidth = NCCL_SHARE * 300e9,
+     .rank_base_bytes = GPU_RANK_BASE},
+    {.name = "dgx-h100",
+     .description = "NVIDIA DGX H100: 8 x H100-SXM5-80GB on NVSwitch (18 NVLink4 x 25 GB/s per "
+                    "GPU), 2 TB host memory, 2 x 56-core Xeon Platinum 8480C with 8 channels of "
+                    "DDR5-4800 each, PCIe 5.0 x16 links (two GPUs per link assumed, as on DGX-2 "
+                    "and DGX A100) (DGX H100 datasheet)",
+     .backend = ZOE_BACKEND_CUDA,
+     .dtype = ZOE_BF16,
+     .gpus = 8,
+     .gpu_bytes = 80 * GIB,
+     .gpu_peak_flops = 989e12,
+     .gpu_fraction = 0.40,
+     .gpu_fraction_source = H100_FRACTION_SOURCE,
+     .host_bytes = 2.0 * TIB,
+     .host_reserve = 0.10,
+     .host_cores = 112,
+     .host_bandwidth = STREAM_SHARE * 2 * 8 * 4800e6 * 8,
+     .pcie_bandwidth = PCIE_SHARE * 63e9,
+     .gpus_per_link = 2,
+     .nvlink_bandwidth = NCCL_SHARE * 450e9,
+     .rank_base_bytes = GPU_RANK_BASE},
+    {.name = "h200",
+     .description = "one H200 141GB (140 GiB usable, as nvidia-smi reports 143771 MiB) on its "
+                    "own PCIe 5.0 x16 link, a 16-core host with 128 GiB (its memory bandwidth "
+                    "assumed: 100 GB/s, a 16-core share of a DDR5 server)",
+     .backend = ZOE_BACKEND_CUDA,
+     .dtype = ZOE_BF16,
+     .gpus = 1,
+     .gpu_bytes = 140 * GIB,
+     .gpu_peak_flops = 989e12,
+     .gpu_fraction = 0.40,
+     .gpu_fraction_source = H100_FRACTION_SOURCE " (the H200 is the same GH100 chip)",
+     .host_bytes = 128 * GIB,
+     .host_reserve = 0.10,
+     .host_cores = 16,
+     .host_bandwidth = 100e9,
+     .pcie_bandwidth = PCIE_SHARE * 63e9,
+     .gpus_per_link = 1,
+     .nvlink_bandwidth = NCCL_SHARE * 450e9,
+     .rank_base_bytes = GPU_RANK_BASE},
+};
+enum { NUM_PRESETS = sizeof presets / sizeof presets[0] };
+
+/* The boxes described as a change of another: one GPU of a DGX-2 alone on its host, as the
+ * ZeRO-Offload paper's single-GPU runs. */
+static zoe_hardware v100_32g(void) {
+    zoe_hardware hw = presets[0]; /* dgx2 */
+    snprintf(hw.name, sizeof hw.name, "v100-32g");
+    hw.description = "one V100-SXM3-32GB alone on a DGX-2's host (as the ZeRO-Offload paper's "
+                     "single-GPU runs): 1.5 TB, 2 x 24-core Xeon Platinum 8168, its own PCIe 3.0 "
+                     "x16 link";
+    hw.gpus = 1;
+    hw.gpus_per_link = 1;
+    return hw;
+}
+
+static const char *const other_names[] = {"v100-32g", "local"};
+
+int zoe_hardware_preset_count(void) {
+    return NUM_PRESETS + 2;
+}
+
+const char *zoe_hardware_preset_name(int index) {
+    if (index >= 0 && index < NUM_PRESETS) return presets[index].name;
+    return index >= NUM_PRESETS && index < NUM_PRESETS + 2 ? other_names[index - NUM_PRESETS]
+                                                           : NULL;
+}
+
+/* A /proc/meminfo figure ("MemTotal", "MemAvailable") in bytes; 0 when absent. */
+static double meminfo_bytes(const char *key) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double kib = 0;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':') {
+            kib = atof(line + n + 1);
+            break;
+        }
+    fclose(f);
+    return kib * 1024.0;
+}
+
+/* Bytes per second read plus written by a copy of a 64 MiB array, best of three. */
+static double probe_bandwidth(void) {
+    size_t n = (size_t)64 << 20;
+    char *a = malloc(n), *b = malloc(n);
+    double best = 0;
+    if (a && b) {
+        memset(a, 1, n), memset(b, 2, n);
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = zoe_clock_seconds();
+            memcpy(b, a, n);
+            double dt = zoe_clock_seconds() - t0;
+            if (dt > 0 && 2.0 * n / dt > best) best = 2.0 * n / dt;
+            a[rep] = b[n - 1 - rep]; /* keep the copy observable */
+        }
+    }
+    free(a), free(b);
+    return best;
+}
+
+/* FLOP/s of the CPU kernels' fp32 matmul on [512 x 1024] . [1024 x 1024]^T, best of three. */
+static zoe_status probe_matmul(double *flops) {
+    const int64_t M = 512, K = 1024, N = 1024;
+    zoe_device *dev = NULL;
+    zoe_stream *stream = NULL;
+    zoe_kernels *k = NULL;
+    float *x = calloc((size_t)(M * K), sizeof(float)), *w = calloc((size_t)(N * K), sizeof(float));
+    float *y = calloc((size_t)(M * N), sizeof(float));
+    zoe_status st = x && w && y ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "matmul probe");
+    if (st == ZOE_OK) st = zoe_device_create(ZOE_BACKEND_CPU, 0, &dev);
+    if (st == ZOE_OK) st = zoe_stream_create(dev, &stream);
+    zoe_kernel_plan plan = {
+        .max_rows = M, .max_dim = N, .max_seq = 1, .max_heads = 1, .max_head_dim = 1};
+    if (st == ZOE_OK) st = zoe_kernels_create(dev, stream, &plan, &k);
+    double best = 0;
+    for (int64_t i = 0; st == ZOE_OK && i < M * K; i++) x[i] = (float)(i % 7) * 0.01f;
+    for (int64_t i = 0; st == ZOE_OK && i < N * K; i++) w[i] = (float)(i % 5) * 0.01f;
+    for (int rep = 0; st == ZOE_OK && rep < 3; rep++) {
+        double t0 = zoe_clock_seconds();
+        st = zoe_matmul_forward(k, ZOE_F32, y, x, w, NULL, M, K, N);
+        double dt = zoe_clock_seconds() - t0;
+        if (dt > 0 && 2.0 * M * K * N / dt > best) best = 2.0 * M * K * N / dt;
+    }
+    zoe_kernels_destroy(k);
+    zoe_stream_destroy(stream);
+    zoe_device_destroy(dev);
+    free(x), free(w), free(y);
+    *flops = best;
+    return st;
+}
+
+zoe_status zoe_hardware_local(int probe, zoe_hardware *hw) {
+    if (!hw) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "local hardware: NULL argument");
+    memset(hw, 0, sizeof *hw);
+    snprintf(hw->name, sizeof hw->name, "local");
+    hw->description = "this machine, CPU backend: cores from hwloc, memory from /proc/meminfo, "
+                      "bandwidth from a 64 MiB copy and compute from a 512x1024x1024 fp32 "
+                      "matmul of the CPU kernels";
+    hw->backend = ZOE_BACKEND_CPU;
+    hw->dtype = ZOE_F32;
+    zoe_topology *topo = NULL;
+    ZOE_TRY(zoe_topology_load_host(&topo));
+    hw->host_cores = zoe_topology_num_cores(topo);
+    zoe_topology_destroy(topo);
+    hw->host_bytes = meminfo_bytes("MemTotal");
+    hw->host_free_bytes = meminfo_bytes("MemAvailable");
+    if (hw->host_bytes <= 0)
+        return zoe_fail(ZOE_ERR_IO, "local hardware: no MemTotal in /proc/meminfo");
+    hw->host_reserve = 0.10;
+    /* an MPI rank with its libraries before the run allocates (Open MPI, OpenBLAS, hwloc);
+     * zoe-train measures its own instead (zoe_hardware_measure_rank_base) */
+    hw->rank_base_bytes = 48.0 * 1024 * 1024;
+    hw->gpu_fraction = 0.70;
+    hw->gpu_fraction_source = "bench/train_step: a gpt2-124m step runs at 0.65-0.77 of the same "
+                              "machine's matmul rate";
+    if (!probe) return ZOE_OK;
+    hw->host_bandwidth = probe_bandwidth();
+    ZOE_TRY(probe_matmul(&hw->gpu_peak_flops));
+    /* MPI's shared-memory collectives copy through a segment: in and out at half the rate */
+    hw->nvlink_bandwidth = hw->host_bandwidth / 2;
+    if (hw->host_bandwidth <= 0 || hw->gpu_peak_flops <= 0)
+        return zoe_fail(ZOE_ERR_INTERNAL, "local hardware: the probes measured nothing");
+    return ZOE_OK;
+}
+
+zoe_status zoe_hardware_preset(const char *name, zoe_hardware *out) {
+    if (!name || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "hardware preset: NULL argument");
+    for (int i = 0; i < NUM_PRESETS; i++)
+        if (strcmp(presets[i].name, name) == 0) {
+            *out = presets[i];
+            return ZOE_OK;
+        }
+    if (strcmp(name, "v100-32g") == 0) {
+        *out = v100_32g();
+        return ZOE_OK;
+    }
+    if (strcmp(name, "local") == 0) return zoe_hardware_local(1, out);
+    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                    "unknown hardware '%s' (dgx2, v100-32g, dgx-a100-80g, dgx-h100, h200, local)",
+                    name);
+}
+
+zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw) {
+    if (!hw) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "rank base: NULL hardware");
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return zoe_fail(ZOE_ERR_IO, "rank base: cannot read /proc/self/status");
+    char line[256];
+    double kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
+    fclose(f);
+    if (kib < 0) return zoe_fail(ZOE_ERR_IO, "rank base: no VmRSS in /proc/self/status");
+    hw->rank_base_bytes = kib * 1024.0;
+    return ZOE_OK;
+}

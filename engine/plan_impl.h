@@ -1,0 +1,30 @@
+/* Internal to engine/plan*.c: the pieces of a plan before they are added up. */
+#ifndef ZOE_ENGINE_PLAN_IMPL_H
+#define ZOE_ENGINE_PLAN_IMPL_H
+
+#include <stddef.h>
+#include "models/gpt.h"
+#include "zoe/plan.h"
+
+/* The model's side, in bytes per rank. */
+typedef struct zoe_plan_model {
+    double act_recompute, act_full; /* the activation allocation with and without recompute */
+    double workspace;               /* the kernels' workspace */
+    double host_other;              /* the model's own host tables */
+} zoe_plan_model;
+
+/* The optimizer's side, in bytes per rank, from its footprint. */
+typedef struct zoe_plan_optimizer {
+    double device_params, device_ring, device_other; /* device allocations */
+    double host, pinned;                             /* host allocations */
+    double comm_staging; /* the CPU backend's fp32 staging of DP collectives, on every rank */
+    double comm_root;    /* and MPI's temporary on each DP group's root (dp_rank 0) */
+    size_t part_numel, host_numel; /* the partition, and its host part, in elements */
+    double adam_bytes_per_param;   /* host memory the host step moves per element */
+} zoe_plan_optimizer;
+
+/* The optimizer the trainer would build for c and model g at dp DP ranks. */
+zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, int dp,
+                                 zoe_plan_optimizer *out);
+
+#endif

@@ -1,0 +1,221 @@
+/* The plan as text for people, as JSON for tools, and as one line for zoe-train's log. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/error.h"
+#include "zoe/plan.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static double gib(double bytes) {
+    return bytes / GIB;
+}
+
+static const char *yes_no(int fits) {
+    return fits ? "fits" : "DOES NOT FIT";
+}
+
+static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
+    int cpu = c->hardware.backend == ZOE_BACKEND_CPU;
+    fprintf(out, "\n%s, per rank (GiB):\n", cpu ? "Device (CPU backend: host memory)" : "Per GPU");
+    fprintf(out, "  weights (%s)            %9.2f\n", zoe_dtype_name(c->dtype),
+            gib(r->gpu.weights));
+    fprintf(out, "  gradient bucket ring      %9.2f\n", gib(r->gpu.grad_ring));
+    fprintf(out, "  optimizer on the device   %9.2f\n", gib(r->gpu.optimizer));
+    fprintf(out, "  activations (%s)%*s%9.2f   [recompute %.2f, without %.2f]\n",
+            c->recompute ? "recompute" : "no recompute", c->recompute ? 3 : 0, "",
+            gib(r->gpu.activations), gib(r->gpu.activations_recompute),
+            gib(r->gpu.activations_full));
+    if (!cpu) {
+        fprintf(out, "  kernel workspace          %9.2f\n", gib(r->gpu.workspace));
+        fprintf(out, "  NCCL buffers (estimate)   %9.2f\n", gib(r->gpu.comm));
+        fprintf(out, "  total                     %9.2f of %.2f   %s\n", gib(r->gpu.total),
+                gib(r->gpu.capacity), yes_no(r->fits_gpu));
+    } else {
+        fprintf(out, "  total                     %9.2f   (counted in the host below)\n",
+                gib(r->gpu.total));
+    }
+    fprintf(out, "\nPer host (%d rank%s on the box):\n", r->ranks_per_node,
+            r->ranks_per_node == 1 ? "" : "s");
+    double per_param = r->state_params ? 1.0 / (double)r->state_params : 0.0;
+    double part = (double)r->state_params;
+    fprintf(out,
+            "  optimizer state per rank  %9.2f GiB  (%.2f bytes per parameter of its "
+            "partition of %.*f%c; with pinned %.2f)\n",
+            gib(r->host.optimizer_per_rank), r->host.optimizer_per_rank * per_param,
+            part >= 1e9 ? 2 : 1, part >= 1e9 ? part / 1e9 : part / 1e6, part >= 1e9 ? 'B' : 'M',
+            (r->host.optimizer_per_rank + r->host.pinned_per_rank) * per_param);
+    fprintf(out, "  pinned staging per rank   %9.2f GiB\n", gib(r->host.pinned_per_rank));
+    fprintf(out, "  other per rank            %9.2f GiB  (rank base %.2f%s)\n",
+            gib(r->host.other_per_rank), gib(c->hardware.rank_base_bytes),
+            cpu ? ", device memory, workspace, MPI staging" : "");
+    fprintf(out,
+            "  total                     %9.2f GiB, %d x up to %.2f, of %.1f available (%.1f "
+            "less %.0f%% for the OS)   %s\n",
+            gib(r->host.total), r->ranks_per_node, gib(r->host.per_rank), gib(r->host.available),
+            gib(r->host.capacity), 100.0 * c->hardware.host_reserve, yes_no(r->fits_host));
+    if (r->fits_host)
+        fprintf(out, "  spare                     %9.1f%% of host memory\n",
+                100.0 * (1.0 - r->host.total / r->host.capacity));
+}
+
+static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
+    const zoe_hardware *hw = &c->hardware;
+    if (!strcmp(r->time.bound, "not probed")) {
+        fprintf(out, "\nOne step: no time model (the hardware's rates were not probed)\n");
+        return;
+    }
+    fprintf(out, "\nOne step (%.0f tokens), seconds:\n", r->time.tokens);
+    fprintf(out,
+            "  compute                   %9.3f   %.3g TFLOP per GPU at %.0f%% of %.0f TFLOPS "
+            "(%s)\n",
+            r->time.compute, r->time.flops_per_gpu / 1e12, 100.0 * hw->gpu_fraction,
+            hw->gpu_peak_flops / 1e12, hw->gpu_fraction_source);
+    fprintf(out, "  TP all-reduces            %9.3f   at %.0f GB/s bus bandwidth\n",
+            r->time.tp_comm, hw->nvlink_bandwidth / 1e9);
+    fprintf(out, "  DP reduce-scatter         %9.3f   (overlaps backward)\n",
+            r->time.dp_reduce_scatter);
+    fprintf(out, "  DP all-gather             %9.3f\n", r->time.dp_all_gather);
+    fprintf(out,
+            "  PCIe out (gradients)      %9.3f   (overlaps backward; %d GPU%s per %.1f GB/s "
+            "link)\n",
+            r->time.pcie_out, hw->gpus_per_link, hw->gpus_per_link == 1 ? "" : "s",
+            hw->pcie_bandwidth / 1e9);
+    fprintf(out, "  PCIe in (weights)         %9.3f\n", r->time.pcie_in);
+    fprintf(out, "  host Adam                 %9.3f   at %.0f GB/s host memory bandwidth\n",
+            r->time.host_adam, hw->host_bandwidth / 1e9);
+    fprintf(out, "  host stall without DPU    %9.3f   (%.0f%% of the synchronous step)\n",
+            r->time.host_stall, 100.0 * r->time.stall_share);
+    fprintf(out, "  %-25s %9.3f\n", c->dpu ? "DPU hides" : "DPU would hide", r->time.hidden_by_dpu);
+    fprintf(out,
+            "  step                      %9.3f   %.0f tokens/s, %.1f TFLOPS per GPU; %s "
+            "binds\n",
+            r->time.step, r->time.tokens_per_second, r->time.tflops_per_gpu, r->time.bound);
+}
+
+void zoe_plan_print(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
+    const zoe_model_config *m = &c->model;
+    fprintf(out, "zoe-plan: %s GPT (%d layers, hidden %d, %d heads, seq %d), %.3gB parameters\n",
+            m->name, m->layers, m->hidden, m->heads, m->seq_len, (double)r->params / 1e9);
+    fprintf(out, "on %s: %s\n", c->hardware.name, c->hardware.description);
+    fprintf(out,
+            "run: %d ranks = TP %d x DP %d (%d node%s), micro-batch %d x %d, grad-accum %d, %s, "
+            "recompute %s, DPU %s, offload ratio %g, buckets %lld MiB\n",
+            r->ranks, c->tp, c->dp, r->nodes, r->nodes == 1 ? "" : "s", c->micro_batch, m->seq_len,
+            c->grad_accum, zoe_dtype_name(c->dtype), c->recompute ? "on" : "off",
+            c->dpu ? "on" : "off", (double)c->offload_ratio, (long long)c->bucket_mb);
+    print_memory(out, c, r);
+    print_time(out, c, r);
+    if (!r->fits) {
+        fprintf(out, "\nThe run does not fit: %s\n", r->verdict);
+        return;
+    }
+    fprintf(out, "\nThe run fits: ");
+    if (c->hardware.backend != ZOE_BACKEND_CPU)
+        fprintf(out, "GPU %.2f of %.2f GiB, ", gib(r->gpu.total), gib(r->gpu.capacity));
+    fprintf(out, "host %.1f of %.1f GiB available (%.1f%% of host memory spare)",
+            gib(r->host.total), gib(r->host.available),
+            100.0 * (1.0 - r->host.total / r->host.capacity));
+    if (strcmp(r->time.bound, "not probed"))
+        fprintf(out, "; a step takes %.2f s, %s binds", r->time.step, r->time.bound);
+    fprintf(out, ".\n");
+}
+
+void zoe_plan_summary(const zoe_plan_config *c, const zoe_plan_result *r, char *buf, size_t len) {
+    int cpu = c->hardware.backend == ZOE_BACKEND_CPU;
+    char gpu[96] = "";
+    if (!cpu)
+        snprintf(gpu, sizeof gpu, "GPU %.2f of %.2f GiB; ", gib(r->gpu.total),
+                 gib(r->gpu.capacity));
+    char step[96] = "";
+    if (strcmp(r->time.bound, "not probed"))
+        snprintf(step, sizeof step, "; step %.3f s predicted (%s binds)", r->time.step,
+                 r->time.bound);
+    snprintf(buf, len,
+             "plan on %s: %s; %shost %.2f of %.2f GiB available (%d rank%s, up to %.2f GiB "
+             "each)%s",
+             c->hardware.name, r->fits ? "fits" : "does not fit", gpu, gib(r->host.total),
+             gib(r->host.available), r->ranks_per_node, r->ranks_per_node == 1 ? "" : "s",
+             gib(r->host.per_rank), step);
+}
+
+static cJSON *add_object(cJSON *parent, const char *name) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(parent, name, o);
+    return o;
+}
+
+zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "plan JSON");
+    cJSON *model = add_object(root, "model");
+    cJSON_AddStringToObject(model, "name", c->model.name);
+    cJSON_AddNumberToObject(model, "layers", c->model.layers);
+    cJSON_AddNumberToObject(model, "hidden", c->model.hidden);
+    cJSON_AddNumberToObject(model, "heads", c->model.heads);
+    cJSON_AddNumberToObject(model, "seq_len", c->model.seq_len);
+    cJSON_AddNumberToObject(model, "vocab", c->model.vocab);
+    cJSON_AddNumberToObject(model, "params", (double)r->params);
+    cJSON *run = add_object(root, "run");
+    cJSON_AddStringToObject(run, "hardware", c->hardware.name);
+    cJSON_AddNumberToObject(run, "tp", c->tp);
+    cJSON_AddNumberToObject(run, "dp", c->dp);
+    cJSON_AddNumberToObject(run, "ranks_per_node", r->ranks_per_node);
+    cJSON_AddNumberToObject(run, "nodes", r->nodes);
+    cJSON_AddNumberToObject(run, "micro_batch", c->micro_batch);
+    cJSON_AddNumberToObject(run, "grad_accum", c->grad_accum);
+    cJSON_AddStringToObject(run, "dtype", zoe_dtype_name(c->dtype));
+    cJSON_AddBoolToObject(run, "recompute", c->recompute);
+    cJSON_AddBoolToObject(run, "dpu", c->dpu);
+    cJSON_AddNumberToObject(run, "offload_ratio", c->offload_ratio);
+    cJSON_AddNumberToObject(run, "bucket_mb", (double)c->bucket_mb);
+    cJSON_AddNumberToObject(run, "rank_params", (double)r->rank_params);
+    cJSON_AddNumberToObject(run, "state_params", (double)r->state_params);
+    cJSON *gpu = add_object(root, "gpu_bytes");
+    cJSON_AddNumberToObject(gpu, "weights", r->gpu.weights);
+    cJSON_AddNumberToObject(gpu, "grad_ring", r->gpu.grad_ring);
+    cJSON_AddNumberToObject(gpu, "optimizer", r->gpu.optimizer);
+    cJSON_AddNumberToObject(gpu, "activations", r->gpu.activations);
+    cJSON_AddNumberToObject(gpu, "activations_recompute", r->gpu.activations_recompute);
+    cJSON_AddNumberToObject(gpu, "activations_full", r->gpu.activations_full);
+    cJSON_AddNumberToObject(gpu, "workspace", r->gpu.workspace);
+    cJSON_AddNumberToObject(gpu, "comm", r->gpu.comm);
+    cJSON_AddNumberToObject(gpu, "total", r->gpu.total);
+    cJSON_AddNumberToObject(gpu, "capacity", r->gpu.capacity);
+    cJSON *host = add_object(root, "host_bytes");
+    cJSON_AddNumberToObject(host, "optimizer_per_rank", r->host.optimizer_per_rank);
+    cJSON_AddNumberToObject(host, "pinned_per_rank", r->host.pinned_per_rank);
+    cJSON_AddNumberToObject(host, "other_per_rank", r->host.other_per_rank);
+    cJSON_AddNumberToObject(host, "per_rank", r->host.per_rank);
+    cJSON_AddNumberToObject(host, "total", r->host.total);
+    cJSON_AddNumberToObject(host, "capacity", r->host.capacity);
+    cJSON_AddNumberToObject(host, "reserve", r->host.reserve);
+    cJSON_AddNumberToObject(host, "available", r->host.available);
+    cJSON *t = add_object(root, "step_seconds");
+    cJSON_AddNumberToObject(t, "compute", r->time.compute);
+    cJSON_AddNumberToObject(t, "tp_all_reduce", r->time.tp_comm);
+    cJSON_AddNumberToObject(t, "dp_reduce_scatter", r->time.dp_reduce_scatter);
+    cJSON_AddNumberToObject(t, "dp_all_gather", r->time.dp_all_gather);
+    cJSON_AddNumberToObject(t, "pcie_out", r->time.pcie_out);
+    cJSON_AddNumberToObject(t, "pcie_in", r->time.pcie_in);
+    cJSON_AddNumberToObject(t, "host_adam", r->time.host_adam);
+    cJSON_AddNumberToObject(t, "host_stall", r->time.host_stall);
+    cJSON_AddNumberToObject(t, "stall_share", r->time.stall_share);
+    cJSON_AddNumberToObject(t, "hidden_by_dpu", r->time.hidden_by_dpu);
+    cJSON_AddNumberToObject(t, "step", r->time.step);
+    cJSON_AddNumberToObject(t, "flops_per_gpu", r->time.flops_per_gpu);
+    cJSON_AddNumberToObject(t, "tokens", r->time.tokens);
+    cJSON_AddNumberToObject(t, "tokens_per_second", r->time.tokens_per_second);
+    cJSON_AddNumberToObject(t, "tflops_per_gpu", r->time.tflops_per_gpu);
+    cJSON_AddStringToObject(t, "bound", r->time.bound);
+    cJSON_AddBoolToObject(root, "fits_gpu", r->fits_gpu);
+    cJSON_AddBoolToObject(root, "fits_host", r->fits_host);
+    cJSON_AddBoolToObject(root, "fits", r->fits);
+    cJSON_AddStringToObject(root, "verdict", r->verdict);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "plan JSON text");
+    fprintf(out, "%s\n", text);
+    free(text);
+    return ZOE_OK;
+}

@@ -1,0 +1,164 @@
+/* The plan: what a training run will hold in each GPU's and each host's memory, and how long one
+ * step will take, computed from the configuration before anything is allocated. zoe-plan prints
+ * it; zoe-train computes it first and refuses a run that does not fit.
+ *
+ * Memory comes from the code that sizes the real allocations: the optimizer's footprint
+ * (zoe_optimizer_footprint), the model's activation layout and its kernels' workspace
+ * (models/gpt.c, kernels/), so the plan cannot drift from what a run allocates.
+ *
+ * Time is a model, not a measurement: GPU compute at a stated share of the GPU's peak (one
+ * published figure per GPU, never fitted), the PCIe copies of gradients out and weights back
+ * (2 bytes per parameter each way, the box's host links shared as it shares them), the host
+ * Adam at the host's memory bandwidth times the bytes it moves, the tensor-parallel
+ * all-reduces and the data-parallel reduce-scatter and all-gather at the box's NVLink/NVSwitch
+ * bandwidth, and what the delayed parameter update (DPU) hides. */
+#ifndef ZOE_PLAN_H
+#define ZOE_PLAN_H
+
+#include <stdio.h>
+#include "zoe/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One box: its GPUs (the CPU backend's "device" for `local`), its host and the links. */
+typedef struct zoe_hardware {
+    char name[32];
+    const char *description; /* what it is and where each figure comes from (static string) */
+    zoe_backend backend;     /* cuda for GPU boxes, cpu for `local` */
+    zoe_dtype dtype;         /* the compute dtype it trains in (fp16 on V100s: no bf16) */
+    int gpus;                /* GPUs in the box: the ranks one box holds (local: 0, any) */
+    double gpu_bytes;        /* memory per GPU (local: 0, device memory is host memory) */
+    double gpu_peak_flops;   /* dense fp16/bf16 tensor-core peak per GPU (local: measured) */
+    double gpu_fraction;     /* share of peak GPT training reaches, from a published figure */
+    const char *gpu_fraction_source;
+    double host_bytes;   /* host memory of the box */
+    double host_reserve; /* share of host memory left to the OS and everything else */
+    int host_cores;
+    double host_bandwidth;   /* achievable streaming bytes/s of the box's host memory */
+    double pcie_bandwidth;   /* achievable bytes/s each way of one host link */
+    int gpus_per_link;       /* GPUs that share one host link */
+    double nvlink_bandwidth; /* all-reduce bus bandwidth per GPU over NVLink/NVSwitch, bytes/s */
+    double rank_base_bytes;  /* host bytes a rank holds before its first allocation (CUDA
+                              * context, MPI, libraries) */
+    double host_free_bytes;  /* local: memory free now (MemAvailable), what other processes
+                              * leave; 0 when unknown */
+} zoe_hardware;
+
+/* Fills *out with a named box: dgx2, v100-32g, dgx-a100-80g, dgx-h100, h200, or local (this
+ * machine: hwloc, /proc/meminfo and a short memory-bandwidth and matmul probe). */
+zoe_status zoe_hardware_preset(const char *name, zoe_hardware *out);
+int zoe_hardware_preset_count(void);
+const char *zoe_hardware_preset_name(int index);
+/* This machine as `local` describes it; with probe 0 only its capacities (cores, memory), the
+ * probed rates left 0, so that the plan's memory is right and its time model reports nothing
+ * (zoe-train plans this way: the probes' buffers would count in its peak memory). */
+zoe_status zoe_hardware_local(int probe, zoe_hardware *out);
+/* rank_base_bytes := this process's resident memory now (zoe-train calls it after MPI_Init,
+ * before it allocates, so that the plan adds its allocations to what the rank already holds). */
+zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw);
+
+#define ZOE_PLAN_CONFIG_VERSION 1
+
+typedef struct zoe_plan_config {
+    int version; /* ZOE_PLAN_CONFIG_VERSION */
+    zoe_model_config model;
+    int tp, dp;                  /* grid: tp * dp ranks */
+    int micro_batch, grad_accum; /* per rank */
+    zoe_dtype dtype;             /* compute dtype */
+    int recompute;
+    int dpu;             /* delayed parameter update on (after its warm-up) */
+    float offload_ratio; /* share of the optimizer state on the host (DeepSpeed's "ratio"): 1 is
+                          * ZeRO-Offload, 0 keeps everything on the device */
+    int64_t bucket_mb;   /* gradient bucket size */
+    int host_threads;    /* OpenMP threads per rank; 0: the host's cores shared by its ranks */
+    int ranks_per_node;  /* ranks sharing one host; 0: as many as the box has GPUs (local: all) */
+    zoe_hardware hardware;
+} zoe_plan_config;
+
+/* Defaults: the demo model, TP=1 x DP=1, micro-batch 4, fp32 (zoe-plan takes the box's own dtype),
+ * no recompute, no DPU, offload ratio 1, 16 MiB buckets. hardware is left empty: fill it with
+ * zoe_hardware_preset. */
+void zoe_plan_config_init(zoe_plan_config *cfg);
+/* The plan configuration of a zoe-train run on world ranks (micro-batch, accumulation, dtype,
+ * recompute, DPU, offload, buckets as the trainer will build them) on hardware hw. */
+zoe_status zoe_plan_config_from_train(const zoe_train_config *train, int world,
+                                      const zoe_hardware *hw, zoe_plan_config *out);
+
+/* Where memory goes, in bytes. Per GPU means per rank's device; on the CPU backend the
+ * device is host memory and counts in the host total too. */
+typedef struct zoe_plan_result {
+    int ranks, ranks_per_node, nodes;
+    int64_t params;       /* the model as defined */
+    int64_t rank_params;  /* this rank's TP shard, padded vocabulary */
+    int64_t state_params; /* this rank's optimizer partition */
+
+    struct {
+        double weights;     /* compute-dtype parameter buffer */
+        double grad_ring;   /* gradient bucket buffers */
+        double optimizer;   /* everything else the optimizer holds on the device */
+        double activations; /* with the run's recompute setting */
+        double activations_recompute, activations_full; /* with and without recompute */
+        double workspace; /* kernel workspace (CUDA; on CPU it is host memory) */
+        double comm;      /* communication buffers (NCCL) */
+        double total, capacity;
+    } gpu;
+    struct {
+        double optimizer_per_rank; /* optimizer state and buffers in pageable memory */
+        double pinned_per_rank;    /* page-locked staging */
+        double other_per_rank;     /* the rest: rank base, device memory on the CPU backend, host
+                                    * workspace and communication staging */
+        double per_rank;           /* the fullest rank (a DP group's root) */
+        double total;              /* the box's ranks together */
+        double capacity, reserve, available; /* available = capacity - reserve */
+    } host;
+    int fits_gpu, fits_host, fits;
+    char verdict[256]; /* "fits" or the binding figure ("host: 4 ranks x 9.8 GiB = ...") */
+
+    /* One step, in seconds. */
+    struct {
+        double flops_per_gpu; /* model FLOPs a GPU executes per step (recompute included) */
+        double compute;       /* at the stated share of peak */
+        double tp_comm;       /* TP all-reduces (not overlapped) */
+        double dp_reduce_scatter, dp_all_gather;
+        double pcie_out, pcie_in; /* gradients device -> host, weights host -> device */
+        double host_adam;
+        double hidden_by_dpu; /* time DPU takes (or would take) off the critical path */
+        double host_stall;    /* what the host step would add to the step without DPU */
+        double stall_share;   /* host_stall / the step without DPU */
+        double step;
+        double tokens, tokens_per_second, tflops_per_gpu;
+        char bound[32]; /* the resource that binds: "gpu compute", "host adam", "pcie" ... */
+    } time;
+} zoe_plan_result;
+
+/* Plans cfg. Pure: allocates only its own tables, touches no device, needs no MPI. */
+zoe_status zoe_plan(const zoe_plan_config *cfg, zoe_plan_result *out);
+
+/* The report, human-readable or as one JSON object. */
+void zoe_plan_print(FILE *out, const zoe_plan_config *cfg, const zoe_plan_result *r);
+zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *cfg, const zoe_plan_result *r);
+/* One line: "plan on dgx2: fits; GPU 19.95 of 32.00 GiB; host 1079.51 of 1382.40 GiB available
+ * (16 ranks, up to 67.47 GiB each); step 21.047 s predicted (host adam binds)". */
+void zoe_plan_summary(const zoe_plan_config *cfg, const zoe_plan_result *r, char *buf, size_t len);
+
+/* --offload-ratio auto: the smallest share of optimizer state on the host (0 to 1 in steps of
+ * 1/64), that is the largest share on the device, with which cfg fits; fails when even 1
+ * (everything offloaded) does not fit. */
+zoe_status zoe_plan_auto_offload_ratio(const zoe_plan_config *cfg, float *ratio);
+/* --dpu auto: DPU pays when, in a plan made without it, the host step would stall the device by
+ * more than ZOE_PLAN_DPU_STALL_SHARE of the synchronous step and DPU would hide some of it. */
+#define ZOE_PLAN_DPU_STALL_SHARE 0.10
+/* --max-model: the GPT with the most parameters that fits cfg's run (grid, batch, dtype,
+ * offload, hardware): 128-wide heads, their count a multiple of tp, MLP 4 x hidden, at most
+ * hidden / 64 layers, cfg's sequence and vocabulary; the most layers at every such width.
+ * *best_plan (optional) is its plan. */
+zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
+                              zoe_plan_result *best_plan);
+int zoe_plan_dpu_pays(const zoe_plan_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

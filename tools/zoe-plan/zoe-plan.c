@@ -1,0 +1,298 @@
+/* zoe-plan: whether a training run fits a box, where its memory goes and how long a step takes,
+ * before anything is allocated. Uses the public API only.
+ *   zoe-plan --model 70b --hardware dgx2 --tp 16
+ *   zoe-plan --search --model 70b --hardware dgx2
+ *   zoe-plan --max-model --hardware v100-32g --offload-ratio 0 */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "zoe/plan.h"
+#include "zoe/zoe.h"
+
+#define EXIT_USAGE 2
+
+typedef struct options {
+    zoe_plan_config cfg;
+    int json, search, max_model, top;
+    int dp_given, dtype_given, ratio_auto, micro_given, recompute_given;
+    char note[160]; /* where defaults came from */
+} options;
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: zoe-plan [options]\n\n"
+            "Plans a zoe-train run on a box: memory per GPU and per host against capacity, and a\n"
+            "time model of one step. Options (default in brackets):\n"
+            "  --model NAME        preset (zoe-train --list-models) [demo]\n"
+            "  --layers/--hidden/--heads/--ffn/--seq-len/--vocab N   refine the shape\n"
+            "  --hardware NAME     dgx2, v100-32g, dgx-a100-80g, dgx-h100, h200, local [local]\n"
+            "  --tp N              tensor-parallel size [1]\n"
+            "  --dp N              data-parallel size [the box's GPUs / tp; local: 1]\n"
+            "  --micro-batch N     sequences per rank per micro-batch [4]\n"
+            "  --grad-accum N      micro-batches per step [1]\n"
+            "  --dtype T           fp32, bf16 or fp16 [the box's: fp16 on V100, bf16 on newer "
+            "GPUs, fp32 on CPU]\n"
+            "  --recompute, --no-recompute   recompute activations in backward [off]\n"
+            "                      (micro-batch and recompute default to the preset's documented\n"
+            "                      run at this --tp, when it has one)\n"
+            "  --dpu               delayed parameter update [off]\n"
+            "  --offload-ratio Q   share of optimizer state on the host, 0..1, or auto [1]\n"
+            "  --bucket-mb N       gradient bucket size [16]\n"
+            "  --json              one JSON object instead of the report\n"
+            "  --search            every fitting TP x DP x micro-batch x recompute x DPU x\n"
+            "                      offload ratio on the box, best predicted tokens/s first\n"
+            "  --top N             rows --search prints [15]\n"
+            "  --max-model         the largest preset and the largest scaled GPT that fit\n");
+}
+
+static int parse_int(const char *name, const char *text, int min, int *out) {
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < min || v > (1 << 24)) {
+        fprintf(stderr, "zoe-plan: --%s=%s is not an integer >= %d\n", name, text, min);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_options(int argc, char **argv, options *o) {
+    const char *hardware = "local";
+    memset(o, 0, sizeof *o);
+    zoe_plan_config_init(&o->cfg);
+    o->top = 15;
+    /* the model first, so that shape options refine it whatever their order */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--model") == 0 && zoe_model_preset(argv[i + 1], &o->cfg.model)) {
+            fprintf(stderr, "zoe-plan: %s\n", zoe_last_error());
+            return 0;
+        }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        int *flag = strcmp(a, "--json") == 0        ? &o->json
+                    : strcmp(a, "--search") == 0    ? &o->search
+                    : strcmp(a, "--max-model") == 0 ? &o->max_model
+                    : strcmp(a, "--recompute") == 0 ? &o->cfg.recompute
+                    : strcmp(a, "--dpu") == 0       ? &o->cfg.dpu
+                                                    : NULL;
+        if (flag) {
+            *flag = 1;
+            o->recompute_given |= flag == &o->cfg.recompute;
+            continue;
+        }
+        if (strcmp(a, "--no-recompute") == 0) {
+            o->cfg.recompute = 0, o->recompute_given = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
+            fprintf(stderr, "zoe-plan: unexpected argument '%s' (see --help)\n", a);
+            return 0;
+        }
+        const char *name = a + 2, *v = argv[++i];
+        zoe_model_config *m = &o->cfg.model;
+        int ok = 1, bucket = 0;
+        if (strcmp(name, "model") == 0)
+            continue;
+        else if (strcmp(name, "hardware") == 0)
+            hardware = v;
+        else if (strcmp(name, "layers") == 0)
+            ok = parse_int(name, v, 1, &m->layers);
+        else if (strcmp(name, "hidden") == 0)
+            ok = parse_int(name, v, 1, &m->hidden);
+        else if (strcmp(name, "heads") == 0)
+            ok = parse_int(name, v, 1, &m->heads);
+        else if (strcmp(name, "ffn") == 0)
+            ok = parse_int(name, v, 0, &m->ffn);
+        else if (strcmp(name, "seq-len") == 0)
+            ok = parse_int(name, v, 1, &m->seq_len);
+        else if (strcmp(name, "vocab") == 0)
+            ok = parse_int(name, v, 2, &m->vocab);
+        else if (strcmp(name, "tp") == 0)
+            ok = parse_int(name, v, 1, &o->cfg.tp);
+        else if (strcmp(name, "dp") == 0)
+            ok = parse_int(name, v, 1, &o->cfg.dp), o->dp_given = 1;
+        else if (strcmp(name, "micro-batch") == 0)
+            ok = parse_int(name, v, 1, &o->cfg.micro_batch), o->micro_given = 1;
+        else if (strcmp(name, "grad-accum") == 0)
+            ok = parse_int(name, v, 1, &o->cfg.grad_accum);
+        else if (strcmp(name, "top") == 0)
+            ok = parse_int(name, v, 1, &o->top);
+        else if (strcmp(name, "bucket-mb") == 0)
+            ok = parse_int(name, v, 1, &bucket), o->cfg.bucket_mb = bucket;
+        else if (strcmp(name, "dtype") == 0) {
+            ok = zoe_dtype_parse(v, &o->cfg.dtype) == ZOE_OK && o->cfg.dtype != ZOE_I32;
+            if (!ok) fprintf(stderr, "zoe-plan: --dtype: '%s' is not fp32, bf16 or fp16\n", v);
+            o->dtype_given = 1;
+        } else if (strcmp(name, "offload-ratio") == 0) {
+            char *end;
+            double q = strtod(v, &end);
+            o->ratio_auto = strcmp(v, "auto") == 0;
+            ok = o->ratio_auto || (*v && !*end && q >= 0 && q <= 1);
+            if (!ok) fprintf(stderr, "zoe-plan: --offload-ratio=%s is not auto or in [0, 1]\n", v);
+            o->cfg.offload_ratio = (float)q;
+        } else {
+            fprintf(stderr, "zoe-plan: unknown option '%s' (see --help)\n", a);
+            return 0;
+        }
+        if (!ok) return 0;
+    }
+    if (zoe_hardware_preset(hardware, &o->cfg.hardware) != ZOE_OK) {
+        fprintf(stderr, "zoe-plan: %s\n", zoe_last_error());
+        return 0;
+    }
+    const zoe_hardware *hw = &o->cfg.hardware;
+    if (!o->dtype_given) o->cfg.dtype = hw->dtype;
+    if (!o->dp_given) o->cfg.dp = hw->gpus >= o->cfg.tp ? hw->gpus / o->cfg.tp : 1;
+    for (int g = 0; g < ZOE_MODEL_MAX_GRIDS && o->cfg.model.grids[g].tp; g++) {
+        const zoe_model_grid *run = &o->cfg.model.grids[g];
+        if (run->tp != o->cfg.tp || (o->micro_given && o->recompute_given)) continue;
+        if (!o->micro_given) o->cfg.micro_batch = run->micro_batch;
+        if (!o->recompute_given) o->cfg.recompute = run->recompute;
+        snprintf(o->note, sizeof o->note,
+                 "micro-batch %d and recompute %s: the %s preset's documented run at TP=%d",
+                 o->cfg.micro_batch, o->cfg.recompute ? "on" : "off", o->cfg.model.name, run->tp);
+        break;
+    }
+    return 1;
+}
+
+static int plan_one(const options *o) {
+    zoe_plan_config cfg = o->cfg;
+    if (o->ratio_auto && zoe_plan_auto_offload_ratio(&cfg, &cfg.offload_ratio) != ZOE_OK) {
+        fprintf(stderr, "zoe-plan: %s\n", zoe_last_error());
+        return EXIT_USAGE;
+    }
+    zoe_plan_result r;
+    if (zoe_plan(&cfg, &r) != ZOE_OK) {
+        fprintf(stderr, "zoe-plan: %s\n", zoe_last_error());
+        return EXIT_USAGE;
+    }
+    if (o->json) {
+        zoe_plan_write_json(stdout, &cfg, &r);
+    } else {
+        if (o->note[0])
+            printf("zoe-plan: %s (--micro-batch, --[no-]recompute override)\n", o->note);
+        if (o->ratio_auto)
+            printf("zoe-plan: --offload-ratio auto chose %g\n", (double)cfg.offload_ratio);
+        zoe_plan_print(stdout, &cfg, &r);
+    }
+    return 0;
+}
+
+typedef struct candidate {
+    zoe_plan_config cfg;
+    zoe_plan_result r;
+} candidate;
+
+static int by_throughput(const void *a, const void *b) {
+    double x = ((const candidate *)a)->r.time.tokens_per_second;
+    double y = ((const candidate *)b)->r.time.tokens_per_second;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Every fitting combination on the box's GPUs (all of them: tp x dp = GPUs; local: tp x dp as
+ * given), best predicted tokens/s first. */
+static int search(const options *o) {
+    static const int batches[] = {1, 2, 4, 8, 16, 32};
+    static const float ratios[] = {1.0f, 0.75f, 0.5f, 0.25f, 0.0f};
+    int ranks = o->cfg.hardware.gpus > 0 ? o->cfg.hardware.gpus : o->cfg.tp * o->cfg.dp;
+    size_t cap = 4096, n = 0, tried = 0;
+    candidate *c = malloc(cap * sizeof *c);
+    if (!c) return EXIT_FAILURE;
+    for (int tp = 1; tp <= ranks; tp++) {
+        if (ranks % tp) continue;
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+            for (int rc = 0; rc < 2; rc++)
+                for (int dpu = 0; dpu < 2; dpu++)
+                    for (size_t q = 0; q < sizeof ratios / sizeof ratios[0]; q++) {
+                        candidate k = {.cfg = o->cfg};
+                        k.cfg.tp = tp, k.cfg.dp = ranks / tp;
+                        k.cfg.micro_batch = batches[b];
+                        k.cfg.recompute = rc, k.cfg.dpu = dpu;
+                        k.cfg.offload_ratio = ratios[q];
+                        tried++;
+                        if (zoe_plan(&k.cfg, &k.r) != ZOE_OK || !k.r.fits) continue;
+                        if (n == cap) break;
+                        c[n++] = k;
+                    }
+    }
+    qsort(c, n, sizeof *c, by_throughput);
+    if (o->json) {
+        for (size_t i = 0; i < n && i < (size_t)o->top; i++)
+            zoe_plan_write_json(stdout, &c[i].cfg, &c[i].r);
+        free(c);
+        return n ? 0 : 1;
+    }
+    printf("zoe-plan --search: %s on %s, %zu of %zu combinations fit; best predicted first\n",
+           o->cfg.model.name, o->cfg.hardware.name, n, tried);
+    printf("%4s %4s %6s %9s %4s %7s %9s %9s %9s %10s  %s\n", "tp", "dp", "micro", "recompute",
+           "dpu", "offload", "GPU GiB", "host GiB", "step s", "tokens/s", "binds");
+    for (size_t i = 0; i < n && i < (size_t)o->top; i++) {
+        const zoe_plan_config *k = &c[i].cfg;
+        const zoe_plan_result *r = &c[i].r;
+        printf("%4d %4d %6d %9s %4s %7.2f %9.1f %9.1f %9.3f %10.0f  %s\n", k->tp, k->dp,
+               k->micro_batch, k->recompute ? "on" : "off", k->dpu ? "on" : "off",
+               (double)k->offload_ratio, r->gpu.total / (1 << 30), r->host.total / (1 << 30),
+               r->time.step, r->time.tokens_per_second, r->time.bound);
+    }
+    free(c);
+    return n ? 0 : 1;
+}
+
+static int max_model(const options *o) {
+    const zoe_model_config *best_preset = NULL;
+    for (int i = 0; i < zoe_model_preset_count(); i++) {
+        zoe_plan_config k = o->cfg;
+        k.model = *zoe_model_preset_at(i);
+        zoe_plan_result r;
+        if (zoe_plan(&k, &r) == ZOE_OK && r.fits &&
+            (!best_preset || zoe_model_param_count(&k.model) > zoe_model_param_count(best_preset)))
+            best_preset = zoe_model_preset_at(i);
+    }
+    zoe_model_config scaled;
+    zoe_plan_result r;
+    int have_scaled = zoe_plan_max_model(&o->cfg, &scaled, &r) == ZOE_OK;
+    const char *run = o->cfg.offload_ratio > 0 ? "with offload" : "without offload";
+    if (o->json) {
+        printf("{\"hardware\":\"%s\",\"tp\":%d,\"dp\":%d,\"offload_ratio\":%g,"
+               "\"largest_preset\":\"%s\",\"largest_preset_params\":%lld,"
+               "\"scaled_layers\":%d,\"scaled_hidden\":%d,\"scaled_params\":%lld}\n",
+               o->cfg.hardware.name, o->cfg.tp, o->cfg.dp, (double)o->cfg.offload_ratio,
+               best_preset ? best_preset->name : "",
+               best_preset ? (long long)zoe_model_param_count(best_preset) : 0LL,
+               have_scaled ? scaled.layers : 0, have_scaled ? scaled.hidden : 0,
+               have_scaled ? (long long)zoe_model_param_count(&scaled) : 0LL);
+        return best_preset || have_scaled ? 0 : 1;
+    }
+    printf("zoe-plan --max-model on %s, TP %d x DP %d, micro-batch %d x %d, %s, recompute %s, "
+           "%s (ratio %g):\n",
+           o->cfg.hardware.name, o->cfg.tp, o->cfg.dp, o->cfg.micro_batch, o->cfg.model.seq_len,
+           zoe_dtype_name(o->cfg.dtype), o->cfg.recompute ? "on" : "off", run,
+           (double)o->cfg.offload_ratio);
+    if (best_preset)
+        printf("  largest preset: %s (%.2fB parameters)\n", best_preset->name,
+               (double)zoe_model_param_count(best_preset) / 1e9);
+    else
+        printf("  no preset fits\n");
+    if (have_scaled)
+        printf("  largest scaled GPT: %d layers x hidden %d (%d heads): %.2fB parameters; GPU "
+               "%.1f GiB, host %.1f GiB\n",
+               scaled.layers, scaled.hidden, scaled.heads,
+               (double)zoe_model_param_count(&scaled) / 1e9, r.gpu.total / (1 << 30),
+               r.host.total / (1 << 30));
+    else
+        printf("  no scaled GPT fits: %s\n", zoe_last_error());
+    return best_preset || have_scaled ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (!parse_options(argc, argv, &o)) return EXIT_USAGE;
+    if (o.search) return search(&o);
+    if (o.max_model) return max_model(&o);
+    return plan_one(&o);
+}
