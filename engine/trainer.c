@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/trainer_impl.h"
+#include "zoe/checkpoint.h"
 #include "models/gpt.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
@@ -174,6 +175,24 @@ int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
 }
 zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr) {
     return tr->opt;
+}
+zoe_gpt *zoe_trainer_gpt(zoe_trainer *tr) {
+    return tr->gpt;
+}
+zoe_grid *zoe_trainer_grid(zoe_trainer *tr) {
+    return tr->grid;
+}
+zoe_stream *zoe_trainer_stream(zoe_trainer *tr) {
+    return tr->stream;
+}
+const zoe_train_config *zoe_trainer_config(const zoe_trainer *tr) {
+    return &tr->cfg;
+}
+int zoe_trainer_steps_done(const zoe_trainer *tr) {
+    return tr->steps_done;
+}
+void zoe_trainer_set_steps_done(zoe_trainer *tr, int steps) {
+    tr->steps_done = steps;
 }
 int zoe_trainer_rank(const zoe_trainer *tr) {
     return zoe_grid_rank(tr->grid);
