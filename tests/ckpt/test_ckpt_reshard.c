@@ -8,10 +8,10 @@
  *
  * Tolerance: fp32 throughout. Another grid sums the same gradients in another order (TP splits
  * the row-parallel matmuls and the softmax, DP and accumulation split the batch), a few ulps
- * per step that Adam carries forward; the measured drift over 10 steps is at most 1.2e-7 relative
- * (often 0). We
- * allow 1e-5 relative: about a hundred times that, and far below a step's own loss change (1e-2),
- * so a mis-placed shard, a missing tensor or a wrong data position fails. */
+ * per step that Adam carries forward; the measured drift over 10 steps is at most 1.2e-7
+ * relative (often 0). We allow 1e-5 relative: about a hundred times that, and far below a
+ * step's own loss change (1e-2), so a mis-placed shard, a missing tensor or a wrong data
+ * position fails. */
 #include <math.h>
 #include <stdlib.h>
 #include "ckpt_test.h"
