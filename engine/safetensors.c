@@ -440,23 +440,47 @@ static zoe_status write_all(int fd, const void *src, size_t n, const char *path)
     return ZOE_OK;
 }
 
-zoe_status zoe_safetensors_write_file(const char *path, zoe_safetensors *st,
-                                      const void *const *data) {
+zoe_status zoe_safetensors_write_stream(const char *path, zoe_safetensors *st, zoe_st_fill fill,
+                                        void *user) {
     char *header = NULL;
-    size_t len = 0;
+    size_t len = 0, largest = 1;
+    for (int i = 0; i < st->count; i++)
+        if (st->tensors[i].end - st->tensors[i].begin > largest)
+            largest = (size_t)(st->tensors[i].end - st->tensors[i].begin);
     ZOE_TRY(zoe_safetensors_header(st, &header, &len));
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        free(header);
-        return zoe_fail(ZOE_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    void *buf = malloc(largest);
+    int fd = buf ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+    zoe_status s = !buf ? zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%s: buffer of %zu bytes", path, largest)
+                   : fd < 0 ? zoe_fail(ZOE_ERR_IO, "cannot create %s: %s", path, strerror(errno))
+                            : write_all(fd, header, len, path);
+    for (int i = 0; s == ZOE_OK && i < st->count; i++) {
+        s = fill(user, i, buf);
+        if (s == ZOE_OK)
+            s = write_all(fd, buf, (size_t)(st->tensors[i].end - st->tensors[i].begin), path);
     }
-    zoe_status s = write_all(fd, header, len, path);
-    for (int i = 0; s == ZOE_OK && i < st->count; i++)
-        s = write_all(fd, data[i], (size_t)(st->tensors[i].end - st->tensors[i].begin), path);
     if (s == ZOE_OK && fsync(fd) != 0)
         s = zoe_fail(ZOE_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && s == ZOE_OK)
+    if (fd >= 0 && close(fd) != 0 && s == ZOE_OK)
         s = zoe_fail(ZOE_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    free(buf);
     free(header);
     return s;
+}
+
+typedef struct arrays {
+    const zoe_safetensors *st;
+    const void *const *data;
+} arrays;
+
+static zoe_status fill_from_array(void *user, int index, void *dst) {
+    const arrays *a = user;
+    const zoe_st_tensor *t = &a->st->tensors[index];
+    memcpy(dst, a->data[index], (size_t)(t->end - t->begin));
+    return ZOE_OK;
+}
+
+zoe_status zoe_safetensors_write_file(const char *path, zoe_safetensors *st,
+                                      const void *const *data) {
+    arrays a = {st, data};
+    return zoe_safetensors_write_stream(path, st, fill_from_array, &a);
 }

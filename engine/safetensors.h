@@ -103,5 +103,11 @@ zoe_status zoe_safetensors_read_data(const char *path, const zoe_safetensors *st
  * memory tensor by tensor (exports, tests); checkpoints write collectively instead. */
 zoe_status zoe_safetensors_write_file(const char *path, zoe_safetensors *st,
                                       const void *const *data);
+/* The same with each tensor's bytes produced on demand: fill(user, i, dst) writes tensor i's
+ * bytes into dst (one buffer, reused, of the largest tensor's size), so only one tensor is in
+ * memory at a time. */
+typedef zoe_status (*zoe_st_fill)(void *user, int index, void *dst);
+zoe_status zoe_safetensors_write_stream(const char *path, zoe_safetensors *st, zoe_st_fill fill,
+                                        void *user);
 
 #endif
