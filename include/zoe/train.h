@@ -127,6 +127,11 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
 zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
 /* Waits for a delayed update in flight, so the device weights are the latest. */
 zoe_status zoe_trainer_flush(zoe_trainer *tr);
+/* Evaluation: the logits of host int32 tokens [micro_batch, seq_len] with the weights the next
+ * forward would read, as host fp32 [micro_batch * seq_len, vocab] over the real vocabulary, on
+ * every rank. Collective over the TP group. Leaves the gradients and the dropout counter as
+ * they were (with dropout > 0 the masks of the next training forward apply: no eval mode). */
+zoe_status zoe_trainer_logits(zoe_trainer *tr, const int32_t *tokens, float *logits);
 
 /* Where this rank's compute time went since creation or the last reset: each kernel op of the
  * model and the tensor-parallel collectives, in milliseconds (on CPU the ops' own time; on
