@@ -447,7 +447,9 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
     if (cJSON_IsNumber(ls)) op.loss_scale = (float)ls->valuedouble;
     if (st == ZOE_OK) st = agree(comm, zoe_optimizer_progress_set(v->opt, &op));
+    double t0 = MPI_Wtime();
     if (st == ZOE_OK) st = agree(comm, zoe_optimizer_refresh_params(v->opt));
+    zoe_log(ZOE_LOG_DEBUG, "load: refresh of the parameters %.3f s", MPI_Wtime() - t0);
     /* Under DPU the next forward reads the stale weights; the latest are refreshed at the next
      * step, as in the run that saved. */
     if (st == ZOE_OK && refresh_due)

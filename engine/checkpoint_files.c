@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include "engine/checkpoint_impl.h"
 #include "engine/checkpoint_io.h"
+#include "engine/json_file.h"
 #include "engine/safetensors.h"
 #include "runtime/error.h"
 
@@ -127,30 +128,11 @@ void ckpt_previous_hint(const char *ckpt_dir, char *out, size_t cap) {
              name);
 }
 
-static zoe_status read_text(const char *path, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return zoe_fail(ZOE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!text || got != (size_t)n) {
-        free(text);
-        return zoe_fail(ZOE_ERR_IO, "cannot read %s", path);
-    }
-    text[n] = '\0';
-    *out = text;
-    return ZOE_OK;
-}
-
 zoe_status ckpt_read_trainer_json(const char *ckpt_dir, cJSON **out) {
-    char path[ZOE_PATH_MAX * 2], *text = NULL;
+    char path[ZOE_PATH_MAX * 2];
     snprintf(path, sizeof path, "%s/%s", ckpt_dir, CKPT_TRAINER_FILE);
-    ZOE_TRY(read_text(path, &text));
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = NULL;
+    ZOE_TRY(zoe_json_read_file(path, "", &root));
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "format_version");
     if (!cJSON_IsObject(root) || !cJSON_IsString(format) ||
@@ -265,11 +247,15 @@ static int json_int(const cJSON *obj, const char *key) {
     return cJSON_IsNumber(v) ? v->valueint : -1;
 }
 
+zoe_status ckpt_open(const char *path, char *dir, size_t cap, cJSON **trainer) {
+    ZOE_TRY(zoe_checkpoint_resolve(path, dir, cap));
+    return ckpt_read_trainer_json(dir, trainer);
+}
+
 zoe_status zoe_checkpoint_info(const char *path, FILE *out) {
     char dir[ZOE_PATH_MAX];
-    ZOE_TRY(zoe_checkpoint_resolve(path, dir, sizeof dir));
     cJSON *root = NULL;
-    ZOE_TRY(ckpt_read_trainer_json(dir, &root));
+    ZOE_TRY(ckpt_open(path, dir, sizeof dir, &root));
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *grid = cJSON_GetObjectItemCaseSensitive(root, "grid");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
@@ -349,9 +335,8 @@ static zoe_status verify_file(const cJSON *root, const char *dir, const cJSON *e
 
 zoe_status zoe_checkpoint_verify(const char *path, FILE *progress) {
     char dir[ZOE_PATH_MAX];
-    ZOE_TRY(zoe_checkpoint_resolve(path, dir, sizeof dir));
     cJSON *root = NULL;
-    ZOE_TRY(ckpt_read_trainer_json(dir, &root));
+    ZOE_TRY(ckpt_open(path, dir, sizeof dir, &root));
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     zoe_status s =
         cJSON_IsObject(files) && files->child

@@ -154,9 +154,8 @@ static char *hf_config(const cJSON *model) {
 
 zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir) {
     char dir[ZOE_PATH_MAX], out[ZOE_PATH_MAX * 2];
-    ZOE_TRY(zoe_checkpoint_resolve(path, dir, sizeof dir));
     cJSON *root = NULL;
-    ZOE_TRY(ckpt_read_trainer_json(dir, &root));
+    ZOE_TRY(ckpt_open(path, dir, sizeof dir, &root));
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     int layers = json_int(model, "layers");
     hf_export x = {.hidden = json_int(model, "hidden"), .heads = json_int(model, "heads")};

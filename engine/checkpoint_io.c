@@ -269,12 +269,16 @@ zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table
     free(header);
     int failed = st != ZOE_OK, any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, io->comm);
+    double t0 = MPI_Wtime();
     if (!any)
         st = move_rounds(io, fh, path, table, runs, 1, checksums);
     else if (st == ZOE_OK)
         st = zoe_fail(ZOE_ERR_IO, "%s: another rank failed", path);
+    double t1 = MPI_Wtime();
     rc = MPI_File_sync(fh);
     if (rc != MPI_SUCCESS && st == ZOE_OK) st = mpi_fail(rc, "syncing", path);
+    zoe_log(ZOE_LOG_DEBUG, "wrote %s: %d runs in %.3f s, sync %.3f s", path, runs->count, t1 - t0,
+            MPI_Wtime() - t1);
     MPI_File_close(&fh);
     return finish_checksums(io, table->count, checksums, st);
 }
@@ -290,7 +294,9 @@ zoe_status ckpt_file_read(ckpt_io *io, const char *path, const zoe_safetensors *
     int failed = st != ZOE_OK, any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, io->comm);
     if (any) return st != ZOE_OK ? st : zoe_fail(ZOE_ERR_IO, "%s: another rank failed", path);
+    double t0 = MPI_Wtime();
     st = move_rounds(io, fh, path, file, runs, 0, checksums);
+    zoe_log(ZOE_LOG_DEBUG, "read %s: %d runs in %.3f s", path, runs->count, MPI_Wtime() - t0);
     MPI_File_close(&fh);
     return finish_checksums(io, file->count, checksums, st);
 }
