@@ -452,9 +452,9 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     zoe_log(ZOE_LOG_DEBUG, "load: refresh of the parameters %.3f s", MPI_Wtime() - t0);
     /* Under DPU the next forward reads the stale weights; the latest are refreshed at the next
      * step, as in the run that saved. */
+    if (st == ZOE_OK && refresh_due) st = agree(comm, zoe_optimizer_defer_refresh(v->opt));
     if (st == ZOE_OK && refresh_due)
         st = from_root(comm, agree(comm, load_file(v, root, dir, FILE_PARAMS, hint)));
-    if (st == ZOE_OK && refresh_due) st = agree(comm, zoe_optimizer_defer_refresh(v->opt));
     if (st == ZOE_OK) {
         zoe_gpt_set_forward_count(v->gpt, (uint64_t)json_num(root, "dropout_forward_count", 0));
         zoe_trainer_set_steps_done(v->tr, (int)json_num(root, "step", 0));

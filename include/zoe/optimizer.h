@@ -206,9 +206,11 @@ zoe_status zoe_optimizer_progress_set(zoe_optimizer *opt, const zoe_optimizer_pr
  * *refresh_due is 0 when no update was in flight (the parameter buffer is then the
  * compute-dtype copy of the master weights). */
 zoe_status zoe_optimizer_settle(zoe_optimizer *opt, int *refresh_due);
-/* The resume side: after writing the state arrays, zoe_optimizer_refresh_params(), and then
- * writing the stale weights into the parameter buffer, marks the refresh of the latest weights
- * (already in the partition buffer) due at the next zoe_optimizer_step or flush. */
+/* The resume side, after writing the state arrays and zoe_optimizer_refresh_params(): stages
+ * the latest weights (the master's compute-dtype copy) for a refresh that is due at the next
+ * zoe_optimizer_step or flush, as zoe_optimizer_settle leaves it. The caller then writes the
+ * stale weights the next forward reads into the parameter buffer. (Where the staged weights
+ * live is the optimizer's business: the partition buffer here; the refresh reads them.) */
 zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt);
 
 #ifdef __cplusplus

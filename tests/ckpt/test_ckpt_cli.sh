@@ -91,7 +91,10 @@ fresh && expect_refused other-batch "global batch" --micro-batch 4
 # ---- signals ----
 # SIGTERM to one rank of 4: the ranks agree, save, one line, exit 0, resumable bit for bit
 # (mpirun is started directly in the background, so that $! is mpirun itself)
-endless() { echo "$train" "${small[@]}" --tp 2 --steps 20000 --save "$1" --metrics "$1.jsonl"; }
+# A constant learning rate: the schedule then does not depend on --steps, so a reference run of
+# stop + 3 steps follows the same trajectory as the endless run that was stopped.
+flat="--warmup 0 --lr 1e-3 --min-lr 1e-3"
+endless() { echo "$train" "${small[@]}" $flat --tp 2 --steps 20000 --save "$1" --metrics "$1.jsonl"; }
 "$mpiexec" -np 4 --oversubscribe --bind-to none $(endless sig_rank) > sig_rank.out 2>&1 & mpid=$!
 sleep 3
 kill -TERM "$(pgrep -f "^$train .*--save sig_rank" | shuf -n 1)"
@@ -101,9 +104,9 @@ wait $mpid; code=$?
 grep -q "Terminated: saved step [0-9]* to sig_rank/step-[0-9]*; resume with --resume sig_rank" sig_rank.out ||
     fail "SIGTERM line: $(grep saved sig_rank.out)"
 stop=$(sed -n 's/.*saved step \([0-9]*\).*/\1/p' sig_rank.out)
-run 4 "$train" "${small[@]}" --tp 2 --steps $((stop + 3)) --metrics sig_full.jsonl > /dev/null 2>&1
+run 4 "$train" "${small[@]}" $flat --tp 2 --steps $((stop + 3)) --metrics sig_full.jsonl > /dev/null 2>&1
 cp sig_rank.jsonl sig_res.jsonl
-run 4 "$train" "${small[@]}" --tp 2 --steps $((stop + 3)) --resume sig_rank --metrics sig_res.jsonl \
+run 4 "$train" "${small[@]}" $flat --tp 2 --steps $((stop + 3)) --resume sig_rank --metrics sig_res.jsonl \
     > sig_res.out 2>&1 || fail "resume after SIGTERM: $(tail -2 sig_res.out)"
 diff <(losses sig_full.jsonl) <(losses sig_res.jsonl) > /dev/null ||
     fail "resumed after SIGTERM: losses differ from the uninterrupted run"
