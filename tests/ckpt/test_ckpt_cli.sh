@@ -47,7 +47,7 @@ run 2 "$train" "${small[@]}" --tp 2 --steps 15 --save crash --resume crash --met
 cp -r ck kill
 for i in 1 2 3 4 5; do
     ZOE_CKPT_TEST_SLOW_MS=30 run 2 -x ZOE_CKPT_TEST_SLOW_MS "$train" "${small[@]}" --tp 2 \
-        --steps 100 --save kill --save-every 1 --keep-last 2 --resume kill > kill.out 2>&1 &
+        --steps 100000 --save kill --save-every 1 --keep-last 2 --resume kill > kill.out 2>&1 &
     sleep "$(awk -v s=$RANDOM 'BEGIN { printf "%.2f", 3 + (s % 300) / 100 }')"
     victim=$(pgrep -f "^$train .*--save kill" | shuf -n 1)
     [[ -n "$victim" ]] && kill -9 "$victim"
