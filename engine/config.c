@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/config_impl.h"
+#include "engine/json_file.h"
 #include "runtime/error.h"
 #include "zoe/train.h"
 
@@ -108,6 +109,12 @@ static const option_spec options[] = {
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
      "the box to plan for: local (this machine), dgx2, dgx-h100, ... (zoe-plan --help)"},
+    {"save", OPT_PATH, CFG(save), 0, 0, "save checkpoints into this directory"},
+    {"save-every", OPT_INT, CFG(save_every), 0, 1e9,
+     "save every N steps (0: only at the end and on SIGTERM/SIGINT/SIGUSR1)"},
+    {"keep-last", OPT_INT, CFG(keep_last), 0, 1e9, "keep the K newest checkpoints (0: all)"},
+    {"resume", OPT_PATH, CFG(resume), 0, 0,
+     "continue from a checkpoint, or the newest one in a directory"},
 };
 
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */
@@ -353,40 +360,6 @@ static zoe_status apply_json_item(zoe_train_config *cfg, const cJSON *item, cons
     return ZOE_OK;
 }
 
-/* The whole file as a string; a directory, a device or a file larger than any config is refused
- * before anything is allocated for it. */
-static zoe_status read_config_text(const char *path, char **out) {
-    enum { MAX_CONFIG_BYTES = 1 << 20 };
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return zoe_fail(ZOE_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return zoe_fail(ZOE_ERR_IO, "config '%s' is %s, not a JSON file", path,
-                        S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
-    }
-    if (sb.st_size > MAX_CONFIG_BYTES) {
-        fclose(f);
-        return zoe_fail(ZOE_ERR_IO, "config '%s' is %lld bytes, more than the %d a config may be",
-                        path, (long long)sb.st_size, MAX_CONFIG_BYTES);
-    }
-    size_t n = (size_t)sb.st_size;
-    char *text = malloc(n + 1);
-    size_t got = text ? fread(text, 1, n, f) : 0;
-    fclose(f);
-    if (!text)
-        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "out of memory reading config '%s' (%zu bytes)",
-                        path, n + 1);
-    if (got != n) {
-        free(text);
-        return zoe_fail(ZOE_ERR_IO, "cannot read config '%s'", path);
-    }
-    text[n] = '\0';
-    *out = text;
-    return ZOE_OK;
-}
-
 /* Every key once: "micro-batch" and "micro_batch" name the same option, so both are a repeat. */
 static zoe_status check_duplicate_keys(const cJSON *root, const char *path) {
     for (const cJSON *a = root->child; a; a = a->next)
@@ -403,21 +376,10 @@ static zoe_status check_duplicate_keys(const cJSON *root, const char *path) {
 
 /* The model preset goes first so that explicit shape options refine it, whatever the order. */
 zoe_status zoe_train_config_apply_json(zoe_train_config *cfg, const char *text, const char *path) {
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    if (!root) {
-        /* cJSON stops at the first byte it cannot take: a syntax error, or text after a whole
-         * value (which require_null_terminated refuses). */
-        size_t at = end && end >= text ? (size_t)(end - text) : 0;
-        cJSON *prefix = NULL;
-        int complete = at > 0 && (prefix = cJSON_ParseWithLength(text, at)) != NULL;
-        cJSON_Delete(prefix);
-        if (complete)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                            "config '%s': text after the JSON object at byte %zu", path, at);
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "config '%s' is not valid JSON (byte %zu)", path,
-                        at);
-    }
+    cJSON *root = NULL;
+    char name[ZOE_PATH_MAX + 16];
+    snprintf(name, sizeof name, "config '%s'", path);
+    ZOE_TRY(zoe_json_parse(text, name, &root));
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "config '%s' is not a JSON object", path);
@@ -435,7 +397,7 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
     if (!cfg || !path)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_load_json: NULL argument");
     char *text = NULL;
-    ZOE_TRY(read_config_text(path, &text));
+    ZOE_TRY(zoe_json_read_text(path, "config ", (size_t)1 << 20, &text));
     zoe_status st = zoe_train_config_apply_json(cfg, text, path);
     free(text);
     return st;
@@ -709,6 +671,32 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         snprintf(buf, n, "%g", (double)*(const float *)base);
         break;
     }
+}
+
+char *zoe_train_config_json(const zoe_train_config *cfg) {
+    cJSON *root = cJSON_CreateObject();
+    for (int i = 0; root && i < NUM_OPTIONS; i++) {
+        const option_spec *o = &options[i];
+        const char *base = (const char *)cfg + o->offset;
+        char value[64];
+        format_value(cfg, o, value, sizeof value);
+        if (o->kind == OPT_FLOAT) /* every digit of the float */
+            snprintf(value, sizeof value, "%.9g", (double)*(const float *)base);
+        if (o->kind == OPT_MODEL &&
+            zoe_model_preset(cfg->model.name, &(zoe_model_config){0}) != ZOE_OK)
+            continue; /* a custom shape: its keys follow */
+        if (o->kind == OPT_FLAG)
+            cJSON_AddBoolToObject(root, o->name, *(const int *)base);
+        else if (o->kind == OPT_PATH)
+            cJSON_AddStringToObject(root, o->name, base);
+        else if (o->kind == OPT_INT || o->kind == OPT_INT64 || o->kind == OPT_FLOAT)
+            cJSON_AddRawToObject(root, o->name, value);
+        else
+            cJSON_AddStringToObject(root, o->name, value); /* enums, and the u64 seed exactly */
+    }
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return text;
 }
 
 void zoe_train_config_print_help(FILE *out, const char *program) {

@@ -36,8 +36,39 @@ static int terminal_width(FILE *out) {
     return n >= 20 && n <= 1000 ? n : 80;
 }
 
+/* The metrics file, open for writing at its end. A resumed run (first_step > 0) keeps the
+ * lines of the steps before first_step (a crash may have left lines of steps after the
+ * checkpoint, which the resumed run writes again) and appends; otherwise it starts empty. */
+static int open_metrics(const char *path, int first_step) {
+    if (first_step <= 0) return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    FILE *in = fopen(path, "r");
+    if (in) {
+        char tmp[ZOE_PATH_MAX + 16];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *out = fopen(tmp, "w");
+        if (!out) {
+            fclose(in);
+            return -1;
+        }
+        char line[4096];
+        int step;
+        while (fgets(line, sizeof line, in))
+            if (sscanf(line, "{\"step\":%d", &step) == 1 && step < first_step) fputs(line, out);
+        int ok = fclose(out) == 0;
+        fclose(in);
+        if (!ok || rename(tmp, path) != 0) return -1;
+    }
+    return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
 zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
                                const char *metrics_path, zoe_progress **out_p) {
+    return zoe_progress_create_at(out, style, total_steps, log_every, metrics_path, 0, out_p);
+}
+
+zoe_status zoe_progress_create_at(FILE *out, zoe_progress_style style, int total_steps,
+                                  int log_every, const char *metrics_path, int first_step,
+                                  zoe_progress **out_p) {
     if (!out_p) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_progress_create: out is NULL");
     *out_p = NULL;
     if (total_steps <= 0 || log_every <= 0)
@@ -53,13 +84,15 @@ zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_st
     p->started_ms = zoe_clock_ms();
     if (metrics_path && metrics_path[0]) {
         p->metrics_path = strdup(metrics_path);
-        p->metrics_fd = open(metrics_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        p->metrics_fd = open_metrics(metrics_path, first_step);
         if (!p->metrics_path || p->metrics_fd < 0) {
             int err = errno;
             zoe_progress_destroy(p);
             return zoe_fail(ZOE_ERR_IO, "--metrics: cannot write '%s': %s", metrics_path,
                             strerror(err));
         }
+        off_t kept = lseek(p->metrics_fd, 0, SEEK_END); /* the lines a resumed run kept */
+        p->metrics_bytes = kept > 0 ? kept : 0;
     }
     *out_p = p;
     return ZOE_OK;

@@ -3,6 +3,7 @@
 #define ZOE_ENGINE_TRAINER_IMPL_H
 
 #include "models/gpt.h"
+#include "zoe/grid.h"
 #include "zoe/optimizer.h"
 #include "zoe/train.h"
 
@@ -20,5 +21,13 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
                                   zoe_optimizer_config *oc);
 /* The share of optimizer state offloaded to the host: 0 with --offload none. */
 float zoe_train_offload_ratio(const zoe_train_config *c);
+
+/* For checkpoints (engine/checkpoint.c). */
+typedef struct zoe_gpt zoe_gpt;
+zoe_gpt *zoe_trainer_gpt(zoe_trainer *tr);
+zoe_grid *zoe_trainer_grid(zoe_trainer *tr);
+zoe_stream *zoe_trainer_stream(zoe_trainer *tr);
+const zoe_train_config *zoe_trainer_config(const zoe_trainer *tr);
+void zoe_trainer_set_steps_done(zoe_trainer *tr, int steps);
 
 #endif

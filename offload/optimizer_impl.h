@@ -133,6 +133,7 @@ struct zoe_optimizer {
     /* Delayed parameter update: the update in flight on the worker thread. */
     pthread_t worker;
     int in_flight;
+    int refresh_due; /* the update landed (zoe_optimizer_settle) but its refresh is still due */
     zoe_step_consts flight_consts;
     zoe_step_consts flight_snap_consts; /* for the host share's snapshot (sz.dpu_snapshot) */
     float flight_snap_scale;            /* the snapshot's factor: 1 / micro-batches */

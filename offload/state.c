@@ -213,6 +213,7 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
         memset(opt->h_v, 0, opt->sz.h_numel * sizeof(float));
     }
     opt->iteration = 0;
+    opt->refresh_due = 0;
     opt->micro_batches = 0;
     opt->grad_buf = 0;
     opt->loss_scale = opt->cfg.loss_scale;
@@ -233,5 +234,6 @@ zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt) {
                                    ZOE_F32, pd));
     ZOE_TRY(host_master_copy(opt, 0));
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+    opt->refresh_due = 0;
     return zoe_refresh(opt);
 }

@@ -188,7 +188,7 @@ zoe_status zoe_update_join(zoe_optimizer *opt) {
 
 zoe_status zoe_update_wait(zoe_optimizer *opt) {
     opt->stats.ms_wait = 0;
-    if (!opt->in_flight) return ZOE_OK;
+    if (!opt->in_flight && !opt->refresh_due) return ZOE_OK;
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_update_join(opt));
     opt->stats.ms_wait = zoe_clock_ms() - t0;
@@ -199,7 +199,38 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
             opt->sz.dpu_swap ? (const void *)opt->h_grad[opt->flight_buf] : opt->h_snap;
         ZOE_TRY(zoe_partition_upload(opt, 0, staged, opt->lay.part_numel, opt->stream));
     }
+    opt->refresh_due = 0;
     return zoe_refresh(opt);
+}
+
+zoe_status zoe_optimizer_settle(zoe_optimizer *opt, int *refresh_due) {
+    if (!opt || !refresh_due) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "settle: NULL argument");
+    if (opt->in_flight) {
+        ZOE_TRY(zoe_update_join(opt));
+        opt->refresh_due = 1;
+    }
+    *refresh_due = opt->refresh_due;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "defer_refresh: optimizer is NULL");
+    ZOE_TRY(zoe_update_join(opt));
+    /* The due refresh reads the new weights from where a delayed update leaves them: on CUDA the
+     * partition buffer (which zoe_optimizer_refresh_params just filled); on the CPU backend the
+     * fp32 gradient partition the update wrote over (fp32) or the compute-dtype snapshot. The
+     * parameter buffer still holds them (refresh_params), so they are staged from there. */
+    const zoe_state_sizes *z = &opt->sz;
+    if (zoe_device_is_host_memory(opt) && z->h_numel && (z->dpu_swap || opt->h_snap)) {
+        if (z->dpu_swap) opt->flight_buf = opt->grad_buf ^ 1; /* never the one gradients fill */
+        char *staged = z->dpu_swap ? (char *)opt->h_grad[opt->flight_buf] : (char *)opt->h_snap;
+        for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, 0, opt->lay.part_numel);
+             zoe_slices_next(&it);)
+            memcpy(staged + it.x * opt->esz, (const char *)opt->params + it.flat * opt->esz,
+                   it.len * opt->esz);
+    }
+    opt->refresh_due = 1;
+    return ZOE_OK;
 }
 
 /* This rank's counted sum of squares, summed over the whole grid (DP partitions and TP

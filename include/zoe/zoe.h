@@ -13,6 +13,7 @@
 #include "zoe/data.h"
 #include "zoe/train.h"
 #include "zoe/plan.h"
+#include "zoe/checkpoint.h"
 
 #define ZOE_VERSION_MAJOR 0
 #define ZOE_VERSION_MINOR 1

@@ -1,5 +1,6 @@
 /* zoe-train: trains a GPT with TP x DP and ZeRO-Offload. Uses the public API only.
  *   mpirun -np 4 zoe-train --model demo --tp 2 --data data/demo-corpus.txt */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,13 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
            world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype), where,
            dpu ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch, c->model.seq_len);
     if (dpu) printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
+    /* Open MPI's mpirun turns its own SIGTERM/SIGINT (a Ctrl-C) into SIGTERM to the ranks and
+     * SIGKILLs them 1 s later unless told otherwise: too soon to finish a save. */
+    if (c->save[0] && getenv("OMPI_COMM_WORLD_SIZE") &&
+        !getenv("OMPI_MCA_odls_base_sigkill_timeout"))
+        printf("zoe-train: to save on Ctrl-C or SIGTERM to mpirun, run mpirun --mca "
+               "odls_base_sigkill_timeout 600 (mpirun kills ranks 1 s after a signal); SIGUSR1 to "
+               "mpirun always works\n");
     fflush(stdout);
 }
 
@@ -207,12 +215,14 @@ int main(int argc, char **argv) {
      * rank learns whether it could. */
     zoe_progress *progress = NULL;
     int progress_ok = 1;
-    if (rank == 0)
-        progress_ok = zoe_progress_create(stdout, cfg.progress, cfg.steps, cfg.log_every,
-                                          cfg.metrics, &progress) == ZOE_OK;
+    if (rank == 0) /* a resumed run's lines are kept until it knows its first step */
+        progress_ok = zoe_progress_create_at(stdout, cfg.progress, cfg.steps, cfg.log_every,
+                                             cfg.metrics, cfg.resume[0] ? INT_MAX : 0,
+                                             &progress) == ZOE_OK;
     MPI_Bcast(&progress_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!progress_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
 
+    zoe_stop_signals_install();
     zoe_dataset *ds = NULL;
     if (zoe_dataset_open(cfg.data, &ds) != ZOE_OK || check_data(ds, &cfg, rank, world) != ZOE_OK) {
         zoe_dataset_destroy(ds);
@@ -225,6 +235,17 @@ int main(int argc, char **argv) {
         zoe_dataset_destroy(ds);
         return fail(rank, EXIT_FAILURE, zoe_last_error());
     }
+    char ckpt[ZOE_PATH_MAX * 2] = "";
+    if (cfg.resume[0] && zoe_trainer_load(tr, cfg.resume, ckpt, sizeof ckpt) != ZOE_OK) {
+        /* A bad checkpoint is bad input: one line naming it, exit 2, nothing written. */
+        if (rank == 0) fprintf(stderr, "zoe-train: %s\n", zoe_last_error());
+        zoe_progress_destroy(progress);
+        zoe_trainer_destroy(tr);
+        zoe_dataset_destroy(ds);
+        MPI_Finalize();
+        return EXIT_USAGE;
+    }
+    int first = zoe_trainer_steps_done(tr);
     zoe_loader_config lc = {.seq_len = cfg.model.seq_len,
                             .micro_batch = cfg.micro_batch,
                             .dp_size = zoe_trainer_dp_size(tr),
@@ -238,10 +259,20 @@ int main(int argc, char **argv) {
            all = n * (size_t)cfg.grad_accum;
     int32_t *tokens = malloc(all * sizeof(int32_t)), *targets = malloc(all * sizeof(int32_t));
     st = tokens && targets ? zoe_loader_create(ds, &lc, &loader) : ZOE_ERR_OUT_OF_MEMORY;
+    if (st == ZOE_OK && rank == 0 && first > 0) {
+        /* The resumed run keeps the metrics of the steps before its first and appends. */
+        zoe_progress_destroy(progress);
+        progress = NULL;
+        st = zoe_progress_create_at(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
+                                    first, &progress);
+    }
     if (st == ZOE_OK && rank == 0) print_banner(&cfg, tr, world);
+    if (st == ZOE_OK && rank == 0 && ckpt[0])
+        printf("zoe-train: resumed from %s at step %d\n", ckpt, first);
     float first_loss = 0, last_loss = 0;
     double ms = 0, toks = 0;
-    for (int step = 0; st == ZOE_OK && step < cfg.steps; step++) {
+    int stopped = 0, signo = 0, step = first;
+    for (; st == ZOE_OK && step < cfg.steps && !stopped; step++) {
         for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++)
             st = zoe_loader_fetch(loader, step, m, tokens + (size_t)m * n, targets + (size_t)m * n);
         if (st == ZOE_OK) st = zoe_trainer_begin_step(tr, zoe_count_targets(targets, all));
@@ -251,17 +282,32 @@ int main(int argc, char **argv) {
         if (st == ZOE_OK) st = zoe_trainer_step(tr, zoe_train_lr_at(&cfg, step), &s);
         if (st == ZOE_OK && progress) st = zoe_progress_report(progress, &s);
         if (st == ZOE_OK) {
-            if (step == 0) first_loss = s.loss;
+            if (step == first) first_loss = s.loss;
             last_loss = s.loss, ms += s.ms_total, toks += (double)s.tokens;
         }
+        if (st == ZOE_OK && cfg.save[0] && cfg.save_every > 0 && (step + 1) % cfg.save_every == 0)
+            st = zoe_trainer_save(tr, cfg.save, cfg.keep_last, NULL, 0);
+        /* Every rank finishes the step, then all agree on a signal any of them got. */
+        if (st == ZOE_OK) stopped = zoe_stop_requested(MPI_COMM_WORLD, &signo);
     }
+    int done = zoe_trainer_steps_done(tr);
+    if (st == ZOE_OK && cfg.save[0])
+        st = zoe_trainer_save(tr, cfg.save, cfg.keep_last, ckpt, sizeof ckpt);
     if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     if (st != ZOE_OK) {
         fprintf(stderr, "zoe-train: rank %d: %s\n", rank, zoe_last_error());
         code = EXIT_FAILURE;
+    } else if (rank == 0 && stopped) {
+        if (cfg.save[0])
+            printf("zoe-train: %s: saved step %d to %s; resume with --resume %s\n",
+                   strsignal(signo), done, ckpt, cfg.save);
+        else
+            printf("zoe-train: %s: stopped after step %d; nothing saved (no --save given)\n",
+                   strsignal(signo), done);
     } else if (rank == 0) {
         printf("zoe-train: loss %.3f -> %.3f in %d steps, %.0f tokens/s on average\n", first_loss,
-               last_loss, cfg.steps, ms > 0 ? toks / (ms / 1e3) : 0.0);
+               last_loss, done - first, ms > 0 ? toks / (ms / 1e3) : 0.0);
+        if (cfg.save[0]) printf("zoe-train: saved step %d to %s\n", done, ckpt);
     }
     zoe_progress_destroy(progress);
     zoe_loader_destroy(loader);
