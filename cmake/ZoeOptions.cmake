@@ -2,6 +2,9 @@
 set(ZOE_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when nvcc and the toolkit are found), ON, OFF")
 set_property(CACHE ZOE_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(ZOE_SANITIZE "" CACHE STRING "Sanitizers for every target, e.g. address,undefined")
+# The Python of the tests that compare against peer libraries (label python): scripts/test
+# makes a virtual environment with tests/python/requirements.txt in $build/venv and passes it.
+set(ZOE_PYTHON "$ENV{ZOE_PYTHON}" CACHE FILEPATH "Python with the packages of tests/python/requirements.txt")
 option(ZOE_NATIVE "Tune for the build machine (-march=native); runtime dispatch picks AVX2/AVX-512 either way" OFF)
 
 # POSIX 2008 (mkdtemp, mmap, clock_gettime ...) with strict C17.

@@ -73,6 +73,12 @@ static const option_spec options[] = {
     {"log-every", OPT_INT, CFG(log_every), 1, 1e9, "print progress every N steps"},
     {"bucket-mb", OPT_INT64, CFG(bucket_mb), 1, 1 << 20, "gradient bucket size in MiB"},
     {"progress", OPT_PROGRESS, CFG(progress), 0, 0, "auto, bar (live) or lines"},
+    {"save", OPT_PATH, CFG(save), 0, 0, "save checkpoints into this directory"},
+    {"save-every", OPT_INT, CFG(save_every), 0, 1e9,
+     "save every N steps (0: only at the end and on SIGTERM/SIGINT/SIGUSR1)"},
+    {"keep-last", OPT_INT, CFG(keep_last), 0, 1e9, "keep the K newest checkpoints (0: all)"},
+    {"resume", OPT_PATH, CFG(resume), 0, 0,
+     "continue from a checkpoint, or the newest one in a directory"},
 };
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
 
@@ -369,6 +375,32 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         snprintf(buf, n, "%g", (double)*(const float *)base);
         break;
     }
+}
+
+char *zoe_train_config_json(const zoe_train_config *cfg) {
+    cJSON *root = cJSON_CreateObject();
+    for (int i = 0; root && i < NUM_OPTIONS; i++) {
+        const option_spec *o = &options[i];
+        const char *base = (const char *)cfg + o->offset;
+        char value[64];
+        format_value(cfg, o, value, sizeof value);
+        if (o->kind == OPT_FLOAT) /* every digit of the float */
+            snprintf(value, sizeof value, "%.9g", (double)*(const float *)base);
+        if (o->kind == OPT_MODEL &&
+            zoe_model_preset(cfg->model.name, &(zoe_model_config){0}) != ZOE_OK)
+            continue; /* a custom shape: its keys follow */
+        if (o->kind == OPT_FLAG)
+            cJSON_AddBoolToObject(root, o->name, *(const int *)base);
+        else if (o->kind == OPT_PATH)
+            cJSON_AddStringToObject(root, o->name, base);
+        else if (o->kind == OPT_INT || o->kind == OPT_INT64 || o->kind == OPT_FLOAT)
+            cJSON_AddRawToObject(root, o->name, value);
+        else
+            cJSON_AddStringToObject(root, o->name, value); /* enums, and the u64 seed exactly */
+    }
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return text;
 }
 
 void zoe_train_config_print_help(FILE *out, const char *program) {

@@ -18,8 +18,37 @@ static int live_bar(FILE *out, zoe_progress_style style) {
     return out && isatty(fileno(out)) && !getenv("OMPI_COMM_WORLD_SIZE");
 }
 
+/* A resumed run's metrics: the lines of steps before first_step stay (a crash may have left
+ * lines of steps after the checkpoint, which the resumed run writes again), then appending. */
+static FILE *open_metrics(const char *path, int first_step) {
+    if (first_step <= 0) return fopen(path, "w");
+    FILE *in = fopen(path, "r");
+    char tmp[ZOE_PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = in ? fopen(tmp, "w") : NULL;
+    if (in && out) {
+        char line[4096];
+        int step;
+        while (fgets(line, sizeof line, in))
+            if (sscanf(line, "{\"step\":%d", &step) == 1 && step < first_step) fputs(line, out);
+        int ok = fclose(out) == 0;
+        fclose(in);
+        if (ok && rename(tmp, path) != 0) return NULL;
+    } else if (in) {
+        fclose(in);
+        return NULL;
+    }
+    return fopen(path, "a");
+}
+
 zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
                                const char *metrics_path, zoe_progress **out_p) {
+    return zoe_progress_create_at(out, style, total_steps, log_every, metrics_path, 0, out_p);
+}
+
+zoe_status zoe_progress_create_at(FILE *out, zoe_progress_style style, int total_steps,
+                                  int log_every, const char *metrics_path, int first_step,
+                                  zoe_progress **out_p) {
     *out_p = NULL;
     if (total_steps <= 0 || log_every <= 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "progress: steps %d, every %d", total_steps,
@@ -31,7 +60,7 @@ zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_st
     p->every = log_every;
     p->live = live_bar(out, style);
     if (metrics_path && metrics_path[0]) {
-        p->metrics = fopen(metrics_path, "w");
+        p->metrics = open_metrics(metrics_path, first_step);
         if (!p->metrics) {
             free(p);
             return zoe_fail(ZOE_ERR_IO, "cannot write metrics '%s': %s", metrics_path,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/trainer_impl.h"
+#include "zoe/checkpoint.h"
 #include "models/gpt.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
@@ -175,6 +176,24 @@ int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
 zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr) {
     return tr->opt;
 }
+zoe_gpt *zoe_trainer_gpt(zoe_trainer *tr) {
+    return tr->gpt;
+}
+zoe_grid *zoe_trainer_grid(zoe_trainer *tr) {
+    return tr->grid;
+}
+zoe_stream *zoe_trainer_stream(zoe_trainer *tr) {
+    return tr->stream;
+}
+const zoe_train_config *zoe_trainer_config(const zoe_trainer *tr) {
+    return &tr->cfg;
+}
+int zoe_trainer_steps_done(const zoe_trainer *tr) {
+    return tr->steps_done;
+}
+void zoe_trainer_set_steps_done(zoe_trainer *tr, int steps) {
+    tr->steps_done = steps;
+}
 int zoe_trainer_rank(const zoe_trainer *tr) {
     return zoe_grid_rank(tr->grid);
 }
@@ -248,6 +267,39 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     tr->ms_forward = tr->ms_backward = tr->ms_offload = 0;
     tr->step_started = zoe_clock_ms();
     return ZOE_OK;
+}
+
+zoe_status zoe_trainer_logits(zoe_trainer *tr, const int32_t *tokens, float *logits) {
+    if (!tr || !tokens || !logits)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_logits: NULL argument");
+    const zoe_tp_embedding *e = zoe_gpt_embedding(tr->gpt);
+    size_t n = (size_t)tr->cfg.micro_batch * (size_t)tr->cfg.model.seq_len;
+    size_t local = (size_t)e->vocab.local, vocab = (size_t)e->vocab.vocab;
+    int tp = zoe_grid_tp_size(tr->grid);
+    size_t es = zoe_dtype_size(tr->cfg.dtype);
+    void *raw = malloc(n * local * es);
+    float *mine = malloc(n * local * sizeof(float)), *all = malloc(n * local * tp * sizeof(float));
+    zoe_status st =
+        raw && mine && all ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "logits of %zu tokens", n);
+    uint64_t count = zoe_gpt_forward_count(tr->gpt);
+    float loss;
+    /* the tokens as targets: any valid ones do, the loss is not used */
+    if (st == ZOE_OK) st = zoe_gpt_forward(tr->gpt, tokens, tokens, &loss);
+    zoe_gpt_set_forward_count(tr->gpt, count);
+    if (st == ZOE_OK)
+        st = zoe_memcpy_async(raw, zoe_gpt_logits(tr->gpt), n * local * es, ZOE_COPY_DEVICE_TO_HOST,
+                              tr->stream);
+    if (st == ZOE_OK) st = zoe_stream_synchronize(tr->stream);
+    if (st == ZOE_OK) st = zoe_convert(mine, ZOE_F32, raw, tr->cfg.dtype, n * local);
+    /* Rank r of the TP group holds vocabulary rows [r * local, (r + 1) * local). */
+    if (st == ZOE_OK && MPI_Allgather(mine, (int)(n * local), MPI_FLOAT, all, (int)(n * local),
+                                      MPI_FLOAT, zoe_grid_tp_comm(tr->grid)) != MPI_SUCCESS)
+        st = zoe_fail(ZOE_ERR_MPI, "all-gather of the logits failed");
+    for (size_t i = 0; st == ZOE_OK && i < n; i++)
+        for (size_t c = 0; c < vocab; c++)
+            logits[i * vocab + c] = all[(c / local) * n * local + i * local + c % local];
+    free(raw), free(mine), free(all);
+    return st;
 }
 
 zoe_status zoe_trainer_flush(zoe_trainer *tr) {

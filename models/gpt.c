@@ -313,6 +313,13 @@ int64_t zoe_gpt_loss_count(const zoe_gpt *g) {
     return g->count;
 }
 
+uint64_t zoe_gpt_forward_count(const zoe_gpt *g) {
+    return g->micro_step;
+}
+void zoe_gpt_set_forward_count(zoe_gpt *g, uint64_t count) {
+    g->micro_step = count;
+}
+
 int64_t zoe_gpt_local_numel(const zoe_gpt *g) {
     int64_t n = 0;
     for (int t = 0; t < g->num_tensors; t++) n += g->tensors[t]->local_numel;

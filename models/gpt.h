@@ -79,6 +79,10 @@ zoe_status zoe_gpt_init_weights(zoe_gpt *g);
  * keyed by the number of forwards since creation (1 for the first), so models created and
  * stepped alike draw the same masks on every rank. */
 zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss);
+/* The forward counter that keys the dropout masks, for checkpoints: a model set to the count
+ * of another draws the masks that one would draw next. */
+uint64_t zoe_gpt_forward_count(const zoe_gpt *g);
+void zoe_gpt_set_forward_count(zoe_gpt *g, uint64_t count);
 /* Gradients of loss_scale x the micro-batch's mean loss, into the sink's buffers. */
 zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sink *sink);
 

@@ -183,6 +183,34 @@ zoe_status zoe_optimizer_set_step(zoe_optimizer *opt, long step) {
     return ZOE_OK;
 }
 
+zoe_status zoe_optimizer_progress_get(const zoe_optimizer *opt, zoe_optimizer_progress *out) {
+    if (!opt || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "progress_get: NULL argument");
+    *out = (zoe_optimizer_progress){.iteration = opt->iteration,
+                                    .step = opt->stats.step,
+                                    .skipped_total = opt->stats.skipped_total,
+                                    .loss_scale = opt->loss_scale,
+                                    .clean_steps = opt->clean_steps};
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_progress_set(zoe_optimizer *opt, const zoe_optimizer_progress *in) {
+    if (!opt || !in) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "progress_set: NULL argument");
+    if (in->iteration < 0 || in->step < 0 || in->step > in->iteration || in->skipped_total < 0 ||
+        !(in->loss_scale > 0) || !isfinite(in->loss_scale) || in->clean_steps < 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "optimizer progress: iteration %ld, step %ld, skipped %ld, loss scale %g, "
+                        "clean steps %d (need 0 <= step <= iteration, a finite scale > 0)",
+                        in->iteration, in->step, in->skipped_total, (double)in->loss_scale,
+                        in->clean_steps);
+    opt->iteration = in->iteration;
+    opt->stats.step = in->step;
+    opt->stats.skipped_total = in->skipped_total;
+    opt->loss_scale = in->loss_scale;
+    opt->stats.loss_scale = in->loss_scale;
+    opt->clean_steps = in->clean_steps;
+    return ZOE_OK;
+}
+
 /* Copies [offset, offset + count) of one state array between the caller's host buffer and the
  * partition, whose first device_numel elements live in device memory. */
 static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,

@@ -87,6 +87,7 @@ struct zoe_optimizer {
     /* Delayed parameter update: the update in flight on the worker thread. */
     pthread_t worker;
     int in_flight;
+    int refresh_due; /* the update landed (zoe_optimizer_settle) but its refresh is still due */
     zoe_step_consts flight_consts;
     int flight_buf;
     zoe_status flight_status;

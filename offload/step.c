@@ -196,11 +196,29 @@ static zoe_status join_update(zoe_optimizer *opt) {
 
 zoe_status zoe_update_wait(zoe_optimizer *opt) {
     opt->stats.ms_wait = 0;
-    if (!opt->in_flight) return ZOE_OK;
+    if (!opt->in_flight && !opt->refresh_due) return ZOE_OK;
     double t0 = zoe_clock_ms();
     ZOE_TRY(join_update(opt));
     opt->stats.ms_wait = zoe_clock_ms() - t0;
+    opt->refresh_due = 0;
     return refresh(opt);
+}
+
+zoe_status zoe_optimizer_settle(zoe_optimizer *opt, int *refresh_due) {
+    if (!opt || !refresh_due) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "settle: NULL argument");
+    if (opt->in_flight) {
+        ZOE_TRY(join_update(opt));
+        opt->refresh_due = 1;
+    }
+    *refresh_due = opt->refresh_due;
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "defer_refresh: optimizer is NULL");
+    ZOE_TRY(join_update(opt));
+    opt->refresh_due = 1;
+    return ZOE_OK;
 }
 
 /* This rank's counted sum of squares, summed over the whole grid (DP partitions and TP
@@ -329,6 +347,7 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
         memset(opt->h_v, 0, opt->host_numel * sizeof(float));
     }
     opt->iteration = 0;
+    opt->refresh_due = 0;
     opt->micro_batches = 0;
     opt->grad_buf = 0;
     opt->loss_scale = opt->cfg.loss_scale;
@@ -342,6 +361,7 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
 zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt) {
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "refresh_params: optimizer is NULL");
     ZOE_TRY(join_update(opt));
+    opt->refresh_due = 0;
     size_t pd = opt->lay.device_numel;
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
     if (pd)

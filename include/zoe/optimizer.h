@@ -188,6 +188,29 @@ zoe_status zoe_optimizer_set_step(zoe_optimizer *opt, long step);
 /* Parameter buffer := compute-dtype copy of the master weights, all-gathered. Collective. */
 zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt);
 
+/* The step bookkeeping a checkpoint carries besides the state arrays. */
+typedef struct zoe_optimizer_progress {
+    long iteration;     /* zoe_optimizer_step calls since init (the DPU warm-up counts them) */
+    long step;          /* applied steps (Adam's bias correction) */
+    long skipped_total; /* steps skipped for a non-finite gradient */
+    float loss_scale;   /* the dynamic loss scaler's scale and its clean steps in the window */
+    int clean_steps;
+} zoe_optimizer_progress;
+zoe_status zoe_optimizer_progress_get(const zoe_optimizer *opt, zoe_optimizer_progress *out);
+zoe_status zoe_optimizer_progress_set(zoe_optimizer *opt, const zoe_optimizer_progress *in);
+
+/* For a checkpoint under DPU, without disturbing the schedule: waits for the update in flight
+ * but does NOT refresh. Afterwards the state arrays hold the state after the last step, the
+ * parameter buffer still holds the weights the next iteration reads (one step stale), and
+ * *refresh_due is 1: the next zoe_optimizer_step (or flush) refreshes first, as it would have.
+ * *refresh_due is 0 when no update was in flight (the parameter buffer is then the
+ * compute-dtype copy of the master weights). */
+zoe_status zoe_optimizer_settle(zoe_optimizer *opt, int *refresh_due);
+/* The resume side: after writing the state arrays, zoe_optimizer_refresh_params(), and then
+ * writing the stale weights into the parameter buffer, marks the refresh of the latest weights
+ * (already in the partition buffer) due at the next zoe_optimizer_step or flush. */
+zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt);
+
 #ifdef __cplusplus
 }
 #endif

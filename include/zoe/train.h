@@ -95,6 +95,11 @@ typedef struct zoe_train_config {
     int log_every;
     int64_t bucket_mb; /* gradient bucket size in MiB */
     zoe_progress_style progress;
+    /* checkpoints (include/zoe/checkpoint.h) */
+    char save[ZOE_PATH_MAX];   /* directory of checkpoints; "" saves none */
+    int save_every;            /* save every N steps (and at the end, and on a stop signal) */
+    int keep_last;             /* keep the K newest complete checkpoints; 0 keeps all */
+    char resume[ZOE_PATH_MAX]; /* a checkpoint, or a directory of them (its newest) */
 } zoe_train_config;
 
 void zoe_train_config_defaults(zoe_train_config *cfg);
@@ -109,6 +114,9 @@ zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **a
  * the data file when one is named; a trainer with its own batches names none); the message
  * names the first problem. Pure: no allocation, no MPI. */
 zoe_status zoe_train_config_validate(const zoe_train_config *cfg, int world_size);
+/* The configuration as a JSON object with the option names as keys (what
+ * zoe_train_config_load_json reads back); malloc'ed text, NULL when out of memory. */
+char *zoe_train_config_json(const zoe_train_config *cfg);
 /* Writes the option list with defaults (zoe-train --help). */
 void zoe_train_config_print_help(FILE *out, const char *program);
 /* Learning rate at a step: linear warm-up from 0, then cosine to min_lr at cfg->steps. */
@@ -139,6 +147,11 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
 zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
 /* Waits for a delayed update in flight, so the device weights are the latest. */
 zoe_status zoe_trainer_flush(zoe_trainer *tr);
+/* Evaluation: the logits of host int32 tokens [micro_batch, seq_len] with the weights the next
+ * forward would read, as host fp32 [micro_batch * seq_len, vocab] over the real vocabulary, on
+ * every rank. Collective over the TP group. Leaves the gradients and the dropout counter as
+ * they were (with dropout > 0 the masks of the next training forward apply: no eval mode). */
+zoe_status zoe_trainer_logits(zoe_trainer *tr, const int32_t *tokens, float *logits);
 
 /* Where this rank's compute time went since creation or the last reset: each kernel op of the
  * model and the tensor-parallel collectives, in milliseconds (on CPU the ops' own time; on
@@ -179,6 +192,11 @@ typedef struct zoe_progress zoe_progress;
 zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
                                const char *metrics_path, zoe_progress **p);
 zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *stats);
+/* The same for a run resumed at first_step: the metrics file keeps its lines of earlier steps
+ * and is appended to. */
+zoe_status zoe_progress_create_at(FILE *out, zoe_progress_style style, int total_steps,
+                                  int log_every, const char *metrics_path, int first_step,
+                                  zoe_progress **p);
 /* Ends the live line; closes the metrics file. */
 void zoe_progress_destroy(zoe_progress *p);
 

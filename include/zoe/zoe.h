@@ -12,6 +12,7 @@
 #include "zoe/optimizer.h"
 #include "zoe/data.h"
 #include "zoe/train.h"
+#include "zoe/checkpoint.h"
 
 #define ZOE_VERSION_MAJOR 0
 #define ZOE_VERSION_MINOR 1

@@ -81,6 +81,7 @@ int main(int argc, char **argv) {
     if (zoe_train_config_validate(&cfg, world) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
 
+    zoe_stop_signals_install();
     zoe_dataset *ds = NULL;
     if (zoe_dataset_open(cfg.data, &ds) != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
     zoe_trainer *tr = NULL;
@@ -88,6 +89,16 @@ int main(int argc, char **argv) {
         zoe_dataset_destroy(ds);
         return fail(rank, EXIT_FAILURE, zoe_last_error());
     }
+    char ckpt[ZOE_PATH_MAX * 2] = "";
+    if (cfg.resume[0] && zoe_trainer_load(tr, cfg.resume, ckpt, sizeof ckpt) != ZOE_OK) {
+        /* A bad checkpoint is bad input: one line naming it, exit 2, nothing written. */
+        if (rank == 0) fprintf(stderr, "zoe-train: %s\n", zoe_last_error());
+        zoe_trainer_destroy(tr);
+        zoe_dataset_destroy(ds);
+        MPI_Finalize();
+        return EXIT_USAGE;
+    }
+    int first = zoe_trainer_steps_done(tr);
     zoe_loader_config lc = {.seq_len = cfg.model.seq_len,
                             .micro_batch = cfg.micro_batch,
                             .dp_size = zoe_trainer_dp_size(tr),
@@ -101,12 +112,15 @@ int main(int argc, char **argv) {
     int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
     st = tokens && targets ? zoe_loader_create(ds, &lc, &loader) : ZOE_ERR_OUT_OF_MEMORY;
     if (st == ZOE_OK && rank == 0)
-        st = zoe_progress_create(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
-                                 &progress);
+        st = zoe_progress_create_at(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
+                                    first, &progress);
     if (st == ZOE_OK && rank == 0) print_banner(&cfg, tr, world);
+    if (st == ZOE_OK && rank == 0 && ckpt[0])
+        printf("zoe-train: resumed from %s at step %d\n", ckpt, first);
     float first_loss = 0, last_loss = 0;
     double ms = 0, toks = 0;
-    for (int step = 0; st == ZOE_OK && step < cfg.steps; step++) {
+    int stopped = 0, signo = 0, step = first;
+    for (; st == ZOE_OK && step < cfg.steps && !stopped; step++) {
         for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++) {
             st = zoe_loader_fetch(loader, step, m, tokens, targets);
             if (st == ZOE_OK) st = zoe_trainer_micro_batch(tr, tokens, targets, NULL);
@@ -115,18 +129,33 @@ int main(int argc, char **argv) {
         if (st == ZOE_OK) st = zoe_trainer_step(tr, zoe_train_lr_at(&cfg, step), &s);
         if (st == ZOE_OK && progress) st = zoe_progress_report(progress, &s);
         if (st == ZOE_OK) {
-            if (step == 0) first_loss = s.loss;
+            if (step == first) first_loss = s.loss;
             last_loss = s.loss, ms += s.ms_total, toks += (double)s.tokens;
         }
+        if (st == ZOE_OK && cfg.save[0] && cfg.save_every > 0 && (step + 1) % cfg.save_every == 0)
+            st = zoe_trainer_save(tr, cfg.save, cfg.keep_last, NULL, 0);
+        /* Every rank finishes the step, then all agree on a signal any of them got. */
+        if (st == ZOE_OK) stopped = zoe_stop_requested(MPI_COMM_WORLD, &signo);
     }
+    int done = zoe_trainer_steps_done(tr);
+    if (st == ZOE_OK && cfg.save[0])
+        st = zoe_trainer_save(tr, cfg.save, cfg.keep_last, ckpt, sizeof ckpt);
     if (st == ZOE_OK) st = zoe_trainer_flush(tr);
     int code = 0;
     if (st != ZOE_OK) {
         fprintf(stderr, "zoe-train: rank %d: %s\n", rank, zoe_last_error());
         code = EXIT_FAILURE;
+    } else if (rank == 0 && stopped) {
+        if (cfg.save[0])
+            printf("zoe-train: %s: saved step %d to %s; resume with --resume %s\n",
+                   strsignal(signo), done, ckpt, cfg.save);
+        else
+            printf("zoe-train: %s: stopped after step %d; nothing saved (no --save given)\n",
+                   strsignal(signo), done);
     } else if (rank == 0) {
         printf("zoe-train: loss %.3f -> %.3f in %d steps, %.0f tokens/s on average\n", first_loss,
-               last_loss, cfg.steps, ms > 0 ? toks / (ms / 1e3) : 0.0);
+               last_loss, done - first, ms > 0 ? toks / (ms / 1e3) : 0.0);
+        if (cfg.save[0]) printf("zoe-train: saved step %d to %s\n", done, ckpt);
     }
     zoe_progress_destroy(progress);
     zoe_loader_destroy(loader);

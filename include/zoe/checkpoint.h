@@ -1,0 +1,67 @@
+/* Checkpoints: a trainer's state saved in global layout, resumable at any TP x DP grid
+ * (docs/checkpoint.md describes the files, the DPU rule and the crash-safety protocol).
+ *
+ *   DIR/step-00000400/model.safetensors        fp32 master weights, global shapes, zoe's names
+ *   DIR/step-00000400/optimizer.safetensors    NAME.exp_avg and NAME.exp_avg_sq (fp32)
+ *   DIR/step-00000400/params-in-use.safetensors  only when a delayed update was pending: the
+ *                                              compute-dtype weights the next forward reads
+ *   DIR/step-00000400/trainer.json             step, optimizer counters, loss scale, data and
+ *                                              dropout positions, configuration, shape, grid,
+ *                                              zoe version, file sizes and per-tensor checksums
+ *   DIR/latest                                 the name of the newest complete checkpoint
+ *
+ * A save writes into step-N.partial/, fsyncs, renames it to step-N and then replaces latest by
+ * write-temp-and-rename, so a crash at any moment leaves the previous checkpoint complete. */
+#ifndef ZOE_CHECKPOINT_H
+#define ZOE_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "zoe/status.h"
+#include "zoe/train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Steps the trainer has taken (continues from a loaded checkpoint's step). */
+int zoe_trainer_steps_done(const zoe_trainer *tr);
+
+/* Collective over the trainer's ranks. Saves the state after the last step into
+ * dir/step-NNNNNNNN (dir is created if needed) without disturbing the run: under DPU the update
+ * in flight is completed, but the weights the next forward reads stay as scheduled. Then keeps
+ * the keep_last newest complete checkpoints of dir (keep_last <= 0 keeps all). saved (optional,
+ * cap bytes) receives the checkpoint's path. A step already saved in dir is not written again. */
+zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, char *saved,
+                            size_t cap);
+/* Collective. Loads path (a checkpoint directory, or a directory of them: its newest complete
+ * one) into a trainer created with a compatible configuration: the same model shape, seed,
+ * sequence length and global batch (dp x grad_accum x micro_batch); any grid and any split of
+ * the batch. Every tensor's checksum is verified. Errors name the file and the tensor, and
+ * the previous checkpoint of the directory when there is one. loaded (optional) receives the
+ * checkpoint's path. */
+zoe_status zoe_trainer_load(zoe_trainer *tr, const char *path, char *loaded, size_t cap);
+
+/* Resolves path to a checkpoint directory as zoe_trainer_load does. No MPI. */
+zoe_status zoe_checkpoint_resolve(const char *path, char *out, size_t cap);
+/* zoe-ckpt info: step, model shape, the grid it was written at, files and sizes. No MPI. */
+zoe_status zoe_checkpoint_info(const char *path, FILE *out);
+/* zoe-ckpt verify: every file's header and size and every tensor's checksum, one process.
+ * Fails naming the first bad file and tensor. */
+zoe_status zoe_checkpoint_verify(const char *path, FILE *progress);
+/* zoe-ckpt export --hf: a Hugging Face GPT-2 directory (config.json and model.safetensors with
+ * transformers' names, Conv1D [in, out] weights, q/k/v split per head, the tied head) from the
+ * checkpoint's fp32 master weights. out_dir is created; existing files in it are replaced. */
+zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir);
+
+/* Stop requests for training loops: zoe_stop_signals_install() makes SIGTERM, SIGINT and
+ * SIGUSR1 set a flag (a second SIGINT ends the process at once, exit status 130).
+ * zoe_stop_requested() is collective over comm: 1 on every rank when any rank was signalled,
+ * so all ranks stop at the same step boundary. Returns the signal number through *signo. */
+void zoe_stop_signals_install(void);
+int zoe_stop_requested(MPI_Comm comm, int *signo);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

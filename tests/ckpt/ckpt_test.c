@@ -1,0 +1,110 @@
+/* The checkpoint tests' harness (ckpt_test.h). */
+#include "ckpt_test.h"
+#include <stdlib.h>
+#include <string.h>
+#include "engine/safetensors.h"
+#include "runtime/error.h"
+
+void ckpt_test_config(zoe_train_config *c, int tp, int dp, int grad_accum, float dropout,
+                      int dpu_warmup) {
+    zoe_train_config_defaults(c);
+    c->model = (zoe_model_config){.name = "test",
+                                  .layers = 2,
+                                  .hidden = 64,
+                                  .heads = 4,
+                                  .seq_len = 32,
+                                  .vocab = ZOE_BYTE_VOCAB_SIZE,
+                                  .dropout = dropout};
+    c->tp = tp, c->grad_accum = grad_accum, c->micro_batch = 8 / (dp * grad_accum);
+    c->steps = 40, c->lr = 2e-3f, c->min_lr = 2e-4f, c->warmup = 3, c->seed = 5;
+    c->dpu_warmup = dpu_warmup;
+    c->log_every = 1000;
+}
+
+zoe_status ckpt_session_open(ckpt_session *s, MPI_Comm comm, const zoe_train_config *cfg,
+                             const char *corpus) {
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    ZOE_TRY(zoe_trainer_create(comm, cfg, &s->tr));
+    ZOE_TRY(zoe_dataset_open(corpus, &s->ds));
+    zoe_loader_config lc = {.seq_len = cfg->model.seq_len,
+                            .micro_batch = cfg->micro_batch,
+                            .dp_size = zoe_trainer_dp_size(s->tr),
+                            .dp_rank = zoe_trainer_dp_rank(s->tr),
+                            .grad_accum = cfg->grad_accum,
+                            .seed = cfg->seed,
+                            .vocab_size = cfg->model.vocab};
+    ZOE_TRY(zoe_loader_create(s->ds, &lc, &s->loader));
+    size_t n = (size_t)cfg->micro_batch * (size_t)cfg->model.seq_len;
+    s->tokens = malloc(n * sizeof(int32_t));
+    s->targets = malloc(n * sizeof(int32_t));
+    return s->tokens && s->targets ? ZOE_OK : ZOE_ERR_OUT_OF_MEMORY;
+}
+
+zoe_status ckpt_session_steps(ckpt_session *s, int to, float *losses) {
+    for (int step = zoe_trainer_steps_done(s->tr); step < to; step++) {
+        for (int m = 0; m < s->cfg.grad_accum; m++) {
+            ZOE_TRY(zoe_loader_fetch(s->loader, step, m, s->tokens, s->targets));
+            ZOE_TRY(zoe_trainer_micro_batch(s->tr, s->tokens, s->targets, NULL));
+        }
+        zoe_step_stats st;
+        ZOE_TRY(zoe_trainer_step(s->tr, zoe_train_lr_at(&s->cfg, step), &st));
+        if (losses) losses[step] = st.loss;
+    }
+    return ZOE_OK;
+}
+
+void ckpt_session_close(ckpt_session *s) {
+    free(s->tokens), free(s->targets);
+    zoe_loader_destroy(s->loader);
+    zoe_dataset_destroy(s->ds);
+    zoe_trainer_destroy(s->tr);
+    memset(s, 0, sizeof *s);
+}
+
+void ckpt_test_tmpdir(MPI_Comm comm, char *out, size_t cap) {
+    char dir[256] = "/tmp/zoe_ckpt_XXXXXX";
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    if (rank == 0 && !mkdtemp(dir)) dir[0] = '\0';
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm);
+    snprintf(out, cap, "%s", dir);
+}
+
+void *ckpt_test_read_tensor(const char *path, const char *tensor, size_t *n) {
+    zoe_safetensors st;
+    if (zoe_safetensors_read_header(path, &st) != ZOE_OK) return NULL;
+    const zoe_st_tensor *t = zoe_safetensors_find(&st, tensor);
+    void *buf = t ? malloc((size_t)(t->end - t->begin) + 1) : NULL;
+    if (buf && zoe_safetensors_read_data(path, &st, t, 0, t->end - t->begin, buf) != ZOE_OK) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf) *n = (size_t)(t->end - t->begin);
+    zoe_safetensors_free(&st);
+    return buf;
+}
+
+int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *file) {
+    char pa[1024], pb[1024];
+    snprintf(pa, sizeof pa, "%s/%s", dir_a, file);
+    snprintf(pb, sizeof pb, "%s/%s", dir_b, file);
+    zoe_safetensors a, b;
+    if (zoe_safetensors_read_header(pa, &a) != ZOE_OK) return 0;
+    if (zoe_safetensors_read_header(pb, &b) != ZOE_OK) {
+        zoe_safetensors_free(&a);
+        return 0;
+    }
+    int same = a.count == b.count && a.count > 0;
+    for (int i = 0; same && i < a.count; i++) {
+        size_t na = 0, nb = 0;
+        void *x = ckpt_test_read_tensor(pa, a.tensors[i].name, &na);
+        void *y = ckpt_test_read_tensor(pb, a.tensors[i].name, &nb);
+        same = x && y && na == nb && memcmp(x, y, na) == 0;
+        if (!same) fprintf(stderr, "%s: tensor %s differs\n", file, a.tensors[i].name);
+        free(x), free(y);
+    }
+    zoe_safetensors_free(&a);
+    zoe_safetensors_free(&b);
+    return same;
+}
