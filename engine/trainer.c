@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/hf.h"
 #include "engine/trainer_impl.h"
 #include "zoe/checkpoint.h"
 #include "models/gpt.h"
@@ -98,10 +99,15 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     for (int t = 0; t < n; t++) {
         const zoe_tp_param *p = zoe_gpt_tensor(tr->gpt, t);
         /* GPT practice: biases and LayerNorm weights (the 1-D tensors) take no weight decay. */
-        tensors[t] = (zoe_param_tensor){.name = p->name,
-                                        .numel = (size_t)p->local_numel,
-                                        .tp_replicated = p->replicated,
-                                        .no_weight_decay = p->ndim == 1};
+        /* The norm counts a tensor held by several TP ranks once: replicated ones on TP rank 0
+         * (tp_replicated), a sharded block on the first of its replicas, so the others mark
+         * theirs replicated too (tp_rank % replicas != 0 is never rank 0). */
+        const int tp_rank = zoe_grid_tp_rank(tr->grid);
+        tensors[t] =
+            (zoe_param_tensor){.name = p->name,
+                               .numel = (size_t)p->local_numel,
+                               .tp_replicated = p->replicated || tp_rank % p->replicas != 0,
+                               .no_weight_decay = p->ndim == 1};
     }
     zoe_optimizer_config oc;
     zoe_optimizer_config_default(&oc);
@@ -129,7 +135,10 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
         tr->weight_ptrs[t] = base + off * zoe_dtype_size(c->dtype);
     }
     ZOE_TRY(zoe_gpt_bind_weights(tr->gpt, tr->weight_ptrs));
-    ZOE_TRY(zoe_gpt_init_weights(tr->gpt));
+    if (c->init_from[0])
+        ZOE_TRY(zoe_hf_load(tr->gpt, c->init_from));
+    else
+        ZOE_TRY(zoe_gpt_init_weights(tr->gpt));
     return zoe_optimizer_init_from_params(tr->opt);
 }
 

@@ -100,6 +100,9 @@ typedef struct zoe_train_config {
     int save_every;            /* save every N steps (and at the end, and on a stop signal) */
     int keep_last;             /* keep the K newest complete checkpoints; 0 keeps all */
     char resume[ZOE_PATH_MAX]; /* a checkpoint, or a directory of them (its newest) */
+    /* A Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM): its config.json
+     * gives the model shape and its safetensors the initial weights; "" for random ones. */
+    char init_from[ZOE_PATH_MAX];
 } zoe_train_config;
 
 void zoe_train_config_defaults(zoe_train_config *cfg);
@@ -110,9 +113,10 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path);
  * *help is set when --help was given, *list_models for --list-models. */
 zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **argv, int *help,
                                        int *list_models);
-/* Checks the configuration against the world size (grid and shape divisibility, ranges, and
- * the data file when one is named; a trainer with its own batches names none); the message
- * names the first problem. Pure: no allocation, no MPI. */
+/* Checks the configuration against the world size (grid and shape divisibility, ranges, the
+ * data file when one is named (a trainer with its own batches names none), and the headers of
+ * the --init-from directory's safetensors against the model); the message names the first
+ * problem. No MPI. */
 zoe_status zoe_train_config_validate(const zoe_train_config *cfg, int world_size);
 /* The configuration as a JSON object with the option names as keys (what
  * zoe_train_config_load_json reads back); malloc'ed text, NULL when out of memory. */
