@@ -220,6 +220,22 @@ static char *trainer_json(const ckpt_view *v, const zoe_optimizer_progress *op, 
     cJSON_AddNumberToObject(m, "seq_len", c->model.seq_len);
     cJSON_AddNumberToObject(m, "vocab", c->model.vocab);
     cJSON_AddNumberToObject(m, "dropout", c->model.dropout);
+    cJSON_AddStringToObject(m, "family", zoe_model_family_name(c->model.family));
+    if (c->model.family == ZOE_MODEL_LLAMA) {
+        cJSON_AddNumberToObject(m, "kv_heads",
+                                c->model.kv_heads ? c->model.kv_heads : c->model.heads);
+        cJSON_AddNumberToObject(m, "rope_theta", c->model.rope_theta);
+        cJSON_AddNumberToObject(m, "norm_eps", c->model.norm_eps);
+        cJSON_AddBoolToObject(m, "tie_embeddings", c->model.tie_embeddings);
+        const zoe_rope_scaling *rs = &c->model.rope_scaling;
+        if (rs->factor > 0) {
+            cJSON *r = cJSON_AddObjectToObject(m, "rope_scaling");
+            cJSON_AddNumberToObject(r, "factor", rs->factor);
+            cJSON_AddNumberToObject(r, "low_freq_factor", rs->low_freq_factor);
+            cJSON_AddNumberToObject(r, "high_freq_factor", rs->high_freq_factor);
+            cJSON_AddNumberToObject(r, "original_max_position", rs->original_max_position);
+        }
+    }
     cJSON_AddStringToObject(root, "dtype", zoe_dtype_name(c->dtype));
     char *config = zoe_train_config_json(c);
     cJSON_AddItemToObject(root, "config", config ? cJSON_Parse(config) : cJSON_CreateNull());
