@@ -9,14 +9,17 @@ OUT/<name>/reference.safetensors: tokens [B, T] (int32), logits [B*T, vocab], lo
 next-token cross-entropy over the B*(T-1) predicted positions) and grad.<hf name> for every
 parameter (torch autograd of that loss). Weights are redrawn wider than the default init
 (and the norms away from 1) so that the outputs depend on every tensor.
-usage: make_reference.py OUT
+usage: make_reference.py OUT             (the three models above)
+       make_reference.py --from DIR        (the reference of an existing model directory, e.g.
+                                            zoe's export, loaded with from_pretrained)
 """
 import os
 import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM)
 
 B, T, VOCAB = 2, 16, 300
 
@@ -36,6 +39,22 @@ def models():
     yield "llama_tied", LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True))
 
 
+def reference(model, d, tokens, name):
+    result = model(input_ids=tokens, labels=tokens)
+    result.loss.backward()
+    vocab = model.config.vocab_size
+    ref = {"tokens": tokens.to(torch.int32).contiguous(),
+           "logits": result.logits.detach().reshape(B * T, vocab).contiguous(),
+           "loss": result.loss.detach().reshape(1)}
+    seen = set()
+    for pname, p in model.named_parameters():
+        if p.grad is not None and p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            ref["grad." + pname] = p.grad.detach().contiguous()
+    save_file(ref, os.path.join(d, "reference.safetensors"))
+    print(f"{name}: loss {result.loss.item():.6f}")
+
+
 def main(out):
     torch.manual_seed(1234)
     for name, model in models():
@@ -48,20 +67,19 @@ def main(out):
         model.eval()
         d = os.path.join(out, name)
         model.save_pretrained(d, safe_serialization=True)
-        tokens = torch.randint(0, VOCAB, (B, T))
-        result = model(input_ids=tokens, labels=tokens)
-        result.loss.backward()
-        ref = {"tokens": tokens.to(torch.int32).contiguous(),
-               "logits": result.logits.detach().reshape(B * T, VOCAB).contiguous(),
-               "loss": result.loss.detach().reshape(1)}
-        seen = set()
-        for pname, p in model.named_parameters():
-            if p.grad is not None and p.data_ptr() not in seen:
-                seen.add(p.data_ptr())
-                ref["grad." + pname] = p.grad.detach().contiguous()
-        save_file(ref, os.path.join(d, "reference.safetensors"))
-        print(f"{name}: loss {result.loss.item():.6f}")
+        reference(model, d, torch.randint(0, VOCAB, (B, T)), name)
+
+
+def from_dir(d):
+    torch.manual_seed(99)
+    model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32,
+                                                 attn_implementation="eager")
+    model.eval()
+    reference(model, d, torch.randint(0, model.config.vocab_size, (B, T)), d)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--from":
+        from_dir(sys.argv[2])
+    else:
+        main(sys.argv[1])
