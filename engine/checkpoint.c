@@ -40,10 +40,11 @@ static ckpt_view view_of(zoe_trainer *tr) {
     return v;
 }
 
-/* Rows a tensor keeps in the file: the embedding drops the vocabulary padding. */
+/* Rows a tensor keeps in the file: the embedding and an untied head drop the vocabulary
+ * padding. */
 static int64_t stored_rows(const ckpt_view *v, const zoe_tp_param *p) {
     const zoe_tp_embedding *e = zoe_gpt_embedding(v->gpt);
-    return p == &e->wte ? e->vocab.vocab : p->global_shape[0];
+    return p == &e->wte || (e->untied && p == &e->head) ? e->vocab.vocab : p->global_shape[0];
 }
 
 static const char *suffix_of(ckpt_source s) {
@@ -107,8 +108,9 @@ static zoe_status shard_runs(const ckpt_view *v, const zoe_tp_param *p, int entr
 }
 
 /* The runs of a file on this rank. Writing, a TP-replicated tensor is written by tp_rank 0
- * only; reading, every TP rank reads it, and the checksum counts it once. The optimizer state
- * is the rank's DP partition; the parameter buffer (compute dtype) is written from that
+ * only, and a sharded one (KV heads replicated over TP, param.h) by the first rank of each
+ * replica group; reading, every TP rank reads it, and the checksum counts it once. The optimizer
+ * state is the rank's DP partition; the parameter buffer (compute dtype) is written from that
  * partition too, but read whole (every DP rank holds all of it). file_table maps names to the
  * entries of the file being read (NULL: the trainer's own table, in its order). */
 static zoe_status file_runs(const ckpt_view *v, int file, int reading,
@@ -125,7 +127,7 @@ static zoe_status file_runs(const ckpt_view *v, int file, int reading,
                 snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s]));
                 entry = (int)(zoe_safetensors_find(file_table, name) - file_table->tensors);
             }
-            int once = !p->replicated || v->tp_rank == 0;
+            int once = v->tp_rank % p->replicas == 0;
             if (!reading && !once) continue;
             size_t first, count, part, flat;
             ZOE_TRY(zoe_optimizer_tensor_shard(v->opt, t, &first, &count, &part));
