@@ -12,6 +12,7 @@
 #include "engine/checkpoint_impl.h"
 #include "engine/checkpoint_io.h"
 #include "engine/safetensors.h"
+#include "engine/text_file.h"
 #include "runtime/error.h"
 
 void ckpt_step_name(int step, char *out, size_t cap) {
@@ -127,28 +128,10 @@ void ckpt_previous_hint(const char *ckpt_dir, char *out, size_t cap) {
              name);
 }
 
-static zoe_status read_text(const char *path, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return zoe_fail(ZOE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!text || got != (size_t)n) {
-        free(text);
-        return zoe_fail(ZOE_ERR_IO, "cannot read %s", path);
-    }
-    text[n] = '\0';
-    *out = text;
-    return ZOE_OK;
-}
-
 zoe_status ckpt_read_trainer_json(const char *ckpt_dir, cJSON **out) {
     char path[ZOE_PATH_MAX * 2], *text = NULL;
     snprintf(path, sizeof path, "%s/%s", ckpt_dir, CKPT_TRAINER_FILE);
-    ZOE_TRY(read_text(path, &text));
+    ZOE_TRY(zoe_read_text_file(path, "checkpoint file", &text));
     cJSON *root = cJSON_Parse(text);
     free(text);
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");

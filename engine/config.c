@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/hf.h"
+#include "engine/text_file.h"
 #include "runtime/error.h"
 #include "zoe/train.h"
 
@@ -251,19 +252,8 @@ static zoe_status apply_json_item(zoe_train_config *cfg, const cJSON *item, cons
 }
 
 zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return zoe_fail(ZOE_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!text || got != (size_t)n) {
-        free(text);
-        return zoe_fail(ZOE_ERR_IO, "cannot read config '%s'", path);
-    }
-    text[n] = '\0';
+    char *text;
+    ZOE_TRY(zoe_read_text_file(path, "config", &text));
     cJSON *root = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(root)) {

@@ -11,25 +11,15 @@
 #include <unistd.h>
 #include "engine/hf.h"
 #include "engine/safetensors.h"
+#include "engine/text_file.h"
 #include "models/gpt.h"
 #include "runtime/error.h"
 
 /* ---- config.json ---- */
 
 static zoe_status read_json(const char *path, cJSON **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "cannot open %s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!text || got != (size_t)n) {
-        free(text);
-        return zoe_fail(ZOE_ERR_IO, "cannot read %s", path);
-    }
-    text[n] = '\0';
+    char *text;
+    ZOE_TRY(zoe_read_text_file(path, "Hugging Face file", &text));
     *out = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(*out)) {

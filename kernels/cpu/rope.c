@@ -23,9 +23,12 @@ ZOE_CPU_MULTIVERSION(rotate,
                      (zoe_cpu_isa isa, float *x, const float *c, const float *s, int64_t half),
                      (isa, x, c, s, half))
 
-static void rope(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *inv_freq, int64_t B,
-                 int64_t T, int64_t heads, int64_t HS, int64_t head_stride, int64_t row_stride,
-                 float sign) {
+static zoe_status rope(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *inv_freq, int64_t B,
+                       int64_t T, int64_t heads, int64_t HS, int64_t head_stride,
+                       int64_t row_stride, float sign) {
+    if (HS / 2 > MAX_HALF)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED, "zoe_rope: HS=%lld above the CPU kernel's %d",
+                        (long long)HS, 2 * MAX_HALF);
     const int64_t half = HS / 2, rows = B * T;
 #pragma omp parallel for num_threads(ck->threads) schedule(static) if (rows >= PARALLEL_MIN_ROWS)
     for (int64_t r = 0; r < rows; r++) {
@@ -45,24 +48,17 @@ static void rope(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *inv_fr
             zoe_cpu_store(x, dt, off, v, HS);
         }
     }
+    return ZOE_OK;
 }
 
 zoe_status zoe_cpu_rope_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *inv_freq,
                                 int64_t B, int64_t T, int64_t heads, int64_t HS,
                                 int64_t head_stride, int64_t row_stride) {
-    if (HS / 2 > MAX_HALF)
-        return zoe_fail(ZOE_ERR_UNSUPPORTED, "zoe_rope_forward: HS=%lld above %d", (long long)HS,
-                        2 * MAX_HALF);
-    rope(ck, dt, x, inv_freq, B, T, heads, HS, head_stride, row_stride, 1.0f);
-    return ZOE_OK;
+    return rope(ck, dt, x, inv_freq, B, T, heads, HS, head_stride, row_stride, 1.0f);
 }
 
 zoe_status zoe_cpu_rope_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *dx, const float *inv_freq,
                                  int64_t B, int64_t T, int64_t heads, int64_t HS,
                                  int64_t head_stride, int64_t row_stride) {
-    if (HS / 2 > MAX_HALF)
-        return zoe_fail(ZOE_ERR_UNSUPPORTED, "zoe_rope_backward: HS=%lld above %d", (long long)HS,
-                        2 * MAX_HALF);
-    rope(ck, dt, dx, inv_freq, B, T, heads, HS, head_stride, row_stride, -1.0f);
-    return ZOE_OK;
+    return rope(ck, dt, dx, inv_freq, B, T, heads, HS, head_stride, row_stride, -1.0f);
 }

@@ -19,18 +19,6 @@
 #include <string.h>
 #include "kernel_test.h"
 
-static double max_abs(const double *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-
-static double *const_tol(size_t n, double v) {
-    double *t = kt_vec(n);
-    for (size_t i = 0; i < n; i++) t[i] = v;
-    return t;
-}
-
 /* sum(y * dy) over n: the scalar whose gradient backward computes. */
 static double dot(const double *y, const double *dy, size_t n) {
     double s = 0;
@@ -100,7 +88,7 @@ static void rmsnorm_case(kt_env *env, test_rng *rng, zoe_dtype dt, int64_t rows,
     rms_ref_forward(y, rs, x, g, rows, C);
     CHECK_OK(zoe_rmsnorm_forward(env->k, dt, ys, rstd, xs, gs, rows, C, (float)RMS_EPS));
     const double slack = 4.0 * (double)(C + 8) * KT_U32;
-    double *tol = const_tol(n, slack * fmax(max_abs(y, n), 1.0));
+    double *tol = kt_const_tol(n, slack * fmax(kt_max_abs(y, n), 1.0));
     kt_check_storage(ys, dt, y, tol, kt_unit(dt), n, what);
     free(tol);
     double *got = kt_vec((size_t)rows);
@@ -115,18 +103,19 @@ static void rmsnorm_case(kt_env *env, test_rng *rng, zoe_dtype dt, int64_t rows,
     CHECK_OK(zoe_rmsnorm_backward(env->k, dt, dxs, dgs, dys, xs, gs, rstd, rows, C));
     for (size_t i = 0; i < n; i++) dx[i] += gx[i];
     for (int64_t i = 0; i < C; i++) dg[i] += gg[i];
-    tol = const_tol(n, slack * fmax(max_abs(gx, n), 1.0));
+    tol = kt_const_tol(n, slack * fmax(kt_max_abs(gx, n), 1.0));
     kt_check_storage(dxs, dt, dx, tol, kt_unit(dt), n, "rmsnorm dx");
     free(tol);
     const double pslack = 4.0 * (double)(rows + C + 8) * KT_U32;
-    tol = const_tol((size_t)C, pslack * fmax(max_abs(gg, (size_t)C), 1.0) * sqrt((double)rows));
+    tol =
+        kt_const_tol((size_t)C, pslack * fmax(kt_max_abs(gg, (size_t)C), 1.0) * sqrt((double)rows));
     kt_check_storage(dgs, dt, dg, tol, kt_unit(dt), (size_t)C, "rmsnorm dgamma");
     free(tol);
     /* dx alone gives the same dx */
     double *zero = kt_vec(n);
     void *dxz = kt_to_storage(dt, zero, n);
     CHECK_OK(zoe_rmsnorm_backward(env->k, dt, dxz, NULL, dys, xs, gs, rstd, rows, C));
-    tol = const_tol(n, slack * fmax(max_abs(gx, n), 1.0));
+    tol = kt_const_tol(n, slack * fmax(kt_max_abs(gx, n), 1.0));
     kt_check_storage(dxz, dt, gx, tol, kt_unit(dt), n, "rmsnorm dx only");
     free(tol), free(zero), free(dxz);
     if (fd) {
@@ -208,7 +197,7 @@ static void rope_case(kt_env *env, test_rng *rng, zoe_dtype dt, rope_shape s, in
     double *y = kt_vec(n);
     memcpy(y, x, n * sizeof(double));
     rope_ref(s, y, inv_freq, 1);
-    double *tol = const_tol(n, 8 * KT_U32 * fmax(max_abs(x, n), 1.0));
+    double *tol = kt_const_tol(n, 8 * KT_U32 * fmax(kt_max_abs(x, n), 1.0));
     CHECK_OK(zoe_rope_forward(env->k, dt, xs, inv_freq, s.B, s.T, s.heads, s.HS, s.head_stride,
                               s.row_stride));
     kt_check_storage(xs, dt, y, tol, kt_unit(dt), n, what);
@@ -371,8 +360,8 @@ static double gqa_loss_fn(void *ctx) {
 }
 
 static double *normwise_tol(gqa_shape s, const double *x, size_t n) {
-    return const_tol(n, 4.0 * (double)(s.HS + s.T + 4) * KT_U32 * fmax(max_abs(x, n), 1.0) *
-                            (double)(s.NH / s.NKV));
+    return kt_const_tol(n, 4.0 * (double)(s.HS + s.T + 4) * KT_U32 * fmax(kt_max_abs(x, n), 1.0) *
+                               (double)(s.NH / s.NKV));
 }
 
 static void gqa_case(kt_env *env, test_rng *rng, zoe_dtype dt, gqa_shape s, int fd) {
