@@ -4,7 +4,10 @@ For each of three tiny random models, in float32 with eager attention:
   gpt2          GPT2LMHeadModel, 2 layers, hidden 64, 4 heads, tied head
   llama_scaled  LlamaForCausalLM, 4 query heads over 2 KV heads, Llama 3 RoPE scaling, untied
   llama_tied    LlamaForCausalLM, 4 query heads over 2 KV heads, no scaling, tied head
-writes OUT/<name>/ (save_pretrained: config.json, model.safetensors) and
+writes OUT/<name>/ (save_pretrained: config.json, model.safetensors) and, of the last two,
+  gpt2_fp16     the GPT-2 saved in float16
+  llama_bf16    the tied Llama saved in bfloat16 as shards (model.safetensors.index.json)
+(their references computed in float32 from the rounded weights), each with
 OUT/<name>/reference.safetensors: tokens [B, T] (int32), logits [B*T, vocab], loss [1] (the mean
 next-token cross-entropy over the B*(T-1) predicted positions) and grad.<hf name> for every
 parameter (torch autograd of that loss). Weights are redrawn wider than the default init
@@ -68,11 +71,25 @@ def main(out):
         d = os.path.join(out, name)
         model.save_pretrained(d, safe_serialization=True)
         reference(model, d, torch.randint(0, VOCAB, (B, T)), name)
+        half = {"gpt2": ("gpt2_fp16", torch.float16), "llama_tied": ("llama_bf16", torch.bfloat16)}
+        if name in half:
+            hname, dtype = half[name]
+            model.zero_grad()
+            hd = os.path.join(out, hname)
+            model.to(dtype).save_pretrained(
+                hd, safe_serialization=True,
+                max_shard_size="50KB" if dtype == torch.bfloat16 else "5GB")
+            # reloaded in float32: the rounded weights, and the RoPE table computed afresh
+            # (a round trip of the model through the half dtype would round it too)
+            reloaded = AutoModelForCausalLM.from_pretrained(hd, dtype=torch.float32,
+                                                            attn_implementation="eager")
+            reloaded.eval()
+            reference(reloaded, hd, torch.randint(0, VOCAB, (B, T)), hname)
 
 
 def from_dir(d):
     torch.manual_seed(99)
-    model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
                                                  attn_implementation="eager")
     model.eval()
     reference(model, d, torch.randint(0, model.config.vocab_size, (B, T)), d)

@@ -20,7 +20,7 @@ trap 'rm -rf "$out"' EXIT
 "$py" "$here/make_reference.py" "$out" >/dev/null 2>&1
 for np in 1 2 4; do
     "$mpiexec" -np $np --oversubscribe --bind-to none "$bin" "$out/gpt2" "$out/llama_scaled" \
-        "$out/llama_tied"
+        "$out/llama_tied" "$out/gpt2_fp16" "$out/llama_bf16"
 done
 bash "$here/bad_inputs.sh" "$py" "$mpiexec" "$zoe_train" "$corpus" "$out"
 
