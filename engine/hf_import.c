@@ -292,6 +292,7 @@ typedef struct hf_file {
 } hf_file;
 
 typedef struct hf_dir {
+    const char *path;
     hf_file *files;
     int count;
 } hf_dir;
@@ -327,6 +328,7 @@ static zoe_status add_file(hf_dir *d, const char *dir, const char *name) {
 /* model.safetensors.index.json's shards, or model.safetensors. */
 static zoe_status dir_open(hf_dir *d, const char *dir) {
     memset(d, 0, sizeof *d);
+    d->path = dir;
     char path[ZOE_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     struct stat sb;
@@ -359,8 +361,9 @@ static zoe_status dir_find(hf_dir *d, const char *name, hf_file **file, const zo
             return ZOE_OK;
         }
     }
-    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: missing tensor %s",
-                    d->count ? d->files[0].path : "", name);
+    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                    "%s: missing tensor %s (in none of its %d safetensors files)", d->path, name,
+                    d->count);
 }
 
 /* Tensors an HF file may hold that zoe does not take: old GPT-2 files' causal-mask buffers, and
