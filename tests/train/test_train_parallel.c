@@ -106,6 +106,15 @@ int main(int argc, char **argv) {
     CHECK_CLOSE(lg, lr, STEPS, 0, 1e-5, what);
     CHECK(lr[STEPS - 1] < lr[0] - 0.5, "the Llama reference learns: loss %.3f -> %.3f", lr[0],
           lr[STEPS - 1]);
+    if (world == 4) {
+        /* TP=4 x DP=1: each KV head is replicated on 2 ranks, its gradient summed over exactly
+         * those and counted once in the global norm that the default clipping (1.0) uses. */
+        float l4[STEPS];
+        double g4[STEPS];
+        CHECK_OK(run(MPI_COMM_WORLD, 4, MICRO * dp, argv[1], &llama, l4));
+        for (int s = 0; s < STEPS; s++) g4[s] = l4[s];
+        CHECK_CLOSE(g4, lr, STEPS, 0, 1e-5, "Llama loss per step, TP=4 (KV heads replicated)");
+    }
     /* Activation recomputation reruns each block's forward, with the same dropout masks, in
      * backward: the same operations in the same order, so the same losses to the bit. */
     enum { RECOMPUTE_STEPS = 8 };
