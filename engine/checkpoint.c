@@ -444,6 +444,17 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     st = from_root(comm, agree(comm, st));
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     int refresh_due = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "refresh_due"));
+    /* The stale weights are in the compute dtype of the run that saved; another dtype cannot
+     * continue its trajectory exactly anyway, so it starts from the latest weights instead. */
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(root, "dtype");
+    if (refresh_due && (!cJSON_IsString(dtype) ||
+                        strcmp(dtype->valuestring, zoe_dtype_name(v->cfg->dtype)) != 0)) {
+        zoe_log(ZOE_LOG_INFO,
+                "%s: saved in another compute dtype: the pending delayed update is "
+                "applied at once",
+                dir);
+        refresh_due = 0;
+    }
     for (int file = 0; st == ZOE_OK && file < FILE_PARAMS; file++)
         st = from_root(comm, agree(comm, load_file(v, root, dir, file, hint)));
     zoe_optimizer_progress op = {.iteration = json_num(o, "iteration", -1),
@@ -454,7 +465,9 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
     if (cJSON_IsNumber(ls)) op.loss_scale = (float)ls->valuedouble;
     if (st == ZOE_OK) st = agree(comm, zoe_optimizer_progress_set(v->opt, &op));
+    double t0 = MPI_Wtime();
     if (st == ZOE_OK) st = agree(comm, zoe_optimizer_refresh_params(v->opt));
+    zoe_log(ZOE_LOG_DEBUG, "load: refresh of the parameters %.3f s", MPI_Wtime() - t0);
     /* Under DPU the next forward reads the stale weights; the latest are refreshed at the next
      * step, as in the run that saved. */
     if (st == ZOE_OK && refresh_due)

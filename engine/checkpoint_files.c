@@ -11,8 +11,8 @@
 #include <unistd.h>
 #include "engine/checkpoint_impl.h"
 #include "engine/checkpoint_io.h"
+#include "engine/json_file.h"
 #include "engine/safetensors.h"
-#include "engine/text_file.h"
 #include "runtime/error.h"
 
 void ckpt_step_name(int step, char *out, size_t cap) {
@@ -129,11 +129,10 @@ void ckpt_previous_hint(const char *ckpt_dir, char *out, size_t cap) {
 }
 
 zoe_status ckpt_read_trainer_json(const char *ckpt_dir, cJSON **out) {
-    char path[ZOE_PATH_MAX * 2], *text = NULL;
+    char path[ZOE_PATH_MAX * 2];
     snprintf(path, sizeof path, "%s/%s", ckpt_dir, CKPT_TRAINER_FILE);
-    ZOE_TRY(zoe_read_text_file(path, "checkpoint file", &text));
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = NULL;
+    ZOE_TRY(zoe_json_read_file(path, "", &root));
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "format_version");
     if (!cJSON_IsObject(root) || !cJSON_IsString(format) ||
@@ -248,11 +247,15 @@ static int json_int(const cJSON *obj, const char *key) {
     return cJSON_IsNumber(v) ? v->valueint : -1;
 }
 
+zoe_status ckpt_open(const char *path, char *dir, size_t cap, cJSON **trainer) {
+    ZOE_TRY(zoe_checkpoint_resolve(path, dir, cap));
+    return ckpt_read_trainer_json(dir, trainer);
+}
+
 zoe_status zoe_checkpoint_info(const char *path, FILE *out) {
     char dir[ZOE_PATH_MAX];
-    ZOE_TRY(zoe_checkpoint_resolve(path, dir, sizeof dir));
     cJSON *root = NULL;
-    ZOE_TRY(ckpt_read_trainer_json(dir, &root));
+    ZOE_TRY(ckpt_open(path, dir, sizeof dir, &root));
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *grid = cJSON_GetObjectItemCaseSensitive(root, "grid");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
@@ -332,9 +335,8 @@ static zoe_status verify_file(const cJSON *root, const char *dir, const cJSON *e
 
 zoe_status zoe_checkpoint_verify(const char *path, FILE *progress) {
     char dir[ZOE_PATH_MAX];
-    ZOE_TRY(zoe_checkpoint_resolve(path, dir, sizeof dir));
     cJSON *root = NULL;
-    ZOE_TRY(ckpt_read_trainer_json(dir, &root));
+    ZOE_TRY(ckpt_open(path, dir, sizeof dir, &root));
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     zoe_status s =
         cJSON_IsObject(files) && files->child

@@ -174,9 +174,8 @@ static char *hf_config(const zoe_model_config *m) {
 
 zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir) {
     char dir[ZOE_PATH_MAX], out[ZOE_PATH_MAX * 2];
-    ZOE_TRY(zoe_checkpoint_resolve(path, dir, sizeof dir));
     cJSON *root = NULL;
-    ZOE_TRY(ckpt_read_trainer_json(dir, &root));
+    ZOE_TRY(ckpt_open(path, dir, sizeof dir, &root));
     hf_export x = {.model = model_of(cJSON_GetObjectItemCaseSensitive(root, "model"))};
     snprintf(x.model_path, sizeof x.model_path, "%s/%s", dir, CKPT_MODEL_FILE);
     zoe_status st =

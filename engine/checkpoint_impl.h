@@ -19,6 +19,8 @@
 
 /* "step-00000400" */
 void ckpt_step_name(int step, char *out, size_t cap);
+/* Resolves path (zoe_checkpoint_resolve) into dir and parses its trainer.json. */
+zoe_status ckpt_open(const char *path, char *dir, size_t cap, cJSON **trainer);
 /* trainer.json of a checkpoint directory, parsed; names the file when it is missing or bad. */
 zoe_status ckpt_read_trainer_json(const char *ckpt_dir, cJSON **out);
 /* The checksum recorded for tensor of file in trainer.json. */

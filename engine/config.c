@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/hf.h"
-#include "engine/text_file.h"
+#include "engine/json_file.h"
 #include "runtime/error.h"
 #include "zoe/train.h"
 
@@ -252,10 +252,8 @@ static zoe_status apply_json_item(zoe_train_config *cfg, const cJSON *item, cons
 }
 
 zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
-    char *text;
-    ZOE_TRY(zoe_read_text_file(path, "config", &text));
-    cJSON *root = cJSON_Parse(text);
-    free(text);
+    cJSON *root = NULL;
+    ZOE_TRY(zoe_json_read_file(path, "config ", &root));
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "config '%s' is not a JSON object", path);

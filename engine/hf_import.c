@@ -11,17 +11,14 @@
 #include <unistd.h>
 #include "engine/hf.h"
 #include "engine/safetensors.h"
-#include "engine/text_file.h"
+#include "engine/json_file.h"
 #include "models/gpt.h"
 #include "runtime/error.h"
 
 /* ---- config.json ---- */
 
 static zoe_status read_json(const char *path, cJSON **out) {
-    char *text;
-    ZOE_TRY(zoe_read_text_file(path, "Hugging Face file", &text));
-    *out = cJSON_Parse(text);
-    free(text);
+    ZOE_TRY(zoe_json_read_file(path, "Hugging Face file ", out));
     if (!cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
         *out = NULL;

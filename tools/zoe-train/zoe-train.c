@@ -50,6 +50,13 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
         c->model.seq_len);
     if (c->dpu_warmup > 0)
         printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
+    /* Open MPI's mpirun turns its own SIGTERM/SIGINT (a Ctrl-C) into SIGTERM to the ranks and
+     * SIGKILLs them 1 s later unless told otherwise: too soon to finish a save. */
+    if (c->save[0] && getenv("OMPI_COMM_WORLD_SIZE") &&
+        !getenv("OMPI_MCA_odls_base_sigkill_timeout"))
+        printf("zoe-train: to save on Ctrl-C or SIGTERM to mpirun, run mpirun --mca "
+               "odls_base_sigkill_timeout 600 (mpirun kills ranks 1 s after a signal); SIGUSR1 to "
+               "mpirun always works\n");
     fflush(stdout);
 }
 

@@ -1,15 +1,17 @@
-/* Small text files, read whole. */
-#include "engine/text_file.h"
+/* Reading a JSON file whole. */
+#include "engine/json_file.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/error.h"
 
-zoe_status zoe_read_text_file(const char *path, const char *what, char **out) {
+zoe_status zoe_json_read_file(const char *path, const char *kind, cJSON **out) {
+    char name[1200];
+    snprintf(name, sizeof name, "%s'%s'", kind, path);
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return zoe_fail(ZOE_ERR_IO, "cannot open %s '%s': %s", what, path, strerror(errno));
+    if (!f) return zoe_fail(ZOE_ERR_IO, "cannot open %s: %s", name, strerror(errno));
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -18,9 +20,10 @@ zoe_status zoe_read_text_file(const char *path, const char *what, char **out) {
     fclose(f);
     if (!text || got != (size_t)n) {
         free(text);
-        return zoe_fail(ZOE_ERR_IO, "cannot read %s '%s'", what, path);
+        return zoe_fail(ZOE_ERR_IO, "cannot read %s", name);
     }
     text[n] = '\0';
-    *out = text;
+    *out = cJSON_Parse(text);
+    free(text);
     return ZOE_OK;
 }
