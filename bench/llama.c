@@ -14,28 +14,10 @@
 #include <string.h>
 #include "tensor_parallel/block.h"
 #include "tensor_parallel/llama_block.h"
+#include "bench/bench_util.h"
 #include "zoe/zoe.h"
 
-#define DIE_IF(st)                                                                                 \
-    do {                                                                                           \
-        zoe_status s_ = (st);                                                                      \
-        if (s_ != ZOE_OK) {                                                                        \
-            fprintf(stderr, "bench_llama: %s failed: %s\n", #st, zoe_last_error());                \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
-
 enum { HIDDEN = 4096, HEADS = 32, KV_HEADS = 8, LLAMA_FFN = 14336, GPT_FFN = 4 * HIDDEN };
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void fill_random(float *p, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++)
@@ -143,7 +125,8 @@ static void run(int llama, int64_t B, int64_t T, int iters, double *layer_s) {
     zoe_kernels_profile(k, &prof);
     for (int op = 0; op < ZOE_KOP_COUNT; op++) all += prof.seconds[op];
     mm = prof.seconds[ZOE_KOP_matmul_forward] + prof.seconds[ZOE_KOP_matmul_backward];
-    const double f = median(fwd, iters), b = median(bwd, iters), l = median(tot, iters);
+    const double f = bench_median(fwd, iters), b = bench_median(bwd, iters),
+                 l = bench_median(tot, iters);
     const double flops = layer_flops(llama, B, T);
     printf("{\"bench\":\"llama\",\"layer\":\"%s\",\"hidden\":%d,\"heads\":%d,\"kv_heads\":%d,"
            "\"ffn\":%d,\"tokens\":%lld,\"dtype\":\"fp32\",\"iters\":%d,\"forward_s\":%.4f,"
