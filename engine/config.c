@@ -341,6 +341,9 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
     if (m->family == ZOE_MODEL_LLAMA && kv % c->tp != 0 && c->tp % kv != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--kv-heads=%d and --tp=%d: neither divides the other", kv, c->tp);
+    if (m->family == ZOE_MODEL_LLAMA && m->dropout > 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--dropout=%g: the Llama block has no dropout (use 0)", (double)m->dropout);
     if (m->family == ZOE_MODEL_LLAMA && (m->hidden / m->heads) % 2 != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "head size %d is odd (RoPE pairs dimensions)",
                         m->hidden / m->heads);
