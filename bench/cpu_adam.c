@@ -106,8 +106,8 @@ static void probe_scalar(float *w, float *m, float *v, float *g, uint16_t *half,
     }
 }
 
-ZOE_TARGET_AVX2 static void probe_tile_avx2(float *w, float *m, float *v, float *g,
-                                                            uint16_t *half, mode md, size_t len) {
+ZOE_TARGET_AVX2 static void probe_tile_avx2(float *w, float *m, float *v, float *g, uint16_t *half,
+                                            mode md, size_t len) {
     const __m256 c = _mm256_set1_ps(1e-7f), a = _mm256_set1_ps(0.999999f),
                  b = _mm256_set1_ps(1e-9f);
     size_t i = 0;

@@ -12,26 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tensor_parallel/block.h"
+#include "bench/bench_util.h"
 #include "zoe/zoe.h"
-
-#define DIE_IF(st)                                                                                 \
-    do {                                                                                           \
-        zoe_status s_ = (st);                                                                      \
-        if (s_ != ZOE_OK) {                                                                        \
-            fprintf(stderr, "bench_tp: %s failed: %s\n", #st, zoe_last_error());                   \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                                          \
-        }                                                                                          \
-    } while (0)
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void *alloc_random(zoe_device *dev, size_t n, unsigned seed) {
     float *p = NULL;
@@ -117,8 +99,8 @@ int main(int argc, char **argv) {
     MPI_Allreduce(MPI_IN_PLACE, bwd, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, layer, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, coll, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    double f = median(fwd, iters), b = median(bwd, iters), l = median(layer, iters),
-           c = median(coll, iters);
+    double f = bench_median(fwd, iters), b = bench_median(bwd, iters),
+           l = bench_median(layer, iters), c = bench_median(coll, iters);
     uint64_t formula = zoe_tp_block_comm_bytes_formula(&blk, B, T, ZOE_F32, t);
     const char *threads = getenv("OMP_NUM_THREADS");
     if (rank == 0)

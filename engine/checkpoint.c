@@ -40,10 +40,11 @@ static ckpt_view view_of(zoe_trainer *tr) {
     return v;
 }
 
-/* Rows a tensor keeps in the file: the embedding drops the vocabulary padding. */
+/* Rows a tensor keeps in the file: the embedding and an untied head drop the vocabulary
+ * padding. */
 static int64_t stored_rows(const ckpt_view *v, const zoe_tp_param *p) {
     const zoe_tp_embedding *e = zoe_gpt_embedding(v->gpt);
-    return p == &e->wte ? e->vocab.vocab : p->global_shape[0];
+    return p == &e->wte || (e->untied && p == &e->head) ? e->vocab.vocab : p->global_shape[0];
 }
 
 static const char *suffix_of(ckpt_source s) {
@@ -107,8 +108,9 @@ static zoe_status shard_runs(const ckpt_view *v, const zoe_tp_param *p, int entr
 }
 
 /* The runs of a file on this rank. Writing, a TP-replicated tensor is written by tp_rank 0
- * only; reading, every TP rank reads it, and the checksum counts it once. The optimizer state
- * is the rank's DP partition; the parameter buffer (compute dtype) is written from that
+ * only, and a sharded one (KV heads replicated over TP, param.h) by the first rank of each
+ * replica group; reading, every TP rank reads it, and the checksum counts it once. The optimizer
+ * state is the rank's DP partition; the parameter buffer (compute dtype) is written from that
  * partition too, but read whole (every DP rank holds all of it). file_table maps names to the
  * entries of the file being read (NULL: the trainer's own table, in its order). */
 static zoe_status file_runs(const ckpt_view *v, int file, int reading,
@@ -125,7 +127,7 @@ static zoe_status file_runs(const ckpt_view *v, int file, int reading,
                 snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s]));
                 entry = (int)(zoe_safetensors_find(file_table, name) - file_table->tensors);
             }
-            int once = !p->replicated || v->tp_rank == 0;
+            int once = v->tp_rank % p->replicas == 0;
             if (!reading && !once) continue;
             size_t first, count, part, flat;
             ZOE_TRY(zoe_optimizer_tensor_shard(v->opt, t, &first, &count, &part));
@@ -220,6 +222,22 @@ static char *trainer_json(const ckpt_view *v, const zoe_optimizer_progress *op, 
     cJSON_AddNumberToObject(m, "seq_len", c->model.seq_len);
     cJSON_AddNumberToObject(m, "vocab", c->model.vocab);
     cJSON_AddNumberToObject(m, "dropout", c->model.dropout);
+    cJSON_AddStringToObject(m, "family", zoe_model_family_name(c->model.family));
+    if (c->model.family == ZOE_MODEL_LLAMA) {
+        cJSON_AddNumberToObject(m, "kv_heads",
+                                c->model.kv_heads ? c->model.kv_heads : c->model.heads);
+        cJSON_AddNumberToObject(m, "rope_theta", c->model.rope_theta);
+        cJSON_AddNumberToObject(m, "norm_eps", c->model.norm_eps);
+        cJSON_AddBoolToObject(m, "tie_embeddings", c->model.tie_embeddings);
+        const zoe_rope_scaling *rs = &c->model.rope_scaling;
+        if (rs->factor > 0) {
+            cJSON *r = cJSON_AddObjectToObject(m, "rope_scaling");
+            cJSON_AddNumberToObject(r, "factor", rs->factor);
+            cJSON_AddNumberToObject(r, "low_freq_factor", rs->low_freq_factor);
+            cJSON_AddNumberToObject(r, "high_freq_factor", rs->high_freq_factor);
+            cJSON_AddNumberToObject(r, "original_max_position", rs->original_max_position);
+        }
+    }
     cJSON_AddStringToObject(root, "dtype", zoe_dtype_name(c->dtype));
     char *config = zoe_train_config_json(c);
     cJSON_AddItemToObject(root, "config", config ? cJSON_Parse(config) : cJSON_CreateNull());

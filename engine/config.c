@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "engine/config_impl.h"
+#include "engine/hf.h"
 #include "engine/json_file.h"
 #include "runtime/error.h"
 #include "zoe/train.h"
@@ -31,7 +32,9 @@ typedef enum {
     OPT_CHOICE, /* an enum: the index of the value in `choices` */
     OPT_RATIO,
     OPT_DPU,
-    OPT_HARDWARE
+    OPT_HARDWARE,
+    OPT_HF,
+    OPT_FAMILY
 } opt_kind;
 
 static const char *const progress_names[] = {"auto", "bar", "lines"}; /* zoe_progress_style */
@@ -55,6 +58,14 @@ static const char *const wsd_style_names[] = {"exponential", "linear", "cosine",
 
 static const option_spec options[] = {
     {"model", OPT_MODEL, 0, 0, 0, "model preset (see --list-models)"},
+    {"init-from", OPT_HF, CFG(init_from), 0, 0,
+     "a Hugging Face model directory (GPT-2 or Llama): its shape and weights"},
+    {"family", OPT_FAMILY, MODEL(family), 0, 0, "model family: gpt or llama"},
+    {"kv-heads", OPT_INT, MODEL(kv_heads), 0, 4096, "Llama: key/value heads (0: heads)"},
+    {"rope-theta", OPT_FLOAT, MODEL(rope_theta), 0, 1e9, "Llama: RoPE base (0: 10000)"},
+    {"norm-eps", OPT_FLOAT, MODEL(norm_eps), 0, 0.1, "Llama: RMSNorm epsilon (0: 1e-5)"},
+    {"tie-embeddings", OPT_FLAG, MODEL(tie_embeddings), 0, 1,
+     "Llama: the LM head shares the embedding"},
     {"layers", OPT_INT, MODEL(layers), 1, 4096, "transformer layers"},
     {"hidden", OPT_INT, MODEL(hidden), 1, 1 << 20, "hidden size"},
     {"heads", OPT_INT, MODEL(heads), 1, 4096, "attention heads"},
@@ -214,6 +225,20 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
     switch (o->kind) {
     case OPT_MODEL:
         return zoe_model_preset(text, &cfg->model);
+    case OPT_HF:
+        if (strlen(text) >= ZOE_PATH_MAX)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: path longer than %d bytes", o->name,
+                            ZOE_PATH_MAX - 1);
+        strcpy(base, text);
+        return zoe_hf_read_config(text, &cfg->model);
+    case OPT_FAMILY:
+        if (strcmp(text, "gpt") == 0)
+            cfg->model.family = ZOE_MODEL_GPT;
+        else if (strcmp(text, "llama") == 0)
+            cfg->model.family = ZOE_MODEL_LLAMA;
+        else
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--family: '%s' is not gpt or llama", text);
+        return ZOE_OK;
     case OPT_PATH:
         if (strlen(text) >= ZOE_PATH_MAX)
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: path longer than %d bytes", o->name,
@@ -406,7 +431,7 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
 zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **argv, int *help,
                                        int *list_models) {
     *help = *list_models = 0;
-    /* Pass 0: --config; pass 1: --model; pass 2: everything else. */
+    /* Pass 0: --config; pass 1: --model or --init-from (a shape); pass 2: everything else. */
     for (int pass = 0; pass < 3; pass++) {
         for (int i = 1; i < argc; i++) {
             const char *arg = argv[i];
@@ -440,9 +465,9 @@ zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **a
             }
             if (pass == 0 && is_config)
                 ZOE_TRY(zoe_train_config_load_json(cfg, value));
-            else if (pass == 1 && o && o->kind == OPT_MODEL)
+            else if (pass == 1 && o && (o->kind == OPT_MODEL || o->kind == OPT_HF))
                 ZOE_TRY(set_option(cfg, o, value));
-            else if (pass == 2 && o && o->kind != OPT_MODEL)
+            else if (pass == 2 && o && o->kind != OPT_MODEL && o->kind != OPT_HF)
                 ZOE_TRY(set_option(cfg, o, value));
         }
     }
@@ -551,8 +576,8 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
         float v;
         memcpy(&v, base, sizeof v);
         if (v != ZOE_OFFLOAD_RATIO_AUTO && !(v >= o->min && v <= o->max))
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%g is not auto or in [%g, %g]",
-                            o->name, (double)v, o->min, o->max);
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%g is not auto or in [%g, %g]", o->name,
+                            (double)v, o->min, o->max);
         return ZOE_OK;
     }
     case OPT_DPU: {
@@ -562,10 +587,23 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--dpu=%d is not on, off or auto", (int)v);
         return ZOE_OK;
     }
+    case OPT_HF:
+        if (!memchr(base, '\0', ZOE_PATH_MAX))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s is not a string shorter than %d bytes",
+                            o->name, ZOE_PATH_MAX);
+        return ZOE_OK;
+    case OPT_FAMILY: {
+        zoe_model_family v;
+        memcpy(&v, base, sizeof v);
+        if (v != ZOE_MODEL_GPT && v != ZOE_MODEL_LLAMA)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--family=%d is not gpt or llama", (int)v);
+        return ZOE_OK;
+    }
     case OPT_HARDWARE:
         if (!memchr(base, '\0', sizeof c->hardware))
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                            "--hardware is not a string shorter than %zu bytes", sizeof c->hardware);
+                            "--hardware is not a string shorter than %zu bytes",
+                            sizeof c->hardware);
         return ZOE_OK;
     }
     return zoe_fail(ZOE_ERR_INTERNAL, "option kind %d", (int)o->kind);
@@ -589,6 +627,19 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
     if (m->heads % c->tp != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--heads=%d is not divisible by --tp=%d",
                         m->heads, c->tp);
+    const int kv = m->kv_heads ? m->kv_heads : m->heads;
+    if (m->family == ZOE_MODEL_LLAMA && m->heads % kv != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--heads=%d is not divisible by --kv-heads=%d",
+                        m->heads, kv);
+    if (m->family == ZOE_MODEL_LLAMA && kv % c->tp != 0 && c->tp % kv != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--kv-heads=%d and --tp=%d: neither divides the other", kv, c->tp);
+    if (m->family == ZOE_MODEL_LLAMA && m->dropout > 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--dropout=%g: the Llama block has no dropout (use 0)", (double)m->dropout);
+    if (m->family == ZOE_MODEL_LLAMA && (m->hidden / m->heads) % 2 != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "head size %d is odd (RoPE pairs dimensions)",
+                        m->hidden / m->heads);
     int ffn = m->ffn ? m->ffn : 4 * m->hidden;
     if (ffn % c->tp != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "MLP width %d is not divisible by --tp=%d", ffn,
@@ -616,6 +667,7 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--data: '%s' is neither a file nor a prefix of PREFIX.bin and PREFIX.idx",
                         c->data);
+    if (c->init_from[0]) ZOE_TRY(zoe_hf_check(c->init_from, m, c->tp));
     return ZOE_OK;
 }
 
@@ -626,7 +678,11 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         snprintf(buf, n, "%s", cfg->model.name);
         break;
     case OPT_PATH:
+    case OPT_HF:
         snprintf(buf, n, "%s", *base ? base : "(none)");
+        break;
+    case OPT_FAMILY:
+        snprintf(buf, n, "%s", zoe_model_family_name(cfg->model.family));
         break;
     case OPT_DTYPE:
         snprintf(buf, n, "%s", zoe_dtype_name(*(const zoe_dtype *)base));
@@ -687,7 +743,7 @@ char *zoe_train_config_json(const zoe_train_config *cfg) {
             continue; /* a custom shape: its keys follow */
         if (o->kind == OPT_FLAG)
             cJSON_AddBoolToObject(root, o->name, *(const int *)base);
-        else if (o->kind == OPT_PATH)
+        else if (o->kind == OPT_PATH || o->kind == OPT_HF)
             cJSON_AddStringToObject(root, o->name, base);
         else if (o->kind == OPT_INT || o->kind == OPT_INT64 || o->kind == OPT_FLOAT)
             cJSON_AddRawToObject(root, o->name, value);

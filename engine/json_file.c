@@ -19,8 +19,8 @@ zoe_status zoe_json_read_text(const char *path, const char *kind, size_t max_byt
     }
     if ((size_t)sb.st_size > max_bytes) {
         fclose(f);
-        return zoe_fail(ZOE_ERR_IO, "%s'%s' is %lld bytes, more than the %zu it may be", kind,
-                        path, (long long)sb.st_size, max_bytes);
+        return zoe_fail(ZOE_ERR_IO, "%s'%s' is %lld bytes, more than the %zu it may be", kind, path,
+                        (long long)sb.st_size, max_bytes);
     }
     size_t n = (size_t)sb.st_size;
     char *text = malloc(n + 1);

@@ -15,7 +15,7 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
         free(tensors), free(numel);
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "plan: tensor table of %d", n);
     }
-    zoe_trainer_param_tensors(g, tensors);
+    zoe_trainer_param_tensors(g, 0, tensors);
     for (int t = 0; t < n; t++) numel[t] = tensors[t].numel;
     free(tensors);
     zoe_optimizer_config oc;

@@ -16,8 +16,8 @@ struct zoe_progress {
     FILE *out;
     int metrics_fd; /* -1: none */
     char *metrics_path;
-    off_t metrics_bytes;  /* length of the complete lines written so far */
-    int metrics_warned;   /* a failed write was reported (once) */
+    off_t metrics_bytes; /* length of the complete lines written so far */
+    int metrics_warned;  /* a failed write was reported (once) */
     int total, every, live;
     double started_ms;
 };
@@ -179,8 +179,8 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                          "\"ms_optimizer\":%.3f,\"overlapped\":%d}\n",
                          s->step, (double)s->loss, (double)s->lr, (double)s->grad_norm,
                          (double)s->loss_scale, s->skipped, (long long)s->tokens, tok_per_s,
-                         s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload,
-                         s->ms_host_step, s->ms_refresh, s->ms_optimizer, s->overlapped);
+                         s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
+                         s->ms_refresh, s->ms_optimizer, s->overlapped);
         if (n > 0 && n < (int)sizeof line) write_metrics_line(p, line, (size_t)n);
     }
     if (!p->out) return ZOE_OK;

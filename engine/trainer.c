@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/hf.h"
 #include "engine/trainer_impl.h"
 #include "engine/watchdog.h"
 #include "zoe/checkpoint.h"
@@ -106,14 +107,18 @@ static zoe_status create_model(zoe_trainer *tr) {
     return zoe_gpt_create(&gc, tr->dev, tr->stream, tr->tp_comm, &tr->gpt);
 }
 
-void zoe_trainer_param_tensors(const zoe_gpt *g, zoe_param_tensor *tensors) {
+void zoe_trainer_param_tensors(const zoe_gpt *g, int tp_rank, zoe_param_tensor *tensors) {
     for (int t = 0; t < zoe_gpt_num_tensors(g); t++) {
         const zoe_tp_param *p = zoe_gpt_tensor(g, t);
-        /* GPT practice: biases and LayerNorm weights (the 1-D tensors) take no weight decay. */
-        tensors[t] = (zoe_param_tensor){.name = p->name,
-                                        .numel = (size_t)p->local_numel,
-                                        .tp_replicated = p->replicated,
-                                        .no_weight_decay = p->ndim == 1};
+        /* GPT practice: biases and LayerNorm weights (the 1-D tensors) take no weight decay.
+         * The norm counts a tensor held by several TP ranks once: replicated ones on TP rank 0
+         * (tp_replicated), a sharded block on the first of its replicas, so the others mark
+         * theirs replicated too (tp_rank % replicas != 0 is never rank 0). */
+        tensors[t] =
+            (zoe_param_tensor){.name = p->name,
+                               .numel = (size_t)p->local_numel,
+                               .tp_replicated = p->replicated || tp_rank % p->replicas != 0,
+                               .no_weight_decay = p->ndim == 1};
     }
 }
 
@@ -156,7 +161,7 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor table of %d entries (%zu bytes)", n,
                         (size_t)n * (sizeof *tensors + sizeof(void *)));
     }
-    zoe_trainer_param_tensors(tr->gpt, tensors);
+    zoe_trainer_param_tensors(tr->gpt, zoe_grid_tp_rank(tr->grid), tensors);
     zoe_optimizer_config oc;
     zoe_trainer_optimizer_config(c, tr->gpt, &oc);
     zoe_status st =
@@ -170,7 +175,10 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
         tr->weight_ptrs[t] = base + off * zoe_dtype_size(c->dtype);
     }
     ZOE_TRY(zoe_gpt_bind_weights(tr->gpt, tr->weight_ptrs));
-    ZOE_TRY(zoe_gpt_init_weights(tr->gpt));
+    if (c->init_from[0])
+        ZOE_TRY(zoe_hf_load(tr->gpt, c->init_from));
+    else
+        ZOE_TRY(zoe_gpt_init_weights(tr->gpt));
     return zoe_optimizer_init_from_params(tr->opt);
 }
 
@@ -282,7 +290,8 @@ zoe_status zoe_trainer_begin_step(zoe_trainer *tr, int64_t counted_targets) {
                         "zoe_trainer_begin_step after %d micro-batches of the step",
                         tr->micro_batches);
     int64_t global = counted_targets;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, &global, 1, MPI_INT64_T, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    int rc =
+        MPI_Allreduce(MPI_IN_PLACE, &global, 1, MPI_INT64_T, MPI_SUM, zoe_grid_dp_comm(tr->grid));
     if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the step's counted targets");
     tr->step_targets = counted_targets;
     tr->global_targets = global;

@@ -16,7 +16,7 @@ zoe_device *zoe_trainer_device(zoe_trainer *tr);
  * with the same functions, so both see the same model and optimizer. */
 zoe_gpt_config zoe_trainer_gpt_config(const zoe_train_config *c);
 /* The optimizer's tensor list for g (zoe_gpt_num_tensors(g) entries; names borrowed from g). */
-void zoe_trainer_param_tensors(const zoe_gpt *g, zoe_param_tensor *tensors);
+void zoe_trainer_param_tensors(const zoe_gpt *g, int tp_rank, zoe_param_tensor *tensors);
 void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
                                   zoe_optimizer_config *oc);
 /* The share of optimizer state offloaded to the host: 0 with --offload none. */

@@ -313,6 +313,148 @@ zoe_status zoe_attention_backward(zoe_kernels *k, zoe_dtype dt, void *dqkv, cons
     RUN(attention_backward, dt, dqkv, dout, qkv, out, lse, B, T, NH, HS);
 }
 
+static zoe_status check_gqa_heads(const char *op, int64_t NH, int64_t NKV) {
+    TRY_SIZE(op, NKV);
+    if (NKV == 0 || NH % NKV != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: NH=%lld query heads not divisible by NKV=%lld", op, (long long)NH,
+                        (long long)NKV);
+    return ZOE_OK;
+}
+
+zoe_status zoe_attention_gqa_forward(zoe_kernels *k, zoe_dtype dt, void *out, float *lse,
+                                     const void *q, const void *kv, int64_t B, int64_t T,
+                                     int64_t NH, int64_t NKV, int64_t HS) {
+    const char *op = "zoe_attention_gqa_forward";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, out);
+    TRY_PTR(op, lse);
+    TRY_PTR(op, q);
+    TRY_PTR(op, kv);
+    ZOE_TRY(check_attention_shape(k, op, B, T, NH, HS));
+    ZOE_TRY(check_gqa_heads(op, NH, NKV));
+    RUN(attention_gqa_forward, dt, out, lse, q, kv, B, T, NH, NKV, HS);
+}
+
+zoe_status zoe_attention_gqa_backward(zoe_kernels *k, zoe_dtype dt, void *dq, void *dkv,
+                                      const void *dout, const void *q, const void *kv,
+                                      const void *out, const float *lse, int64_t B, int64_t T,
+                                      int64_t NH, int64_t NKV, int64_t HS) {
+    const char *op = "zoe_attention_gqa_backward";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, dout);
+    TRY_PTR(op, q);
+    TRY_PTR(op, kv);
+    TRY_PTR(op, out);
+    TRY_PTR(op, lse);
+    ZOE_TRY(check_attention_shape(k, op, B, T, NH, HS));
+    ZOE_TRY(check_gqa_heads(op, NH, NKV));
+    RUN(attention_gqa_backward, dt, dq, dkv, dout, q, kv, out, lse, B, T, NH, NKV, HS);
+}
+
+zoe_status zoe_rmsnorm_forward(zoe_kernels *k, zoe_dtype dt, void *y, float *rstd, const void *x,
+                               const void *gamma, int64_t rows, int64_t C, float eps) {
+    const char *op = "zoe_rmsnorm_forward";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, y);
+    TRY_PTR(op, rstd);
+    TRY_PTR(op, x);
+    TRY_PTR(op, gamma);
+    TRY_PLANNED(op, rows, max_rows);
+    TRY_PLANNED(op, C, max_dim);
+    if (!(eps > 0.0f && eps < 1.0f))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: eps=%g outside (0, 1)", op, (double)eps);
+    RUN(rmsnorm_forward, dt, y, rstd, x, gamma, rows, C, eps);
+}
+
+zoe_status zoe_rmsnorm_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dgamma,
+                                const void *dy, const void *x, const void *gamma, const float *rstd,
+                                int64_t rows, int64_t C) {
+    const char *op = "zoe_rmsnorm_backward";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, dy);
+    TRY_PTR(op, x);
+    TRY_PTR(op, gamma);
+    TRY_PTR(op, rstd);
+    TRY_PLANNED(op, rows, max_rows);
+    TRY_PLANNED(op, C, max_dim);
+    RUN(rmsnorm_backward, dt, dx, dgamma, dy, x, gamma, rstd, rows, C);
+}
+
+/* B*T rows within the plan; every rotated vector inside its row, heads apart. */
+static zoe_status check_rope_shape(const zoe_kernels *k, const char *op, int64_t B, int64_t T,
+                                   int64_t heads, int64_t HS, int64_t head_stride,
+                                   int64_t row_stride) {
+    TRY_SIZE(op, B);
+    TRY_SIZE(op, T);
+    TRY_SIZE(op, heads);
+    TRY_PLANNED(op, HS, max_head_dim);
+    if (B * T > k->plan.max_rows)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: B*T=%lld exceeds the plan's max_rows=%lld",
+                        op, (long long)(B * T), (long long)k->plan.max_rows);
+    if (HS % 2 != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: HS=%lld is odd", op, (long long)HS);
+    if (heads > 0 && (head_stride < HS || (heads - 1) * head_stride + HS > row_stride))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: %lld heads of HS=%lld at head_stride=%lld do not fit row_stride=%lld",
+                        op, (long long)heads, (long long)HS, (long long)head_stride,
+                        (long long)row_stride);
+    return ZOE_OK;
+}
+
+zoe_status zoe_rope_forward(zoe_kernels *k, zoe_dtype dt, void *x, const float *inv_freq, int64_t B,
+                            int64_t T, int64_t heads, int64_t HS, int64_t head_stride,
+                            int64_t row_stride) {
+    const char *op = "zoe_rope_forward";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, x);
+    TRY_PTR(op, inv_freq);
+    ZOE_TRY(check_rope_shape(k, op, B, T, heads, HS, head_stride, row_stride));
+    RUN(rope_forward, dt, x, inv_freq, B, T, heads, HS, head_stride, row_stride);
+}
+
+zoe_status zoe_rope_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const float *inv_freq,
+                             int64_t B, int64_t T, int64_t heads, int64_t HS, int64_t head_stride,
+                             int64_t row_stride) {
+    const char *op = "zoe_rope_backward";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, dx);
+    TRY_PTR(op, inv_freq);
+    ZOE_TRY(check_rope_shape(k, op, B, T, heads, HS, head_stride, row_stride));
+    RUN(rope_backward, dt, dx, inv_freq, B, T, heads, HS, head_stride, row_stride);
+}
+
+zoe_status zoe_swiglu_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *gu, int64_t rows,
+                              int64_t F) {
+    const char *op = "zoe_swiglu_forward";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, y);
+    TRY_PTR(op, gu);
+    TRY_SIZE(op, rows);
+    TRY_SIZE(op, F);
+    RUN(swiglu_forward, dt, y, gu, rows, F);
+}
+
+zoe_status zoe_swiglu_backward(zoe_kernels *k, zoe_dtype dt, void *dgu, const void *dy,
+                               const void *gu, int64_t rows, int64_t F) {
+    const char *op = "zoe_swiglu_backward";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, dy);
+    TRY_PTR(op, gu);
+    TRY_SIZE(op, rows);
+    TRY_SIZE(op, F);
+    if (!dgu) return ZOE_OK;
+    RUN(swiglu_backward, dt, dgu, dy, gu, rows, F);
+}
+
 zoe_status zoe_residual_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *a, const void *b,
                                 int64_t n) {
     const char *op = "zoe_residual_forward";

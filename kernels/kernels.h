@@ -1,5 +1,5 @@
-/* The op table: forward and backward of every op of a GPT training step, one interface with a
- * CPU backend (kernels/cpu) and a CUDA backend (kernels/cuda).
+/* The op table: forward and backward of every op of a GPT or Llama training step, one interface
+ * with a CPU backend (kernels/cpu) and a CUDA backend (kernels/cuda).
  *
  * Conventions, shared by every op:
  *  - Tensors are row-major and contiguous. `dt` is the storage dtype of activations, weights
@@ -80,6 +80,48 @@ zoe_status zoe_attention_forward(zoe_kernels *k, zoe_dtype dt, void *out, float 
 zoe_status zoe_attention_backward(zoe_kernels *k, zoe_dtype dt, void *dqkv, const void *dout,
                                   const void *qkv, const void *out, const float *lse, int64_t B,
                                   int64_t T, int64_t NH, int64_t HS);
+/* Grouped-query attention, the same kernel on another layout: q [B, T, NH, HS] and
+ * kv [B, T, NKV, 2, HS] (each KV head's k and v side by side); query head h attends with KV head
+ * h / (NH / NKV). NKV divides NH; NKV == NH is multi-head attention. out [B, T, NH, HS], lse
+ * [B, NH, T] as above. Backward: dq and dkv (same layouts) accumulate; either may be NULL. */
+zoe_status zoe_attention_gqa_forward(zoe_kernels *k, zoe_dtype dt, void *out, float *lse,
+                                     const void *q, const void *kv, int64_t B, int64_t T,
+                                     int64_t NH, int64_t NKV, int64_t HS);
+zoe_status zoe_attention_gqa_backward(zoe_kernels *k, zoe_dtype dt, void *dq, void *dkv,
+                                      const void *dout, const void *q, const void *kv,
+                                      const void *out, const float *lse, int64_t B, int64_t T,
+                                      int64_t NH, int64_t NKV, int64_t HS);
+
+/* ---- RMSNorm over the last dim C: y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps); rstd
+ * [rows] saved for backward. eps is the model's (Llama: 1e-5 or 1e-6, from its config). ---- */
+zoe_status zoe_rmsnorm_forward(zoe_kernels *k, zoe_dtype dt, void *y, float *rstd, const void *x,
+                               const void *gamma, int64_t rows, int64_t C, float eps);
+zoe_status zoe_rmsnorm_backward(zoe_kernels *k, zoe_dtype dt, void *dx, void *dgamma,
+                                const void *dy, const void *x, const void *gamma, const float *rstd,
+                                int64_t rows, int64_t C);
+
+/* ---- rotary position embedding, in place ----
+ * x holds B*T rows (row b*T + t is position t) of row_stride elements; in each, `heads` vectors
+ * of HS elements start head_stride apart. Each vector is rotated by the position's angles in
+ * the half-split pairing (i, i + HS/2) of Hugging Face's rotate_half: angle t * inv_freq[i]
+ * (fp32 product), inv_freq [HS/2] fp32 on the device (theta and any frequency scaling are the
+ * caller's). Backward rotates the gradient back (the transpose) in place: it OVERWRITES, as the
+ * rotation replaced its input. HS even. */
+zoe_status zoe_rope_forward(zoe_kernels *k, zoe_dtype dt, void *x, const float *inv_freq, int64_t B,
+                            int64_t T, int64_t heads, int64_t HS, int64_t head_stride,
+                            int64_t row_stride);
+zoe_status zoe_rope_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const float *inv_freq,
+                             int64_t B, int64_t T, int64_t heads, int64_t HS, int64_t head_stride,
+                             int64_t row_stride);
+
+/* ---- SwiGLU: y[r, i] = silu(gu[r, i, 0]) * gu[r, i, 1] ----
+ * gu [rows, F, 2]: gate and up of feature i side by side, so a column-parallel fused gate/up
+ * linear whose rows interleave them gives every TP rank whole features. y [rows, F].
+ * dgu += the gradient of sum(y * dy). */
+zoe_status zoe_swiglu_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *gu, int64_t rows,
+                              int64_t F);
+zoe_status zoe_swiglu_backward(zoe_kernels *k, zoe_dtype dt, void *dgu, const void *dy,
+                               const void *gu, int64_t rows, int64_t F);
 
 /* ---- residual: y = a + b (y may alias a or b); backward is zoe_add: y += x ---- */
 zoe_status zoe_residual_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *a, const void *b,
@@ -148,10 +190,12 @@ zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src
     X(matmul_forward)                                                                              \
     X(matmul_backward)                                                                             \
     X(layernorm_forward)                                                                           \
-    X(layernorm_backward)                                                                          \
-    X(gelu_forward) X(gelu_backward) X(attention_forward) X(attention_backward)                    \
-        X(residual_forward) X(add) X(scale) X(embedding_forward) X(embedding_backward)             \
-            X(xent_row_max) X(xent_row_sums) X(xent_loss) X(xent_backward) X(dropout) X(cast)
+    X(layernorm_backward) X(gelu_forward) X(gelu_backward) X(attention_forward)                    \
+        X(attention_backward) X(attention_gqa_forward) X(attention_gqa_backward)                   \
+            X(rmsnorm_forward) X(rmsnorm_backward) X(rope_forward) X(rope_backward)                \
+                X(swiglu_forward) X(swiglu_backward) X(residual_forward) X(add) X(scale)           \
+                    X(embedding_forward) X(embedding_backward) X(xent_row_max) X(xent_row_sums)    \
+                        X(xent_loss) X(xent_backward) X(dropout) X(cast)
 
 typedef enum zoe_kernel_op {
 #define ZOE_KERNEL_OP_ENUM(name) ZOE_KOP_##name,

@@ -1,13 +1,16 @@
-/* The GPT of models/gpt.h: composition of the tensor_parallel layers, one planned activation
- * allocation, and the backward that hands each tensor's gradient to the sink as it completes. */
+/* The model of models/gpt.h, GPT or Llama: composition of the tensor_parallel layers, one planned
+ * activation allocation, and the backward that hands each tensor's gradient to the sink as it
+ * completes. The two families differ in their blocks, the final norm, positions (learned or
+ * rotary) and the LM head (tied, or for Llama optionally its own); the rest is shared. */
 #include "models/gpt.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/error.h"
+#include "zoe/comm.h"
 
-#define GPT_MAX_TENSORS_FIXED 4 /* wte, wpe, ln_f.weight, ln_f.bias */
+#define GPT_MAX_TENSORS_FIXED 4 /* wte, wpe or lm_head, ln_f.weight, ln_f.bias */
 
 struct zoe_gpt {
     zoe_gpt_config cfg;
@@ -16,10 +19,17 @@ struct zoe_gpt {
     zoe_kernels *kernels;
     zoe_tp tp;
     zoe_tp_embedding emb;
-    zoe_tp_block *blocks;
-    zoe_tp_param ln_f_weight, ln_f_bias;
-    zoe_tp_param **tensors; /* the fixed order of zoe_gpt_tensor */
+    bool llama;
+    zoe_tp_block *blocks;                /* GPT */
+    zoe_tp_llama_block *llama_blocks;    /* Llama */
+    zoe_comm *kv_comm;                   /* Llama with tp > kv_heads: the KV replica group */
+    zoe_tp_param ln_f_weight, ln_f_bias; /* bias: GPT only */
+    zoe_tp_param **tensors;              /* the fixed order of zoe_gpt_tensor */
     int num_tensors;
+    int block_params; /* tensors per block */
+    int first_block, ln_f_tensor,
+        ln_f_n;   /* tensor indices: first block's first, ln_f's first, count */
+    int head;     /* the untied LM head's tensor, or -1 */
     int64_t N, C; /* tokens per micro-batch, hidden */
 
     /* activations, carved from one device allocation */
@@ -27,9 +37,11 @@ struct zoe_gpt {
     size_t arena_bytes;
     zoe_kernel_plan kernel_plan; /* the largest shapes its kernels see (the workspace's plan) */
     int32_t *tokens, *targets;
-    void **resid;            /* [L + 1] x [N, C]: block inputs, then the last output */
-    zoe_tp_block_acts *acts; /* L of them, or 1 shared with recompute */
-    void *recompute_out;     /* [N, C], the discarded output of a recomputed block */
+    void **resid;                        /* [L + 1] x [N, C]: block inputs, then the last output */
+    zoe_tp_block_acts *acts;             /* L of them, or 1 shared with recompute (GPT) */
+    zoe_tp_llama_block_acts *llama_acts; /* the same, Llama */
+    float *inv_freq;                     /* RoPE frequencies [head_dim / 2] (Llama) */
+    void *recompute_out;                 /* [N, C], the discarded output of a recomputed block */
     void *block_scratch;
     void *ln_f, *d_ln_f, *dres; /* [N, C] */
     float *ln_f_mean, *ln_f_rstd;
@@ -52,13 +64,21 @@ static size_t layout(zoe_gpt *g, char *base) {
     g->tokens = zoe_tp_carve(&k, N * sizeof(int32_t));
     g->targets = zoe_tp_carve(&k, N * sizeof(int32_t));
     for (int l = 0; l <= L; l++) g->resid[l] = zoe_tp_carve(&k, NC);
-    size_t acts = zoe_tp_block_acts_bytes(&g->blocks[0], B, T, c->dtype);
+    size_t acts = g->llama ? zoe_tp_llama_block_acts_bytes(&g->llama_blocks[0], B, T, c->dtype)
+                           : zoe_tp_block_acts_bytes(&g->blocks[0], B, T, c->dtype);
     for (int a = 0; a < nacts; a++) {
         void *p = zoe_tp_carve(&k, acts);
-        if (base) zoe_tp_block_acts_bind(&g->blocks[a], &g->acts[a], p, B, T, c->dtype);
+        if (base && g->llama)
+            zoe_tp_llama_block_acts_bind(&g->llama_blocks[a], &g->llama_acts[a], p, B, T, c->dtype);
+        else if (base)
+            zoe_tp_block_acts_bind(&g->blocks[a], &g->acts[a], p, B, T, c->dtype);
     }
     if (c->recompute) g->recompute_out = zoe_tp_carve(&k, NC);
-    g->block_scratch = zoe_tp_carve(&k, zoe_tp_block_scratch_bytes(&g->blocks[0], B, T, c->dtype));
+    g->block_scratch = zoe_tp_carve(
+        &k, g->llama ? zoe_tp_llama_block_scratch_bytes(&g->llama_blocks[0], B, T, c->dtype)
+                     : zoe_tp_block_scratch_bytes(&g->blocks[0], B, T, c->dtype));
+    if (g->llama)
+        g->inv_freq = zoe_tp_carve(&k, (size_t)(g->llama_blocks[0].head_dim / 2) * sizeof(float));
     g->ln_f = zoe_tp_carve(&k, NC);
     g->d_ln_f = zoe_tp_carve(&k, NC);
     g->dres = zoe_tp_carve(&k, NC);
@@ -69,7 +89,7 @@ static size_t layout(zoe_gpt *g, char *base) {
     return k.used;
 }
 
-static zoe_status describe(zoe_gpt *g, int tp_size, int tp_rank) {
+static zoe_status describe_gpt(zoe_gpt *g, int tp_size, int tp_rank) {
     const zoe_model_config *m = &g->cfg.shape;
     ZOE_TRY(zoe_tp_embedding_init(&g->emb, "", m->vocab, g->cfg.pad_multiple, m->hidden, m->seq_len,
                                   0.02f, tp_size, tp_rank));
@@ -82,6 +102,8 @@ static zoe_status describe(zoe_gpt *g, int tp_size, int tp_rank) {
                               .hidden_dropout = m->dropout,
                               .init_std = 0.02f,
                               .proj_init_std = 0.02f / sqrtf(2.0f * (float)m->layers)};
+    g->first_block = g->num_tensors;
+    g->block_params = ZOE_TP_BLOCK_PARAMS;
     for (int l = 0; l < m->layers; l++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "h.%d.", l);
@@ -92,8 +114,89 @@ static zoe_status describe(zoe_gpt *g, int tp_size, int tp_rank) {
                                   ZOE_TP_REPLICATED, ZOE_TP_INIT_ONES, 0, tp_size, tp_rank));
     ZOE_TRY(zoe_tp_param_describe(&g->ln_f_bias, "ln_f.bias", 1, m->hidden, 1, ZOE_TP_REPLICATED,
                                   ZOE_TP_INIT_ZEROS, 0, tp_size, tp_rank));
+    g->ln_f_tensor = g->num_tensors, g->ln_f_n = 2, g->head = -1;
     g->tensors[g->num_tensors++] = &g->ln_f_weight;
     g->tensors[g->num_tensors++] = &g->ln_f_bias;
+    return ZOE_OK;
+}
+
+/* Llama: no position table (RoPE), blocks of models' kv_heads, ln_f an RMSNorm weight, and the
+ * head tied or its own tensor after ln_f. Hugging Face's initializer_range 0.02 throughout. */
+static zoe_status describe_llama(zoe_gpt *g, int tp_size, int tp_rank) {
+    const zoe_model_config *m = &g->cfg.shape;
+    ZOE_TRY(zoe_tp_embedding_init(&g->emb, "", m->vocab, g->cfg.pad_multiple, m->hidden, 0, 0.02f,
+                                  tp_size, tp_rank));
+    g->tensors[g->num_tensors++] = &g->emb.wte;
+    zoe_tp_llama_block_config bc = {.hidden = m->hidden,
+                                    .heads = m->heads,
+                                    .kv_heads = m->kv_heads ? m->kv_heads : m->heads,
+                                    .ffn = m->ffn ? m->ffn : 4 * (int64_t)m->hidden,
+                                    .norm_eps = m->norm_eps > 0 ? m->norm_eps : 1e-5f,
+                                    .init_std = 0.02f,
+                                    .proj_init_std = 0.02f};
+    g->first_block = g->num_tensors;
+    g->block_params = ZOE_TP_LLAMA_BLOCK_PARAMS;
+    for (int l = 0; l < m->layers; l++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "h.%d.", l);
+        ZOE_TRY(zoe_tp_llama_block_init(&g->llama_blocks[l], prefix, &bc, tp_size, tp_rank));
+        g->num_tensors +=
+            zoe_tp_llama_block_params(&g->llama_blocks[l], g->tensors + g->num_tensors);
+    }
+    ZOE_TRY(zoe_tp_param_describe(&g->ln_f_weight, "ln_f.weight", 1, m->hidden, 1,
+                                  ZOE_TP_REPLICATED, ZOE_TP_INIT_ONES, 0, tp_size, tp_rank));
+    g->ln_f_tensor = g->num_tensors, g->ln_f_n = 1, g->head = -1;
+    g->tensors[g->num_tensors++] = &g->ln_f_weight;
+    if (!m->tie_embeddings) {
+        ZOE_TRY(zoe_tp_embedding_untie(&g->emb, "lm_head.weight", 0.02f, tp_size, tp_rank));
+        g->head = g->num_tensors;
+        g->tensors[g->num_tensors++] = &g->emb.head;
+    }
+    return ZOE_OK;
+}
+
+/* Hugging Face's RoPE frequencies: theta^(-2i/HS) in fp32, and with Llama 3 scaling, the low
+ * frequencies (wavelength above original / low_freq_factor) divided by factor, the high ones
+ * kept, and the band between blended smoothly (transformers' _compute_llama3_parameters). */
+static void rope_frequencies(const zoe_model_config *m, int64_t HS, float *out) {
+    const double theta = m->rope_theta > 0 ? m->rope_theta : 10000.0;
+    const zoe_rope_scaling *rs = &m->rope_scaling;
+    for (int64_t i = 0; i < HS / 2; i++) {
+        float f = (float)(1.0 / pow(theta, (double)(2 * i) / (double)HS));
+        if (rs->factor > 0) {
+            const float old = (float)rs->original_max_position;
+            const float wavelen = 2.0f * 3.14159265358979323846f / f;
+            const float low_wavelen = old / rs->low_freq_factor;
+            const float high_wavelen = old / rs->high_freq_factor;
+            if (wavelen > low_wavelen) {
+                f = f / rs->factor;
+            } else if (!(wavelen < high_wavelen)) {
+                const float smooth = (old / wavelen - rs->low_freq_factor) /
+                                     (rs->high_freq_factor - rs->low_freq_factor);
+                f = (1.0f - smooth) * f / rs->factor + smooth * f;
+            }
+        }
+        out[i] = f;
+    }
+}
+
+/* The RoPE table on the device and, with KV replicas, their communicator; bound to every block. */
+static zoe_status bind_llama_context(zoe_gpt *g) {
+    const zoe_tp_llama_block *b0 = &g->llama_blocks[0];
+    const int64_t half = b0->head_dim / 2;
+    float *host = malloc((size_t)half * sizeof(float));
+    if (!host) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "RoPE table");
+    rope_frequencies(&g->cfg.shape, b0->head_dim, host);
+    zoe_status st = zoe_memcpy_async(g->inv_freq, host, (size_t)half * sizeof(float),
+                                     ZOE_COPY_HOST_TO_DEVICE, g->stream);
+    if (st == ZOE_OK) st = zoe_stream_synchronize(g->stream);
+    free(host);
+    ZOE_TRY(st);
+    if (b0->kv_replicas > 1)
+        ZOE_TRY(zoe_comm_split(g->tp.comm, zoe_tp_llama_block_kv_color(b0, g->tp.rank), g->dev,
+                               &g->kv_comm));
+    for (int l = 0; l < g->cfg.shape.layers; l++)
+        zoe_tp_llama_block_bind_context(&g->llama_blocks[l], g->inv_freq, g->kv_comm);
     return ZOE_OK;
 }
 
@@ -125,17 +228,30 @@ static zoe_status describe_model(const zoe_gpt_config *cfg, int tp_size, int tp_
     g->cfg = *cfg;
     g->N = cfg->micro_batch * cfg->shape.seq_len;
     g->C = cfg->shape.hidden;
-    g->blocks = calloc((size_t)L, sizeof *g->blocks);
+    g->llama = cfg->shape.family == ZOE_MODEL_LLAMA;
+    if (g->llama) {
+        g->llama_blocks = calloc((size_t)L, sizeof *g->llama_blocks);
+        g->llama_acts = calloc((size_t)L, sizeof *g->llama_acts);
+    } else {
+        g->blocks = calloc((size_t)L, sizeof *g->blocks);
+        g->acts = calloc((size_t)L, sizeof *g->acts);
+    }
     g->tensors = calloc((size_t)(L * ZOE_TP_BLOCK_PARAMS + GPT_MAX_TENSORS_FIXED), sizeof(void *));
     g->resid = calloc((size_t)L + 1, sizeof(void *));
-    g->acts = calloc((size_t)L, sizeof *g->acts);
-    zoe_status st = g->blocks && g->tensors && g->resid && g->acts
-                        ? ZOE_OK
-                        : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "GPT tables for %d layers", L);
-    if (st == ZOE_OK) st = describe(g, tp_size, tp_rank);
+    zoe_status st =
+        (g->blocks || g->llama_blocks) && (g->acts || g->llama_acts) && g->tensors && g->resid
+            ? ZOE_OK
+            : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "model tables for %d layers", L);
+    if (st == ZOE_OK)
+        st = g->llama ? describe_llama(g, tp_size, tp_rank) : describe_gpt(g, tp_size, tp_rank);
     g->kernel_plan = (zoe_kernel_plan){.max_dim = g->emb.vocab.local, .tf32 = cfg->tf32};
-    for (int l = 0; st == ZOE_OK && l < L; l++)
-        zoe_tp_block_plan(&g->blocks[l], cfg->micro_batch, cfg->shape.seq_len, &g->kernel_plan);
+    for (int l = 0; st == ZOE_OK && l < L; l++) {
+        if (g->llama)
+            zoe_tp_llama_block_plan(&g->llama_blocks[l], cfg->micro_batch, cfg->shape.seq_len,
+                                    &g->kernel_plan);
+        else
+            zoe_tp_block_plan(&g->blocks[l], cfg->micro_batch, cfg->shape.seq_len, &g->kernel_plan);
+    }
     if (g->kernel_plan.max_rows < g->N) g->kernel_plan.max_rows = g->N;
     if (g->kernel_plan.max_dim < g->C) g->kernel_plan.max_dim = g->C;
     if (st == ZOE_OK) g->arena_bytes = layout(g, NULL);
@@ -171,6 +287,7 @@ zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream
     /* poison: 0xff bytes are NaN in every float dtype, so a read of an activation no op wrote
      * shows in the loss instead of passing as stale zeros */
     if (st == ZOE_OK) st = zoe_memset_async(g->arena, 0xff, g->arena_bytes, stream);
+    if (st == ZOE_OK && g->llama) st = bind_llama_context(g);
     if (st != ZOE_OK) {
         zoe_gpt_destroy(g);
         return st;
@@ -184,7 +301,9 @@ void zoe_gpt_destroy(zoe_gpt *g) {
     if (g->dev) zoe_device_free(g->dev, g->arena);
     if (g->dev) zoe_host_free(g->dev, g->staged_ids);
     zoe_kernels_destroy(g->kernels);
+    zoe_comm_destroy(g->kv_comm);
     free(g->blocks), free(g->tensors), free(g->resid), free(g->acts), free(g->losses);
+    free(g->llama_blocks), free(g->llama_acts);
     free(g);
 }
 
@@ -211,7 +330,13 @@ const zoe_tp_embedding *zoe_gpt_embedding(const zoe_gpt *g) {
     return &g->emb;
 }
 const zoe_tp_block *zoe_gpt_block(const zoe_gpt *g, int l) {
-    return l >= 0 && l < g->cfg.shape.layers ? &g->blocks[l] : NULL;
+    return !g->llama && l >= 0 && l < g->cfg.shape.layers ? &g->blocks[l] : NULL;
+}
+const zoe_tp_llama_block *zoe_gpt_llama_block(const zoe_gpt *g, int l) {
+    return g->llama && l >= 0 && l < g->cfg.shape.layers ? &g->llama_blocks[l] : NULL;
+}
+const zoe_model_config *zoe_gpt_shape(const zoe_gpt *g) {
+    return &g->cfg.shape;
 }
 const void *zoe_gpt_logits(const zoe_gpt *g) {
     return g->logits;
@@ -242,7 +367,7 @@ int64_t zoe_gpt_global_numel(const zoe_gpt *g) {
 
 int64_t zoe_gpt_block_local_numel(const zoe_gpt *g) {
     int64_t n = 0;
-    for (int t = 2; t < 2 + ZOE_TP_BLOCK_PARAMS && t < g->num_tensors; t++)
+    for (int t = g->first_block; t < g->first_block + g->block_params && t < g->num_tensors; t++)
         n += g->tensors[t]->local_numel;
     return n;
 }
@@ -260,6 +385,34 @@ zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs) {
 zoe_status zoe_gpt_init_weights(zoe_gpt *g) {
     for (int t = 0; t < g->num_tensors; t++) ZOE_TRY(zoe_tp_param_init(&g->tp, g->tensors[t]));
     return zoe_stream_synchronize(g->stream);
+}
+
+static float llama_eps(const zoe_gpt *g) {
+    return g->llama_blocks[0].cfg.norm_eps;
+}
+
+/* Block l's forward from resid[l] into out (resid[l + 1], or the recompute buffer), with the
+ * activations of its slot. */
+static zoe_status block_forward(zoe_gpt *g, int l, void *out, uint64_t step) {
+    const int slot = g->cfg.recompute ? 0 : l;
+    if (g->llama)
+        return zoe_tp_llama_block_forward(&g->tp, &g->llama_blocks[l], &g->llama_acts[slot], out,
+                                          g->resid[l]);
+    return zoe_tp_block_forward(&g->tp, &g->blocks[l], &g->acts[slot], out, g->resid[l], step);
+}
+
+/* Block l's backward (its forward first, with recomputation), dres in place. */
+static zoe_status block_backward(zoe_gpt *g, int l) {
+    const int slot = g->cfg.recompute ? 0 : l;
+    if (g->llama) {
+        if (g->cfg.recompute) ZOE_TRY(block_forward(g, l, g->recompute_out, 0));
+        return zoe_tp_llama_block_backward(&g->tp, &g->llama_blocks[l], &g->llama_acts[slot],
+                                           g->dres, g->resid[l], g->block_scratch);
+    }
+    if (g->cfg.recompute) /* same micro step, so the same dropout masks */
+        ZOE_TRY(block_forward(g, l, g->recompute_out, g->acts[slot].step));
+    return zoe_tp_block_backward(&g->tp, &g->blocks[l], &g->acts[slot], g->dres, g->resid[l],
+                                 g->block_scratch);
 }
 
 zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss) {
@@ -280,11 +433,14 @@ zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *tar
                              g->stream));
     g->micro_step++;
     ZOE_TRY(zoe_tp_embedding_forward(&g->tp, &g->emb, g->resid[0], g->tokens, B, T));
-    for (int l = 0; l < L; l++)
-        ZOE_TRY(zoe_tp_block_forward(&g->tp, &g->blocks[l], &g->acts[c->recompute ? 0 : l],
-                                     g->resid[l + 1], g->resid[l], g->micro_step));
-    ZOE_TRY(zoe_layernorm_forward(g->kernels, c->dtype, g->ln_f, g->ln_f_mean, g->ln_f_rstd,
-                                  g->resid[L], g->ln_f_weight.data, g->ln_f_bias.data, g->N, g->C));
+    for (int l = 0; l < L; l++) ZOE_TRY(block_forward(g, l, g->resid[l + 1], g->micro_step));
+    if (g->llama)
+        ZOE_TRY(zoe_rmsnorm_forward(g->kernels, c->dtype, g->ln_f, g->ln_f_rstd, g->resid[L],
+                                    g->ln_f_weight.data, g->N, g->C, llama_eps(g)));
+    else
+        ZOE_TRY(zoe_layernorm_forward(g->kernels, c->dtype, g->ln_f, g->ln_f_mean, g->ln_f_rstd,
+                                      g->resid[L], g->ln_f_weight.data, g->ln_f_bias.data, g->N,
+                                      g->C));
     ZOE_TRY(zoe_tp_lm_head_forward(&g->tp, &g->emb, g->logits, g->ln_f, g->N));
     return zoe_tp_xent_forward(&g->tp, &g->emb, g->xent_stats, g->logits, g->targets, g->N,
                                ZOE_GPT_IGNORE_INDEX, g->losses, loss, &g->count);
@@ -308,32 +464,36 @@ zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sin
 
 zoe_status zoe_gpt_backward_scaled(zoe_gpt *g, float scale, const zoe_gpt_grad_sink *sink) {
     const zoe_gpt_config *c = &g->cfg;
-    int L = c->shape.layers, ln_f = g->num_tensors - 2;
+    int L = c->shape.layers;
     int64_t B = c->micro_batch, T = c->shape.seq_len;
-    /* wte is tied: its gradient is open from the LM head here to the lookup at the end. */
-    ZOE_TRY(acquire_range(g, sink, 0, 1));
+    /* A tied wte's gradient is open from the LM head here to the lookup at the end; an untied
+     * head is the last tensor, so it comes first. */
+    const int head = g->head >= 0 ? g->head : 0;
+    ZOE_TRY(acquire_range(g, sink, head, 1));
     ZOE_TRY(zoe_tp_xent_backward(&g->tp, &g->emb, g->logits, g->logits, g->xent_stats, g->targets,
                                  g->N, ZOE_GPT_IGNORE_INDEX, scale));
     ZOE_TRY(zoe_tp_lm_head_backward(&g->tp, &g->emb, g->d_ln_f, g->logits, g->ln_f, g->N));
-    ZOE_TRY(acquire_range(g, sink, ln_f, 2));
+    if (g->head >= 0) ZOE_TRY(release_range(sink, g->head, 1));
+    ZOE_TRY(acquire_range(g, sink, g->ln_f_tensor, g->ln_f_n));
     ZOE_TRY(
         zoe_memset_async(g->dres, 0, (size_t)(g->N * g->C) * zoe_dtype_size(c->dtype), g->stream));
-    ZOE_TRY(zoe_layernorm_backward(g->kernels, c->dtype, g->dres, g->ln_f_weight.grad,
-                                   g->ln_f_bias.grad, g->d_ln_f, g->resid[L], g->ln_f_weight.data,
-                                   g->ln_f_mean, g->ln_f_rstd, g->N, g->C));
-    ZOE_TRY(release_range(sink, ln_f, 2));
+    if (g->llama)
+        ZOE_TRY(zoe_rmsnorm_backward(g->kernels, c->dtype, g->dres, g->ln_f_weight.grad, g->d_ln_f,
+                                     g->resid[L], g->ln_f_weight.data, g->ln_f_rstd, g->N, g->C));
+    else
+        ZOE_TRY(zoe_layernorm_backward(
+            g->kernels, c->dtype, g->dres, g->ln_f_weight.grad, g->ln_f_bias.grad, g->d_ln_f,
+            g->resid[L], g->ln_f_weight.data, g->ln_f_mean, g->ln_f_rstd, g->N, g->C));
+    ZOE_TRY(release_range(sink, g->ln_f_tensor, g->ln_f_n));
     for (int l = L - 1; l >= 0; l--) {
-        zoe_tp_block_acts *acts = &g->acts[c->recompute ? 0 : l];
-        if (c->recompute) /* same micro step, so the same dropout masks */
-            ZOE_TRY(zoe_tp_block_forward(&g->tp, &g->blocks[l], acts, g->recompute_out, g->resid[l],
-                                         acts->step));
-        int first = 2 + l * ZOE_TP_BLOCK_PARAMS;
-        ZOE_TRY(acquire_range(g, sink, first, ZOE_TP_BLOCK_PARAMS));
-        ZOE_TRY(zoe_tp_block_backward(&g->tp, &g->blocks[l], acts, g->dres, g->resid[l],
-                                      g->block_scratch));
-        ZOE_TRY(release_range(sink, first, ZOE_TP_BLOCK_PARAMS));
+        int first = g->first_block + l * g->block_params;
+        ZOE_TRY(acquire_range(g, sink, first, g->block_params));
+        ZOE_TRY(block_backward(g, l));
+        ZOE_TRY(release_range(sink, first, g->block_params));
     }
-    ZOE_TRY(acquire_range(g, sink, 1, 1));
+    /* wte, and GPT's wpe after it; wte is already open when tied. */
+    if (g->head >= 0) ZOE_TRY(acquire_range(g, sink, 0, 1));
+    if (!g->llama) ZOE_TRY(acquire_range(g, sink, 1, 1));
     ZOE_TRY(zoe_tp_embedding_backward(&g->tp, &g->emb, g->dres, g->tokens, B, T));
-    return release_range(sink, 0, 2);
+    return release_range(sink, 0, g->first_block);
 }

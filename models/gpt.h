@@ -1,6 +1,10 @@
-/* GPT: a vocab-parallel embedding with learned positions, N pre-LayerNorm transformer blocks
- * with tensor-parallel attention and MLP, a final LayerNorm and the LM head tied to the
- * embedding, trained with the vocab-parallel cross-entropy. Built from tensor_parallel/ alone.
+/* The decoder-only language model of either family (shape.family), built from
+ * tensor_parallel/ alone and trained with the vocab-parallel cross-entropy:
+ *  - GPT: a vocab-parallel embedding with learned positions, N pre-LayerNorm transformer blocks
+ *    (tensor_parallel/block.h), a final LayerNorm and the LM head tied to the embedding;
+ *  - Llama: the embedding without positions, N Llama blocks (RMSNorm, RoPE, grouped-query
+ *    attention, SwiGLU; tensor_parallel/llama_block.h), a final RMSNorm, and the LM head tied
+ *    or its own weight (shape.tie_embeddings).
  *
  * The model owns its activations (one planned device allocation) and its kernels context, but
  * not its weights or gradients: the caller binds each tensor's weight pointer (the optimizer's
@@ -11,6 +15,7 @@
 #define ZOE_MODELS_GPT_H
 
 #include "tensor_parallel/block.h"
+#include "tensor_parallel/llama_block.h"
 #include "zoe/train.h"
 
 typedef struct zoe_gpt_config {
@@ -26,7 +31,7 @@ typedef struct zoe_gpt_config {
 /* Where backward puts gradients. acquire returns tensor t's gradient buffer (zeroed, or holding
  * earlier micro-batches' sum; backward accumulates into it); release says it is final for this
  * micro-batch. Each tensor is acquired and released once per backward, in reverse order of the
- * tensors, except wte: tied, it is acquired first (the LM head) and released last (the lookup).
+ * tensors, except a tied wte: it is acquired first (the LM head) and released last (the lookup).
  * So at most the tensors of one block, wte and the tail of the previous block are open. */
 typedef struct zoe_gpt_grad_sink {
     void *user;
@@ -47,7 +52,8 @@ void zoe_gpt_destroy(zoe_gpt *g);
  * zoe_gpt_destroy may be called on it. The plan (engine/plan.c) sizes a run with it. */
 zoe_status zoe_gpt_describe(const zoe_gpt_config *cfg, int tp_size, int tp_rank, zoe_gpt **out);
 
-/* The tensors in their fixed order: wte, wpe, h.0.* ... h.{L-1}.*, ln_f.weight, ln_f.bias. */
+/* The tensors in their fixed order. GPT: wte, wpe, h.0.* ... h.{L-1}.*, ln_f.weight, ln_f.bias.
+ * Llama: wte, h.0.* ... h.{L-1}.*, ln_f.weight, and lm_head.weight when untied. */
 int zoe_gpt_num_tensors(const zoe_gpt *g);
 const zoe_tp_param *zoe_gpt_tensor(const zoe_gpt *g, int t);
 /* Elements on this rank (sum of local shards) and in the whole model (padded vocabulary). */
@@ -66,7 +72,9 @@ zoe_tp *zoe_gpt_tp(zoe_gpt *g);
 void zoe_gpt_kernel_profile(zoe_gpt *g, zoe_kernel_profile *out, int reset);
 /* For tests: the embedding (vocabulary split, traffic) and block l (traffic, dropout sites). */
 const zoe_tp_embedding *zoe_gpt_embedding(const zoe_gpt *g);
-const zoe_tp_block *zoe_gpt_block(const zoe_gpt *g, int l);
+const zoe_tp_block *zoe_gpt_block(const zoe_gpt *g, int l);             /* NULL for Llama */
+const zoe_tp_llama_block *zoe_gpt_llama_block(const zoe_gpt *g, int l); /* NULL for GPT */
+const zoe_model_config *zoe_gpt_shape(const zoe_gpt *g);
 /* For tests, after forward: device logits [B*T, vocab.local] (their gradient after backward)
  * and the count of non-ignored targets. */
 const void *zoe_gpt_logits(const zoe_gpt *g);

@@ -6,6 +6,7 @@
 
 #define GPT2_VOCAB 50257
 
+/* GPT rows name their family, so that the Llama fields after it read as zero (unused). */
 static const zoe_model_config presets[] = {
     {.name = "demo",
      .layers = 4,
@@ -90,18 +91,129 @@ static const zoe_model_config presets[] = {
      .grids = {{.tp = 16, .dp = 1, .micro_batch = 8, .recompute = 1}}},
 };
 
+/* ---- Llama family (the llama branch's rows; kept apart from the GPT table above) ----
+ * Shapes from the models' Hugging Face config.json files (meta-llama/<model>: num_hidden_layers,
+ * hidden_size, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
+ * rope_theta, rms_norm_eps, tie_word_embeddings, rope_scaling) and the papers (Touvron et al.
+ * 2023, "Llama 2"; Grattafiori et al. 2024, "The Llama 3 Herd of Models"). seq_len is the
+ * training context (Llama 2: 4096, Llama 3: 8192). */
+#define LLAMA2_VOCAB 32000
+#define LLAMA3_VOCAB 128256
+
+/* Documented runs: one GPU with recompute for the small ones, TP=8 on one 8-GPU box for 8B, and
+ * the 70B models on a DGX-2 at TP=16 (8 KV heads: each replicated on 2 ranks). */
+static const zoe_model_config llama_presets[] = {
+    {.name = "llama-demo",
+     .layers = 4,
+     .hidden = 128,
+     .heads = 4,
+     .ffn = 352,
+     .seq_len = 64,
+     .vocab = 257,
+     .source = "zoe's own: a byte-level Llama (GQA 4:2) for the demo corpus",
+     .family = ZOE_MODEL_LLAMA,
+     .kv_heads = 2,
+     .rope_theta = 10000.0f,
+     .norm_eps = 1e-5f,
+     .tie_embeddings = 1,
+     .grids = {{.tp = 1, .dp = 1, .micro_batch = 8}, {.tp = 2, .dp = 2, .micro_batch = 8}}},
+    {.name = "llama-3.2-1b",
+     .layers = 16,
+     .hidden = 2048,
+     .heads = 32,
+     .ffn = 8192,
+     .seq_len = 8192,
+     .vocab = LLAMA3_VOCAB,
+     .source = "meta-llama/Llama-3.2-1B config.json",
+     .family = ZOE_MODEL_LLAMA,
+     .kv_heads = 8,
+     .rope_theta = 500000.0f,
+     .norm_eps = 1e-5f,
+     .tie_embeddings = 1,
+     .rope_scaling = {.factor = 32.0f,
+                      .low_freq_factor = 1.0f,
+                      .high_freq_factor = 4.0f,
+                      .original_max_position = 8192},
+     .grids = {{.tp = 1, .dp = 1, .micro_batch = 1, .recompute = 1}}},
+    {.name = "llama-3-8b",
+     .layers = 32,
+     .hidden = 4096,
+     .heads = 32,
+     .ffn = 14336,
+     .seq_len = 8192,
+     .vocab = LLAMA3_VOCAB,
+     .source = "meta-llama/Meta-Llama-3-8B config.json",
+     .family = ZOE_MODEL_LLAMA,
+     .kv_heads = 8,
+     .rope_theta = 500000.0f,
+     .norm_eps = 1e-5f,
+     .grids = {{.tp = 1, .dp = 1, .micro_batch = 1, .recompute = 1},
+               {.tp = 8, .dp = 1, .micro_batch = 1, .recompute = 1}}},
+    {.name = "llama-2-7b",
+     .layers = 32,
+     .hidden = 4096,
+     .heads = 32,
+     .ffn = 11008,
+     .seq_len = 4096,
+     .vocab = LLAMA2_VOCAB,
+     .source = "meta-llama/Llama-2-7b-hf config.json",
+     .family = ZOE_MODEL_LLAMA,
+     .kv_heads = 32,
+     .rope_theta = 10000.0f,
+     .norm_eps = 1e-5f,
+     .grids = {{.tp = 1, .dp = 1, .micro_batch = 1, .recompute = 1}}},
+    {.name = "llama-2-70b",
+     .layers = 80,
+     .hidden = 8192,
+     .heads = 64,
+     .ffn = 28672,
+     .seq_len = 4096,
+     .vocab = LLAMA2_VOCAB,
+     .source = "meta-llama/Llama-2-70b-hf config.json",
+     .family = ZOE_MODEL_LLAMA,
+     .kv_heads = 8,
+     .rope_theta = 10000.0f,
+     .norm_eps = 1e-5f,
+     .grids = {{.tp = 16, .dp = 1, .micro_batch = 1, .recompute = 1}}},
+    {.name = "llama-3-70b",
+     .layers = 80,
+     .hidden = 8192,
+     .heads = 64,
+     .ffn = 28672,
+     .seq_len = 8192,
+     .vocab = LLAMA3_VOCAB,
+     .source = "meta-llama/Meta-Llama-3-70B config.json",
+     .family = ZOE_MODEL_LLAMA,
+     .kv_heads = 8,
+     .rope_theta = 500000.0f,
+     .norm_eps = 1e-5f,
+     .grids = {{.tp = 16, .dp = 1, .micro_batch = 1, .recompute = 1}}},
+};
+
+enum {
+    GPT_PRESETS = sizeof presets / sizeof presets[0],
+    LLAMA_PRESETS = sizeof llama_presets / sizeof llama_presets[0],
+};
+
+const char *zoe_model_family_name(zoe_model_family family) {
+    return family == ZOE_MODEL_LLAMA ? "llama" : "gpt";
+}
+
 int zoe_model_preset_count(void) {
-    return (int)(sizeof presets / sizeof presets[0]);
+    return GPT_PRESETS + LLAMA_PRESETS;
 }
 
 const zoe_model_config *zoe_model_preset_at(int index) {
-    return index >= 0 && index < zoe_model_preset_count() ? &presets[index] : NULL;
+    if (index >= 0 && index < GPT_PRESETS) return &presets[index];
+    if (index >= GPT_PRESETS && index < GPT_PRESETS + LLAMA_PRESETS)
+        return &llama_presets[index - GPT_PRESETS];
+    return NULL;
 }
 
 zoe_status zoe_model_preset(const char *name, zoe_model_config *out) {
     for (int i = 0; name && i < zoe_model_preset_count(); i++)
-        if (strcmp(presets[i].name, name) == 0) {
-            *out = presets[i];
+        if (strcmp(zoe_model_preset_at(i)->name, name) == 0) {
+            *out = *zoe_model_preset_at(i);
             return ZOE_OK;
         }
     return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
@@ -109,7 +221,17 @@ zoe_status zoe_model_preset(const char *name, zoe_model_config *out) {
                     name ? name : "(null)");
 }
 
+/* Llama: per layer 2 RMSNorms, q and proj (h x h), k and v (h x kv_heads * head_dim each),
+ * gate, up and down (h x f); the final norm, the embedding and an untied head. */
+static int64_t llama_param_count(const zoe_model_config *m) {
+    const int64_t h = m->hidden, f = m->ffn, kv = m->kv_heads ? m->kv_heads : m->heads;
+    const int64_t kv_width = kv * (h / m->heads);
+    const int64_t layer = 2 * h + 2 * h * h + 2 * h * kv_width + 3 * h * f;
+    return (int64_t)m->vocab * h * (m->tie_embeddings ? 1 : 2) + m->layers * layer + h;
+}
+
 int64_t zoe_model_param_count(const zoe_model_config *m) {
+    if (m->family == ZOE_MODEL_LLAMA) return llama_param_count(m);
     int64_t h = m->hidden, f = m->ffn ? m->ffn : 4 * (int64_t)m->hidden;
     /* per layer: 2 LayerNorms, QKV and proj with biases, fc1 and fc2 with biases */
     int64_t layer = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h);

@@ -168,9 +168,8 @@ static void *update_worker(void *arg) {
         opt->flight_status = snapshot_grads(opt, opt->flight_buf, opt->flight_snap_scale);
     if (opt->sz.dpu_snapshot) release_grads(opt); /* also on failure: nothing may wait forever */
     if (opt->flight_status == ZOE_OK)
-        opt->flight_status =
-            run_update(opt, &opt->flight_consts, &opt->flight_snap_consts, opt->flight_buf, 1,
-                       &opt->flight_ms_update);
+        opt->flight_status = run_update(opt, &opt->flight_consts, &opt->flight_snap_consts,
+                                        opt->flight_buf, 1, &opt->flight_ms_update);
     if (opt->flight_status != ZOE_OK)
         snprintf(opt->flight_error, sizeof opt->flight_error, "%s", zoe_last_error());
     return NULL;

@@ -79,6 +79,19 @@ zoe_status zoe_comm_create_for_device(MPI_Comm group, zoe_device *device, zoe_co
     return zoe_comm_create_mpi(group, out);
 }
 
+zoe_status zoe_comm_split(const zoe_comm *c, int color, zoe_device *device, zoe_comm **out) {
+    if (!c || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_comm_split: NULL argument");
+    *out = NULL;
+    if (color < 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_comm_split: color=%d is negative", color);
+    MPI_Comm sub;
+    MPI_TRY(MPI_Comm_split(c->group, color, c->rank, &sub), "MPI_Comm_split");
+    zoe_status st = c->kind == ZOE_COMM_NCCL ? zoe_comm_create_nccl(sub, device, out)
+                                             : zoe_comm_create_mpi(sub, out);
+    MPI_Comm_free(&sub);
+    return st;
+}
+
 void zoe_comm_destroy(zoe_comm *c) {
     if (!c) return;
 #ifdef ZOE_HAVE_CUDA

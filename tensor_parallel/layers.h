@@ -32,6 +32,13 @@ zoe_status zoe_tp_column_linear_init(zoe_tp_linear *l, const char *name, int64_t
                                      int tp_rank);
 zoe_status zoe_tp_row_linear_init(zoe_tp_linear *l, const char *name, int64_t in, int64_t out,
                                   bool has_bias, float init_std, int tp_size, int tp_rank);
+/* A column-parallel linear without bias whose weight rows are cut into `shards` blocks, each
+ * held by tp / shards consecutive ranks (param.h's sharded split): out_local = out / shards.
+ * Its forward is zoe_tp_column_linear_forward; its backward belongs to the layer that owns it,
+ * which must sum dy over the ranks sharing the block (see tensor_parallel/llama_block.h). */
+zoe_status zoe_tp_column_linear_init_sharded(zoe_tp_linear *l, const char *name, int64_t in,
+                                             int64_t out, int shards, float init_std, int tp_size,
+                                             int tp_rank);
 /* Scratch a call needs: rows * out elements with gather_output, else 0. */
 size_t zoe_tp_linear_scratch_bytes(const zoe_tp_linear *l, int64_t rows, zoe_dtype dtype);
 
@@ -78,6 +85,8 @@ typedef struct zoe_tp_embedding {
     int64_t hidden, max_seq;     /* max_seq 0: no position embedding */
     zoe_tp_param wte;            /* name.wte [padded, hidden], split by rows */
     zoe_tp_param wpe;            /* name.wpe [max_seq, hidden], replicated */
+    bool untied;                 /* the LM head has its own weight (zoe_tp_embedding_untie) */
+    zoe_tp_param head;           /* lm_head.weight [padded, hidden], split by rows, if untied */
     zoe_tp_traffic traffic;      /* of the lookup */
     zoe_tp_traffic head_traffic; /* of the tied head and the loss */
 } zoe_tp_embedding;
@@ -86,6 +95,10 @@ typedef struct zoe_tp_embedding {
 zoe_status zoe_tp_embedding_init(zoe_tp_embedding *e, const char *prefix, int64_t vocab,
                                  int64_t pad_multiple, int64_t hidden, int64_t max_seq,
                                  float init_std, int tp_size, int tp_rank);
+/* Gives the LM head its own weight `name` [padded, hidden], split by rows like wte, N(0,
+ * init_std^2) (Llama without tied embeddings). */
+zoe_status zoe_tp_embedding_untie(zoe_tp_embedding *e, const char *name, float init_std,
+                                  int tp_size, int tp_rank);
 /* y [B*T, hidden] = wte[token] + wpe[t]: each rank looks up its rows (others give zero rows,
  * rank 0 adds the positions), then one all-reduce (reduce_from). tokens int32 [B*T], device,
  * in [0, vocab) (others give zero rows on every rank). */
@@ -95,11 +108,11 @@ zoe_status zoe_tp_embedding_forward(const zoe_tp *tp, zoe_tp_embedding *e, void 
  * communication. */
 zoe_status zoe_tp_embedding_backward(const zoe_tp *tp, zoe_tp_embedding *e, const void *dy,
                                      const int32_t *tokens, int64_t B, int64_t T);
-/* The tied LM head, a column-parallel matmul against wte without bias:
- * logits [rows, vocab.local] = x [rows, hidden] . wte_local^T. */
+/* The LM head, a column-parallel matmul without bias against wte (tied) or head (untied):
+ * logits [rows, vocab.local] = x [rows, hidden] . W_local^T. */
 zoe_status zoe_tp_lm_head_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *logits,
                                   const void *x, int64_t rows);
-/* dx [rows, hidden] OVERWRITTEN with the full gradient (all-reduced); dwte += dlogits^T . x. */
+/* dx [rows, hidden] OVERWRITTEN with the full gradient (all-reduced); dW += dlogits^T . x. */
 zoe_status zoe_tp_lm_head_backward(const zoe_tp *tp, zoe_tp_embedding *e, void *dx,
                                    const void *dlogits, const void *x, int64_t rows);
 

@@ -3,25 +3,30 @@
 #include "runtime/error.h"
 #include "tensor_parallel/layers.h"
 
+/* shards: the distinct row blocks of a column-parallel weight (tp_size unless sharded). */
 static zoe_status describe_linear(zoe_tp_linear *l, const char *name, int64_t in, int64_t out,
-                                  bool column, bool has_bias, float init_std, int tp_size,
-                                  int tp_rank) {
+                                  bool column, int shards, bool has_bias, float init_std,
+                                  int tp_size, int tp_rank) {
     if (!l || !name) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "linear init: NULL argument");
     if (in <= 0 || out <= 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: in=%lld out=%lld must be positive", name,
                         (long long)in, (long long)out);
     int64_t split = column ? out : in;
-    if (tp_size <= 0 || split % tp_size != 0)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %s=%lld not divisible by tp=%d", name,
-                        column ? "out" : "in", (long long)split, tp_size);
+    if (tp_size <= 0 || shards <= 0 || tp_size % shards != 0 || split % shards != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %s=%lld not divisible by %s=%d", name,
+                        column ? "out" : "in", (long long)split,
+                        shards == tp_size ? "tp" : "shards", shards);
     char pname[ZOE_TP_NAME_MAX + 16];
     zoe_tp_linear d = {.in = in, .out = out, .column = column, .has_bias = has_bias};
     d.in_local = column ? in : in / tp_size;
-    d.out_local = column ? out / tp_size : out;
+    d.out_local = column ? out / shards : out;
     snprintf(pname, sizeof pname, "%s.weight", name);
-    ZOE_TRY(zoe_tp_param_describe(&d.weight, pname, 2, out, in,
-                                  column ? ZOE_TP_SPLIT_ROWS : ZOE_TP_SPLIT_COLS,
-                                  ZOE_TP_INIT_NORMAL, init_std, tp_size, tp_rank));
+    if (column)
+        ZOE_TRY(zoe_tp_param_describe_sharded(&d.weight, pname, 2, out, in, shards,
+                                              ZOE_TP_INIT_NORMAL, init_std, tp_size, tp_rank));
+    else
+        ZOE_TRY(zoe_tp_param_describe(&d.weight, pname, 2, out, in, ZOE_TP_SPLIT_COLS,
+                                      ZOE_TP_INIT_NORMAL, init_std, tp_size, tp_rank));
     if (has_bias) {
         snprintf(pname, sizeof pname, "%s.bias", name);
         ZOE_TRY(zoe_tp_param_describe(&d.bias, pname, 1, out, 1,
@@ -35,14 +40,20 @@ static zoe_status describe_linear(zoe_tp_linear *l, const char *name, int64_t in
 zoe_status zoe_tp_column_linear_init(zoe_tp_linear *l, const char *name, int64_t in, int64_t out,
                                      bool has_bias, bool gather_output, float init_std, int tp_size,
                                      int tp_rank) {
-    ZOE_TRY(describe_linear(l, name, in, out, true, has_bias, init_std, tp_size, tp_rank));
+    ZOE_TRY(describe_linear(l, name, in, out, true, tp_size, has_bias, init_std, tp_size, tp_rank));
     l->gather_output = gather_output;
     return ZOE_OK;
 }
 
+zoe_status zoe_tp_column_linear_init_sharded(zoe_tp_linear *l, const char *name, int64_t in,
+                                             int64_t out, int shards, float init_std, int tp_size,
+                                             int tp_rank) {
+    return describe_linear(l, name, in, out, true, shards, false, init_std, tp_size, tp_rank);
+}
+
 zoe_status zoe_tp_row_linear_init(zoe_tp_linear *l, const char *name, int64_t in, int64_t out,
                                   bool has_bias, float init_std, int tp_size, int tp_rank) {
-    return describe_linear(l, name, in, out, false, has_bias, init_std, tp_size, tp_rank);
+    return describe_linear(l, name, in, out, false, tp_size, has_bias, init_std, tp_size, tp_rank);
 }
 
 size_t zoe_tp_linear_scratch_bytes(const zoe_tp_linear *l, int64_t rows, zoe_dtype dtype) {

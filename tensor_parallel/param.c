@@ -6,9 +6,10 @@
 #include "runtime/error.h"
 #include "tensor_parallel/philox.h"
 
-zoe_status zoe_tp_param_describe(zoe_tp_param *p, const char *name, int ndim, int64_t rows,
-                                 int64_t cols, zoe_tp_split split, zoe_tp_init_kind init,
-                                 float init_std, int tp_size, int tp_rank) {
+/* shards: the distinct blocks of a split (tp_size for a plain split; 1 when replicated). */
+static zoe_status describe(zoe_tp_param *p, const char *name, int ndim, int64_t rows, int64_t cols,
+                           zoe_tp_split split, int shards, zoe_tp_init_kind init, float init_std,
+                           int tp_size, int tp_rank) {
     if (!p || !name) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "param describe: NULL argument");
     if (strlen(name) >= ZOE_TP_NAME_MAX)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "param name '%s' longer than %d characters", name,
@@ -20,18 +21,22 @@ zoe_status zoe_tp_param_describe(zoe_tp_param *p, const char *name, int ndim, in
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: tp rank %d of size %d", name, tp_rank,
                         tp_size);
     int64_t split_len = split == ZOE_TP_SPLIT_ROWS ? rows : split == ZOE_TP_SPLIT_COLS ? cols : 0;
-    if (split != ZOE_TP_REPLICATED && split_len % tp_size != 0)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %s=%lld not divisible by tp=%d", name,
-                        split == ZOE_TP_SPLIT_ROWS ? "rows" : "cols", (long long)split_len,
+    if (split != ZOE_TP_REPLICATED && (shards <= 0 || tp_size % shards != 0))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %d shards do not divide tp=%d", name, shards,
                         tp_size);
+    if (split != ZOE_TP_REPLICATED && split_len % shards != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %s=%lld not divisible by %s=%d", name,
+                        split == ZOE_TP_SPLIT_ROWS ? "rows" : "cols", (long long)split_len,
+                        shards == tp_size ? "tp" : "shards", shards);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
     p->global_shape[0] = p->local_shape[0] = rows;
     p->global_shape[1] = p->local_shape[1] = cols;
+    p->replicas = split == ZOE_TP_REPLICATED ? tp_size : tp_size / shards;
     if (split == ZOE_TP_SPLIT_ROWS) {
-        p->local_shape[0] = rows / tp_size;
-        p->local_offset[0] = tp_rank * p->local_shape[0];
+        p->local_shape[0] = rows / shards;
+        p->local_offset[0] = tp_rank / p->replicas * p->local_shape[0];
     } else if (split == ZOE_TP_SPLIT_COLS) {
         p->local_shape[1] = cols / tp_size;
         p->local_offset[1] = tp_rank * p->local_shape[1];
@@ -43,6 +48,20 @@ zoe_status zoe_tp_param_describe(zoe_tp_param *p, const char *name, int ndim, in
     p->init_std = init_std;
     p->rng_stream = zoe_philox_stream_of_name(name);
     return ZOE_OK;
+}
+
+zoe_status zoe_tp_param_describe(zoe_tp_param *p, const char *name, int ndim, int64_t rows,
+                                 int64_t cols, zoe_tp_split split, zoe_tp_init_kind init,
+                                 float init_std, int tp_size, int tp_rank) {
+    return describe(p, name, ndim, rows, cols, split, split == ZOE_TP_REPLICATED ? 1 : tp_size,
+                    init, init_std, tp_size, tp_rank);
+}
+
+zoe_status zoe_tp_param_describe_sharded(zoe_tp_param *p, const char *name, int ndim, int64_t rows,
+                                         int64_t cols, int shards, zoe_tp_init_kind init,
+                                         float init_std, int tp_size, int tp_rank) {
+    return describe(p, name, ndim, rows, cols, ZOE_TP_SPLIT_ROWS, shards, init, init_std, tp_size,
+                    tp_rank);
 }
 
 zoe_status zoe_tp_layernorm_describe(zoe_tp_param *weight, zoe_tp_param *bias, const char *name,
@@ -135,11 +154,14 @@ zoe_status zoe_tp_param_gather(const zoe_tp *tp, const zoe_tp_param *p, bool of_
     void *blocks = NULL;
     ZOE_TRY(zoe_device_alloc(tp->device, local * (size_t)tp->size * es, &blocks));
     zoe_status st = zoe_comm_all_gather(tp->comm, src, blocks, local, tp->dtype, tp->stream);
-    /* Row shards gathered in rank order are the global tensor; column shards arrive as
-     * [t][rows][cols / t] and are interleaved row by row on the host. */
+    /* Row shards gathered in rank order are the global tensor (one copy of each sharded
+     * block: the first of its replicas); column shards arrive as [t][rows][cols / t] and are
+     * interleaved row by row on the host. */
     if (st == ZOE_OK && p->split == ZOE_TP_SPLIT_ROWS) {
-        st = zoe_memcpy_async(host_out, blocks, local * tp->size * es, ZOE_COPY_DEVICE_TO_HOST,
-                              tp->stream);
+        for (int r = 0; st == ZOE_OK && r < tp->size; r += p->replicas)
+            st = zoe_memcpy_async((char *)host_out + (size_t)(r / p->replicas) * local * es,
+                                  (char *)blocks + (size_t)r * local * es, local * es,
+                                  ZOE_COPY_DEVICE_TO_HOST, tp->stream);
     } else if (st == ZOE_OK) {
         int64_t w = cols / tp->size;
         for (int r = 0; st == ZOE_OK && r < tp->size; r++)

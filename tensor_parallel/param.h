@@ -13,7 +13,15 @@
  * LayerNorm inputs) is itself replicated after the TP all-reduces, so each rank computes the
  * identical full gradient, bit for bit, and the identical optimizer update. Their gradients
  * must therefore NOT be all-reduced over TP (that would multiply them by t), and a global
- * gradient norm counts them once (replicated == true). */
+ * gradient norm counts them once (replicated == true).
+ *
+ * Sharded row splits (grouped-query attention's KV heads when tp > n_kv_heads): the rows are
+ * cut into `shards` blocks, fewer than the t ranks, and each block is held by `replicas` =
+ * t / shards consecutive ranks (rank r holds block r / replicas). Unlike replicated
+ * parameters, the replicas' gradient inputs differ (each rank's query heads use the block), so
+ * the owning layer sums the gradient over exactly those ranks before the weight gradient is
+ * formed; afterwards every replica holds the identical full gradient, and a gradient norm
+ * counts it on one rank of each replica group (tp_rank % replicas == 0). */
 #ifndef ZOE_TP_PARAM_H
 #define ZOE_TP_PARAM_H
 
@@ -45,6 +53,7 @@ typedef struct zoe_tp_param {
     int64_t local_numel;
     zoe_tp_split split;
     bool replicated; /* split == ZOE_TP_REPLICATED */
+    int replicas;    /* TP ranks holding this shard: 1 for a split, t when replicated */
     zoe_tp_init_kind init;
     float init_std;
     uint64_t rng_stream; /* Philox stream of the initial values */
@@ -57,6 +66,12 @@ typedef struct zoe_tp_param {
 zoe_status zoe_tp_param_describe(zoe_tp_param *p, const char *name, int ndim, int64_t rows,
                                  int64_t cols, zoe_tp_split split, zoe_tp_init_kind init,
                                  float init_std, int tp_size, int tp_rank);
+
+/* A row split into `shards` blocks (shards divides tp_size, rows divide by shards): rank r
+ * holds block r / (tp_size / shards). shards == tp_size is SPLIT_ROWS. */
+zoe_status zoe_tp_param_describe_sharded(zoe_tp_param *p, const char *name, int ndim, int64_t rows,
+                                         int64_t cols, int shards, zoe_tp_init_kind init,
+                                         float init_std, int tp_size, int tp_rank);
 
 /* A LayerNorm's replicated name.weight (ones) and name.bias (zeros), both [C]. */
 zoe_status zoe_tp_layernorm_describe(zoe_tp_param *weight, zoe_tp_param *bias, const char *name,

@@ -45,9 +45,23 @@ zoe_status zoe_tp_embedding_init(zoe_tp_embedding *e, const char *prefix, int64_
     return ZOE_OK;
 }
 
-/* need_grad: the gradients the call writes; the tied head writes wte's alone, so a caller may
- * bind wpe's gradient later (when the lookup's backward comes). */
-enum { NEED_NO_GRAD = 0, NEED_WTE_GRAD = 1, NEED_ALL_GRADS = 2 };
+zoe_status zoe_tp_embedding_untie(zoe_tp_embedding *e, const char *name, float init_std,
+                                  int tp_size, int tp_rank) {
+    if (!e || !name) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "embedding untie: NULL argument");
+    ZOE_TRY(zoe_tp_param_describe(&e->head, name, 2, e->vocab.padded, e->hidden, ZOE_TP_SPLIT_ROWS,
+                                  ZOE_TP_INIT_NORMAL, init_std, tp_size, tp_rank));
+    e->untied = true;
+    return ZOE_OK;
+}
+
+/* The LM head's weight. */
+static zoe_tp_param *head_of(zoe_tp_embedding *e) {
+    return e->untied ? &e->head : &e->wte;
+}
+
+/* need_grad: whether the call writes the lookup's gradients (the head checks its own weight,
+ * so a caller may bind wpe's gradient later, when the lookup's backward comes). */
+enum { NEED_NO_GRAD = 0, NEED_ALL_GRADS = 1 };
 
 static zoe_status check_embedding(const zoe_tp_embedding *e, int need_grad, int64_t T) {
     bool need_wpe = need_grad == NEED_ALL_GRADS && e->max_seq > 0;
@@ -84,22 +98,31 @@ zoe_status zoe_tp_embedding_backward(const zoe_tp *tp, zoe_tp_embedding *e, cons
     return ZOE_OK;
 }
 
+/* The head's weight bound (and its gradient, when backward needs it). */
+static zoe_status check_head(zoe_tp_embedding *e, bool need_grad) {
+    const zoe_tp_param *w = head_of(e);
+    if (!w->data || (need_grad && !w->grad))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: parameters not bound", w->name);
+    return ZOE_OK;
+}
+
 zoe_status zoe_tp_lm_head_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *logits,
                                   const void *x, int64_t rows) {
-    ZOE_TRY(check_embedding(e, NEED_NO_GRAD, 0));
+    ZOE_TRY(check_head(e, false));
     e->head_traffic.forward = 0;
-    return zoe_matmul_forward(tp->kernels, tp->dtype, logits, x, e->wte.data, NULL, rows, e->hidden,
-                              e->vocab.local);
+    return zoe_matmul_forward(tp->kernels, tp->dtype, logits, x, head_of(e)->data, NULL, rows,
+                              e->hidden, e->vocab.local);
 }
 
 zoe_status zoe_tp_lm_head_backward(const zoe_tp *tp, zoe_tp_embedding *e, void *dx,
                                    const void *dlogits, const void *x, int64_t rows) {
-    ZOE_TRY(check_embedding(e, NEED_WTE_GRAD, 0));
+    ZOE_TRY(check_head(e, true));
     uint64_t before = zoe_comm_bytes(tp->comm);
     ZOE_TRY(zoe_memset_async(dx, 0, (size_t)(rows * e->hidden) * zoe_dtype_size(tp->dtype),
                              tp->stream));
-    ZOE_TRY(zoe_matmul_backward(tp->kernels, tp->dtype, dx, e->wte.grad, NULL, dlogits, x,
-                                e->wte.data, rows, e->hidden, e->vocab.local));
+    const zoe_tp_param *w = head_of(e);
+    ZOE_TRY(zoe_matmul_backward(tp->kernels, tp->dtype, dx, w->grad, NULL, dlogits, x, w->data,
+                                rows, e->hidden, e->vocab.local));
     ZOE_TRY(zoe_tp_copy_to_backward(tp, dx, dx, rows * e->hidden));
     e->head_traffic.backward = zoe_comm_bytes(tp->comm) - before;
     return ZOE_OK;

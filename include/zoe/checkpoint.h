@@ -49,9 +49,11 @@ zoe_status zoe_checkpoint_info(const char *path, FILE *out);
 /* zoe-ckpt verify: every file's header and size and every tensor's checksum, one process.
  * Fails naming the first bad file and tensor. */
 zoe_status zoe_checkpoint_verify(const char *path, FILE *progress);
-/* zoe-ckpt export --hf: a Hugging Face GPT-2 directory (config.json and model.safetensors with
- * transformers' names, Conv1D [in, out] weights, q/k/v split per head, the tied head) from the
- * checkpoint's fp32 master weights. out_dir is created; existing files in it are replaced. */
+/* zoe-ckpt export --hf: a Hugging Face directory (config.json and model.safetensors) of the
+ * checkpoint's family from its fp32 master weights: GPT2LMHeadModel (Conv1D [in, out] weights,
+ * q/k/v split per head, the tied head) or LlamaForCausalLM (q/k/v/o, gate/up/down, its RoPE
+ * theta and scaling, lm_head unless tied), transformers' names and layouts through the same
+ * mapping as the import (engine/hf.h). out_dir is created; existing files in it are replaced. */
 zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir);
 
 /* Stop requests for training loops: zoe_stop_signals_install() makes SIGTERM, SIGINT and

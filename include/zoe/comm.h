@@ -29,6 +29,10 @@ zoe_status zoe_comm_create_nccl(MPI_Comm group, zoe_device *device, zoe_comm **o
 /* The backend that fits the device: MPI for CPU, NCCL for CUDA. */
 zoe_status zoe_comm_create_for_device(MPI_Comm group, zoe_device *device, zoe_comm **out);
 void zoe_comm_destroy(zoe_comm *comm);
+/* The ranks of comm that pass the same color (>= 0), ordered by their rank in comm, as a
+ * communicator of comm's backend (device: the CUDA device for NCCL, else unused). Collective
+ * over comm. */
+zoe_status zoe_comm_split(const zoe_comm *comm, int color, zoe_device *device, zoe_comm **out);
 
 /* Pure getters, which cannot fail: -1, 0 or "none" for a NULL comm. */
 int zoe_comm_rank(const zoe_comm *comm);

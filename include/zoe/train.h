@@ -25,6 +25,17 @@ typedef struct zoe_model_grid {
 } zoe_model_grid;
 #define ZOE_MODEL_MAX_GRIDS 4
 
+typedef enum zoe_model_family {
+    ZOE_MODEL_GPT = 0,   /* GPT-2: LayerNorm, learned positions, GELU MLP, biases, tied head */
+    ZOE_MODEL_LLAMA = 1, /* Llama: RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases */
+} zoe_model_family;
+
+/* Llama 3's RoPE frequency scaling (Hugging Face's rope_type "llama3"); factor 0: none. */
+typedef struct zoe_rope_scaling {
+    float factor, low_freq_factor, high_freq_factor;
+    int original_max_position;
+} zoe_rope_scaling;
+
 typedef struct zoe_model_config {
     char name[32]; /* preset name, or "custom" */
     int layers;
@@ -39,10 +50,19 @@ typedef struct zoe_model_config {
      * preset at each of them, and zoe-plan takes micro-batch and recompute from the one at its
      * --tp unless told */
     zoe_model_grid grids[ZOE_MODEL_MAX_GRIDS];
+    /* The family and its fields; zero is GPT, so GPT shapes need none of them. */
+    zoe_model_family family;
+    int kv_heads;       /* Llama: key/value heads (0: heads, multi-head attention) */
+    float rope_theta;   /* Llama: RoPE base (0: 10000) */
+    float norm_eps;     /* Llama: RMSNorm epsilon (0: 1e-5) */
+    int tie_embeddings; /* Llama: the LM head is the embedding (GPT's always is) */
+    zoe_rope_scaling rope_scaling;
 } zoe_model_config;
 
-/* Fills *out with the named preset (demo, gpt2-124m, gpt2-350m, 1.3b, 2.7b, 6.7b, 10b, 13b, 70b).
- */
+const char *zoe_model_family_name(zoe_model_family family);
+
+/* Fills *out with the named preset (demo, gpt2-124m, gpt2-350m, 1.3b, 2.7b, 6.7b, 10b, 13b, 70b;
+ * llama-demo, llama-3.2-1b, llama-3-8b, llama-2-7b, llama-2-70b, llama-3-70b). */
 zoe_status zoe_model_preset(const char *name, zoe_model_config *out);
 int zoe_model_preset_count(void);
 const zoe_model_config *zoe_model_preset_at(int index);
@@ -139,6 +159,9 @@ typedef struct zoe_train_config {
     int save_every;            /* save every N steps (and at the end, and on a stop signal) */
     int keep_last;             /* keep the K newest complete checkpoints; 0 keeps all */
     char resume[ZOE_PATH_MAX]; /* a checkpoint, or a directory of them (its newest) */
+    /* A Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM): its config.json
+     * gives the model shape and its safetensors the initial weights; "" for random ones. */
+    char init_from[ZOE_PATH_MAX];
 } zoe_train_config;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \
@@ -157,8 +180,9 @@ zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **a
                                        int *list_models);
 /* Checks the configuration against the world size: the struct's version, every field's range
  * (the same ranges as the flags, so a hand-filled struct is checked alike), grid and shape
- * divisibility, and the data file when one is named (a trainer with its own batches names
- * none); the message names the first problem. Pure: no allocation, no MPI. */
+ * divisibility, the data file when one is named (a trainer with its own batches names none),
+ * and the headers of the --init-from directory's safetensors against the model; the message
+ * names the first problem. No MPI. */
 zoe_status zoe_train_config_validate(const zoe_train_config *cfg, int world_size);
 /* The configuration as a JSON object with the option names as keys (what
  * zoe_train_config_load_json reads back); malloc'ed text, NULL when out of memory. */

@@ -1,7 +1,9 @@
-/* Causal multi-head attention on CUDA, flash-style: no T x T matrix exists anywhere; fp32
- * arithmetic on the CUDA cores. bf16/fp16 storage goes to the tensor cores instead
- * (attention_gemm.cu) wherever the workspace holds a head's T x T scores; this kernel serves
- * fp32 and longer sequences.
+/* Causal multi-head and grouped-query attention on CUDA, flash-style: no T x T matrix exists
+ * anywhere; fp32 arithmetic on the CUDA cores. One set of kernels serves both public layouts
+ * (GPT's interleaved qkv, Llama's q beside kv) through an attn_layout of strided views; query
+ * head h reads KV head h / group. GPT's bf16/fp16 attention goes to the tensor cores instead
+ * (attention_gemm.cu) wherever the workspace holds a head's T x T scores; these kernels serve
+ * fp32, longer sequences and grouped-query attention.
  *
  * Every kernel has the same shape. A 256-thread block owns a tile of 32 rows of one (batch,
  * head) (its "own" rows: queries, or keys in the dk/dv kernel), kept in shared memory as fp32,
@@ -18,8 +20,9 @@
  *  - delta = rowsum(dout * out), one warp per row, into the workspace;
  *  - dq kernel: own = q, dout; partners = k, v; p = exp(s - lse), ds = p (dout.v - delta),
  *    dq += scale sum ds k;
- *  - dk/dv kernel: own = k, v; partners = q, dout (with their lse, delta);
- *    dv += sum p dout, dk += scale sum ds q.
+ *  - dk/dv kernel, one block per KV head's key tile: own = k, v; partners = q, dout (with
+ *    their lse, delta) of every query head of the group in turn; dv += sum p dout,
+ *    dk += scale sum ds q.
  * P is recomputed in both backward kernels rather than shared through atomics. */
 #include <type_traits>
 #include "kernels/cuda/cuda_util.cuh"
@@ -31,17 +34,33 @@ enum {
     MAX_HEAD_DIM = 256,  /* 8 dims per lane */
 };
 
-/* One head's [T, HS] slice of a [B, T, NH, parts, HS] tensor: row t starts at base + t * ld. */
+/* Where the operands are: q of query head h at q + (b T + t) q_ld + h q_hs, k and v of KV head
+ * g at kv + (b T + t) kv_ld + g kv_hs (+ k_off or v_off); out and dout [B, T, NH, HS]. The
+ * gradients dq and dkv share q's and kv's layouts. */
+struct attn_layout {
+    int64_t seq;
+    int NH, group, HS;
+    int64_t q_ld, q_hs, kv_ld, kv_hs, k_off, v_off;
+};
+
+/* One head's [T, HS] rows in a tensor: row t starts at base + t * ld. */
 template <typename T> struct head_rows {
     T *base;
     int64_t ld;
 };
 
 template <typename T>
-static __device__ __forceinline__ head_rows<T> head_slice(T *t, int parts, int part, int64_t seq,
-                                                          int NH, int HS) {
-    const int64_t b = blockIdx.z, h = blockIdx.y;
-    return {t + ((b * seq * NH + h) * parts + part) * HS, (int64_t)NH * parts * HS};
+static __device__ __forceinline__ head_rows<T> q_rows(T *q, const attn_layout &L, int64_t h) {
+    return {q + (int64_t)blockIdx.z * L.seq * L.q_ld + h * L.q_hs, L.q_ld};
+}
+template <typename T>
+static __device__ __forceinline__ head_rows<T> kv_rows(T *kv, const attn_layout &L, int64_t g,
+                                                       int64_t off) {
+    return {kv + (int64_t)blockIdx.z * L.seq * L.kv_ld + g * L.kv_hs + off, L.kv_ld};
+}
+template <typename T>
+static __device__ __forceinline__ head_rows<T> out_rows(T *o, const attn_layout &L, int64_t h) {
+    return {o + ((int64_t)blockIdx.z * L.seq * L.NH + h) * L.HS, (int64_t)L.NH * L.HS};
 }
 
 /* dst[j * ldd + d] = rows[t0 + j][d] as fp32 for j < TILE, d < HS; zeros past the sequence.
@@ -126,16 +145,18 @@ static __device__ __forceinline__ int64_t tile_longest_first(int64_t tiles, bool
 
 template <typename T, int DPL>
 __global__ void __launch_bounds__(WARPS * 32)
-    attention_forward_kernel(T *out, float *lse, const T *qkv, int64_t seq, int NH, int HS,
+    attention_forward_kernel(T *out, float *lse, const T *qb, const T *kvb, attn_layout L,
                              float scale) {
     extern __shared__ float smem[];
+    const int HS = L.HS;
+    const int64_t seq = L.seq, h = blockIdx.y, g = h / L.group;
     const int ldt = HS + 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *own = smem, *kt = own + TILE * HS, *vt = kt + TILE * ldt;
     const int64_t tiles = (seq + TILE - 1) / TILE, qtile = tile_longest_first(tiles, true);
     const int64_t q0 = qtile * TILE, q_first = q0 + warp * ROWS;
-    const head_rows<const T> q = head_slice(qkv, 3, 0, seq, NH, HS);
-    const head_rows<const T> k = head_slice(qkv, 3, 1, seq, NH, HS);
-    const head_rows<const T> v = head_slice(qkv, 3, 2, seq, NH, HS);
+    const head_rows<const T> q = q_rows(qb, L, h);
+    const head_rows<const T> k = kv_rows(kvb, L, g, L.k_off);
+    const head_rows<const T> v = kv_rows(kvb, L, g, L.v_off);
     load_tile(own, HS, q, q0, seq, HS);
     float acc[ROWS][DPL], m[ROWS], l[ROWS];
     zero(acc);
@@ -165,7 +186,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
         lane_accumulate(acc, s, vt, ldt, HS);
     }
-    const head_rows<T> o = head_slice(out, 1, 0, seq, NH, HS);
+    const head_rows<T> o = out_rows(out, L, h);
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         const int64_t qi = q_first + r;
@@ -173,7 +194,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         const float inv = 1.0f / l[r];
 #pragma unroll
         for (int i = 0; i < DPL; i++) acc[r][i] *= inv;
-        if (lane == 0) lse[((int64_t)blockIdx.z * NH + blockIdx.y) * seq + qi] = m[r] + logf(l[r]);
+        if (lane == 0) lse[((int64_t)blockIdx.z * L.NH + h) * seq + qi] = m[r] + logf(l[r]);
     }
     store_rows(o, acc, q_first, seq, HS, 1.0f, false);
 }
@@ -195,19 +216,21 @@ __global__ void attention_delta_kernel(float *delta, const T *dout, const T *out
     if (lane == 0) delta[(b * NH + h) * seq + t] = s;
 }
 
-/* dq: own rows are queries (q, dout), partners are keys (k, v). */
+/* dq: own rows are queries (q, dout), partners are keys (k, v) of the query head's KV head. */
 template <typename T, int DPL>
 __global__ void __launch_bounds__(WARPS * 32)
-    attention_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta,
-                        int64_t seq, int NH, int HS, float scale) {
+    attention_dq_kernel(T *dq, const T *dout, const T *qb, const T *kvb, const float *lse,
+                        const float *delta, attn_layout L, float scale) {
     extern __shared__ float smem[];
+    const int HS = L.HS;
+    const int64_t seq = L.seq, h = blockIdx.y, g = h / L.group;
     const int ldt = HS + 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *own_q = smem, *own_g = own_q + TILE * HS, *kt = own_g + TILE * HS, *vt = kt + TILE * ldt;
     const int64_t tiles = (seq + TILE - 1) / TILE, qtile = tile_longest_first(tiles, true);
     const int64_t q0 = qtile * TILE, q_first = q0 + warp * ROWS;
-    const int64_t stats = ((int64_t)blockIdx.z * NH + blockIdx.y) * seq;
-    load_tile(own_q, HS, head_slice(qkv, 3, 0, seq, NH, HS), q0, seq, HS);
-    load_tile(own_g, HS, head_slice(dout, 1, 0, seq, NH, HS), q0, seq, HS);
+    const int64_t stats = ((int64_t)blockIdx.z * L.NH + h) * seq;
+    load_tile(own_q, HS, q_rows(qb, L, h), q0, seq, HS);
+    load_tile(own_g, HS, out_rows(dout, L, h), q0, seq, HS);
     float row_lse[ROWS], row_delta[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
@@ -220,8 +243,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     for (int64_t kt_i = 0; kt_i <= qtile; kt_i++) {
         const int64_t k0 = kt_i * TILE;
         __syncthreads();
-        load_tile(kt, ldt, head_slice(qkv, 3, 1, seq, NH, HS), k0, seq, HS);
-        load_tile(vt, ldt, head_slice(qkv, 3, 2, seq, NH, HS), k0, seq, HS);
+        load_tile(kt, ldt, kv_rows(kvb, L, g, L.k_off), k0, seq, HS);
+        load_tile(vt, ldt, kv_rows(kvb, L, g, L.v_off), k0, seq, HS);
         __syncthreads();
         float s[ROWS], dp[ROWS];
         lane_dots(s, own_q + warp * ROWS * HS, kt + lane * ldt, HS);
@@ -234,52 +257,57 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
         lane_accumulate(acc, s, kt, ldt, HS);
     }
-    store_rows(head_slice(dqkv, 3, 0, seq, NH, HS), acc, q_first, seq, HS, scale, true);
+    store_rows(q_rows(dq, L, h), acc, q_first, seq, HS, scale, true);
 }
 
-/* dk, dv: own rows are keys (k, v), partners are queries (q, dout, lse, delta). */
+/* dk, dv: own rows are keys (k, v) of KV head blockIdx.y, partners are the queries (q, dout,
+ * lse, delta) of each query head of its group in turn; the sums cover the whole group. */
 template <typename T, int DPL>
 __global__ void __launch_bounds__(WARPS * 32)
-    attention_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *delta,
-                         int64_t seq, int NH, int HS, float scale) {
+    attention_dkv_kernel(T *dkv, const T *dout, const T *qb, const T *kvb, const float *lse,
+                         const float *delta, attn_layout L, float scale) {
     extern __shared__ float smem[];
+    const int HS = L.HS;
+    const int64_t seq = L.seq, g = blockIdx.y;
     const int ldt = HS + 1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     float *own_k = smem, *own_v = own_k + TILE * HS, *qt = own_v + TILE * HS, *gt = qt + TILE * ldt,
           *tile_lse = gt + TILE * ldt, *tile_delta = tile_lse + TILE;
     const int64_t tiles = (seq + TILE - 1) / TILE, ktile = tile_longest_first(tiles, false);
     const int64_t k0 = ktile * TILE, k_first = k0 + warp * ROWS;
-    const int64_t stats = ((int64_t)blockIdx.z * NH + blockIdx.y) * seq;
-    load_tile(own_k, HS, head_slice(qkv, 3, 1, seq, NH, HS), k0, seq, HS);
-    load_tile(own_v, HS, head_slice(qkv, 3, 2, seq, NH, HS), k0, seq, HS);
+    load_tile(own_k, HS, kv_rows(kvb, L, g, L.k_off), k0, seq, HS);
+    load_tile(own_v, HS, kv_rows(kvb, L, g, L.v_off), k0, seq, HS);
     float dk[ROWS][DPL], dv[ROWS][DPL];
     zero(dk);
     zero(dv);
-    for (int64_t qt_i = ktile; qt_i < tiles; qt_i++) {
-        const int64_t q0 = qt_i * TILE;
-        __syncthreads();
-        load_tile(qt, ldt, head_slice(qkv, 3, 0, seq, NH, HS), q0, seq, HS);
-        load_tile(gt, ldt, head_slice(dout, 1, 0, seq, NH, HS), q0, seq, HS);
-        if (threadIdx.x < TILE) {
-            const int64_t qi = q0 + threadIdx.x;
-            tile_lse[threadIdx.x] = qi < seq ? lse[stats + qi] : 0.0f;
-            tile_delta[threadIdx.x] = qi < seq ? delta[stats + qi] : 0.0f;
-        }
-        __syncthreads();
-        float s[ROWS], dp[ROWS], p[ROWS];
-        lane_dots(s, own_k + warp * ROWS * HS, qt + lane * ldt, HS);
-        lane_dots(dp, own_v + warp * ROWS * HS, gt + lane * ldt, HS);
-        const int64_t qi = q0 + lane;
+    for (int64_t h = g * L.group; h < (g + 1) * L.group; h++) {
+        const int64_t stats = ((int64_t)blockIdx.z * L.NH + h) * seq;
+        for (int64_t qt_i = ktile; qt_i < tiles; qt_i++) {
+            const int64_t q0 = qt_i * TILE;
+            __syncthreads();
+            load_tile(qt, ldt, q_rows(qb, L, h), q0, seq, HS);
+            load_tile(gt, ldt, out_rows(dout, L, h), q0, seq, HS);
+            if (threadIdx.x < TILE) {
+                const int64_t qi = q0 + threadIdx.x;
+                tile_lse[threadIdx.x] = qi < seq ? lse[stats + qi] : 0.0f;
+                tile_delta[threadIdx.x] = qi < seq ? delta[stats + qi] : 0.0f;
+            }
+            __syncthreads();
+            float s[ROWS], dp[ROWS], p[ROWS];
+            lane_dots(s, own_k + warp * ROWS * HS, qt + lane * ldt, HS);
+            lane_dots(dp, own_v + warp * ROWS * HS, gt + lane * ldt, HS);
+            const int64_t qi = q0 + lane;
 #pragma unroll
-        for (int r = 0; r < ROWS; r++) {
-            const int64_t kj = k_first + r;
-            p[r] = kj <= qi && qi < seq ? expf(s[r] * scale - tile_lse[lane]) : 0.0f;
-            s[r] = p[r] * (dp[r] - tile_delta[lane]); /* ds */
+            for (int r = 0; r < ROWS; r++) {
+                const int64_t kj = k_first + r;
+                p[r] = kj <= qi && qi < seq ? expf(s[r] * scale - tile_lse[lane]) : 0.0f;
+                s[r] = p[r] * (dp[r] - tile_delta[lane]); /* ds */
+            }
+            lane_accumulate(dv, p, gt, ldt, HS);
+            lane_accumulate(dk, s, qt, ldt, HS);
         }
-        lane_accumulate(dv, p, gt, ldt, HS);
-        lane_accumulate(dk, s, qt, ldt, HS);
     }
-    store_rows(head_slice(dqkv, 3, 1, seq, NH, HS), dk, k_first, seq, HS, scale, true);
-    store_rows(head_slice(dqkv, 3, 2, seq, NH, HS), dv, k_first, seq, HS, 1.0f, true);
+    store_rows(kv_rows(dkv, L, g, L.k_off), dk, k_first, seq, HS, scale, true);
+    store_rows(kv_rows(dkv, L, g, L.v_off), dv, k_first, seq, HS, 1.0f, true);
 }
 
 /* ---- launch ---- */
@@ -315,23 +343,69 @@ static zoe_status launch_tiles(zoe_cuda_kernels *ck, const char *name, K kernel,
     return zoe_cuda_launched(name);
 }
 
+static attn_layout interleaved_layout(int64_t T, int64_t NH, int64_t HS) {
+    const int64_t ld = NH * 3 * HS;
+    return {T, (int)NH, 1, (int)HS, ld, 3 * HS, ld, 3 * HS, HS, 2 * HS};
+}
+
+static attn_layout grouped_layout(int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+    return {T, (int)NH, (int)(NH / NKV), (int)HS, NH * HS, HS, NKV * 2 * HS, 2 * HS, 0, HS};
+}
+
+static zoe_status forward(zoe_cuda_kernels *ck, const char *op, zoe_dtype dt, void *out, float *lse,
+                          const void *q, const void *kv, int64_t B, const attn_layout &L) {
+    if (B == 0 || L.seq == 0 || L.NH == 0) return ZOE_OK;
+    ZOE_TRY(check_shape(op, B, L.NH, L.HS));
+    const float scale = 1.0f / sqrtf((float)L.HS);
+    const size_t floats = (size_t)TILE * L.HS + 2 * (size_t)TILE * (L.HS + 1);
+    return zoe_cuda_with_dtype(dt, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        return with_dims_per_lane(L.HS, [&](auto dpl) {
+            return launch_tiles(ck, "attention_forward_kernel",
+                                attention_forward_kernel<E, decltype(dpl)::value>, floats, B, L.seq,
+                                L.NH, (E *)out, lse, (const E *)q, (const E *)kv, L, scale);
+        });
+    });
+}
+
+/* dq (when not NULL) over the query heads, then dk/dv (when not NULL) over the KV heads. */
+static zoe_status backward(zoe_cuda_kernels *ck, const char *op, zoe_dtype dt, void *dq, void *dkv,
+                           const void *dout, const void *q, const void *kv, const void *out,
+                           const float *lse, int64_t B, const attn_layout &L) {
+    if ((!dq && !dkv) || B == 0 || L.seq == 0 || L.NH == 0) return ZOE_OK;
+    ZOE_TRY(check_shape(op, B, L.NH, L.HS));
+    const float scale = 1.0f / sqrtf((float)L.HS);
+    const int64_t rows = B * L.seq * L.NH, NKV = L.NH / L.group;
+    const size_t floats = 2 * (size_t)TILE * L.HS + 2 * (size_t)TILE * (L.HS + 1) + 2 * TILE;
+    float *delta = ck->attn_delta;
+    return zoe_cuda_with_dtype(dt, [&](auto tag) {
+        using E = typename decltype(tag)::type;
+        attention_delta_kernel<E>
+            <<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, ck->stream>>>(
+                delta, (const E *)dout, (const E *)out, rows, L.seq, L.NH, L.HS);
+        ZOE_TRY(zoe_cuda_launched("attention_delta_kernel"));
+        return with_dims_per_lane(L.HS, [&](auto dpl) {
+            constexpr int DPL = decltype(dpl)::value;
+            if (dq)
+                ZOE_TRY(launch_tiles(ck, "attention_dq_kernel", attention_dq_kernel<E, DPL>, floats,
+                                     B, L.seq, L.NH, (E *)dq, (const E *)dout, (const E *)q,
+                                     (const E *)kv, lse, (const float *)delta, L, scale));
+            if (!dkv) return ZOE_OK;
+            return launch_tiles(ck, "attention_dkv_kernel", attention_dkv_kernel<E, DPL>, floats, B,
+                                L.seq, NKV, (E *)dkv, (const E *)dout, (const E *)q, (const E *)kv,
+                                lse, (const float *)delta, L, scale);
+        });
+    });
+}
+
 extern "C" zoe_status zoe_cuda_attention_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out,
                                                  float *lse, const void *qkv, int64_t B, int64_t T,
                                                  int64_t NH, int64_t HS) {
     if (B == 0 || T == 0 || NH == 0) return ZOE_OK;
     if (dt != ZOE_F32 && ck->attn_gemm_heads > 0)
         return zoe_cuda_attention_gemm_forward(ck, dt, out, lse, qkv, B, T, NH, HS);
-    ZOE_TRY(check_shape("zoe_attention_forward", B, NH, HS));
-    const float scale = 1.0f / sqrtf((float)HS);
-    const size_t floats = (size_t)TILE * HS + 2 * (size_t)TILE * (HS + 1);
-    return zoe_cuda_with_dtype(dt, [&](auto tag) {
-        using E = typename decltype(tag)::type;
-        return with_dims_per_lane(HS, [&](auto dpl) {
-            return launch_tiles(ck, "attention_forward_kernel",
-                                attention_forward_kernel<E, decltype(dpl)::value>, floats, B, T, NH,
-                                (E *)out, lse, (const E *)qkv, T, (int)NH, (int)HS, scale);
-        });
-    });
+    return forward(ck, "zoe_attention_forward", dt, out, lse, qkv, qkv, B,
+                   interleaved_layout(T, NH, HS));
 }
 
 extern "C" zoe_status zoe_cuda_attention_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dqkv,
@@ -339,29 +413,36 @@ extern "C" zoe_status zoe_cuda_attention_backward(zoe_cuda_kernels *ck, zoe_dtyp
                                                   const void *out, const float *lse, int64_t B,
                                                   int64_t T, int64_t NH, int64_t HS) {
     if (!dqkv || B == 0 || T == 0 || NH == 0) return ZOE_OK;
-    const bool gemm = dt != ZOE_F32 && ck->attn_gemm_heads > 0;
-    if (!gemm) ZOE_TRY(check_shape("zoe_attention_backward", B, NH, HS));
-    const float scale = 1.0f / sqrtf((float)HS);
-    const int64_t rows = B * T * NH;
-    const size_t floats = 2 * (size_t)TILE * HS + 2 * (size_t)TILE * (HS + 1) + 2 * TILE;
-    float *delta = ck->attn_delta;
-    return zoe_cuda_with_dtype(dt, [&](auto tag) {
-        using E = typename decltype(tag)::type;
-        attention_delta_kernel<E>
-            <<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, ck->stream>>>(
-                delta, (const E *)dout, (const E *)out, rows, T, (int)NH, (int)HS);
-        ZOE_TRY(zoe_cuda_launched("attention_delta_kernel"));
-        if (gemm)
+    if (dt != ZOE_F32 && ck->attn_gemm_heads > 0) {
+        const int64_t rows = B * T * NH;
+        float *delta = ck->attn_delta;
+        return zoe_cuda_with_dtype(dt, [&](auto tag) {
+            using E = typename decltype(tag)::type;
+            attention_delta_kernel<E>
+                <<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, ck->stream>>>(
+                    delta, (const E *)dout, (const E *)out, rows, T, (int)NH, (int)HS);
+            ZOE_TRY(zoe_cuda_launched("attention_delta_kernel"));
             return zoe_cuda_attention_gemm_backward(ck, dt, dqkv, dout, qkv, lse, delta, B, T, NH,
                                                     HS);
-        return with_dims_per_lane(HS, [&](auto dpl) {
-            constexpr int DPL = decltype(dpl)::value;
-            ZOE_TRY(launch_tiles(ck, "attention_dq_kernel", attention_dq_kernel<E, DPL>, floats, B,
-                                 T, NH, (E *)dqkv, (const E *)dout, (const E *)qkv, lse,
-                                 (const float *)delta, T, (int)NH, (int)HS, scale));
-            return launch_tiles(ck, "attention_dkv_kernel", attention_dkv_kernel<E, DPL>, floats, B,
-                                T, NH, (E *)dqkv, (const E *)dout, (const E *)qkv, lse,
-                                (const float *)delta, T, (int)NH, (int)HS, scale);
         });
-    });
+    }
+    return backward(ck, "zoe_attention_backward", dt, dqkv, dqkv, dout, qkv, qkv, out, lse, B,
+                    interleaved_layout(T, NH, HS));
+}
+
+extern "C" zoe_status zoe_cuda_attention_gqa_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out,
+                                                     float *lse, const void *q, const void *kv,
+                                                     int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                                     int64_t HS) {
+    return forward(ck, "zoe_attention_gqa_forward", dt, out, lse, q, kv, B,
+                   grouped_layout(T, NH, NKV, HS));
+}
+
+extern "C" zoe_status zoe_cuda_attention_gqa_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dq,
+                                                      void *dkv, const void *dout, const void *q,
+                                                      const void *kv, const void *out,
+                                                      const float *lse, int64_t B, int64_t T,
+                                                      int64_t NH, int64_t NKV, int64_t HS) {
+    return backward(ck, "zoe_attention_gqa_backward", dt, dq, dkv, dout, q, kv, out, lse, B,
+                    grouped_layout(T, NH, NKV, HS));
 }

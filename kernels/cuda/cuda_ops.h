@@ -48,6 +48,33 @@ zoe_status zoe_cuda_attention_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void 
                                        const float *lse, int64_t B, int64_t T, int64_t NH,
                                        int64_t HS);
 
+zoe_status zoe_cuda_attention_gqa_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out, float *lse,
+                                          const void *q, const void *kv, int64_t B, int64_t T,
+                                          int64_t NH, int64_t NKV, int64_t HS);
+zoe_status zoe_cuda_attention_gqa_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dq, void *dkv,
+                                           const void *dout, const void *q, const void *kv,
+                                           const void *out, const float *lse, int64_t B, int64_t T,
+                                           int64_t NH, int64_t NKV, int64_t HS);
+
+zoe_status zoe_cuda_rmsnorm_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, float *rstd,
+                                    const void *x, const void *gamma, int64_t rows, int64_t C,
+                                    float eps);
+zoe_status zoe_cuda_rmsnorm_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dx, void *dgamma,
+                                     const void *dy, const void *x, const void *gamma,
+                                     const float *rstd, int64_t rows, int64_t C);
+
+zoe_status zoe_cuda_rope_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *x, const float *inv_freq,
+                                 int64_t B, int64_t T, int64_t heads, int64_t HS,
+                                 int64_t head_stride, int64_t row_stride);
+zoe_status zoe_cuda_rope_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dx,
+                                  const float *inv_freq, int64_t B, int64_t T, int64_t heads,
+                                  int64_t HS, int64_t head_stride, int64_t row_stride);
+
+zoe_status zoe_cuda_swiglu_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *gu,
+                                   int64_t rows, int64_t F);
+zoe_status zoe_cuda_swiglu_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dgu, const void *dy,
+                                    const void *gu, int64_t rows, int64_t F);
+
 zoe_status zoe_cuda_residual_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *a,
                                      const void *b, int64_t n);
 zoe_status zoe_cuda_add(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *x, int64_t n);

@@ -124,3 +124,15 @@ void kt_check_fd(test_rng *rng, kt_scalar_fn f, void *ctx, double *x, const doub
         }
     }
 }
+
+double kt_max_abs(const double *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+double *kt_const_tol(size_t n, double v) {
+    double *t = kt_vec(n);
+    for (size_t i = 0; i < n; i++) t[i] = v;
+    return t;
+}

@@ -37,6 +37,10 @@ void kt_from_storage(double *out, const void *buf, zoe_dtype dt, size_t n);
 /* float64 copy of a storage buffer (freed with free()). */
 double *kt_read(const void *buf, zoe_dtype dt, size_t n);
 
+/* The largest |x[i]|, and a calloc'd vector of n copies of v (a uniform tolerance). */
+double kt_max_abs(const double *x, size_t n);
+double *kt_const_tol(size_t n, double v);
+
 /* |got - want| <= abs_tol[i] (NULL: 0) + rel * |want| for every i; NaN fails. Prints the worst
  * element on failure. */
 int kt_check(const double *got, const double *want, const double *abs_tol, double rel, size_t n,

@@ -105,15 +105,10 @@ static double loss_fn(void *ctx) {
     return sum;
 }
 
-static double max_abs(const double *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-
 /* abs_tol = 4 (HS + T + 4) u32 max|x| for every element. */
 static double *normwise_tol(att_shape s, const double *x, size_t n) {
-    double *t = kt_vec(n), v = 4.0 * (double)(s.HS + s.T + 4) * KT_U32 * fmax(max_abs(x, n), 1.0);
+    double *t = kt_vec(n),
+           v = 4.0 * (double)(s.HS + s.T + 4) * KT_U32 * fmax(kt_max_abs(x, n), 1.0);
     for (size_t i = 0; i < n; i++) t[i] = v;
     return t;
 }

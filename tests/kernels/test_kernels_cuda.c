@@ -1,5 +1,6 @@
 /* GPU: every op of the CUDA backend against the CPU backend on the same random inputs, in fp32,
- * bf16 and fp16 storage. Skipped (exit 77) without a GPU.
+ * bf16 and fp16 storage (the Llama ops too: RMSNorm, RoPE, SwiGLU, grouped-query attention).
+ * Skipped (exit 77) without a GPU.
  *
  * The CPU backend has no fp16, so an fp16 case feeds the CPU the same fp16-rounded values in
  * fp32 storage and compares the GPU's fp16 result with the CPU's fp32 one. Each backward and
@@ -378,6 +379,97 @@ static void test_attention(env *e, test_rng *rng, zoe_dtype dt, int64_t B, int64
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) t_free(e, all[i]);
 }
 
+/* Grouped-query attention (q beside kv), NKV < NH. */
+static void test_gqa(env *e, test_rng *rng, zoe_dtype dt, int64_t B, int64_t T, int64_t NH,
+                     int64_t NKV, int64_t HS) {
+    const zoe_dtype ct = cpu_dtype(dt);
+    const size_t n_q = (size_t)(B * T * NH * HS), n_kv = (size_t)(B * T * NKV * 2 * HS);
+    const size_t n_lse = (size_t)(B * NH * T);
+    char what[112];
+    snprintf(what, sizeof what, "gqa B=%lld T=%lld NH=%lld NKV=%lld HS=%lld", (long long)B,
+             (long long)T, (long long)NH, (long long)NKV, (long long)HS);
+    tensor q = t_random(e, rng, dt, n_q, -2, 2), kv = t_random(e, rng, dt, n_kv, -2, 2);
+    tensor out = t_poisoned(e, dt, n_q), lse = t_poisoned(e, ZOE_F32, n_lse);
+    CHECK_OK(
+        zoe_attention_gqa_forward(e->cpu, ct, out.cpu, lse.cpu, q.cpu, kv.cpu, B, T, NH, NKV, HS));
+    CHECK_OK(
+        zoe_attention_gqa_forward(e->gpu, dt, out.gpu, lse.gpu, q.gpu, kv.gpu, B, T, NH, NKV, HS));
+    compare(e, &out, REDUCTION, what);
+    compare(e, &lse, REDUCTION, what);
+    tensor out2 = t_copy_cpu(e, &out, dt), lse2 = t_copy_cpu(e, &lse, ZOE_F32);
+    tensor dout = t_random(e, rng, dt, n_q, -1, 1), dq = t_random(e, rng, dt, n_q, -1, 1);
+    tensor dkv = t_random(e, rng, dt, n_kv, -1, 1);
+    CHECK_OK(zoe_attention_gqa_backward(e->cpu, ct, dq.cpu, dkv.cpu, dout.cpu, q.cpu, kv.cpu,
+                                        out2.cpu, lse2.cpu, B, T, NH, NKV, HS));
+    CHECK_OK(zoe_attention_gqa_backward(e->gpu, dt, dq.gpu, dkv.gpu, dout.gpu, q.gpu, kv.gpu,
+                                        out2.gpu, lse2.gpu, B, T, NH, NKV, HS));
+    compare(e, &dq, REDUCTION, what);
+    compare(e, &dkv, REDUCTION, what);
+    tensor *all[] = {&q, &kv, &out, &lse, &out2, &lse2, &dout, &dq, &dkv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) t_free(e, all[i]);
+}
+
+static void test_rmsnorm(env *e, test_rng *rng, zoe_dtype dt, int64_t rows, int64_t C) {
+    const zoe_dtype ct = cpu_dtype(dt);
+    tensor x = t_random(e, rng, dt, (size_t)(rows * C), -2, 3);
+    tensor g = t_random(e, rng, dt, (size_t)C, 0.5, 1.5), y = t_poisoned(e, dt, (size_t)(rows * C));
+    tensor rstd = t_poisoned(e, ZOE_F32, (size_t)rows);
+    CHECK_OK(zoe_rmsnorm_forward(e->cpu, ct, y.cpu, rstd.cpu, x.cpu, g.cpu, rows, C, 1e-6f));
+    CHECK_OK(zoe_rmsnorm_forward(e->gpu, dt, y.gpu, rstd.gpu, x.gpu, g.gpu, rows, C, 1e-6f));
+    compare(e, &y, REDUCTION, "rmsnorm_forward y");
+    compare(e, &rstd, ELEMENTWISE, "rmsnorm_forward rstd");
+    tensor r2 = t_copy_cpu(e, &rstd, ZOE_F32), dy = t_random(e, rng, dt, (size_t)(rows * C), -1, 1);
+    tensor dx = t_random(e, rng, dt, (size_t)(rows * C), -1, 1);
+    tensor dg = t_random(e, rng, dt, (size_t)C, -1, 1);
+    CHECK_OK(
+        zoe_rmsnorm_backward(e->cpu, ct, dx.cpu, dg.cpu, dy.cpu, x.cpu, g.cpu, r2.cpu, rows, C));
+    CHECK_OK(
+        zoe_rmsnorm_backward(e->gpu, dt, dx.gpu, dg.gpu, dy.gpu, x.gpu, g.gpu, r2.gpu, rows, C));
+    compare(e, &dx, REDUCTION, "rmsnorm_backward dx");
+    compare(e, &dg, REDUCTION, "rmsnorm_backward dgamma");
+    tensor *all[] = {&x, &g, &y, &rstd, &r2, &dy, &dx, &dg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) t_free(e, all[i]);
+}
+
+/* RoPE over strided heads (k halves of a kv buffer), forward and backward in place. */
+static void test_rope(env *e, test_rng *rng, zoe_dtype dt, int64_t B, int64_t T, int64_t heads,
+                      int64_t HS) {
+    const zoe_dtype ct = cpu_dtype(dt);
+    const int64_t head_stride = 2 * HS, row_stride = heads * 2 * HS;
+    const size_t n = (size_t)(B * T * row_stride);
+    double *f = kt_vec((size_t)HS / 2);
+    for (int64_t i = 0; i < HS / 2; i++) f[i] = pow(10000.0, -2.0 * (double)i / (double)HS);
+    tensor inv_freq = t_from(e, ZOE_F32, f, (size_t)HS / 2);
+    tensor x = t_random(e, rng, dt, n, -2, 2), dx = t_random(e, rng, dt, n, -1, 1);
+    CHECK_OK(zoe_rope_forward(e->cpu, ct, x.cpu, inv_freq.cpu, B, T, heads, HS, head_stride,
+                              row_stride));
+    CHECK_OK(zoe_rope_forward(e->gpu, dt, x.gpu, inv_freq.gpu, B, T, heads, HS, head_stride,
+                              row_stride));
+    compare(e, &x, ELEMENTWISE, "rope_forward");
+    CHECK_OK(zoe_rope_backward(e->cpu, ct, dx.cpu, inv_freq.cpu, B, T, heads, HS, head_stride,
+                               row_stride));
+    CHECK_OK(zoe_rope_backward(e->gpu, dt, dx.gpu, inv_freq.gpu, B, T, heads, HS, head_stride,
+                               row_stride));
+    compare(e, &dx, ELEMENTWISE, "rope_backward");
+    tensor *all[] = {&inv_freq, &x, &dx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) t_free(e, all[i]);
+}
+
+static void test_swiglu(env *e, test_rng *rng, zoe_dtype dt, int64_t rows, int64_t F) {
+    const zoe_dtype ct = cpu_dtype(dt);
+    const size_t n = (size_t)(rows * F);
+    tensor gu = t_random(e, rng, dt, 2 * n, -6, 6), y = t_poisoned(e, dt, n);
+    tensor dy = t_random(e, rng, dt, n, -1, 1), dgu = t_random(e, rng, dt, 2 * n, -1, 1);
+    CHECK_OK(zoe_swiglu_forward(e->cpu, ct, y.cpu, gu.cpu, rows, F));
+    CHECK_OK(zoe_swiglu_forward(e->gpu, dt, y.gpu, gu.gpu, rows, F));
+    compare(e, &y, ELEMENTWISE, "swiglu_forward");
+    CHECK_OK(zoe_swiglu_backward(e->cpu, ct, dgu.cpu, dy.cpu, gu.cpu, rows, F));
+    CHECK_OK(zoe_swiglu_backward(e->gpu, dt, dgu.gpu, dy.gpu, gu.gpu, rows, F));
+    compare(e, &dgu, ELEMENTWISE, "swiglu_backward");
+    tensor *all[] = {&gu, &y, &dy, &dgu};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) t_free(e, all[i]);
+}
+
 static void test_embedding(env *e, test_rng *rng, zoe_dtype dt, int64_t B, int64_t T, int64_t C) {
     const zoe_dtype ct = cpu_dtype(dt);
     const int64_t vocab_start = 5, vocab_rows = 40, n = B * T;
@@ -516,6 +608,14 @@ int main(int argc, char **argv) {
         test_attention(&e, &rng, dt, 3, 5, 4, 16);
         test_dropout(&e, &rng, dt, 40001, 0.1f);
         test_dropout(&e, &rng, dt, 7, 0.5f);
+        test_gqa(&e, &rng, dt, 2, 77, 4, 2, 64);
+        test_gqa(&e, &rng, dt, 1, 40, 4, 1, 128);
+        test_gqa(&e, &rng, dt, 3, 33, 3, 3, 16);
+        test_rmsnorm(&e, &rng, dt, 200, 256);
+        test_rmsnorm(&e, &rng, dt, 37, 77);
+        test_rope(&e, &rng, dt, 2, 37, 3, 64);
+        test_rope(&e, &rng, dt, 1, 100, 2, 128);
+        test_swiglu(&e, &rng, dt, 37, 301);
         test_embedding(&e, &rng, dt, 3, 17, 64);
         test_embedding(&e, &rng, dt, 2, 9, 50);
         test_xent(&e, &rng, dt, 23, 1000, 997);

@@ -11,18 +11,6 @@
 #include <stdlib.h>
 #include "kernel_test.h"
 
-static double max_abs(const double *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-
-static double *const_tol(size_t n, double v) {
-    double *t = kt_vec(n);
-    for (size_t i = 0; i < n; i++) t[i] = v;
-    return t;
-}
-
 /* ---- LayerNorm ---- */
 
 static void ln_ref_forward(double *y, double *mean, double *rstd, const double *x, const double *g,
@@ -96,12 +84,12 @@ static void layernorm_case(kt_env *env, test_rng *rng, zoe_dtype dt, int64_t row
     ln_ref_forward(y, m, rs, x, g, b, rows, C);
     CHECK_OK(zoe_layernorm_forward(env->k, dt, ys, mean, rstd, xs, gs, bs, rows, C));
     const double slack = 4.0 * (double)(C + 8) * KT_U32;
-    double *tol = const_tol(n, slack * fmax(max_abs(y, n), 1.0));
+    double *tol = kt_const_tol(n, slack * fmax(kt_max_abs(y, n), 1.0));
     kt_check_storage(ys, dt, y, tol, kt_unit(dt), n, what);
     free(tol);
     double *got = kt_vec((size_t)rows);
     for (int64_t r = 0; r < rows; r++) got[r] = mean[r];
-    tol = const_tol((size_t)rows, slack * max_abs(x, n));
+    tol = kt_const_tol((size_t)rows, slack * kt_max_abs(x, n));
     kt_check(got, m, tol, 0, (size_t)rows, "layernorm mean");
     for (int64_t r = 0; r < rows; r++) got[r] = rstd[r];
     kt_check(got, rs, NULL, slack, (size_t)rows, "layernorm rstd");
@@ -117,11 +105,12 @@ static void layernorm_case(kt_env *env, test_rng *rng, zoe_dtype dt, int64_t row
     CHECK_OK(zoe_layernorm_backward(env->k, dt, dxs, dgs, dbs, dys, xs, gs, mean, rstd, rows, C));
     for (size_t i = 0; i < n; i++) dx[i] += gx[i];
     for (int64_t i = 0; i < C; i++) dg[i] += gg[i], db[i] += gb[i];
-    tol = const_tol(n, slack * fmax(max_abs(gx, n), 1.0));
+    tol = kt_const_tol(n, slack * fmax(kt_max_abs(gx, n), 1.0));
     kt_check_storage(dxs, dt, dx, tol, kt_unit(dt), n, "layernorm dx");
     free(tol);
     const double pslack = 4.0 * (double)(rows + C + 8) * KT_U32;
-    tol = const_tol((size_t)C, pslack * fmax(max_abs(gg, (size_t)C), 1.0) * sqrt((double)rows));
+    tol =
+        kt_const_tol((size_t)C, pslack * fmax(kt_max_abs(gg, (size_t)C), 1.0) * sqrt((double)rows));
     kt_check_storage(dgs, dt, dg, tol, kt_unit(dt), (size_t)C, "layernorm dgamma");
     kt_check_storage(dbs, dt, db, tol, kt_unit(dt), (size_t)C, "layernorm dbeta");
     free(tol);
@@ -130,7 +119,7 @@ static void layernorm_case(kt_env *env, test_rng *rng, zoe_dtype dt, int64_t row
     double *zero = kt_vec(n);
     void *dxz = kt_to_storage(dt, zero, n);
     CHECK_OK(zoe_layernorm_backward(env->k, dt, dxz, NULL, NULL, dys, xs, gs, mean, rstd, rows, C));
-    tol = const_tol(n, slack * fmax(max_abs(gx, n), 1.0));
+    tol = kt_const_tol(n, slack * fmax(kt_max_abs(gx, n), 1.0));
     kt_check_storage(dxz, dt, gx, tol, kt_unit(dt), n, "layernorm dx only");
     free(tol), free(zero), free(dxz);
 

@@ -1,6 +1,8 @@
-/* TP-invariant initialisation: every parameter of a 2-layer GPT (models/gpt.h) built at TP =
- * world size, gathered to global layout, equals the TP = 1 model's (built on this rank over
- * MPI_COMM_SELF) bit for bit, in fp32 and bf16. Also: the values are the Philox draws of their
+/* TP-invariant initialisation: every parameter of a 2-layer GPT and Llama (models/gpt.h; the
+ * Llama with 4 query heads over 2 KV heads, so at TP=4 each KV head is replicated on 2 ranks)
+ * built at TP = world size, gathered to global layout, equals the TP = 1 model's (built on this
+ * rank over MPI_COMM_SELF) bit for bit, in fp32 and bf16; every replica of a KV block holds the
+ * same bits. Also: the values are the Philox draws of their
  * global index, the normals have the requested deviation, LayerNorms start at ones and zeros. */
 #include <math.h>
 #include <stdlib.h>
@@ -17,8 +19,14 @@ static zoe_gpt_config config(zoe_dtype dt) {
         .seed = 2024};
 }
 
-static void compare(zoe_dtype dt) {
+static void compare(zoe_dtype dt, zoe_model_family family) {
     zoe_gpt_config cfg = config(dt);
+    if (family == ZOE_MODEL_LLAMA) {
+        cfg.shape.family = ZOE_MODEL_LLAMA;
+        cfg.shape.kv_heads = 2;
+        cfg.shape.ffn = 96;
+        cfg.shape.tie_embeddings = 0;
+    }
     stack *ref = NULL, *par = NULL;
     if (!CHECK_OK(stack_create(&cfg, MPI_COMM_SELF, &ref)) ||
         !CHECK_OK(stack_create(&cfg, MPI_COMM_WORLD, &par)))
@@ -32,6 +40,19 @@ static void compare(zoe_dtype dt) {
         CHECK_OK(stack_param_global(ref, i, false, b));
         CHECK(memcmp(a, b, n * sizeof(double)) == 0, "%s %s: TP=%d init differs from TP=1", p->name,
               zoe_dtype_name(dt), par->tp->size);
+        /* this rank's shard is its slice of the global tensor (for a replicated KV block too) */
+        size_t bytes = (size_t)p->local_numel * zoe_dtype_size(dt);
+        char *raw = malloc(bytes);
+        CHECK_OK(zoe_memcpy_async(raw, p->data, bytes, ZOE_COPY_DEVICE_TO_HOST, par->stream));
+        CHECK_OK(zoe_stream_synchronize(par->stream));
+        size_t bad = 0;
+        for (int64_t r = 0; r < p->local_shape[0]; r++)
+            for (int64_t c = 0; c < p->local_shape[1]; c++)
+                bad += stack_load(dt, raw, (size_t)(r * p->local_shape[1] + c)) !=
+                       a[(p->local_offset[0] + r) * p->global_shape[1] + p->local_offset[1] + c];
+        CHECK(bad == 0, "%s: %zu elements of the local shard are not their global values", p->name,
+              bad);
+        free(raw);
         if (p->init == ZOE_TP_INIT_NORMAL && dt == ZOE_F32) {
             /* element (i, j) is draw i * cols + j of the name's stream */
             size_t probe = n - 3;
@@ -61,7 +82,9 @@ done:
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
-    compare(ZOE_F32);
-    compare(ZOE_BF16);
+    compare(ZOE_F32, ZOE_MODEL_GPT);
+    compare(ZOE_BF16, ZOE_MODEL_GPT);
+    compare(ZOE_F32, ZOE_MODEL_LLAMA);
+    compare(ZOE_BF16, ZOE_MODEL_LLAMA);
     return test_finish("test_tp_init");
 }

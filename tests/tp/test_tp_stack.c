@@ -1,8 +1,11 @@
-/* The GPT of models/gpt.h (vocab-parallel embedding, 2 transformer blocks, final LayerNorm,
- * tied LM head, vocab-parallel cross-entropy) at TP = world size against the same stack at TP = 1
- * on this rank (MPI_COMM_SELF), and at 4 ranks also TP = 2 x DP = 2: loss, logits and every
- * gradient in global layout; after SGD steps the replicated parameters are bit-identical across TP
- * ranks; each layer's traffic equals the formula.
+/* The model of models/gpt.h (vocab-parallel embedding, 2 blocks, final norm, LM head,
+ * vocab-parallel cross-entropy), GPT and Llama, at TP = world size against the same stack at
+ * TP = 1 on this rank (MPI_COMM_SELF), and at 4 ranks also TP = 2 x DP = 2: loss, logits and
+ * every gradient in global layout; after SGD steps the replicated parameters are bit-identical
+ * across TP ranks, and so are the KV heads replicated over ranks; each layer's traffic equals the
+ * formula. The Llama shapes: 4 query heads over 2 KV heads (at TP=4 each KV head is replicated
+ * on 2 ranks; at TP=2 split) with an untied head and Llama 3 RoPE scaling, and 4 over 1 KV head
+ * (replicated on every rank at TP=2 and 4) with a tied head.
  *
  * Tolerances, relative to the largest magnitude of the reference tensor (|got - want| <=
  * tol * max|want| + tol * |want|): the two runs differ only in the order of sums (the split
@@ -31,6 +34,22 @@ static zoe_gpt_config config(zoe_dtype dt, float dropout) {
                             .pad_multiple = 128,
                             .dtype = dt,
                             .seed = 77};
+}
+
+static zoe_gpt_config llama_config(zoe_dtype dt, int kv_heads, int tied) {
+    zoe_gpt_config c = config(dt, 0.0f);
+    c.shape.family = ZOE_MODEL_LLAMA;
+    c.shape.kv_heads = kv_heads;
+    c.shape.ffn = 96;
+    c.shape.rope_theta = 10000.0f;
+    c.shape.norm_eps = 1e-6f;
+    c.shape.tie_embeddings = tied;
+    if (!tied)
+        c.shape.rope_scaling = (zoe_rope_scaling){.factor = 8.0f,
+                                                  .low_freq_factor = 1.0f,
+                                                  .high_freq_factor = 4.0f,
+                                                  .original_max_position = 8};
+    return c;
 }
 
 static double tol_of(zoe_dtype dt) {
@@ -83,7 +102,7 @@ static void compare_params(stack *par, stack *ref, bool of_grad, double tol, con
         CHECK_OK(stack_param_global(ref, i, of_grad, b));
         char what[192];
         snprintf(what, sizeof what, "%s %s %s", tag, p->name, of_grad ? "grad" : "weight");
-        if (of_grad && strcmp(p->name, "wte") == 0) {
+        if (of_grad && (strcmp(p->name, "wte") == 0 || strcmp(p->name, "lm_head.weight") == 0)) {
             /* padding rows [vocab, padded) never receive gradient */
             size_t pad0 = (size_t)par->cfg.shape.vocab * (size_t)par->cfg.shape.hidden, bad = 0;
             for (size_t j = pad0; j < n; j++) bad += a[j] != 0 || b[j] != 0;
@@ -101,12 +120,15 @@ static void check_traffic(stack *s) {
     uint64_t act = t > 1 ? (uint64_t)(N * s->cfg.shape.hidden) * zoe_dtype_size(dt) : 0;
     for (int l = 0; l < s->cfg.shape.layers; l++) {
         const zoe_tp_block *blk = zoe_gpt_block(s->gpt, l);
-        uint64_t f = zoe_tp_block_comm_bytes_formula(blk, B, T, dt, t);
+        const zoe_tp_llama_block *lblk = zoe_gpt_llama_block(s->gpt, l);
+        /* Llama: the same 2 all-reduces each way over TP (the KV replicas' sum runs on their
+         * own communicator) */
+        uint64_t f = blk ? zoe_tp_block_comm_bytes_formula(blk, B, T, dt, t) : 2 * act;
+        const zoe_tp_traffic tr = blk ? blk->traffic : lblk->traffic;
         CHECK(f == 2 * act, "formula %llu, want 2 all-reduces of %llu", (unsigned long long)f,
               (unsigned long long)act);
-        CHECK(blk->traffic.forward == f && blk->traffic.backward == f,
-              "layer %d traffic %llu/%llu bytes, formula %llu", l,
-              (unsigned long long)blk->traffic.forward, (unsigned long long)blk->traffic.backward,
+        CHECK(tr.forward == f && tr.backward == f, "layer %d traffic %llu/%llu bytes, formula %llu",
+              l, (unsigned long long)tr.forward, (unsigned long long)tr.backward,
               (unsigned long long)f);
     }
     const zoe_tp_embedding *emb = zoe_gpt_embedding(s->gpt);
@@ -118,10 +140,27 @@ static void check_traffic(stack *s) {
           (unsigned long long)emb->head_traffic.backward);
 }
 
-/* Every rank of the TP group holds the same bits of every replicated parameter. */
+/* Every rank of the TP group holds the same bits of every replicated parameter; a sharded
+ * tensor's replicas hold their block's bits (the gathered tensor takes each block from its
+ * first replica). */
 static void check_replicated_identical(stack *s, MPI_Comm tp_group, const char *tag) {
     for (int i = 0; i < s->ntensors; i++) {
         const zoe_tp_param *p = zoe_gpt_tensor(s->gpt, i);
+        if (!p->replicated && p->replicas > 1) {
+            size_t n = (size_t)(p->global_shape[0] * p->global_shape[1]);
+            double *global = malloc(n * sizeof(double)), *mine = malloc(n * sizeof(double));
+            CHECK_OK(stack_param_global(s, i, false, global));
+            size_t bytes = (size_t)p->local_numel * zoe_dtype_size(s->cfg.dtype);
+            char *raw = malloc(bytes);
+            CHECK_OK(zoe_memcpy_async(raw, p->data, bytes, ZOE_COPY_DEVICE_TO_HOST, s->stream));
+            CHECK_OK(zoe_stream_synchronize(s->stream));
+            size_t off = (size_t)(p->local_offset[0] * p->global_shape[1]), bad = 0;
+            for (size_t j = 0; j < (size_t)p->local_numel; j++)
+                bad += stack_load(s->cfg.dtype, raw, j) != global[off + j];
+            CHECK(bad == 0, "%s %s: %zu elements of this replica differ from the first", tag,
+                  p->name, bad);
+            free(global), free(mine), free(raw);
+        }
         if (!p->replicated) continue;
         size_t bytes = (size_t)p->local_numel * zoe_dtype_size(s->cfg.dtype);
         char *mine = malloc(bytes), *root = malloc(bytes);
@@ -137,13 +176,15 @@ static void check_replicated_identical(stack *s, MPI_Comm tp_group, const char *
 
 /* TP group from the grid (tp x dp = world): each TP group runs the model on the same batches.
  * Both models count forwards alike, so they draw the same dropout masks (step = micro step). */
-static void run(zoe_dtype dt, float dropout, int tp_size) {
-    zoe_gpt_config cfg = config(dt, dropout);
+static void run(zoe_gpt_config cfg, int tp_size) {
+    const zoe_dtype dt = cfg.dtype;
     double tol = tol_of(dt);
     int64_t N = tokens_of(&cfg);
     int32_t *tokens = malloc((size_t)N * 4), *targets = malloc((size_t)N * 4);
-    char tag[64];
-    snprintf(tag, sizeof tag, "%s p=%.1f tp=%d dp=%d", zoe_dtype_name(dt), (double)dropout, tp_size,
+    char tag[72];
+    snprintf(tag, sizeof tag, "%s %s kv=%d%s p=%.1f tp=%d dp=%d",
+             zoe_model_family_name(cfg.shape.family), zoe_dtype_name(dt), cfg.shape.kv_heads,
+             cfg.shape.tie_embeddings ? " tied" : "", (double)cfg.shape.dropout, tp_size,
              test_world_size() / tp_size);
     stack *ref = NULL, *par = NULL;
     zoe_grid *grid = NULL;
@@ -197,9 +238,13 @@ done:
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     int world = test_world_size();
-    run(ZOE_F32, 0.0f, world);
-    run(ZOE_F32, 0.1f, world);
-    run(ZOE_BF16, 0.0f, world);
-    if (world == 4) run(ZOE_F32, 0.1f, 2); /* TP=2 x DP=2: TP groups from the grid */
+    run(config(ZOE_F32, 0.0f), world);
+    run(config(ZOE_F32, 0.1f), world);
+    run(config(ZOE_BF16, 0.0f), world);
+    if (world == 4) run(config(ZOE_F32, 0.1f), 2); /* TP=2 x DP=2: TP groups from the grid */
+    run(llama_config(ZOE_F32, 2, 0), world);
+    run(llama_config(ZOE_F32, 1, 1), world);
+    run(llama_config(ZOE_BF16, 2, 0), world);
+    if (world == 4) run(llama_config(ZOE_F32, 2, 1), 2);
     return test_finish("test_tp_stack");
 }

@@ -1,7 +1,8 @@
 /* zoe-ckpt: inspects, verifies and exports checkpoints. Uses the public API only.
  *   zoe-ckpt info DIR            step, model shape, the grid it was written at, file sizes
  *   zoe-ckpt verify DIR          every file's header and every tensor's checksum
- *   zoe-ckpt export --hf OUT DIR a Hugging Face GPT-2 directory (config.json, model.safetensors)
+ *   zoe-ckpt export --hf OUT DIR a Hugging Face GPT-2 or Llama directory (config.json,
+ *                                model.safetensors)
  * DIR is a checkpoint or a directory of them (its newest complete one). Exit status: 0 ok,
  * 1 a checkpoint failed verification, 2 bad usage or a checkpoint that cannot be read. */
 #include <stdio.h>

@@ -153,7 +153,6 @@ static int parse(int argc, char **argv, options *o) {
     return 0;
 }
 
-
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;

@@ -1,4 +1,5 @@
-/* zoe-train: trains a GPT with TP x DP and ZeRO-Offload. Uses the public API only.
+/* zoe-train: trains a GPT or Llama with TP x DP and ZeRO-Offload, from random weights or a
+ * Hugging Face model (--init-from). Uses the public API only.
  *   mpirun -np 4 zoe-train --model demo --tp 2 --data data/demo-corpus.txt */
 #include <limits.h>
 #include <stdio.h>
@@ -20,27 +21,31 @@ static int fail(int rank, int code, const char *what) {
 }
 
 static void list_models(void) {
-    printf("%-10s %6s %6s %6s %7s %7s %9s  %-11s %s\n", "model", "layers", "hidden", "heads", "seq",
-           "vocab", "params", "TP x DP", "shape from");
+    printf("%-12s %-6s %6s %6s %8s %6s %7s %7s %9s  %-11s %s\n", "model", "family", "layers",
+           "hidden", "heads/kv", "ffn", "seq", "vocab", "params", "TP x DP", "shape from");
     for (int i = 0; i < zoe_model_preset_count(); i++) {
         const zoe_model_config *m = zoe_model_preset_at(i);
         double p = (double)zoe_model_param_count(m);
-        char grids[64] = "";
+        char heads[24], grids[64] = "";
+        snprintf(heads, sizeof heads, "%d/%d", m->heads, m->kv_heads ? m->kv_heads : m->heads);
         for (int g = 0; g < ZOE_MODEL_MAX_GRIDS && m->grids[g].tp; g++)
             snprintf(grids + strlen(grids), sizeof grids - strlen(grids), "%s%dx%d", g ? " " : "",
                      m->grids[g].tp, m->grids[g].dp);
-        printf("%-10s %6d %6d %6d %7d %7d %8.*f%c  %-11s %s\n", m->name, m->layers, m->hidden,
-               m->heads, m->seq_len, m->vocab, p >= 1e9 ? 2 : 1, p >= 1e9 ? p / 1e9 : p / 1e6,
-               p >= 1e9 ? 'B' : 'M', grids, m->source);
+        printf("%-12s %-6s %6d %6d %8s %6d %7d %7d %8.*f%c  %-11s %s\n", m->name,
+               zoe_model_family_name(m->family), m->layers, m->hidden, heads,
+               m->ffn ? m->ffn : 4 * m->hidden, m->seq_len, m->vocab, p >= 1e9 ? 2 : 1,
+               p >= 1e9 ? p / 1e9 : p / 1e6, p >= 1e9 ? 'B' : 'M', grids, m->source);
     }
 }
 
 static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int world) {
     int tp = c->tp, dp = world / tp;
-    printf(
-        "zoe-train: %s GPT, %.2fM parameters (%d layers, hidden %d, %d heads, seq %d, vocab %d)\n",
-        c->model.name, (double)zoe_trainer_param_count(tr) / 1e6, c->model.layers, c->model.hidden,
-        c->model.heads, c->model.seq_len, c->model.vocab);
+    printf("zoe-train: %s %s, %.2fM parameters (%d layers, hidden %d, %d heads, seq %d, vocab "
+           "%d)%s%s\n",
+           c->model.name, c->model.family == ZOE_MODEL_LLAMA ? "Llama" : "GPT",
+           (double)zoe_trainer_param_count(tr) / 1e6, c->model.layers, c->model.hidden,
+           c->model.heads, c->model.seq_len, c->model.vocab,
+           c->init_from[0] ? ", weights from " : "", c->init_from);
     int dpu = c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0;
     float ratio = c->offload == ZOE_OFFLOAD_NONE ? 0.0f : c->offload_ratio;
     char where[64];
@@ -216,9 +221,9 @@ int main(int argc, char **argv) {
     zoe_progress *progress = NULL;
     int progress_ok = 1;
     if (rank == 0) /* a resumed run's lines are kept until it knows its first step */
-        progress_ok = zoe_progress_create_at(stdout, cfg.progress, cfg.steps, cfg.log_every,
-                                             cfg.metrics, cfg.resume[0] ? INT_MAX : 0,
-                                             &progress) == ZOE_OK;
+        progress_ok =
+            zoe_progress_create_at(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
+                                   cfg.resume[0] ? INT_MAX : 0, &progress) == ZOE_OK;
     MPI_Bcast(&progress_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!progress_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
 
