@@ -16,7 +16,7 @@
 
 #include "tensor_parallel/block.h"
 #include "tensor_parallel/llama_block.h"
-#include "zoe/train.h"
+#include "zoe/model.h"
 
 typedef struct zoe_gpt_config {
     zoe_model_config shape;

@@ -2,7 +2,7 @@
  * each row names the TP x DP grids it is documented to run at (tests/plan validates them). */
 #include <string.h>
 #include "runtime/error.h"
-#include "zoe/train.h"
+#include "zoe/model.h"
 
 #define GPT2_VOCAB 50257
 

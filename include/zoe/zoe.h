@@ -11,6 +11,7 @@
 #include "zoe/topology.h"
 #include "zoe/optimizer.h"
 #include "zoe/data.h"
+#include "zoe/model.h"
 #include "zoe/train.h"
 #include "zoe/plan.h"
 #include "zoe/checkpoint.h"
