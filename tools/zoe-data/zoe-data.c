@@ -176,11 +176,12 @@ static int check_inputs(const options *o, long long *total) {
     for (int i = 0; i < o->n_inputs; i++) {
         FILE *f = fopen(o->inputs[i], "rb");
         if (!f) return fail("cannot read input '%s': %s", o->inputs[i], strerror(errno));
-        if (fseek(f, 0, SEEK_END) == 0) *total += ftell(f);
         struct stat in;
-        int same = fstat(fileno(f), &in) == 0 &&
-                   ((have_bin && in.st_dev == out_bin.st_dev && in.st_ino == out_bin.st_ino) ||
-                    (have_idx && in.st_dev == out_idx.st_dev && in.st_ino == out_idx.st_ino));
+        int have_in = fstat(fileno(f), &in) == 0;
+        if (have_in && S_ISREG(in.st_mode)) *total += (long long)in.st_size;
+        int same =
+            have_in && ((have_bin && in.st_dev == out_bin.st_dev && in.st_ino == out_bin.st_ino) ||
+                        (have_idx && in.st_dev == out_idx.st_dev && in.st_ino == out_idx.st_ino));
         fclose(f);
         if (same || strcmp(o->inputs[i], bin) == 0 || strcmp(o->inputs[i], idx) == 0)
             return fail("--input '%s' is also an output of --output-prefix '%s': it would be "
