@@ -334,7 +334,10 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
 
 static int64_t json_num(const cJSON *obj, const char *key, int64_t fallback) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : fallback;
+    /* a damaged trainer.json may hold any number: only those an int64 holds are taken */
+    return cJSON_IsNumber(v) && v->valuedouble >= -9.2e18 && v->valuedouble <= 9.2e18
+               ? (int64_t)v->valuedouble
+               : fallback;
 }
 
 /* The run it was written by must be compatible with this trainer's: the same data order and

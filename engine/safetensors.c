@@ -317,7 +317,7 @@ static zoe_status parse_json(zoe_safetensors *st, const cJSON *root, const char 
         ZOE_TRY(parse_entry(item, what, &t));
         ZOE_TRY(push_tensor(st, &t));
     }
-    qsort(st->tensors, (size_t)st->count, sizeof *st->tensors, by_offset);
+    if (st->count > 1) qsort(st->tensors, (size_t)st->count, sizeof *st->tensors, by_offset);
     uint64_t at = 0;
     for (int i = 0; i < st->count; i++) {
         const zoe_st_tensor *t = &st->tensors[i];

@@ -162,7 +162,10 @@ static zoe_status note_id(loader *ld, int64_t id, const char *what) {
 }
 
 static int get_id(const cJSON *v, int64_t *id) {
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble) return 0;
+    /* only integers an int64 holds (the cast of a larger double is undefined) */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9.2e18 && v->valuedouble <= 9.2e18) ||
+        v->valuedouble != (double)(int64_t)v->valuedouble)
+        return 0;
     *id = (int64_t)v->valuedouble;
     return 1;
 }
