@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include "engine/checkpoint_impl.h"
 #include "engine/checkpoint_io.h"
+#include "engine/json_file.h"
 #include "engine/trainer_impl.h"
 #include "models/gpt.h"
 #include "runtime/error.h"
@@ -333,11 +334,9 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
 /* ---- load ---- */
 
 static int64_t json_num(const cJSON *obj, const char *key, int64_t fallback) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    /* a damaged trainer.json may hold any number: only those an int64 holds are taken */
-    return cJSON_IsNumber(v) && v->valuedouble >= -9.2e18 && v->valuedouble <= 9.2e18
-               ? (int64_t)v->valuedouble
-               : fallback;
+    int64_t n = fallback;
+    zoe_json_int64(cJSON_GetObjectItemCaseSensitive(obj, key), &n);
+    return n;
 }
 
 /* The run it was written by must be compatible with this trainer's: the same data order and

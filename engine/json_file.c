@@ -64,3 +64,11 @@ zoe_status zoe_json_read_file(const char *path, const char *kind, size_t max_byt
     free(text);
     return st;
 }
+
+int zoe_json_int64(const cJSON *v, int64_t *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9.2e18 && v->valuedouble <= 9.2e18) ||
+        v->valuedouble != (double)(int64_t)v->valuedouble)
+        return 0;
+    *out = (int64_t)v->valuedouble;
+    return 1;
+}

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "zoe/status.h"
 
 /* The whole regular file at path as a NUL-terminated string (*out, the caller frees), at most
@@ -17,5 +18,9 @@ zoe_status zoe_json_read_text(const char *path, const char *kind, size_t max_byt
 zoe_status zoe_json_parse(const char *text, const char *name, cJSON **out);
 /* zoe_json_read_text then zoe_json_parse. */
 zoe_status zoe_json_read_file(const char *path, const char *kind, size_t max_bytes, cJSON **out);
+/* 1 and *out = v's value when v is a JSON number that is an integer an int64 holds, else 0 and
+ * *out untouched: a damaged or hostile file may hold any number, and the cast of a double out
+ * of int64's range is undefined. */
+int zoe_json_int64(const cJSON *v, int64_t *out);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/json_file.h"
 #include "engine/tokenizer_impl.h"
 #include "runtime/error.h"
 #include "zoe/log.h"
@@ -161,20 +162,11 @@ static zoe_status note_id(loader *ld, int64_t id, const char *what) {
     return ZOE_OK;
 }
 
-static int get_id(const cJSON *v, int64_t *id) {
-    /* only integers an int64 holds (the cast of a larger double is undefined) */
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9.2e18 && v->valuedouble <= 9.2e18) ||
-        v->valuedouble != (double)(int64_t)v->valuedouble)
-        return 0;
-    *id = (int64_t)v->valuedouble;
-    return 1;
-}
-
 static zoe_status read_vocab_ids(loader *ld, const cJSON *vocab, const cJSON *added) {
     if (!cJSON_IsObject(vocab)) return BAD("'%s': model.vocab must be an object", ld->name);
     for (const cJSON *it = vocab->child; it; it = it->next) {
         int64_t id;
-        if (!get_id(it, &id))
+        if (!zoe_json_int64(it, &id))
             return BAD("'%s': model.vocab[\"%.40s\"] must be an integer id", ld->name, it->string);
         ZOE_TRY(note_id(ld, id, "a model.vocab entry"));
     }
@@ -183,7 +175,7 @@ static zoe_status read_vocab_ids(loader *ld, const cJSON *vocab, const cJSON *ad
     int i = 0;
     for (const cJSON *it = added ? added->child : NULL; it; it = it->next, i++) {
         int64_t id;
-        if (!cJSON_IsObject(it) || !get_id(field(it, "id"), &id) ||
+        if (!cJSON_IsObject(it) || !zoe_json_int64(field(it, "id"), &id) ||
             !cJSON_IsString(field(it, "content")))
             return BAD("'%s': added_tokens[%d] needs an integer \"id\" and a string "
                        "\"content\"",
