@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include "zoe/device.h"
 #include "zoe/dtype.h"
+#include "kernels/op_list.h"
 #include "zoe/status.h"
 
 typedef struct zoe_kernels zoe_kernels;
@@ -185,21 +186,11 @@ zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src
 
 /* ---- time per op, for benchmarks and the trainer's split of a step ----
  * Wall time of each op's calls since create or the last reset: on CPU the op's own time (it
- * completes inside the call); on CUDA the time to enqueue it. */
-#define ZOE_KERNEL_OP_LIST(X)                                                                      \
-    X(matmul_forward)                                                                              \
-    X(matmul_backward)                                                                             \
-    X(layernorm_forward)                                                                           \
-    X(layernorm_backward) X(gelu_forward) X(gelu_backward) X(attention_forward)                    \
-        X(attention_backward) X(attention_gqa_forward) X(attention_gqa_backward)                   \
-            X(rmsnorm_forward) X(rmsnorm_backward) X(rope_forward) X(rope_backward)                \
-                X(swiglu_forward) X(swiglu_backward) X(residual_forward) X(add) X(scale)           \
-                    X(embedding_forward) X(embedding_backward) X(xent_row_max) X(xent_row_sums)    \
-                        X(xent_loss) X(xent_backward) X(dropout) X(cast)
-
+ * completes inside the call); on CUDA the time to enqueue it. One entry per row of
+ * kernels/op_list.h. */
 typedef enum zoe_kernel_op {
-#define ZOE_KERNEL_OP_ENUM(name) ZOE_KOP_##name,
-    ZOE_KERNEL_OP_LIST(ZOE_KERNEL_OP_ENUM)
+#define ZOE_KERNEL_OP_ENUM(name, params) ZOE_KOP_##name,
+    ZOE_KERNEL_OPS(ZOE_KERNEL_OP_ENUM)
 #undef ZOE_KERNEL_OP_ENUM
         ZOE_KOP_COUNT
 } zoe_kernel_op;
