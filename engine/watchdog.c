@@ -23,8 +23,9 @@ struct zoe_watchdog {
 
 static const char *phase_name(int phase) {
     static const char *const names[] = {"forward", "backward", "optimizer step",
-                                        "between zoe calls (data loading or the caller's code)"};
-    return phase >= 0 && phase <= ZOE_PHASE_BETWEEN ? names[phase] : "unknown";
+                                        "between zoe calls (data loading or the caller's code)",
+                                        "validation forward after the step"};
+    return phase >= 0 && phase <= ZOE_PHASE_EVALUATION ? names[phase] : "unknown";
 }
 
 static void report_and_abort(zoe_watchdog *wd, double idle_s) {

@@ -91,7 +91,8 @@ static int acceptable(const zoe_train_config *c, int world) {
     if ((m->ffn ? m->ffn : 4 * m->hidden) % c->tp) return 0;
     if (c->micro_batch < 1 || c->micro_batch > (1 << 20)) return 0;
     if (c->grad_accum < 1 || c->grad_accum > (1 << 20)) return 0;
-    if (c->steps < 1 || c->steps > 1000000000 || c->warmup < 0 || c->warmup > 1000000000) return 0;
+    if (c->steps < 1 || c->steps > 1000000000 || c->warmup < -1 || c->warmup > 1000000000)
+        return 0; /* -1: ZOE_WARMUP_AUTO */
     if (!(c->lr >= 0 && c->lr <= 10) || !(c->min_lr >= 0 && c->min_lr <= c->lr)) return 0;
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) return 0;
     if (!(c->eps > 0 && c->eps <= 1) || !(c->weight_decay >= 0 && c->weight_decay <= 10)) return 0;
