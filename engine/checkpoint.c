@@ -365,7 +365,8 @@ static zoe_status check_run(const ckpt_view *v, const cJSON *root, const char *d
     const cJSON *split =
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "split");
     char split_now[32] = "none";
-    if (c->split_train) snprintf(split_now, sizeof split_now, "%d,%d", c->split_train, c->split_val);
+    if (c->split_train)
+        snprintf(split_now, sizeof split_now, "%d,%d", c->split_train, c->split_val);
     if (cJSON_IsString(split) && strcmp(split->valuestring, split_now) != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "%s was written with --split %s, this run has %s: the training documents "

@@ -132,7 +132,8 @@ static const option_spec options[] = {
      "T,V: train on the first T% of --data's documents, validate on the last V% (e.g. 98,2)"},
     {"eval-every", OPT_INT, CFG(eval_every), 0, 1e9,
      "validation loss every N steps and at the end (0: at the end, given a validation set)"},
-    {"eval-iters", OPT_INT, CFG(eval_iters), 1, 1e6, "global batches of validation data per evaluation"},
+    {"eval-iters", OPT_INT, CFG(eval_iters), 1, 1e6,
+     "global batches of validation data per evaluation"},
 };
 
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */

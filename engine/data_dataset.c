@@ -286,9 +286,8 @@ zoe_status zoe_dataset_split_documents(int64_t documents, int split_train, int s
     int64_t train = (documents * split_train + 50) / 100;
     if (documents < 0 || train < 1 || train >= documents)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "--split=%d,%d of %lld documents leaves %s without a document",
-                        split_train, split_val, (long long)documents,
-                        train < 1 ? "training" : "validation");
+                        "--split=%d,%d of %lld documents leaves %s without a document", split_train,
+                        split_val, (long long)documents, train < 1 ? "training" : "validation");
     *train_documents = train;
     return ZOE_OK;
 }

@@ -20,7 +20,7 @@ struct zoe_progress {
     int metrics_warned;  /* a failed write was reported (once) */
     int total, every, live;
     double started_ms;
-    int evaluated;  /* the bar keeps showing the latest validation loss */
+    int evaluated; /* the bar keeps showing the latest validation loss */
     float val_loss;
 };
 
@@ -157,7 +157,8 @@ static void print_bar(zoe_progress *p, const zoe_step_stats *s, double tok_per_s
                       const char *elapsed, const char *eta) {
     char text[192], tail[96], bar[32], val[32];
     int width = terminal_width(p->out) - 1;
-    format_val(val, sizeof val, &(zoe_step_stats){.evaluated = p->evaluated, .val_loss = p->val_loss});
+    format_val(val, sizeof val,
+               &(zoe_step_stats){.evaluated = p->evaluated, .val_loss = p->val_loss});
     int n = snprintf(text, sizeof text, " %d/%d  loss %.4f%s  %.1fk tok/s  %s<%s", s->step + 1,
                      p->total, (double)s->loss, val, tok_per_s / 1e3, elapsed, eta);
     int cells = width - n - 2;

@@ -439,8 +439,7 @@ zoe_status zoe_trainer_eval_micro_batch(zoe_trainer *tr, const int32_t *tokens,
     if (!tr->evaluating)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "zoe_trainer_eval_micro_batch without zoe_trainer_eval_begin");
-    zoe_watchdog_at(tr->watchdog, tr->steps_done - 1, tr->eval_micro_batches,
-                    ZOE_PHASE_EVALUATION);
+    zoe_watchdog_at(tr->watchdog, tr->steps_done - 1, tr->eval_micro_batches, ZOE_PHASE_EVALUATION);
     float loss = 0;
     ZOE_TRY(zoe_gpt_forward_eval(tr->gpt, tokens, targets, &loss));
     int64_t count = zoe_gpt_loss_count(tr->gpt);
@@ -451,9 +450,11 @@ zoe_status zoe_trainer_eval_micro_batch(zoe_trainer *tr, const int32_t *tokens,
 }
 
 zoe_status zoe_trainer_eval_end(zoe_trainer *tr, float *loss) {
-    if (!tr || !loss) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_end: NULL argument");
+    if (!tr || !loss)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_end: NULL argument");
     if (!tr->evaluating)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_end without zoe_trainer_eval_begin");
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_eval_end without zoe_trainer_eval_begin");
     tr->evaluating = 0;
     /* Every TP rank of a DP group holds the same sums. */
     double sums[2] = {tr->eval_loss_sum, (double)tr->eval_targets};

@@ -416,8 +416,8 @@ static zoe_status block_backward(zoe_gpt *g, int l) {
 }
 
 /* The forward with dropout masks keyed by step (ZOE_TP_NO_DROPOUT: none). */
-static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *targets,
-                             float *loss, uint64_t step) {
+static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss,
+                             uint64_t step) {
     const zoe_gpt_config *c = &g->cfg;
     int L = c->shape.layers;
     int64_t B = c->micro_batch, T = c->shape.seq_len;

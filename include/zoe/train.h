@@ -74,7 +74,7 @@ typedef struct zoe_train_config {
     int grad_accum;  /* micro-batches per step */
     int steps;
     float lr, min_lr;   /* peak and final learning rate */
-    int warmup; /* linear warm-up steps, then the decay; ZOE_WARMUP_AUTO: min(10, steps) */
+    int warmup;         /* linear warm-up steps, then the decay; ZOE_WARMUP_AUTO: min(10, steps) */
     float weight_decay; /* decoupled (AdamW) */
     float beta1, beta2, eps;
     float clip_grad; /* global norm; 0 disables */

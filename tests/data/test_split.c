@@ -42,8 +42,8 @@ static void check_split_count(test_rng *rng) {
                   (long long)docs, t, 100 - t, (long long)got, (long long)want);
         else
             CHECK(st != ZOE_OK && strstr(zoe_last_error(), "without a document"),
-                  "%lld documents split %d,%d: status %d (%s), want a refusal", (long long)docs,
-                  t, 100 - t, (int)st, zoe_last_error());
+                  "%lld documents split %d,%d: status %d (%s), want a refusal", (long long)docs, t,
+                  100 - t, (int)st, zoe_last_error());
     }
     int64_t n;
     const int bad[][2] = {{0, 100}, {100, 0}, {50, 49}, {60, 50}, {-2, 102}};
@@ -93,7 +93,8 @@ static void check_documents(const zoe_dataset *parent, const zoe_dataset *sub, i
 static void val_windows(const zoe_dataset *parent, const zoe_dataset *val, int64_t val_offset,
                         int dp, int micro, int64_t *windows, int64_t *wrong_rows) {
     int accum = GLOBAL / (dp * micro), i = 0;
-    int32_t *x = malloc((size_t)micro * SEQ * sizeof *x), *y = malloc((size_t)micro * SEQ * sizeof *y);
+    int32_t *x = malloc((size_t)micro * SEQ * sizeof *x),
+            *y = malloc((size_t)micro * SEQ * sizeof *y);
     int32_t want[SEQ + 1];
     for (int r = 0; r < dp; r++) {
         zoe_loader_config lc = {.seq_len = SEQ,
@@ -169,8 +170,8 @@ static void check_subsets(const char *prefix) {
     for (size_t g = 1; g < sizeof grids / sizeof grids[0]; g++) {
         val_windows(whole, val, val_off, grids[g][0], grids[g][1], got, &wrong);
         CHECK(memcmp(ref, got, sizeof ref) == 0,
-              "DP=%d micro-batch %d: other validation windows than DP=1 micro-batch 8",
-              grids[g][0], grids[g][1]);
+              "DP=%d micro-batch %d: other validation windows than DP=1 micro-batch 8", grids[g][0],
+              grids[g][1]);
     }
     CHECK(wrong == 0, "%lld validation rows are not the parent's tokens at their window",
           (long long)wrong);

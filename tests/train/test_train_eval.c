@@ -209,11 +209,12 @@ static void check_unchanged(const char *corpus) {
                   dpu ? "on" : "off", (double)a.loss[STEPS - 1], (double)b.loss[STEPS - 1]);
             CHECK(a.master_numel == b.master_numel &&
                       memcmp(a.master, b.master, a.master_numel * sizeof(float)) == 0,
-                  "TP=%d DPU %s: the final weights differ with evaluation", tp,
-                  dpu ? "on" : "off");
+                  "TP=%d DPU %s: the final weights differ with evaluation", tp, dpu ? "on" : "off");
             for (int s = 0; s <= STEPS; s += EVAL_EVERY)
-                CHECK(isfinite(b.val[s]) && b.val[s] > 0, "TP=%d: no validation loss after %d "
-                      "steps (%g)", tp, s, (double)b.val[s]);
+                CHECK(isfinite(b.val[s]) && b.val[s] > 0,
+                      "TP=%d: no validation loss after %d "
+                      "steps (%g)",
+                      tp, s, (double)b.val[s]);
             CHECK(b.val[STEPS] < b.val[0], "TP=%d: validation loss %g after training, %g before",
                   tp, (double)b.val[STEPS], (double)b.val[0]);
             free(a.master), free(b.master);
@@ -234,8 +235,10 @@ static void check_latest_weights(const char *corpus) {
     static run_result res;
     if (!CHECK_OK(run(&r, corpus, &res))) return;
     double rel = fabs(res.final_val - res.final_ref) / res.final_ref;
-    CHECK(rel <= 1e-5, "TP=%d DPU: validation loss %.7f, float64 recomputation with the latest "
-          "weights %.7f (relative %.2g)", tp, (double)res.final_val, res.final_ref, rel);
+    CHECK(rel <= 1e-5,
+          "TP=%d DPU: validation loss %.7f, float64 recomputation with the latest "
+          "weights %.7f (relative %.2g)",
+          tp, (double)res.final_val, res.final_ref, rel);
     free(res.master);
 }
 
@@ -258,8 +261,8 @@ static void check_grids(const char *corpus) {
         double r0 = fabs(a.val[0] - b.val[0]) / b.val[0], r3 = fabs(a.val[3] - b.val[3]) / b.val[3];
         CHECK(r0 <= 1e-5, "TP=%d x DP=%d: validation loss %.7f before training, %.7f on one rank",
               tp, dp, (double)a.val[0], (double)b.val[0]);
-        CHECK(r3 <= 2e-4, "TP=%d x DP=%d: validation loss %.7f after 3 steps, %.7f on one rank",
-              tp, dp, (double)a.val[3], (double)b.val[3]);
+        CHECK(r3 <= 2e-4, "TP=%d x DP=%d: validation loss %.7f after 3 steps, %.7f on one rank", tp,
+              dp, (double)a.val[3], (double)b.val[3]);
         free(a.master), free(b.master);
     }
 }
@@ -267,9 +270,8 @@ static void check_grids(const char *corpus) {
 static void check_no_dropout(const char *corpus) {
     run_spec with = {.comm = MPI_COMM_WORLD,
                      .tp = 1,
-                     .micro_batch = GLOBAL_ROWS / test_world_size() > 0
-                                        ? GLOBAL_ROWS / test_world_size()
-                                        : 1,
+                     .micro_batch =
+                         GLOBAL_ROWS / test_world_size() > 0 ? GLOBAL_ROWS / test_world_size() : 1,
                      .grad_accum = 1,
                      .dropout = 0.3f,
                      .steps = 1,

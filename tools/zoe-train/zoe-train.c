@@ -327,8 +327,8 @@ int main(int argc, char **argv) {
         if (cfg.eval_every > 0)
             snprintf(every, sizeof every, "every %d steps and at the end", cfg.eval_every);
         printf("zoe-train: validation on %s (%lld sequences): %d global batches %s%s\n",
-               zoe_dataset_name(data.val), (long long)zoe_loader_sequences(val_loader),
-               val_batches, every,
+               zoe_dataset_name(data.val), (long long)zoe_loader_sequences(val_loader), val_batches,
+               every,
                val_batches < cfg.eval_iters ? " (all it holds; fewer than --eval-iters)" : "");
         fflush(stdout);
     }
