@@ -467,8 +467,10 @@ zoe_status zoe_trainer_eval_end(zoe_trainer *tr, float *loss) {
                                  ZOE_COPY_HOST_TO_DEVICE, tr->stream));
         ZOE_TRY(zoe_stream_synchronize(tr->stream));
     }
-    /* An evaluation is progress: the stall timer starts again. */
+    /* An evaluation is progress: the stall timer starts again; and it is no part of the next
+     * step's time. */
     zoe_watchdog_step_done(tr->watchdog, tr->steps_done);
+    tr->step_started = zoe_clock_ms();
     return ZOE_OK;
 }
 
