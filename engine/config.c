@@ -637,7 +637,8 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
     }
     case OPT_SPLIT:
         if ((c->split_train || c->split_val) &&
-            (c->split_train < 1 || c->split_val < 1 || c->split_train + c->split_val != 100))
+            (c->split_train < 1 || c->split_val < 1 || c->split_train > 99 || c->split_val > 99 ||
+             c->split_train + c->split_val != 100))
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                             "--%s=%d,%d is not two positive percentages summing to 100", o->name,
                             c->split_train, c->split_val);

@@ -278,7 +278,8 @@ zoe_status zoe_dataset_split_documents(int64_t documents, int split_train, int s
                                        int64_t *train_documents) {
     if (!train_documents)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_split_documents: NULL argument");
-    if (split_train < 1 || split_val < 1 || split_train + split_val != 100)
+    if (split_train < 1 || split_val < 1 || split_train > 99 || split_val > 99 ||
+        split_train + split_val != 100)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--split=%d,%d is not two positive percentages summing to 100", split_train,
                         split_val);
