@@ -360,6 +360,17 @@ static zoe_status check_run(const ckpt_view *v, const cJSON *root, const char *d
     if (!cJSON_IsString(seed) || strcmp(seed->valuestring, mine) != 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s was written with --seed %s, this run has %s",
                         dir, cJSON_IsString(seed) ? seed->valuestring : "?", mine);
+    /* --split chooses the training documents: another split is another data order */
+    const cJSON *split =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "split");
+    char split_now[32] = "none";
+    if (c->split_train)
+        snprintf(split_now, sizeof split_now, "%d,%d", c->split_train, c->split_val);
+    if (cJSON_IsString(split) && strcmp(split->valuestring, split_now) != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s was written with --split %s, this run has %s: the training documents "
+                        "would differ",
+                        dir, split->valuestring, split_now);
     if (json_num(model, "seq_len", -1) != c->model.seq_len)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "%s was written with --seq-len %lld, this run has %d", dir,

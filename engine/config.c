@@ -34,7 +34,8 @@ typedef enum {
     OPT_DPU,
     OPT_HARDWARE,
     OPT_HF,
-    OPT_FAMILY
+    OPT_FAMILY,
+    OPT_SPLIT /* --split T,V: two ints, split_train then split_val */
 } opt_kind;
 
 static const char *const progress_names[] = {"auto", "bar", "lines"}; /* zoe_progress_style */
@@ -80,7 +81,7 @@ static const option_spec options[] = {
     {"steps", OPT_INT, CFG(steps), 1, 1e9, "training steps"},
     {"lr", OPT_FLOAT, CFG(lr), 0, 10, "peak learning rate"},
     {"min-lr", OPT_FLOAT, CFG(min_lr), 0, 10, "learning rate at the end of the cosine decay"},
-    {"warmup", OPT_INT, CFG(warmup), 0, 1e9, "linear warm-up steps"},
+    {"warmup", OPT_INT, CFG(warmup), -1, 1e9, "linear warm-up steps (-1: min(10, --steps))"},
     {"weight-decay", OPT_FLOAT, CFG(weight_decay), 0, 10,
      "AdamW decoupled weight decay (not on biases and LayerNorm)"},
     {"beta1", OPT_FLOAT, CFG(beta1), 0, 0.999999, "Adam beta1"},
@@ -107,7 +108,7 @@ static const option_spec options[] = {
      "constant, linear, cosine, inverse-square-root or wsd"},
     {"lr-decay-iters", OPT_INT, CFG(lr_decay_iters), 0, 1e9,
      "steps over which lr decays to min-lr (0: --steps)"},
-    {"lr-warmup-iters", OPT_INT, CFG(warmup), 0, 1e9, "linear warm-up steps (= --warmup)"},
+    {"lr-warmup-iters", OPT_INT, CFG(warmup), -1, 1e9, "linear warm-up steps (= --warmup)"},
     {"lr-wsd-decay-fraction", OPT_FLOAT, CFG(lr_wsd_decay_fraction), 1e-6, 1,
      "wsd: the decay's share of --lr-decay-iters"},
     {"lr-wsd-decay-style", OPT_CHOICE, CFG(lr_wsd_decay_style), 0, 0,
@@ -126,6 +127,13 @@ static const option_spec options[] = {
     {"keep-last", OPT_INT, CFG(keep_last), 0, 1e9, "keep the K newest checkpoints (0: all)"},
     {"resume", OPT_PATH, CFG(resume), 0, 0,
      "continue from a checkpoint, or the newest one in a directory"},
+    {"val-data", OPT_PATH, CFG(val_data), 0, 0, "validation dataset (as --data)"},
+    {"split", OPT_SPLIT, CFG(split_train), 0, 0,
+     "T,V: train on the first T% of --data's documents, validate on the last V% (e.g. 98,2)"},
+    {"eval-every", OPT_INT, CFG(eval_every), 0, 1e9,
+     "validation loss every N steps and at the end (0: at the end, given a validation set)"},
+    {"eval-iters", OPT_INT, CFG(eval_iters), 1, 1e6,
+     "global batches of validation data per evaluation"},
 };
 
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */
@@ -149,7 +157,8 @@ zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_si
     cfg->steps = 100;
     cfg->lr = 3e-3f;
     cfg->min_lr = 3e-4f;
-    cfg->warmup = 10;
+    cfg->warmup = ZOE_WARMUP_AUTO;
+    cfg->eval_iters = 10;
     cfg->weight_decay = 0.1f;
     cfg->beta1 = 0.9f;
     cfg->beta2 = 0.95f;
@@ -215,6 +224,31 @@ static zoe_status parse_number(const option_spec *o, const char *text, double *o
     if (o->kind == OPT_U64 && (v < 0 || v > 18446744073709549568.0))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%s is out of range", o->name, text);
     *out = v;
+    return ZOE_OK;
+}
+
+/* "T,V" (two decimal integers) into split[0], split[1]; "none" is 0,0 (no split). */
+static zoe_status parse_split(const option_spec *o, const char *text, int split[2]) {
+    if (strcmp(text, "none") == 0) {
+        split[0] = split[1] = 0;
+        return ZOE_OK;
+    }
+    long v[2];
+    const char *t = text;
+    for (int i = 0; i < 2; i++) {
+        char *end;
+        errno = 0;
+        v[i] = isdigit((unsigned char)*t) ? strtol(t, &end, 10) : -1;
+        if (v[i] < 0 || errno || *end != (i == 0 ? ',' : '\0') || v[i] > 100)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--%s: '%s' is not two percentages T,V summing to 100 (e.g. 98,2)",
+                            o->name, text);
+        t = end + 1;
+    }
+    if (v[0] < 1 || v[1] < 1 || v[0] + v[1] != 100)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--%s=%s is not two positive percentages summing to 100", o->name, text);
+    split[0] = (int)v[0], split[1] = (int)v[1];
     return ZOE_OK;
 }
 
@@ -299,6 +333,8 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         ZOE_TRY(parse_number(o, text, &v));
         *(float *)base = (float)v;
         return ZOE_OK;
+    case OPT_SPLIT:
+        return parse_split(o, text, (int *)base);
     case OPT_FLAG:
         if (strcmp(text, "true") == 0 || strcmp(text, "1") == 0)
             *(int *)base = 1;
@@ -599,6 +635,14 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--family=%d is not gpt or llama", (int)v);
         return ZOE_OK;
     }
+    case OPT_SPLIT:
+        if ((c->split_train || c->split_val) &&
+            (c->split_train < 1 || c->split_val < 1 || c->split_train > 99 || c->split_val > 99 ||
+             c->split_train + c->split_val != 100))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--%s=%d,%d is not two positive percentages summing to 100", o->name,
+                            c->split_train, c->split_val);
+        return ZOE_OK;
     case OPT_HARDWARE:
         if (!memchr(base, '\0', sizeof c->hardware))
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
@@ -667,6 +711,20 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--data: '%s' is neither a file nor a prefix of PREFIX.bin and PREFIX.idx",
                         c->data);
+    if (c->val_data[0] && !data_exists(c->val_data))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--val-data: '%s' is neither a file nor a prefix of PREFIX.bin and "
+                        "PREFIX.idx",
+                        c->val_data);
+    if (c->val_data[0] && c->split_train)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--split=%d,%d and --val-data '%s' are two validation sets: give one",
+                        c->split_train, c->split_val, c->val_data);
+    if (c->eval_every > 0 && !c->val_data[0] && !c->split_train)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--eval-every=%d without a validation set: give --val-data PREFIX or "
+                        "--split T,V (e.g. 98,2)",
+                        c->eval_every);
     if (c->init_from[0]) ZOE_TRY(zoe_hf_check(c->init_from, m, c->tp));
     return ZOE_OK;
 }
@@ -698,6 +756,12 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         break;
     case OPT_HARDWARE:
         snprintf(buf, n, "%s", base);
+        break;
+    case OPT_SPLIT:
+        if (cfg->split_train || cfg->split_val)
+            snprintf(buf, n, "%d,%d", cfg->split_train, cfg->split_val);
+        else
+            snprintf(buf, n, "none");
         break;
     case OPT_DPU:
         snprintf(buf, n, "%s", dpu_names[*(const zoe_dpu_mode *)base]);
@@ -784,28 +848,33 @@ static int wsd_anneal_start(const zoe_train_config *c) {
     return d - (int)lround((double)c->lr_wsd_decay_fraction * d);
 }
 
+int zoe_train_warmup(const zoe_train_config *c) {
+    if (c->warmup != ZOE_WARMUP_AUTO) return c->warmup;
+    /* the default: 10 steps, or fewer in a shorter run, leaving the decay at least one step */
+    int d = decay_iters(c), w = c->steps < 10 ? c->steps : 10;
+    return c->lr_decay_style != ZOE_LR_CONSTANT && w >= d ? (d > 1 ? d - 1 : 0) : w;
+}
+
 zoe_status zoe_train_schedule_validate(const zoe_train_config *c) {
-    int d = decay_iters(c);
-    if (c->warmup > c->steps)
+    int d = decay_iters(c), w = zoe_train_warmup(c);
+    if (w > c->steps)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "--lr-warmup-iters=%d is longer than the run (--steps=%d)", c->warmup,
-                        c->steps);
-    if (c->lr_decay_style != ZOE_LR_CONSTANT && c->warmup >= d)
+                        "--lr-warmup-iters=%d is longer than the run (--steps=%d)", w, c->steps);
+    if (c->lr_decay_style != ZOE_LR_CONSTANT && w >= d)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--lr-warmup-iters=%d is not shorter than the decay (--lr-decay-iters=%d)",
-                        c->warmup, d);
-    if (c->lr_decay_style == ZOE_LR_WSD &&
-        (wsd_anneal_start(c) < c->warmup || wsd_anneal_start(c) >= d))
+                        w, d);
+    if (c->lr_decay_style == ZOE_LR_WSD && (wsd_anneal_start(c) < w || wsd_anneal_start(c) >= d))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--lr-wsd-decay-fraction=%g: the decay (steps %d to %d) must follow the "
                         "warm-up (%d steps) and last at least one step",
-                        (double)c->lr_wsd_decay_fraction, wsd_anneal_start(c), d, c->warmup);
+                        (double)c->lr_wsd_decay_fraction, wsd_anneal_start(c), d, w);
     return ZOE_OK;
 }
 
 float zoe_train_lr_at(const zoe_train_config *c, int step) {
     const double pi = 3.14159265358979323846, lr = c->lr, min_lr = c->min_lr;
-    int w = c->warmup, d = decay_iters(c);
+    int w = zoe_train_warmup(c), d = decay_iters(c);
     if (w > 0 && step < w) return (float)(lr * (double)(step + 1) / (double)w);
     if (c->lr_decay_style == ZOE_LR_CONSTANT) return c->lr;
     if (step >= d) return c->min_lr;

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -10,6 +11,8 @@
 #include <unistd.h>
 #include "engine/data_impl.h"
 #include "runtime/error.h"
+
+enum { ZOE_DATASET_NAME_MAX = 4096 };
 
 zoe_status zoe_map_file(const char *path, zoe_mapped_file *out) {
     *out = (zoe_mapped_file){0};
@@ -191,6 +194,7 @@ zoe_status zoe_dataset_read(const zoe_dataset *ds, int64_t offset, int64_t count
                         (long long)offset, (long long)(offset + count),
                         (long long)ds->index.tokens);
     if (count == 0) return ZOE_OK; /* an empty .bin maps to NULL: no pointer arithmetic on it */
+    if (ds->parent) return zoe_dataset_read(ds->parent, ds->stream_offset + offset, count, out);
     /* Sequences lie back to back (checked on open), so the stream is the .bin itself. */
     if (!ds->bin) return read_file_tokens(ds, offset, count, out);
     const unsigned char *p = ds->bin + (size_t)offset * ds->index.token_size;
@@ -214,6 +218,11 @@ zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *off
     if (doc < 0 || doc >= docs)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s': document %lld outside [0, %lld)", ds->name,
                         (long long)doc, (long long)docs);
+    if (ds->parent) {
+        ZOE_TRY(zoe_dataset_document(ds->parent, ds->first_doc + doc, offset, length));
+        *offset -= ds->stream_offset;
+        return ZOE_OK;
+    }
     const zoe_index_view *v = &ds->index;
     int64_t first = zoe_index_load_i64(v->doc_index, doc);
     int64_t end = zoe_index_load_i64(v->doc_index, doc + 1);
@@ -226,6 +235,61 @@ zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *off
                           : v->tokens;
     *offset = begin_tok;
     *length = end_tok - begin_tok;
+    return ZOE_OK;
+}
+
+zoe_status zoe_dataset_subset(const zoe_dataset *ds, int64_t first, int64_t count,
+                              zoe_dataset **out) {
+    if (!ds || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_subset: NULL argument");
+    *out = NULL;
+    int64_t docs = zoe_dataset_documents(ds);
+    if (first < 0 || count < 1 || count > docs - first)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "'%s': documents [%lld, %lld) are not a non-empty part of its %lld",
+                        ds->name, (long long)first, (long long)(first + count), (long long)docs);
+    /* A subset of a subset reads from the dataset with the index. */
+    const zoe_dataset *root = ds->parent ? ds->parent : ds;
+    int64_t root_first = first + (ds->parent ? ds->first_doc : 0);
+    int64_t begin, len, last_begin, last_len;
+    ZOE_TRY(zoe_dataset_document(root, root_first, &begin, &len));
+    ZOE_TRY(zoe_dataset_document(root, root_first + count - 1, &last_begin, &last_len));
+    char name[ZOE_DATASET_NAME_MAX];
+    snprintf(name, sizeof name, "%s documents %lld-%lld", root->name, (long long)root_first,
+             (long long)(root_first + count - 1));
+    zoe_dataset *sub;
+    ZOE_TRY(zoe_dataset_alloc(name, &sub));
+    const zoe_index_view *v = &root->index;
+    sub->parent = root;
+    sub->first_doc = root_first;
+    sub->stream_offset = begin;
+    sub->index = (zoe_index_view){
+        .dtype = v->dtype,
+        .token_size = v->token_size,
+        .sequences = zoe_index_load_i64(v->doc_index, root_first + count) -
+                     zoe_index_load_i64(v->doc_index, root_first),
+        .doc_entries = count + 1,
+        .tokens = last_begin + last_len - begin,
+    };
+    *out = sub;
+    return ZOE_OK;
+}
+
+zoe_status zoe_dataset_split_documents(int64_t documents, int split_train, int split_val,
+                                       int64_t *train_documents) {
+    if (!train_documents)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_dataset_split_documents: NULL argument");
+    if (split_train < 1 || split_val < 1 || split_train > 99 || split_val > 99 ||
+        split_train + split_val != 100)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--split=%d,%d is not two positive percentages summing to 100", split_train,
+                        split_val);
+    /* round half up, in integers: exact for any count */
+    int64_t train = (documents * split_train + 50) / 100;
+    if (documents < 0 || train < 1 || train >= documents)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--split=%d,%d of %lld documents leaves %s without a document", split_train,
+                        split_val, (long long)documents, train < 1 ? "training" : "validation");
+    *train_documents = train;
     return ZOE_OK;
 }
 

@@ -68,6 +68,10 @@ void zoe_unmap_file(zoe_mapped_file *f);
  * the .idx after it is validated at open. */
 struct zoe_dataset {
     char *name;
+    /* A subset (zoe_dataset_subset): documents [first_doc, ...) of parent, whose stream it
+     * reads from stream_offset on; index holds its dtype and counts but no arrays. */
+    const zoe_dataset *parent;
+    int64_t first_doc, stream_offset;
     zoe_index_view index;
     const unsigned char *bin;
     int bin_fd;

@@ -20,6 +20,8 @@ struct zoe_progress {
     int metrics_warned;  /* a failed write was reported (once) */
     int total, every, live;
     double started_ms;
+    int evaluated; /* the bar keeps showing the latest validation loss */
+    float val_loss;
 };
 
 static int live_bar(FILE *out, zoe_progress_style style) {
@@ -126,13 +128,23 @@ static void format_duration(char *buf, size_t n, double seconds) {
         snprintf(buf, n, "%ld:%02ld", s / 60, s % 60);
 }
 
+/* "  val 1.2345" after an evaluation, else "" */
+static void format_val(char *buf, size_t n, const zoe_step_stats *s) {
+    if (s->evaluated)
+        snprintf(buf, n, "  val %.4f", (double)s->val_loss);
+    else
+        buf[0] = '\0';
+}
+
 static void print_line(zoe_progress *p, const zoe_step_stats *s, double tok_per_s,
                        const char *elapsed, const char *eta) {
+    char val[32];
+    format_val(val, sizeof val, s);
     fprintf(p->out,
-            "step %*d/%d  loss %.4f  lr %.2e  norm %.3f%s  %.0f tok/s  %.1f ms "
+            "step %*d/%d  loss %.4f%s  lr %.2e  norm %.3f%s  %.0f tok/s  %.1f ms "
             "(fwd %.1f  bwd %.1f  offload %.1f  host step %.1f%s  refresh %.1f)  elapsed %s  "
             "eta %s",
-            (int)snprintf(NULL, 0, "%d", p->total), s->step + 1, p->total, (double)s->loss,
+            (int)snprintf(NULL, 0, "%d", p->total), s->step + 1, p->total, (double)s->loss, val,
             (double)s->lr, (double)s->grad_norm, s->skipped ? " SKIPPED" : "", tok_per_s,
             s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
             s->overlapped ? " overlapped" : "", s->ms_refresh, elapsed, eta);
@@ -143,10 +155,12 @@ static void print_line(zoe_progress *p, const zoe_step_stats *s, double tok_per_
  * then the norm and step time if they still fit. */
 static void print_bar(zoe_progress *p, const zoe_step_stats *s, double tok_per_s,
                       const char *elapsed, const char *eta) {
-    char text[160], tail[96], bar[32];
+    char text[192], tail[96], bar[32], val[32];
     int width = terminal_width(p->out) - 1;
-    int n = snprintf(text, sizeof text, " %d/%d  loss %.4f  %.1fk tok/s  %s<%s", s->step + 1,
-                     p->total, (double)s->loss, tok_per_s / 1e3, elapsed, eta);
+    format_val(val, sizeof val,
+               &(zoe_step_stats){.evaluated = p->evaluated, .val_loss = p->val_loss});
+    int n = snprintf(text, sizeof text, " %d/%d  loss %.4f%s  %.1fk tok/s  %s<%s", s->step + 1,
+                     p->total, (double)s->loss, val, tok_per_s / 1e3, elapsed, eta);
     int cells = width - n - 2;
     cells = cells > 30 ? 30 : cells;
     bar[0] = '\0';
@@ -176,13 +190,21 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                          "\"loss_scale\":%g,\"skipped\":%d,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
                          "\"ms\":%.3f,\"ms_forward\":%.3f,\"ms_backward\":%.3f,"
                          "\"ms_offload\":%.3f,\"ms_host_step\":%.3f,\"ms_refresh\":%.3f,"
-                         "\"ms_optimizer\":%.3f,\"overlapped\":%d}\n",
+                         "\"ms_optimizer\":%.3f,\"overlapped\":%d",
                          s->step, (double)s->loss, (double)s->lr, (double)s->grad_norm,
                          (double)s->loss_scale, s->skipped, (long long)s->tokens, tok_per_s,
                          s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
                          s->ms_refresh, s->ms_optimizer, s->overlapped);
-        if (n > 0 && n < (int)sizeof line) write_metrics_line(p, line, (size_t)n);
+        /* the validation loss only on the lines of steps that were evaluated */
+        if (n > 0 && n < (int)sizeof line && s->evaluated)
+            n += snprintf(line + n, sizeof line - (size_t)n, ",\"val_loss\":%.6f",
+                          (double)s->val_loss);
+        if (n > 0 && n < (int)sizeof line - 2) {
+            n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
+            write_metrics_line(p, line, (size_t)n);
+        }
     }
+    if (s->evaluated) p->evaluated = 1, p->val_loss = s->val_loss;
     if (!p->out) return ZOE_OK;
     int last = s->step + 1 >= p->total;
     double elapsed_s = (zoe_clock_ms() - p->started_ms) / 1e3;
@@ -193,7 +215,7 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
     if (p->live) {
         print_bar(p, s, tok_per_s, elapsed, eta);
         if (last) fputc('\n', p->out);
-    } else if ((s->step + 1) % p->every == 0 || s->step == 0 || last) {
+    } else if ((s->step + 1) % p->every == 0 || s->step == 0 || last || s->evaluated) {
         print_line(p, s, tok_per_s, elapsed, eta);
         fputc('\n', p->out);
     }

@@ -38,6 +38,12 @@ struct zoe_trainer {
     double step_started;
     int steps_done;
     double tp_seconds_at_reset;
+    /* between zoe_trainer_eval_begin and _end */
+    int evaluating, eval_micro_batches;
+    int eval_restore; /* under DPU: stale_params goes back, the latest weights' refresh due */
+    double eval_loss_sum;
+    int64_t eval_targets;
+    void *stale_params; /* host copy of the parameter buffer the next forward reads (DPU) */
 };
 
 /* Gradient sink: the optimizer's buffers; the time spent handing them back is the offload. */
@@ -235,6 +241,7 @@ void zoe_trainer_destroy(zoe_trainer *tr) {
     zoe_device_destroy(tr->dev);
     zoe_grid_destroy(tr->grid);
     free(tr->weight_ptrs);
+    free(tr->stale_params);
     free(tr);
 }
 
@@ -387,6 +394,82 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     tr->step_targets = -1;
     tr->micro_batches = 0;
     tr->ms_forward = tr->ms_backward = tr->ms_offload = 0;
+    tr->step_started = zoe_clock_ms();
+    return ZOE_OK;
+}
+
+static size_t param_bytes(const zoe_trainer *tr) {
+    return zoe_optimizer_params_numel(tr->opt) * zoe_dtype_size(tr->cfg.dtype);
+}
+
+/* Under DPU the parameter buffer holds the weights one step stale and the latest are due at the
+ * next step. They are the ones to evaluate, so the stale ones are kept on the host, the update
+ * landed (flush), and eval_end puts things back as zoe_trainer_load does for a checkpoint saved
+ * in this state: the latest weights staged for the due refresh, the stale ones in the buffer. */
+zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_begin: NULL trainer");
+    if (tr->evaluating || tr->micro_batches > 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_eval_begin %s: evaluate between steps",
+                        tr->evaluating ? "twice" : "inside a step");
+    zoe_watchdog_at(tr->watchdog, tr->steps_done - 1, 0, ZOE_PHASE_EVALUATION);
+    int due = 0;
+    ZOE_TRY(zoe_optimizer_settle(tr->opt, &due));
+    if (due) {
+        if (!tr->stale_params && !(tr->stale_params = malloc(param_bytes(tr))))
+            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host copy of the stale weights (%zu bytes)",
+                            param_bytes(tr));
+        ZOE_TRY(zoe_memcpy_async(tr->stale_params, zoe_optimizer_params(tr->opt), param_bytes(tr),
+                                 ZOE_COPY_DEVICE_TO_HOST, tr->stream));
+        ZOE_TRY(zoe_stream_synchronize(tr->stream));
+        ZOE_TRY(zoe_optimizer_flush(tr->opt));
+    }
+    tr->evaluating = 1;
+    tr->eval_restore = due;
+    tr->eval_micro_batches = 0;
+    tr->eval_loss_sum = 0;
+    tr->eval_targets = 0;
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_eval_micro_batch(zoe_trainer *tr, const int32_t *tokens,
+                                        const int32_t *targets) {
+    if (!tr || !tokens || !targets)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_micro_batch: NULL argument");
+    if (!tr->evaluating)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_eval_micro_batch without zoe_trainer_eval_begin");
+    zoe_watchdog_at(tr->watchdog, tr->steps_done - 1, tr->eval_micro_batches, ZOE_PHASE_EVALUATION);
+    float loss = 0;
+    ZOE_TRY(zoe_gpt_forward_eval(tr->gpt, tokens, targets, &loss));
+    int64_t count = zoe_gpt_loss_count(tr->gpt);
+    tr->eval_loss_sum += (double)loss * (double)count;
+    tr->eval_targets += count;
+    tr->eval_micro_batches++;
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_eval_end(zoe_trainer *tr, float *loss) {
+    if (!tr || !loss)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_end: NULL argument");
+    if (!tr->evaluating)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_eval_end without zoe_trainer_eval_begin");
+    tr->evaluating = 0;
+    /* Every TP rank of a DP group holds the same sums. */
+    double sums[2] = {tr->eval_loss_sum, (double)tr->eval_targets};
+    int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the validation loss over DP");
+    *loss = sums[1] > 0 ? (float)(sums[0] / sums[1]) : 0.0f;
+    if (tr->eval_restore) {
+        ZOE_TRY(zoe_optimizer_defer_refresh(tr->opt));
+        ZOE_TRY(zoe_memcpy_async(zoe_optimizer_params(tr->opt), tr->stale_params, param_bytes(tr),
+                                 ZOE_COPY_HOST_TO_DEVICE, tr->stream));
+        ZOE_TRY(zoe_stream_synchronize(tr->stream));
+    }
+    /* An evaluation is progress: the stall timer starts again; and it is no part of the next
+     * step's time. */
+    zoe_watchdog_step_done(tr->watchdog, tr->steps_done);
     tr->step_started = zoe_clock_ms();
     return ZOE_OK;
 }

@@ -23,8 +23,9 @@ struct zoe_watchdog {
 
 static const char *phase_name(int phase) {
     static const char *const names[] = {"forward", "backward", "optimizer step",
-                                        "between zoe calls (data loading or the caller's code)"};
-    return phase >= 0 && phase <= ZOE_PHASE_BETWEEN ? names[phase] : "unknown";
+                                        "between zoe calls (data loading or the caller's code)",
+                                        "validation forward after the step"};
+    return phase >= 0 && phase <= ZOE_PHASE_EVALUATION ? names[phase] : "unknown";
 }
 
 static void report_and_abort(zoe_watchdog *wd, double idle_s) {
@@ -33,9 +34,9 @@ static void report_and_abort(zoe_watchdog *wd, double idle_s) {
             "zoe: rank %d (tp %d, dp %d): no step completed in %.0f s (--stall-timeout %d): "
             "%d steps done, now at step %d, micro-batch %d, %s; a rank that stopped or hangs "
             "holds the others in a collective; aborting the job\n",
-            wd->rank, wd->tp_rank, wd->dp_rank, idle_s, wd->timeout_s,
-            atomic_load(&wd->steps_done), atomic_load(&wd->step) + 1,
-            atomic_load(&wd->micro_batch), phase_name(atomic_load(&wd->phase)));
+            wd->rank, wd->tp_rank, wd->dp_rank, idle_s, wd->timeout_s, atomic_load(&wd->steps_done),
+            atomic_load(&wd->step) + 1, atomic_load(&wd->micro_batch),
+            phase_name(atomic_load(&wd->phase)));
     fflush(stderr);
     /* The other live ranks' watchdogs fire within a wake period of this one (their last steps
      * ended together): give them time to say where they are before the job is torn down. */
@@ -67,8 +68,7 @@ zoe_status zoe_watchdog_create(MPI_Comm world, int timeout_s, int rank, int tp_r
                                zoe_watchdog **out) {
     *out = NULL;
     if (timeout_s <= 0)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "stall timeout %d s must be positive",
-                        timeout_s);
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "stall timeout %d s must be positive", timeout_s);
     zoe_watchdog *wd = calloc(1, sizeof *wd);
     if (!wd) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "watchdog (%zu bytes)", sizeof *wd);
     *wd = (zoe_watchdog){.world = world,

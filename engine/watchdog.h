@@ -15,7 +15,8 @@ typedef enum zoe_step_phase {
     ZOE_PHASE_FORWARD = 0,
     ZOE_PHASE_BACKWARD = 1,
     ZOE_PHASE_OPTIMIZER = 2,
-    ZOE_PHASE_BETWEEN = 3, /* in the caller's code between zoe calls (data loading ...) */
+    ZOE_PHASE_BETWEEN = 3,    /* in the caller's code between zoe calls (data loading ...) */
+    ZOE_PHASE_EVALUATION = 4, /* validation forwards after the step */
 } zoe_step_phase;
 
 /* Starts the thread; timeout_s > 0. rank, tp_rank and dp_rank go into the report. The timer

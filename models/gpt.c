@@ -415,7 +415,9 @@ static zoe_status block_backward(zoe_gpt *g, int l) {
                                  g->block_scratch);
 }
 
-zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss) {
+/* The forward with dropout masks keyed by step (ZOE_TP_NO_DROPOUT: none). */
+static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss,
+                             uint64_t step) {
     const zoe_gpt_config *c = &g->cfg;
     int L = c->shape.layers;
     int64_t B = c->micro_batch, T = c->shape.seq_len;
@@ -431,9 +433,8 @@ zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *tar
     ZOE_TRY(zoe_memcpy_async(g->tokens, g->staged_ids, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
     ZOE_TRY(zoe_memcpy_async(g->targets, g->staged_ids + g->N, ids, ZOE_COPY_HOST_TO_DEVICE,
                              g->stream));
-    g->micro_step++;
     ZOE_TRY(zoe_tp_embedding_forward(&g->tp, &g->emb, g->resid[0], g->tokens, B, T));
-    for (int l = 0; l < L; l++) ZOE_TRY(block_forward(g, l, g->resid[l + 1], g->micro_step));
+    for (int l = 0; l < L; l++) ZOE_TRY(block_forward(g, l, g->resid[l + 1], step));
     if (g->llama)
         ZOE_TRY(zoe_rmsnorm_forward(g->kernels, c->dtype, g->ln_f, g->ln_f_rstd, g->resid[L],
                                     g->ln_f_weight.data, g->N, g->C, llama_eps(g)));
@@ -444,6 +445,15 @@ zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *tar
     ZOE_TRY(zoe_tp_lm_head_forward(&g->tp, &g->emb, g->logits, g->ln_f, g->N));
     return zoe_tp_xent_forward(&g->tp, &g->emb, g->xent_stats, g->logits, g->targets, g->N,
                                ZOE_GPT_IGNORE_INDEX, g->losses, loss, &g->count);
+}
+
+zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss) {
+    return forward_at(g, tokens, targets, loss, ++g->micro_step);
+}
+
+zoe_status zoe_gpt_forward_eval(zoe_gpt *g, const int32_t *tokens, const int32_t *targets,
+                                float *loss) {
+    return forward_at(g, tokens, targets, loss, ZOE_TP_NO_DROPOUT);
 }
 
 /* Acquires, or releases, the tensors [first, first + n). */

@@ -90,6 +90,10 @@ zoe_status zoe_gpt_init_weights(zoe_gpt *g);
  * keyed by the number of forwards since creation (1 for the first), so models created and
  * stepped alike draw the same masks on every rank. */
 zoe_status zoe_gpt_forward(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss);
+/* The same forward without dropout, the forward counter left as it is (evaluation). Backward
+ * must not follow it. */
+zoe_status zoe_gpt_forward_eval(zoe_gpt *g, const int32_t *tokens, const int32_t *targets,
+                                float *loss);
 /* The forward counter that keys the dropout masks, for checkpoints: a model set to the count
  * of another draws the masks that one would draw next. */
 uint64_t zoe_gpt_forward_count(const zoe_gpt *g);

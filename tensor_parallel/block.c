@@ -145,7 +145,7 @@ static zoe_status check_block_bound(zoe_tp_block *blk) {
 /* y = residual + drop(y) in place on y (y holds the all-reduced branch output). */
 static zoe_status dropout_residual(const zoe_tp *tp, const zoe_tp_block *blk, int site, void *y,
                                    const void *residual, int64_t n, uint64_t step) {
-    if (blk->cfg.hidden_dropout > 0.0f)
+    if (blk->cfg.hidden_dropout > 0.0f && step != ZOE_TP_NO_DROPOUT)
         ZOE_TRY(zoe_tp_dropout_forward(tp, y, y, n, blk->cfg.hidden_dropout,
                                        blk->dropout_site[site], step));
     return zoe_residual_forward(tp->kernels, tp->dtype, y, residual, y, n);

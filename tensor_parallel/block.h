@@ -70,7 +70,9 @@ zoe_status zoe_tp_block_acts_bind(const zoe_tp_block *blk, zoe_tp_block_acts *ac
 size_t zoe_tp_block_scratch_bytes(const zoe_tp_block *blk, int64_t B, int64_t T, zoe_dtype dtype);
 
 /* out [N, hidden] from x [N, hidden] (both replicated; they may not alias). step keys the
- * dropout masks (advance it every micro-batch). */
+ * dropout masks (advance it every micro-batch, from 1); ZOE_TP_NO_DROPOUT (0) applies none,
+ * for evaluation. */
+#define ZOE_TP_NO_DROPOUT 0u
 zoe_status zoe_tp_block_forward(const zoe_tp *tp, zoe_tp_block *blk, zoe_tp_block_acts *acts,
                                 void *out, const void *x, uint64_t step);
 /* dres [N, hidden] holds dL/d(out) on entry and dL/d(x) on return (in place, so a stack passes

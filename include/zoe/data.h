@@ -78,6 +78,17 @@ zoe_status zoe_dataset_check_tokens(const zoe_dataset *ds, int32_t vocab_size);
 /* Where document doc lies in the stream. */
 zoe_status zoe_dataset_document(const zoe_dataset *ds, int64_t doc, int64_t *offset,
                                 int64_t *length);
+/* Documents [first, first + count) of ds as a dataset of their own: their tokens back to back
+ * as in ds, document 0 being ds's document `first`. Reads through ds, which must outlive it;
+ * destroy it with zoe_dataset_destroy. Its name is ds's with " documents A-B" after it. */
+zoe_status zoe_dataset_subset(const zoe_dataset *ds, int64_t first, int64_t count,
+                              zoe_dataset **out);
+/* zoe-train --split T,V (T + V = 100, both > 0): of `documents`, the first
+ * round(documents * T / 100) train and the rest validate, as Megatron-LM splits a dataset by
+ * documents in order; a function of the document count only, so the same at every grid and
+ * batch split. Fails, naming the split and the count, when either part would be empty. */
+zoe_status zoe_dataset_split_documents(int64_t documents, int split_train, int split_val,
+                                       int64_t *train_documents);
 
 /* ---- Writing the indexed format ---- */
 

@@ -24,6 +24,7 @@ typedef enum zoe_offload_mode {
 
 #define ZOE_PATH_MAX           1024
 #define ZOE_OFFLOAD_RATIO_AUTO (-1.0f)
+#define ZOE_WARMUP_AUTO        (-1) /* zoe-train's default warm-up: min(10, steps) */
 
 /* The delayed parameter update: as --dpu-warmup says (ON: on after dpu_warmup synchronous
  * steps, off when it is 0), OFF, or AUTO (on only where the plan predicts that the host step
@@ -73,7 +74,7 @@ typedef struct zoe_train_config {
     int grad_accum;  /* micro-batches per step */
     int steps;
     float lr, min_lr;   /* peak and final learning rate */
-    int warmup;         /* linear warm-up steps, then cosine decay to min_lr at `steps` */
+    int warmup;         /* linear warm-up steps, then the decay; ZOE_WARMUP_AUTO: min(10, steps) */
     float weight_decay; /* decoupled (AdamW) */
     float beta1, beta2, eps;
     float clip_grad; /* global norm; 0 disables */
@@ -109,6 +110,15 @@ typedef struct zoe_train_config {
     /* A Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM): its config.json
      * gives the model shape and its safetensors the initial weights; "" for random ones. */
     char init_from[ZOE_PATH_MAX];
+    /* Validation (zoe-train): every eval_every steps and at the end of the run, the per-token
+     * mean loss over eval_iters global batches of the validation set: val_data (a dataset
+     * like --data), or the last split_val percent of data's documents (--split
+     * split_train,split_val, the two summing to 100; 0,0: no split). With a validation set
+     * but eval_every 0, only at the end. */
+    int eval_every;
+    int eval_iters;
+    char val_data[ZOE_PATH_MAX];
+    int split_train, split_val;
 } zoe_train_config;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \
@@ -145,6 +155,8 @@ void zoe_train_config_print_help(FILE *out, const char *program);
  *   wsd       lr until A = D - round(f D) (f = lr_wsd_decay_fraction), then over r = (s - A) /
  *             (D - A) min_lr + (lr - min_lr) c(r), c by lr_wsd_decay_style. */
 float zoe_train_lr_at(const zoe_train_config *cfg, int step);
+/* The warm-up in steps: cfg->warmup, or min(10, steps) for ZOE_WARMUP_AUTO. */
+int zoe_train_warmup(const zoe_train_config *cfg);
 /* Checks the schedule: a warm-up longer than the run, or not shorter than the decay, or a WSD
  * decay overlapping the warm-up, is an error naming the values. zoe-train calls it; trainers
  * that pass their own learning rate need not. */
@@ -190,6 +202,21 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
 zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
 /* Waits for a delayed update in flight, so the device weights are the latest. Collective. */
 zoe_status zoe_trainer_flush(zoe_trainer *tr);
+/* Validation loss with the latest weights, leaving the training run exactly as it was (the
+ * gradients, the optimizer's state and its delayed-update schedule, the dropout counter: the
+ * losses and weights of the run are bit for bit those of a run without evaluation):
+ *   zoe_trainer_eval_begin(tr)                   collective over the grid, between steps
+ *   zoe_trainer_eval_micro_batch(tr, x, y) ...   collective over the TP group; any number
+ *   zoe_trainer_eval_end(tr, &loss)              collective over the grid
+ * begin lands a delayed update in flight so that the forwards read the weights after the last
+ * step; under DPU, where the next training forward must read the stale weights, it keeps a host
+ * copy of them that end puts back, with the refresh of the latest still due. Forwards run
+ * without dropout. *loss: the mean over every counted (not -1) target of every rank's eval
+ * micro-batches (0 when none counts). */
+zoe_status zoe_trainer_eval_begin(zoe_trainer *tr);
+zoe_status zoe_trainer_eval_micro_batch(zoe_trainer *tr, const int32_t *tokens,
+                                        const int32_t *targets);
+zoe_status zoe_trainer_eval_end(zoe_trainer *tr, float *loss);
 /* Evaluation: the logits of host int32 tokens [micro_batch, seq_len] with the weights the next
  * forward would read, as host fp32 [micro_batch * seq_len, vocab] over the real vocabulary, on
  * every rank. Collective over the TP group. Leaves the gradients and the dropout counter as
@@ -227,6 +254,10 @@ struct zoe_step_stats {
      * step call took: host step and refresh, or with DPU the wait for the overlapped update
      * and the refresh). */
     double ms_total, ms_forward, ms_backward, ms_offload, ms_host_step, ms_refresh, ms_optimizer;
+    /* Set by the caller after an evaluation at this step (zoe_trainer_eval_end); step leaves
+     * evaluated 0. */
+    int evaluated;
+    float val_loss;
 };
 
 typedef struct zoe_progress zoe_progress;

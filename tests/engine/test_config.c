@@ -1,8 +1,9 @@
-/* zoe-train's configuration: flags, JSON (flags win), presets, validation messages, the
- * learning-rate schedule against hand-computed values. */
+/* zoe-train's configuration: flags, JSON (flags win), presets, validation messages (the
+ * validation-set options among them), the learning-rate schedule against hand-computed values. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "testing.h"
 #include "zoe/train.h"
@@ -109,6 +110,43 @@ int main(int argc, char **argv) {
     c.model.heads = 2;
     expect_invalid(&c, 1, "a head dim of 384; the CUDA attention kernels take at most 256");
     c.model.heads = 12, c.backend = ZOE_BACKEND_CPU, c.dtype = ZOE_F32;
+
+    /* validation options: flags, JSON and a hand-filled struct share the table's checks */
+    snprintf(line, sizeof line, "--split 98,2 --eval-every 50 --eval-iters 4 --data %s", data);
+    CHECK_OK(parse(&c, line));
+    CHECK(c.split_train == 98 && c.split_val == 2 && c.eval_every == 50 && c.eval_iters == 4,
+          "--split %d,%d --eval-every %d --eval-iters %d", c.split_train, c.split_val, c.eval_every,
+          c.eval_iters);
+    CHECK_OK(zoe_train_config_validate(&c, 1));
+    CHECK_OK(parse(&c, ""));
+    CHECK(c.eval_every == 0 && c.eval_iters == 10 && !c.split_train && !c.val_data[0],
+          "validation defaults: every %d, iters %d, split %d", c.eval_every, c.eval_iters,
+          c.split_train);
+    f = fopen(json, "w");
+    fprintf(f, "{\"split\": \"90,10\", \"eval_every\": 7, \"data\": \"%s\"}", data);
+    fclose(f);
+    snprintf(line, sizeof line, "--config %s", json);
+    CHECK_OK(parse(&c, line));
+    CHECK(c.split_train == 90 && c.split_val == 10 && c.eval_every == 7, "JSON split %d,%d",
+          c.split_train, c.split_val);
+    char *text = zoe_train_config_json(&c); /* what trainer.json records reads back */
+    CHECK(text && strstr(text, "\"split\":\t\"90,10\"") && strstr(text, "\"eval-every\":\t7"),
+          "the configuration as JSON: %s", text ? text : "(null)");
+    free(text);
+    expect_error("--split 98", "'98' is not two percentages T,V summing to 100");
+    expect_error("--split 98,x", "'98,x' is not two percentages");
+    expect_error("--split 60,60", "--split=60,60 is not two positive percentages summing to 100");
+    zoe_train_config_defaults(&c);
+    c.split_train = 60, c.split_val = 30;
+    expect_invalid(&c, 1, "--split=60,30 is not two positive percentages summing to 100");
+    c.split_train = 0, c.split_val = 0, c.eval_every = 5;
+    expect_invalid(&c, 1, "--eval-every=5 without a validation set");
+    snprintf(c.val_data, sizeof c.val_data, "%s", data);
+    CHECK_OK(zoe_train_config_validate(&c, 1));
+    c.split_train = 98, c.split_val = 2;
+    expect_invalid(&c, 1, "are two validation sets: give one");
+    c.split_train = c.split_val = 0, c.eval_iters = 0;
+    expect_invalid(&c, 1, "--eval-iters=0 is out of range");
 
     /* lr: warm-up 10 to 1e-3, cosine to 1e-4 at step 110 */
     zoe_train_config s;

@@ -74,6 +74,9 @@ static void fuzz(zoe_train_config *c, test_rng *r, int small) {
     MAYBE c->bucket_mb = small ? test_rng_int(r, -1, 2) : (int64_t)test_rng_next(r);
     MAYBE c->progress = (zoe_progress_style)test_rng_int(r, -2, 4);
     MAYBE c->stall_timeout = small ? (int)test_rng_int(r, -1, 1) : pick_int(r, 0, 1000000);
+    MAYBE c->eval_every = pick_int(r, 0, 1000000000);
+    MAYBE c->eval_iters = pick_int(r, 1, 1000000);
+    MAYBE c->split_train = pick_int(r, 0, 100), c->split_val = pick_int(r, 0, 100);
     MAYBE memset(c->model.name, 'x', sizeof c->model.name); /* no terminator */
     MAYBE memset(c->metrics, 'm', sizeof c->metrics);
 #undef MAYBE
@@ -91,7 +94,8 @@ static int acceptable(const zoe_train_config *c, int world) {
     if ((m->ffn ? m->ffn : 4 * m->hidden) % c->tp) return 0;
     if (c->micro_batch < 1 || c->micro_batch > (1 << 20)) return 0;
     if (c->grad_accum < 1 || c->grad_accum > (1 << 20)) return 0;
-    if (c->steps < 1 || c->steps > 1000000000 || c->warmup < 0 || c->warmup > 1000000000) return 0;
+    if (c->steps < 1 || c->steps > 1000000000 || c->warmup < -1 || c->warmup > 1000000000)
+        return 0; /* -1: ZOE_WARMUP_AUTO */
     if (!(c->lr >= 0 && c->lr <= 10) || !(c->min_lr >= 0 && c->min_lr <= c->lr)) return 0;
     if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1)) return 0;
     if (!(c->eps > 0 && c->eps <= 1) || !(c->weight_decay >= 0 && c->weight_decay <= 10)) return 0;
@@ -105,6 +109,13 @@ static int acceptable(const zoe_train_config *c, int world) {
         return 0;
     if (c->bucket_mb < 1 || c->bucket_mb > (1 << 20)) return 0;
     if (c->stall_timeout < 0 || c->stall_timeout > 1000000) return 0;
+    if (c->eval_every < 0 || c->eval_every > 1000000000) return 0;
+    if (c->eval_iters < 1 || c->eval_iters > 1000000) return 0;
+    int split = c->split_train || c->split_val;
+    if (split && (c->split_train < 1 || c->split_val < 1 || c->split_train > 99 ||
+                  c->split_val > 99 || c->split_train + c->split_val != 100))
+        return 0;
+    if (c->eval_every > 0 && !split) return 0; /* no --val-data in these structs */
     if (!memchr(m->name, 0, sizeof m->name) || !memchr(c->metrics, 0, sizeof c->metrics)) return 0;
     return 1;
 }

@@ -29,6 +29,9 @@ int main(int argc, char **argv) {
     REFUSES(zoe_trainer_step(NULL, 1e-3f, NULL));
     REFUSES(zoe_trainer_micro_batch(NULL, tok, tok, NULL));
     REFUSES(zoe_trainer_profile(NULL, NULL, 0));
+    REFUSES(zoe_trainer_eval_begin(NULL));
+    REFUSES(zoe_trainer_eval_micro_batch(NULL, tok, tok));
+    REFUSES(zoe_trainer_eval_end(NULL, f));
     REFUSES(zoe_trainer_create(MPI_COMM_WORLD, NULL, NULL));
     REFUSES(zoe_train_config_validate(NULL, 1));
     REFUSES(zoe_train_config_load_json(NULL, "x.json"));
@@ -107,6 +110,8 @@ int main(int argc, char **argv) {
     REFUSES(zoe_tokenizer_decode(NULL, tok, 1, text, sizeof text, &n));
     REFUSES(zoe_tokenizer_create_bytes(NULL));
     REFUSES(zoe_dataset_open(NULL, NULL));
+    REFUSES(zoe_dataset_subset(NULL, 0, 1, NULL));
+    REFUSES(zoe_dataset_split_documents(10, 90, 10, NULL));
     REFUSES(zoe_dataset_read(NULL, 0, 1, tok));
     REFUSES(zoe_dataset_document(NULL, 0, &a, &b));
     CHECK(zoe_dataset_name(NULL) == NULL && zoe_dataset_tokens(NULL) == -1 &&

@@ -2,8 +2,9 @@
  * documents (warm-up, then constant, linear, cosine, inverse-square-root or WSD with each of
  * its decay shapes), over random run lengths, warm-ups, decay horizons and WSD fractions, at
  * every step; and the schedule checks (warm-up longer than the run, WSD decay overlapping the
- * warm-up) and the flags that set them. Tolerance: the schedule computes in double and returns
- * float, so 1 float ulp (6e-8 relative) of a value of order lr; 2e-7 allowed. */
+ * warm-up), the default warm-up of short runs, and the flags that set them. Tolerance: the schedule
+ * computes in double and returns float, so 1 float ulp (6e-8 relative) of a value of order lr; 2e-7
+ * allowed. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,6 +86,34 @@ int main(int argc, char **argv) {
     CHECK_OK(zoe_train_schedule_validate(&c));
     c.lr_decay_style = ZOE_LR_WSD, c.lr_decay_iters = 0, c.lr_wsd_decay_fraction = 0.6f;
     expect_invalid(&c, "--lr-wsd-decay-fraction=0.6");
+
+    /* The default warm-up: 10 steps, or fewer in a shorter run, and shorter than the decay;
+     * the lr then ramps as a warm-up of that many steps does. A warm-up given explicitly and
+     * longer than the run is an error. */
+    const int runs[][3] = {/* steps, decay style, the warm-up */
+                           {100, ZOE_LR_COSINE, 10}, {10, ZOE_LR_COSINE, 9},  {3, ZOE_LR_COSINE, 2},
+                           {1, ZOE_LR_LINEAR, 0},    {3, ZOE_LR_CONSTANT, 3}, {4, ZOE_LR_WSD, 3}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        zoe_train_config_defaults(&c);
+        CHECK(c.warmup == ZOE_WARMUP_AUTO, "the default --warmup is %d", c.warmup);
+        c.steps = runs[i][0], c.lr_decay_style = (zoe_lr_decay_style)runs[i][1];
+        if (c.lr_decay_style == ZOE_LR_WSD) c.lr_wsd_decay_fraction = 0.25f;
+        int w = zoe_train_warmup(&c);
+        CHECK(w == runs[i][2], "default warm-up of a %d-step run (style %d): %d, want %d", c.steps,
+              runs[i][1], w, runs[i][2]);
+        CHECK_OK(zoe_train_schedule_validate(&c));
+        zoe_train_config explicit = c;
+        explicit.warmup = w;
+        for (int s = 0; s < c.steps; s++)
+            CHECK(zoe_train_lr_at(&c, s) == zoe_train_lr_at(&explicit, s),
+                  "%d-step run, step %d: lr %g by default, %g with --warmup %d", c.steps, s,
+                  (double)zoe_train_lr_at(&c, s), (double)zoe_train_lr_at(&explicit, s), w);
+    }
+    zoe_train_config_defaults(&c);
+    c.steps = 3, c.warmup = 5;
+    expect_invalid(&c, "--lr-warmup-iters=5 is longer than the run (--steps=3)");
+    c.warmup = 3, c.lr_decay_style = ZOE_LR_COSINE;
+    expect_invalid(&c, "--lr-warmup-iters=3 is not shorter than the decay");
 
     /* the flags, --warmup and its Megatron name alike */
     char *args[] = {"zoe-train",

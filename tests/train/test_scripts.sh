@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The scripts a user runs first: scripts/bench with no argument or `list` lists the benchmarks
 # and exits 0; scripts/plot-loss refuses an output in a missing directory with a message and
-# exit 2, and never prints PNG bytes. Usage: test_scripts.sh ROOT
+# exit 2, and never prints PNG bytes; it draws the validation loss as a second curve when the
+# metrics have one. Usage: test_scripts.sh ROOT
 set -u
 root="$1"
 fails=0 passes=0
@@ -26,6 +27,11 @@ if command -v gnuplot >/dev/null; then
   out="$("$root/scripts/plot-loss" "$dir/m.jsonl" "$dir/loss.png" 2>&1)"; rc=$?
   check "plot-loss writes a PNG (rc $rc: $out)" '[ "$rc" -eq 0 ] && head -c 4 "$dir/loss.png" | grep -q PNG'
   check "plot-loss leaves no temporary file" '[ -z "$(ls -A "$dir" | grep plot-loss)" ]'
+  check "plot-loss without val_loss draws the training loss alone ($out)" '[[ "$out" == *"(training loss)" ]]'
+  printf '{"step":0,"loss":5.5}\n{"step":1,"loss":4.0,"val_loss":4.2}\n' >"$dir/v.jsonl"
+  out="$("$root/scripts/plot-loss" "$dir/v.jsonl" "$dir/v.png" 2>&1)"; rc=$?
+  check "plot-loss with val_loss draws both curves (rc $rc: $out)" \
+    '[ "$rc" -eq 0 ] && [[ "$out" == *"(training and validation loss)" ]] && head -c 4 "$dir/v.png" | grep -q PNG'
 fi
 echo "test_scripts: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -190,6 +190,46 @@ static zoe_status check_data(const zoe_dataset *ds, const zoe_train_config *cfg,
     return st;
 }
 
+/* The training and validation datasets: --data whole and --val-data, or --data's documents
+ * split by --split (two views of one dataset, which *whole owns). */
+typedef struct run_data {
+    zoe_dataset *whole, *train, *val;
+} run_data;
+
+static void run_data_destroy(run_data *d) {
+    if (d->train != d->whole) zoe_dataset_destroy(d->train);
+    zoe_dataset_destroy(d->val);
+    zoe_dataset_destroy(d->whole);
+    *d = (run_data){0};
+}
+
+static zoe_status open_data(const zoe_train_config *cfg, run_data *d) {
+    *d = (run_data){0};
+    zoe_status st = zoe_dataset_open(cfg->data, &d->whole);
+    d->train = d->whole;
+    if (st != ZOE_OK || (!cfg->val_data[0] && !cfg->split_train)) return st;
+    if (cfg->val_data[0]) return zoe_dataset_open(cfg->val_data, &d->val);
+    int64_t docs = zoe_dataset_documents(d->whole), train = 0;
+    st = zoe_dataset_split_documents(docs, cfg->split_train, cfg->split_val, &train);
+    d->train = NULL;
+    if (st == ZOE_OK) st = zoe_dataset_subset(d->whole, 0, train, &d->train);
+    if (st == ZOE_OK) st = zoe_dataset_subset(d->whole, train, docs - train, &d->val);
+    return st;
+}
+
+/* The validation loss over the first `batches` global batches of the validation loader (the
+ * same sequences at every evaluation), each rank its share, micro-batch by micro-batch. */
+static zoe_status evaluate(zoe_trainer *tr, const zoe_loader *val, int batches, int grad_accum,
+                           int32_t *tokens, int32_t *targets, float *loss) {
+    zoe_status st = zoe_trainer_eval_begin(tr);
+    for (int b = 0; st == ZOE_OK && b < batches; b++)
+        for (int m = 0; st == ZOE_OK && m < grad_accum; m++) {
+            st = zoe_loader_fetch(val, b, m, tokens, targets);
+            if (st == ZOE_OK) st = zoe_trainer_eval_micro_batch(tr, tokens, targets);
+        }
+    return st == ZOE_OK ? zoe_trainer_eval_end(tr, loss) : st;
+}
+
 int main(int argc, char **argv) {
     ensure_passive_openmp_wait(argv);
     MPI_Init(&argc, &argv);
@@ -228,16 +268,18 @@ int main(int argc, char **argv) {
     if (!progress_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
 
     zoe_stop_signals_install();
-    zoe_dataset *ds = NULL;
-    if (zoe_dataset_open(cfg.data, &ds) != ZOE_OK || check_data(ds, &cfg, rank, world) != ZOE_OK) {
-        zoe_dataset_destroy(ds);
+    run_data data;
+    if (open_data(&cfg, &data) != ZOE_OK || check_data(data.train, &cfg, rank, world) != ZOE_OK ||
+        (data.val && check_data(data.val, &cfg, rank, world) != ZOE_OK)) {
+        run_data_destroy(&data);
         zoe_progress_destroy(progress);
         return fail(rank, EXIT_USAGE, zoe_last_error());
     }
+    zoe_dataset *ds = data.train;
     zoe_trainer *tr = NULL;
     if (zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr) != ZOE_OK) {
         zoe_progress_destroy(progress);
-        zoe_dataset_destroy(ds);
+        run_data_destroy(&data);
         return fail(rank, EXIT_FAILURE, zoe_last_error());
     }
     char ckpt[ZOE_PATH_MAX * 2] = "";
@@ -246,7 +288,7 @@ int main(int argc, char **argv) {
         if (rank == 0) fprintf(stderr, "zoe-train: %s\n", zoe_last_error());
         zoe_progress_destroy(progress);
         zoe_trainer_destroy(tr);
-        zoe_dataset_destroy(ds);
+        run_data_destroy(&data);
         MPI_Finalize();
         return EXIT_USAGE;
     }
@@ -258,12 +300,20 @@ int main(int argc, char **argv) {
                             .grad_accum = cfg.grad_accum,
                             .seed = cfg.seed,
                             .vocab_size = cfg.model.vocab};
-    zoe_loader *loader = NULL;
+    zoe_loader *loader = NULL, *val_loader = NULL;
     /* A step's micro-batches are fetched first: the count of their targets weights the loss. */
     size_t n = (size_t)cfg.micro_batch * (size_t)cfg.model.seq_len,
            all = n * (size_t)cfg.grad_accum;
     int32_t *tokens = malloc(all * sizeof(int32_t)), *targets = malloc(all * sizeof(int32_t));
     st = tokens && targets ? zoe_loader_create(ds, &lc, &loader) : ZOE_ERR_OUT_OF_MEMORY;
+    if (st == ZOE_OK && data.val) st = zoe_loader_create(data.val, &lc, &val_loader);
+    /* More batches than the validation set holds would only count sequences twice. */
+    int val_batches = 0, evaluated_at = -1;
+    if (val_loader)
+        val_batches = (int)(zoe_loader_steps_per_epoch(val_loader) < cfg.eval_iters
+                                ? zoe_loader_steps_per_epoch(val_loader)
+                                : cfg.eval_iters);
+    float val_loss = 0;
     if (st == ZOE_OK && rank == 0 && first > 0) {
         /* The resumed run keeps the metrics of the steps before its first and appends. */
         zoe_progress_destroy(progress);
@@ -272,6 +322,16 @@ int main(int argc, char **argv) {
                                     first, &progress);
     }
     if (st == ZOE_OK && rank == 0) print_banner(&cfg, tr, world);
+    if (st == ZOE_OK && rank == 0 && val_loader) {
+        char every[64] = "at the end";
+        if (cfg.eval_every > 0)
+            snprintf(every, sizeof every, "every %d steps and at the end", cfg.eval_every);
+        printf("zoe-train: validation on %s (%lld sequences): %d global batches %s%s\n",
+               zoe_dataset_name(data.val), (long long)zoe_loader_sequences(val_loader), val_batches,
+               every,
+               val_batches < cfg.eval_iters ? " (all it holds; fewer than --eval-iters)" : "");
+        fflush(stdout);
+    }
     if (st == ZOE_OK && rank == 0 && ckpt[0])
         printf("zoe-train: resumed from %s at step %d\n", ckpt, first);
     float first_loss = 0, last_loss = 0;
@@ -285,6 +345,12 @@ int main(int argc, char **argv) {
             st = zoe_trainer_micro_batch(tr, tokens + (size_t)m * n, targets + (size_t)m * n, NULL);
         zoe_step_stats s;
         if (st == ZOE_OK) st = zoe_trainer_step(tr, zoe_train_lr_at(&cfg, step), &s);
+        int eval_due = val_loader && ((cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0) ||
+                                      step + 1 == cfg.steps);
+        if (st == ZOE_OK && eval_due) {
+            st = evaluate(tr, val_loader, val_batches, cfg.grad_accum, tokens, targets, &val_loss);
+            s.evaluated = 1, s.val_loss = val_loss, evaluated_at = step + 1;
+        }
         if (st == ZOE_OK && progress) st = zoe_progress_report(progress, &s);
         if (st == ZOE_OK) {
             if (step == first) first_loss = s.loss;
@@ -312,13 +378,17 @@ int main(int argc, char **argv) {
     } else if (rank == 0) {
         printf("zoe-train: loss %.3f -> %.3f in %d steps, %.0f tokens/s on average\n", first_loss,
                last_loss, done - first, ms > 0 ? toks / (ms / 1e3) : 0.0);
+        if (evaluated_at > 0)
+            printf("zoe-train: validation loss %.3f after step %d (%d global batches of %s)\n",
+                   val_loss, evaluated_at, val_batches, zoe_dataset_name(data.val));
         if (cfg.save[0]) printf("zoe-train: saved step %d to %s\n", done, ckpt);
     }
     zoe_progress_destroy(progress);
     zoe_loader_destroy(loader);
+    zoe_loader_destroy(val_loader);
     free(tokens), free(targets);
     zoe_trainer_destroy(tr);
-    zoe_dataset_destroy(ds);
+    run_data_destroy(&data);
     if (code) MPI_Abort(MPI_COMM_WORLD, code);
     MPI_Finalize();
     return code;
