@@ -70,6 +70,16 @@ zoe_status zoe_cuda_rope_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dx,
                                   const float *inv_freq, int64_t B, int64_t T, int64_t heads,
                                   int64_t HS, int64_t head_stride, int64_t row_stride);
 
+zoe_status zoe_cuda_rope_forward_at(zoe_cuda_kernels *ck, zoe_dtype dt, void *x,
+                                    const float *inv_freq, int64_t pos0, int64_t rows,
+                                    int64_t heads, int64_t HS, int64_t head_stride,
+                                    int64_t row_stride);
+zoe_status zoe_cuda_attention_cached(zoe_cuda_kernels *ck, zoe_dtype dt, void *out, const void *q,
+                                     const void *kv, int64_t pos, int64_t n, int64_t NH,
+                                     int64_t NKV, int64_t HS, int64_t q_head_stride,
+                                     int64_t q_row_stride, int64_t kv_head_stride,
+                                     int64_t kv_row_stride);
+
 zoe_status zoe_cuda_swiglu_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *y, const void *gu,
                                    int64_t rows, int64_t F);
 zoe_status zoe_cuda_swiglu_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dgu, const void *dy,
