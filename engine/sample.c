@@ -57,8 +57,9 @@ zoe_status zoe_sampling_distribution(const float *logits, int32_t V, const zoe_s
     for (int32_t i = 0; i < V; i++) r[i] = (ranked){(double)logits[i] / s->temperature, i};
     qsort(r, (size_t)V, sizeof *r, by_rank);
     const int32_t k = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+    const double top = r[0].p;
     double sum = 0.0;
-    for (int32_t i = 0; i < k; i++) sum += (r[i].p = exp(r[i].p - r[0].p));
+    for (int32_t i = 0; i < k; i++) sum += (r[i].p = exp(r[i].p - top));
     int32_t kept = k;
     if (s->top_p < 1.0f) {
         double cum = 0.0;
