@@ -27,15 +27,15 @@ struct zoe_generator {
     int64_t chunk;
     MPI_Comm tp_comm;
     int rank, tp;
-    void *raw;           /* host [chunk, vocab.local] in the compute dtype */
-    float *local, *all;  /* host fp32 [chunk, vocab.local] and [tp, chunk, vocab.local] */
-    float *row;          /* host fp32 [vocab]: the last token's logits */
-    double *work;        /* [vocab] for the sampler */
+    void *raw;          /* host [chunk, vocab.local] in the compute dtype */
+    float *local, *all; /* host fp32 [chunk, vocab.local] and [tp, chunk, vocab.local] */
+    float *row;         /* host fp32 [vocab]: the last token's logits */
+    double *work;       /* [vocab] for the sampler */
 };
 
 static zoe_status check_config(const zoe_generate_config *c, int world) {
-    ZOE_TRY(zoe_check_struct_version("zoe_generate_config", c->struct_size, c->api_version,
-                                     sizeof *c));
+    ZOE_TRY(
+        zoe_check_struct_version("zoe_generate_config", c->struct_size, c->api_version, sizeof *c));
     if (!c->checkpoint[0])
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "no checkpoint given (--checkpoint DIR)");
     const int tp = c->tp ? c->tp : world;
@@ -59,8 +59,8 @@ static int is_byte_data(const char *data, int vocab) {
 
 /* The training configuration the checkpoint was written with, set up for one replica of tp
  * ranks that loads it and never trains. */
-static zoe_status checkpoint_config(const zoe_generate_config *gc, int world, char *dir,
-                                    size_t cap, zoe_train_config *tc, int *byte_tokens) {
+static zoe_status checkpoint_config(const zoe_generate_config *gc, int world, char *dir, size_t cap,
+                                    zoe_train_config *tc, int *byte_tokens) {
     cJSON *root = NULL;
     ZOE_TRY(ckpt_open(gc->checkpoint, dir, cap, &root));
     cJSON *config = cJSON_GetObjectItemCaseSensitive(root, "config");
@@ -77,12 +77,11 @@ static zoe_status checkpoint_config(const zoe_generate_config *gc, int world, ch
     if (cJSON_IsString(seed)) snprintf(seed_text, sizeof seed_text, "%s", seed->valuestring);
     if (cJSON_IsObject(cfg)) cJSON_DeleteItemFromObjectCaseSensitive(cfg, "seed");
     char *text = cJSON_IsObject(config) ? cJSON_PrintUnformatted(config) : NULL;
-    zoe_status st = text && cJSON_IsNumber(batch) && batch->valuedouble >= 1 &&
-                            batch->valuedouble <= 1e9
-                        ? ZOE_OK
-                        : zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                                   "%s/%s: no run configuration or global batch", dir,
-                                   CKPT_TRAINER_FILE);
+    zoe_status st =
+        text && cJSON_IsNumber(batch) && batch->valuedouble >= 1 && batch->valuedouble <= 1e9
+            ? ZOE_OK
+            : zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s/%s: no run configuration or global batch", dir,
+                       CKPT_TRAINER_FILE);
     if (st == ZOE_OK) st = zoe_train_config_defaults(tc);
     if (st == ZOE_OK) st = zoe_train_config_apply_json(tc, text, dir);
     if (st == ZOE_OK) {
@@ -90,8 +89,8 @@ static zoe_status checkpoint_config(const zoe_generate_config *gc, int world, ch
         char *end = NULL;
         const unsigned long long u = strtoull(seed_text, &end, 10);
         if (!seed_text[0] || *end)
-            st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s/%s: config seed '%s' is not a number",
-                          dir, CKPT_TRAINER_FILE, seed_text);
+            st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s/%s: config seed '%s' is not a number", dir,
+                          CKPT_TRAINER_FILE, seed_text);
         tc->seed = (uint64_t)u;
         tc->backend = gc->backend;
         tc->tp = world;
@@ -204,8 +203,10 @@ static zoe_status feed(zoe_generator *g, const int32_t *tokens, int64_t n, float
     for (int64_t done = 0; done < n;) {
         const int64_t m = n - done < g->chunk ? n - done : g->chunk;
         ZOE_TRY(zoe_gpt_decode(g->gpt, g->cache, tokens + done, m));
-        if (out) ZOE_TRY(gather_logits(g, 0, m, out + (size_t)done * (size_t)g->model.vocab));
-        else if (done + m == n) ZOE_TRY(gather_logits(g, m - 1, 1, g->row));
+        if (out)
+            ZOE_TRY(gather_logits(g, 0, m, out + (size_t)done * (size_t)g->model.vocab));
+        else if (done + m == n)
+            ZOE_TRY(gather_logits(g, m - 1, 1, g->row));
         done += m;
     }
     return ZOE_OK;
@@ -220,8 +221,7 @@ static zoe_status check_length(const zoe_generator *g, int64_t n, int64_t more) 
     return ZOE_OK;
 }
 
-zoe_status zoe_generator_logits(zoe_generator *g, const int32_t *tokens, int64_t n,
-                                float *logits) {
+zoe_status zoe_generator_logits(zoe_generator *g, const int32_t *tokens, int64_t n, float *logits) {
     if (!g || !tokens || !logits)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_generator_logits: NULL argument");
     ZOE_TRY(check_length(g, n, 0));

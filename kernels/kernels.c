@@ -171,9 +171,12 @@ size_t zoe_kernels_workspace_bytes(zoe_backend backend, const zoe_kernel_plan *p
      * 2 outputs x max_dim floats), attention's row deltas, the embedding sort's keys and cub
      * scratch (bounded by the keys again), the row losses; each region 256-byte aligned. */
     size_t rows = (size_t)plan->max_rows;
-    size_t regions[] = {(size_t)32 << 20, 64 * 2 * (size_t)plan->max_dim * sizeof(float),
-                        rows * (size_t)plan->max_heads * sizeof(float), 4 * rows * sizeof(int32_t),
-                        4 * rows * sizeof(int32_t) + ((size_t)1 << 20), 2 * rows * sizeof(float)};
+    size_t regions[] = {(size_t)32 << 20,
+                        64 * 2 * (size_t)plan->max_dim * sizeof(float),
+                        rows * (size_t)plan->max_heads * sizeof(float),
+                        4 * rows * sizeof(int32_t),
+                        4 * rows * sizeof(int32_t) + ((size_t)1 << 20),
+                        2 * rows * sizeof(float)};
     size_t bytes = 0;
     for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++)
         bytes += (regions[i] + 255) / 256 * 256;

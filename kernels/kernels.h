@@ -212,12 +212,13 @@ zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src
     X(matmul_forward)                                                                              \
     X(matmul_backward)                                                                             \
     X(layernorm_forward)                                                                           \
-    X(layernorm_backward) X(gelu_forward) X(gelu_backward) X(attention_forward)                    \
-        X(attention_backward) X(attention_gqa_forward) X(attention_gqa_backward)                   \
-            X(rmsnorm_forward) X(rmsnorm_backward) X(rope_forward) X(rope_backward)                \
-                X(swiglu_forward) X(swiglu_backward) X(residual_forward) X(add) X(scale)           \
-                    X(embedding_forward) X(embedding_backward) X(xent_row_max) X(xent_row_sums)    \
-                        X(xent_loss) X(xent_backward) X(dropout) X(cast) X(attention_cached) X(rope_forward_at)
+    X(layernorm_backward)                                                                          \
+    X(gelu_forward) X(gelu_backward) X(attention_forward) X(attention_backward)                    \
+        X(attention_gqa_forward) X(attention_gqa_backward) X(rmsnorm_forward) X(rmsnorm_backward)  \
+            X(rope_forward) X(rope_backward) X(swiglu_forward) X(swiglu_backward)                  \
+                X(residual_forward) X(add) X(scale) X(embedding_forward) X(embedding_backward)     \
+                    X(xent_row_max) X(xent_row_sums) X(xent_loss) X(xent_backward) X(dropout)      \
+                        X(cast) X(attention_cached) X(rope_forward_at)
 
 typedef enum zoe_kernel_op {
 #define ZOE_KERNEL_OP_ENUM(name) ZOE_KOP_##name,

@@ -20,15 +20,15 @@ struct zoe_gpt_kv_cache {
     int64_t max_tokens, max_chunk, length;
     int64_t cache_row; /* elements per position of one layer's cache */
     void *arena;
-    void **layers;       /* [L] x [max_tokens, cache_row] */
-    int32_t *tokens;     /* device [max_chunk] */
-    int32_t *staged;     /* pinned host [max_chunk] */
+    void **layers;        /* [L] x [max_tokens, cache_row] */
+    int32_t *tokens;      /* device [max_chunk] */
+    int32_t *staged;      /* pinned host [max_chunk] */
     void *x, *y, *ln, *h; /* [chunk, C]: block input and output, norm output, attention residual */
-    float *mean, *rstd;  /* [chunk] */
-    void *q;             /* Llama: [chunk, NH/t, HS] */
-    void *attn;          /* [chunk, NH/t, HS] */
-    void *fc1, *act;     /* [chunk, F/t or 2 F/t], [chunk, F/t] */
-    void *logits;        /* [chunk, vocab.local] */
+    float *mean, *rstd;   /* [chunk] */
+    void *q;              /* Llama: [chunk, NH/t, HS] */
+    void *attn;           /* [chunk, NH/t, HS] */
+    void *fc1, *act;      /* [chunk, F/t or 2 F/t], [chunk, F/t] */
+    void *logits;         /* [chunk, vocab.local] */
 };
 
 static int64_t cache_row(const zoe_gpt *g) {
@@ -41,7 +41,8 @@ static size_t layout(const zoe_gpt *g, zoe_gpt_kv_cache *c, char *base) {
     const size_t C = (size_t)g->C;
     const size_t heads = g->llama ? (size_t)g->llama_blocks[0].linear_q.out_local
                                   : (size_t)(g->blocks[0].local_heads * g->blocks[0].head_dim);
-    const size_t ffn = g->llama ? (size_t)g->llama_blocks[0].local_ffn : (size_t)g->blocks[0].local_ffn;
+    const size_t ffn =
+        g->llama ? (size_t)g->llama_blocks[0].local_ffn : (size_t)g->blocks[0].local_ffn;
     zoe_tp_carver k = {.base = base};
     for (int l = 0; l < g->cfg.shape.layers; l++)
         c->layers[l] = zoe_tp_carve(&k, (size_t)(c->max_tokens * c->cache_row) * es);
@@ -150,19 +151,18 @@ static zoe_status llama_block(zoe_gpt *g, zoe_gpt_kv_cache *c, int l, int64_t po
     const float eps = b->cfg.norm_eps;
     char *cache = c->layers[l];
     void *kv = cache + (size_t)(pos * row) * zoe_dtype_size(dt);
-    ZOE_TRY(zoe_rmsnorm_forward(tp->kernels, dt, c->ln, c->rstd, c->x, b->ln_1_weight.data, n, C,
-                                eps));
+    ZOE_TRY(
+        zoe_rmsnorm_forward(tp->kernels, dt, c->ln, c->rstd, c->x, b->ln_1_weight.data, n, C, eps));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &b->linear_q, c->q, c->ln, n, NULL));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &b->linear_kv, kv, c->ln, n, NULL));
-    ZOE_TRY(zoe_rope_forward_at(tp->kernels, dt, c->q, b->inv_freq, pos, n, NHl, HS, HS,
-                                NHl * HS));
+    ZOE_TRY(zoe_rope_forward_at(tp->kernels, dt, c->q, b->inv_freq, pos, n, NHl, HS, HS, NHl * HS));
     ZOE_TRY(zoe_rope_forward_at(tp->kernels, dt, kv, b->inv_freq, pos, n, KVl, HS, 2 * HS, row));
     ZOE_TRY(zoe_attention_cached(tp->kernels, dt, c->attn, c->q, cache, pos, n, NHl, KVl, HS, HS,
                                  NHl * HS, 2 * HS, row));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &b->linear_proj, c->h, c->attn, n));
     ZOE_TRY(zoe_residual_forward(tp->kernels, dt, c->h, c->x, c->h, n * C));
-    ZOE_TRY(zoe_rmsnorm_forward(tp->kernels, dt, c->ln, c->rstd, c->h, b->ln_2_weight.data, n, C,
-                                eps));
+    ZOE_TRY(
+        zoe_rmsnorm_forward(tp->kernels, dt, c->ln, c->rstd, c->h, b->ln_2_weight.data, n, C, eps));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &b->linear_fc1, c->fc1, c->ln, n, NULL));
     ZOE_TRY(zoe_swiglu_forward(tp->kernels, dt, c->act, c->fc1, n, b->local_ffn));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &b->linear_fc2, c->y, c->act, n));

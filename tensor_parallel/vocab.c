@@ -81,10 +81,10 @@ static zoe_status lookup(const zoe_tp *tp, zoe_tp_embedding *e, void *y, const i
     uint64_t before = zoe_comm_bytes(tp->comm);
     /* Rows outside this rank's range are zero; rank 0 alone adds the positions, so the sum
      * over ranks is wte[token] + wpe[t] with every other term an exact zero. */
-    const void *wpe = e->max_seq > 0 && tp->rank == 0
-                          ? (const char *)e->wpe.data +
-                                (size_t)(pos0 * e->hidden) * zoe_dtype_size(tp->dtype)
-                          : NULL;
+    const void *wpe =
+        e->max_seq > 0 && tp->rank == 0
+            ? (const char *)e->wpe.data + (size_t)(pos0 * e->hidden) * zoe_dtype_size(tp->dtype)
+            : NULL;
     ZOE_TRY(zoe_embedding_forward(tp->kernels, tp->dtype, y, tokens, e->wte.data, wpe, B, T,
                                   e->hidden, e->vocab.start, e->vocab.local));
     ZOE_TRY(zoe_tp_reduce_from_forward(tp, y, y, B * T * e->hidden));

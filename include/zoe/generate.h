@@ -54,8 +54,13 @@ typedef struct zoe_generate_config {
 } zoe_generate_config;
 
 #define ZOE_GENERATE_CONFIG_INITIALIZER                                                            \
-    {ZOE_STRUCT_VERSION(zoe_generate_config), .max_new_tokens = 64,                                \
-     .sampling = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}}
+    {                                                                                              \
+        ZOE_STRUCT_VERSION(zoe_generate_config), .max_new_tokens = 64, .sampling = {               \
+            .temperature = 0.0f,                                                                   \
+            .top_k = 0,                                                                            \
+            .top_p = 1.0f                                                                          \
+        }                                                                                          \
+    }
 
 typedef struct zoe_generator zoe_generator;
 
@@ -79,8 +84,7 @@ zoe_status zoe_generator_generate(zoe_generator *g, const int32_t *prompt, int64
 /* Collective. The logits of tokens[0..n) as one sequence through the KV cache (chunks of the
  * prompt size the generator plans): host fp32 [n, vocab] over the real vocabulary on every rank.
  * Scoring text and tests use it. */
-zoe_status zoe_generator_logits(zoe_generator *g, const int32_t *tokens, int64_t n,
-                                float *logits);
+zoe_status zoe_generator_logits(zoe_generator *g, const int32_t *tokens, int64_t n, float *logits);
 
 #ifdef __cplusplus
 }

@@ -19,10 +19,9 @@ static float dot(const float *a, const float *b, int64_t n) {
 }
 
 zoe_status zoe_cpu_attention_cached(zoe_cpu_kernels *ck, zoe_dtype dt, void *out, const void *q,
-                                    const void *kv, int64_t pos, int64_t n, int64_t NH,
-                                    int64_t NKV, int64_t HS, int64_t q_head_stride,
-                                    int64_t q_row_stride, int64_t kv_head_stride,
-                                    int64_t kv_row_stride) {
+                                    const void *kv, int64_t pos, int64_t n, int64_t NH, int64_t NKV,
+                                    int64_t HS, int64_t q_head_stride, int64_t q_row_stride,
+                                    int64_t kv_head_stride, int64_t kv_row_stride) {
     if (HS > MAX_HS)
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "zoe_attention_cached: HS=%lld above the CPU's %d",
                         (long long)HS, MAX_HS);

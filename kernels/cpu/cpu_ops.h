@@ -63,14 +63,12 @@ zoe_status zoe_cpu_rope_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *dx, co
                                  int64_t head_stride, int64_t row_stride);
 
 zoe_status zoe_cpu_rope_forward_at(zoe_cpu_kernels *ck, zoe_dtype dt, void *x,
-                                   const float *inv_freq, int64_t pos0, int64_t rows,
-                                   int64_t heads, int64_t HS, int64_t head_stride,
-                                   int64_t row_stride);
+                                   const float *inv_freq, int64_t pos0, int64_t rows, int64_t heads,
+                                   int64_t HS, int64_t head_stride, int64_t row_stride);
 zoe_status zoe_cpu_attention_cached(zoe_cpu_kernels *ck, zoe_dtype dt, void *out, const void *q,
-                                    const void *kv, int64_t pos, int64_t n, int64_t NH,
-                                    int64_t NKV, int64_t HS, int64_t q_head_stride,
-                                    int64_t q_row_stride, int64_t kv_head_stride,
-                                    int64_t kv_row_stride);
+                                    const void *kv, int64_t pos, int64_t n, int64_t NH, int64_t NKV,
+                                    int64_t HS, int64_t q_head_stride, int64_t q_row_stride,
+                                    int64_t kv_head_stride, int64_t kv_row_stride);
 
 zoe_status zoe_cpu_swiglu_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *y, const void *gu,
                                   int64_t rows, int64_t F);

@@ -65,8 +65,7 @@ zoe_status zoe_cpu_rope_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *dx, co
 }
 
 zoe_status zoe_cpu_rope_forward_at(zoe_cpu_kernels *ck, zoe_dtype dt, void *x,
-                                   const float *inv_freq, int64_t pos0, int64_t rows,
-                                   int64_t heads, int64_t HS, int64_t head_stride,
-                                   int64_t row_stride) {
+                                   const float *inv_freq, int64_t pos0, int64_t rows, int64_t heads,
+                                   int64_t HS, int64_t head_stride, int64_t row_stride) {
     return rope(ck, dt, x, inv_freq, pos0, 1, rows, heads, HS, head_stride, row_stride, 1.0f);
 }

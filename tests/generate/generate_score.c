@@ -76,8 +76,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < NEW; i++) seq[PROMPT_LEN + i] = out[i];
         CHECK_OK(zoe_generator_logits(g, seq, PROMPT_LEN + NEW, logits));
         gen += mean_loss(logits, vocab, seq, PROMPT_LEN, PROMPT_LEN + NEW) / PROMPTS;
-        for (int i = 0; i < NEW; i++)
-            seq[PROMPT_LEN + i] = alphabet[test_rng_int(&rng, 0, na - 1)];
+        for (int i = 0; i < NEW; i++) seq[PROMPT_LEN + i] = alphabet[test_rng_int(&rng, 0, na - 1)];
         CHECK_OK(zoe_generator_logits(g, seq, PROMPT_LEN + NEW, logits));
         rnd += mean_loss(logits, vocab, seq, PROMPT_LEN, PROMPT_LEN + NEW) / PROMPTS;
         for (int i = 0; i < NEW; i++)

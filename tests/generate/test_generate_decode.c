@@ -25,12 +25,12 @@ enum { PROMPT = 5, STEPS = 20 };
 static double worst = 0.0;
 
 static zoe_gpt_config gpt_config(void) {
-    return (zoe_gpt_config){.shape = {.vocab = 300, .hidden = 64, .heads = 4, .ffn = 128,
-                                      .layers = 2, .seq_len = 32},
-                            .micro_batch = 1,
-                            .pad_multiple = 128,
-                            .dtype = ZOE_F32,
-                            .seed = 4242};
+    return (zoe_gpt_config){
+        .shape = {.vocab = 300, .hidden = 64, .heads = 4, .ffn = 128, .layers = 2, .seq_len = 32},
+        .micro_batch = 1,
+        .pad_multiple = 128,
+        .dtype = ZOE_F32,
+        .seed = 4242};
 }
 
 /* 4 query heads over 2 KV heads (split at TP 2, replicated on 2 ranks at TP 4), untied head,

@@ -79,10 +79,14 @@ int main(int argc, char **argv) {
     z[10] = z[40] = 5.0f; /* a tie at the top: greedy and top-k = 1 must take 10 */
     z[20] = z[30] = 1.5f; /* a tie inside the kept sets */
     const zoe_sampling cases[] = {
-        {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f},  {.temperature = 0.7f, .top_k = 0, .top_p = 1.0f},
-        {.temperature = 2.0f, .top_k = 5, .top_p = 1.0f},  {.temperature = 1.0f, .top_k = 0, .top_p = 0.9f},
-        {.temperature = 0.8f, .top_k = 0, .top_p = 0.5f},  {.temperature = 1.3f, .top_k = 20, .top_p = 0.75f},
-        {.temperature = 1.0f, .top_k = 0, .top_p = 0.01f}, {.temperature = 1.0f, .top_k = V + 5, .top_p = 1.0f},
+        {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f},
+        {.temperature = 0.7f, .top_k = 0, .top_p = 1.0f},
+        {.temperature = 2.0f, .top_k = 5, .top_p = 1.0f},
+        {.temperature = 1.0f, .top_k = 0, .top_p = 0.9f},
+        {.temperature = 0.8f, .top_k = 0, .top_p = 0.5f},
+        {.temperature = 1.3f, .top_k = 20, .top_p = 0.75f},
+        {.temperature = 1.0f, .top_k = 0, .top_p = 0.01f},
+        {.temperature = 1.0f, .top_k = V + 5, .top_p = 1.0f},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         check_distribution(z, cases[c]);

@@ -458,8 +458,8 @@ static void test_rope(env *e, test_rng *rng, zoe_dtype dt, int64_t B, int64_t T,
 /* Incremental decoding's ops: RoPE from a first position on n rows of NH heads, and the
  * attention of n new tokens at positions [pos, pos + n) over a cache, in Llama's layout (q beside
  * a [T, NKV, 2, HS] cache) and GPT's (a [T, NH, 3, HS] qkv cache holding the queries too). */
-static void test_decode_ops(env *e, test_rng *rng, zoe_dtype dt, int64_t pos, int64_t n,
-                            int64_t NH, int64_t NKV, int64_t HS) {
+static void test_decode_ops(env *e, test_rng *rng, zoe_dtype dt, int64_t pos, int64_t n, int64_t NH,
+                            int64_t NKV, int64_t HS) {
     const zoe_dtype ct = cpu_dtype(dt);
     const int64_t T = pos + n, es = (int64_t)zoe_dtype_size(dt), ces = (int64_t)zoe_dtype_size(ct);
     char what[112];

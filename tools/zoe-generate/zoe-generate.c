@@ -68,9 +68,10 @@ static void defaults(options *o) {
 static void print_help(void) {
     options d;
     defaults(&d);
-    printf("usage: mpirun -np TP zoe-generate --checkpoint DIR (--prompt TEXT | --prompt-file F) "
-           "[options]\n\nContinues the prompt with the checkpoint's model, sampling with a key-value "
-           "cache.\nOptions (default in brackets):\n");
+    printf(
+        "usage: mpirun -np TP zoe-generate --checkpoint DIR (--prompt TEXT | --prompt-file F) "
+        "[options]\n\nContinues the prompt with the checkpoint's model, sampling with a key-value "
+        "cache.\nOptions (default in brackets):\n");
     for (int i = 0; i < NUM_SPECS; i++) {
         const opt_spec *s = &specs[i];
         const char *base = (const char *)&d + s->offset;
@@ -109,8 +110,10 @@ static int set_value(options *o, const opt_spec *s, const char *v, char *err, si
                -1;
     if (x < s->lo || x > s->hi)
         return snprintf(err, cap, "--%s %s: outside [%g, %g]", s->name, v, s->lo, s->hi), -1;
-    if (s->kind == OPT_INT) *(int *)base = (int)x;
-    else *(float *)base = (float)x;
+    if (s->kind == OPT_INT)
+        *(int *)base = (int)x;
+    else
+        *(float *)base = (float)x;
     return 0;
 }
 
@@ -136,9 +139,12 @@ static int parse(int argc, char **argv, options *o, char *err, size_t cap) {
     if (!o->prompt == !o->prompt_file[0])
         return snprintf(err, cap, "give exactly one of --prompt TEXT and --prompt-file FILE"), -1;
     if (o->prompt && !o->prompt[0]) return snprintf(err, cap, "--prompt is empty"), -1;
-    if (!strcmp(o->backend, "cpu")) o->gen.backend = ZOE_BACKEND_CPU;
-    else if (!strcmp(o->backend, "cuda")) o->gen.backend = ZOE_BACKEND_CUDA;
-    else return snprintf(err, cap, "--backend %s: not cpu or cuda", o->backend), -1;
+    if (!strcmp(o->backend, "cpu"))
+        o->gen.backend = ZOE_BACKEND_CPU;
+    else if (!strcmp(o->backend, "cuda"))
+        o->gen.backend = ZOE_BACKEND_CUDA;
+    else
+        return snprintf(err, cap, "--backend %s: not cpu or cuda", o->backend), -1;
     return 0;
 }
 
@@ -218,8 +224,9 @@ int main(int argc, char **argv) {
                                    : zoe_tokenizer_create_bytes(&r.tok);
     if (st != ZOE_OK) return finish(&r, rank, EXIT_USAGE, zoe_last_error());
     if (zoe_tokenizer_vocab_size(r.tok) > m->vocab) {
-        snprintf(err, sizeof err, "--tokenizer %s has %d tokens, more than the model's vocabulary %d",
-                 o.tokenizer, zoe_tokenizer_vocab_size(r.tok), m->vocab);
+        snprintf(err, sizeof err,
+                 "--tokenizer %s has %d tokens, more than the model's vocabulary %d", o.tokenizer,
+                 zoe_tokenizer_vocab_size(r.tok), m->vocab);
         return finish(&r, rank, EXIT_USAGE, err);
     }
     size_t cap = zoe_tokenizer_max_tokens(r.tok, len), n_prompt = 0;
@@ -249,11 +256,11 @@ int main(int argc, char **argv) {
         fwrite(r.text, 1, text_len, stdout);
         printf("\n");
         fflush(stdout);
-        fprintf(stderr, "zoe-generate: %lld tokens after a prompt of %zu in %.2f s (%.1f tokens/s), "
-                        "TP %d, %s\n",
+        fprintf(stderr,
+                "zoe-generate: %lld tokens after a prompt of %zu in %.2f s (%.1f tokens/s), "
+                "TP %d, %s\n",
                 (long long)n_out, n_prompt, seconds, seconds > 0 ? (double)n_out / seconds : 0.0,
-                world,
-                o.gen.sampling.temperature == 0.0f ? "greedy" : "sampled");
+                world, o.gen.sampling.temperature == 0.0f ? "greedy" : "sampled");
     }
     return finish(&r, rank, 0, "");
 }
