@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "runtime/error.h"
+#include "tensor_parallel/philox.h"
 #include "zoe/generate.h"
 
 zoe_status zoe_sampling_check(const zoe_sampling *s) {
@@ -90,16 +91,8 @@ zoe_status zoe_sample_token(const float *logits, int32_t V, const zoe_sampling *
     return ZOE_OK;
 }
 
-/* splitmix64's finaliser over (seed, step): independent-looking draws for consecutive steps. */
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
+/* The Philox stream key of (site, step), hashed by splitmix64's finaliser, serves as the draw:
+ * a bijection of distinct inputs, so consecutive steps draw unrelated values. */
 double zoe_sampling_uniform(uint64_t seed, uint64_t step) {
-    const uint64_t h = mix(mix(seed + 0x9e3779b97f4a7c15ULL) ^ (step * 0x9e3779b97f4a7c15ULL));
-    return (double)(h >> 11) * 0x1.0p-53;
+    return (double)(zoe_philox_stream_at_step(seed, step) >> 11) * 0x1.0p-53;
 }
