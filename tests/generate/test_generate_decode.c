@@ -1,6 +1,7 @@
 /* Incremental decoding with the KV cache (models/gpt_decode.c) against the training forward
  * without it (zoe_gpt_forward, itself checked against transformers in test_hf_reference), for a
- * GPT and a Llama shape with random (Philox) weights, at TP = world size, and against the same
+ * GPT and two Llama shapes (4 query heads over 2 KV heads, untied; over 1, tied) with random
+ * (Philox) weights, at TP = world size, and against the same
  * model at TP = 1 on this rank (MPI_COMM_SELF):
  *  (a) greedy decoding with the cache picks, token for token, the argmax of a full forward
  *      of the sequence so far (recomputed at every step, no cache);
@@ -81,12 +82,11 @@ static void compare(const double *got, const double *want, size_t n, const char 
 /* The full forward of seq[0..len) (the rest of the context filled with token 0; causal, so it
  * cannot matter), row len - 1 of its logits into row[padded]. */
 static void full_forward_row(stack *s, const int32_t *seq, int64_t len, double *all, double *row) {
-    const int64_t T = s->cfg.shape.seq_len, V = zoe_gpt_embedding(s->gpt)->vocab.padded;
-    int32_t tokens[64] = {0};
+    const int64_t V = zoe_gpt_embedding(s->gpt)->vocab.padded;
+    int32_t tokens[64] = {0}; /* the context, seq_len <= 64 */
     for (int64_t i = 0; i < len; i++) tokens[i] = seq[i];
     CHECK_OK(stack_forward(s, tokens, tokens));
     CHECK_OK(stack_logits(s, all));
-    (void)T;
     memcpy(row, all + (len - 1) * V, (size_t)V * sizeof *row);
 }
 
@@ -106,7 +106,6 @@ static void run(stack *s, const zoe_sampling *sampling, int32_t *seq, double *lo
     CHECK_OK(cached_logits(s, c, 3, got));
     CHECK_OK(zoe_gpt_decode(s->gpt, c, seq + 3, PROMPT - 3));
     CHECK_OK(cached_logits(s, c, PROMPT - 3, got + 3 * V));
-    CHECK_OK(stack_forward(s, (int32_t[64]){0}, (int32_t[64]){0})); /* warm the poison away */
     full_forward_row(s, seq, PROMPT, all, want);
     compare(got, all, (size_t)(PROMPT * V), "prefill logits, every prompt position");
     CHECK(zoe_gpt_kv_cache_length(c) == PROMPT, "cache length %lld after the prompt",
@@ -168,9 +167,12 @@ static void check_family(const zoe_gpt_config *cfg, const char *name) {
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
-    zoe_gpt_config g = gpt_config(), l = llama_config();
+    zoe_gpt_config g = gpt_config(), l = llama_config(), tied = llama_config();
+    tied.shape.kv_heads = 1; /* one KV head, on every rank at TP 2 and 4 */
+    tied.shape.tie_embeddings = 1;
     check_family(&g, "gpt");
     check_family(&l, "llama");
+    check_family(&tied, "llama, 1 KV head, tied");
     if (getenv("GEN_VERBOSE") && test_rank() == 0)
         printf("worst |cached - full| or |TP - TP1| logit difference: %.3g\n", worst);
     return test_finish("test_generate_decode");
