@@ -1,8 +1,8 @@
 /* Incremental decoding with the KV cache (models/gpt_decode.c) against the training forward
  * without it (zoe_gpt_forward, itself checked against transformers in test_hf_reference), for a
  * GPT and two Llama shapes (4 query heads over 2 KV heads, untied; over 1, tied) with random
- * (Philox) weights, at TP = world size, and against the same
- * model at TP = 1 on this rank (MPI_COMM_SELF):
+ * (Philox) weights, at TP = world size, and against the same model at TP = 1 on this rank
+ * (MPI_COMM_SELF):
  *  (a) greedy decoding with the cache picks, token for token, the argmax of a full forward
  *      of the sequence so far (recomputed at every step, no cache);
  *  (b) the cached logits of every position (prompt chunks of 3 and 2 tokens at positions 0 and
