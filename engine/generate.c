@@ -212,21 +212,27 @@ static zoe_status feed(zoe_generator *g, const int32_t *tokens, int64_t n, float
     return ZOE_OK;
 }
 
-static zoe_status check_length(const zoe_generator *g, int64_t n, int64_t more) {
-    if (n <= 0 || n + more > g->model.seq_len)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "%lld prompt tokens + %lld new ones: the model's context holds %d "
-                        "(at least one prompt token)",
-                        (long long)n, (long long)more, g->model.seq_len);
-    return ZOE_OK;
-}
-
 zoe_status zoe_generator_logits(zoe_generator *g, const int32_t *tokens, int64_t n, float *logits) {
     if (!g || !tokens || !logits)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_generator_logits: NULL argument");
-    ZOE_TRY(check_length(g, n, 0));
+    if (n <= 0 || n > g->model.seq_len)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "logits of %lld tokens: outside [1, %d], the model's context", (long long)n,
+                        g->model.seq_len);
     zoe_gpt_kv_cache_reset(g->cache);
     return feed(g, tokens, n, logits);
+}
+
+/* Feeds the newest token of history[0, n) to the cache. When the cache is full (the model's
+ * context), it is rebuilt from the newest half of the context instead, so a long
+ * generation pays one prefill per seq_len / 2 tokens and the model never sees more than its
+ * context (as nanoGPT's crop to block_size), though after a rebuild as few as seq_len / 2. */
+static zoe_status advance(zoe_generator *g, const int32_t *history, int64_t n) {
+    const int64_t context = g->model.seq_len;
+    if (zoe_gpt_kv_cache_length(g->cache) < context) return feed(g, history + n - 1, 1, NULL);
+    const int64_t keep = context / 2 > 0 ? context / 2 : 1;
+    zoe_gpt_kv_cache_reset(g->cache);
+    return feed(g, history + n - keep, keep, NULL);
 }
 
 zoe_status zoe_generator_generate(zoe_generator *g, const int32_t *prompt, int64_t n_prompt,
@@ -234,25 +240,33 @@ zoe_status zoe_generator_generate(zoe_generator *g, const int32_t *prompt, int64
     if (!g || !prompt || !out || !n_out)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_generator_generate: NULL argument");
     *n_out = 0;
-    const int64_t max_new = g->cfg.max_new_tokens;
-    ZOE_TRY(check_length(g, n_prompt, max_new));
+    if (n_prompt <= 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "a prompt of %lld tokens: at least one needed",
+                        (long long)n_prompt);
+    const int64_t max_new = g->cfg.max_new_tokens, context = g->model.seq_len;
+    int32_t *history = malloc((size_t)(n_prompt + max_new) * sizeof *history);
+    if (!history) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%lld tokens", (long long)max_new);
+    memcpy(history, prompt, (size_t)n_prompt * sizeof *history);
+    int64_t n = n_prompt;
+    /* a prompt longer than the context: its last context tokens */
+    const int64_t first = n_prompt > context ? n_prompt - context : 0;
     zoe_gpt_kv_cache_reset(g->cache);
-    ZOE_TRY(feed(g, prompt, n_prompt, NULL));
-    for (int64_t step = 0; step < max_new; step++) {
+    zoe_status st = feed(g, prompt + first, n_prompt - first, NULL);
+    for (int64_t step = 0; st == ZOE_OK && step < max_new; step++) {
         int32_t token = 0;
-        zoe_status st = ZOE_OK;
         if (g->rank == 0)
             st = zoe_sample_token(g->row, g->model.vocab, &g->cfg.sampling,
                                   zoe_sampling_uniform(g->cfg.seed, (uint64_t)step), g->work,
                                   &token);
         int msg[2] = {(int)st, token};
         MPI_Bcast(msg, 2, MPI_INT, 0, g->tp_comm);
-        if (msg[0] != ZOE_OK)
-            return g->rank == 0 ? st : zoe_fail((zoe_status)msg[0], "sampling failed on rank 0");
+        if (msg[0] != ZOE_OK && g->rank != 0)
+            st = zoe_fail((zoe_status)msg[0], "sampling failed on rank 0");
         token = msg[1];
-        if (eod >= 0 && token == eod) break;
-        out[(*n_out)++] = token;
-        if (step + 1 < max_new) ZOE_TRY(feed(g, &token, 1, NULL));
+        if (st != ZOE_OK || (eod >= 0 && token == eod)) break;
+        out[(*n_out)++] = history[n++] = token;
+        if (step + 1 < max_new) st = advance(g, history, n);
     }
-    return ZOE_OK;
+    free(history);
+    return st;
 }

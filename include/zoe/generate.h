@@ -48,7 +48,7 @@ typedef struct zoe_generate_config {
     char checkpoint[ZOE_PATH_MAX]; /* a checkpoint directory, or a directory of them (newest) */
     zoe_backend backend;
     int tp;                /* tensor-parallel size: the world size (0: the world size) */
-    int max_new_tokens;    /* > 0; the prompt plus these fit the model's context */
+    int max_new_tokens;    /* > 0 */
     zoe_sampling sampling; /* ZOE_GENERATE_CONFIG_INITIALIZER: greedy */
     uint64_t seed;
 } zoe_generate_config;
@@ -75,14 +75,15 @@ void zoe_generator_destroy(zoe_generator *g);
  * trained on zoe's byte tokens (a .txt corpus or a 257-token vocabulary), 0 otherwise. */
 const zoe_model_config *zoe_generator_model(const zoe_generator *g);
 int zoe_generator_byte_tokens(const zoe_generator *g);
-/* Collective. Generates after prompt[0..n_prompt) (1 <= n_prompt, n_prompt + max_new_tokens
- * within the context) into out (max_new_tokens entries); *n_out is the count. Stops after
- * max_new_tokens or at eod (>= 0; not written to out). Every rank returns the same tokens: rank 0
- * samples and broadcasts. */
+/* Collective. Generates after prompt[0..n_prompt) (n_prompt >= 1) into out (max_new_tokens
+ * entries); *n_out is the count. Stops after max_new_tokens or at eod (>= 0; not written to out).
+ * The model sees at most its context: a longer prompt enters by its last seq_len tokens, and when
+ * the cache is full it is rebuilt from the newest seq_len / 2 tokens (one prefill per seq_len / 2
+ * new tokens). Every rank returns the same tokens: rank 0 samples and broadcasts. */
 zoe_status zoe_generator_generate(zoe_generator *g, const int32_t *prompt, int64_t n_prompt,
                                   int32_t eod, int32_t *out, int64_t *n_out);
-/* Collective. The logits of tokens[0..n) as one sequence through the KV cache (chunks of the
- * prompt size the generator plans): host fp32 [n, vocab] over the real vocabulary on every rank.
+/* Collective. The logits of tokens[0..n) (n within the context) as one sequence through the KV
+ * cache, in prefill chunks: host fp32 [n, vocab] over the real vocabulary on every rank.
  * Scoring text and tests use it. */
 zoe_status zoe_generator_logits(zoe_generator *g, const int32_t *tokens, int64_t n, float *logits);
 

@@ -2,8 +2,9 @@
 # zoe-generate as a user drives it, on a tiny GPT trained here for a few seconds on the demo
 # corpus and saved: greedy output identical at TP 1, 2 and 4; the same seed gives the same
 # sampled text at TP 1 and 2, another seed other text, and top-k 1 the greedy text; the
-# generated text's per-token loss below random text's (generate_score); bad input exits 2 with
-# a line naming the value, and writes nothing to stdout.
+# generated text's per-token loss below random text's (generate_score); generation past the
+# context alike at TP 1 and 2; bad input exits 2 with a line naming the value, and writes nothing
+# to stdout.
 # usage: test_generate_cli.sh ZOE_TRAIN ZOE_GENERATE GENERATE_SCORE MPIEXEC CORPUS
 set -uo pipefail
 train=$1 gen=$2 score=$3 mpiexec=$4 corpus=$5
@@ -51,6 +52,14 @@ run 2 "$gen" --checkpoint ck --prompt-file prompt.txt --max-new-tokens 60 --temp
     > file.out 2>/dev/null || fail "--prompt-file failed"
 cmp -s greedy1.out file.out || fail "--prompt-file differs from --prompt"
 
+# past the context of 128: the cache rebuilt from its newest half, alike at TP 1 and 2
+for np in 1 2; do
+    run $np "$gen" --checkpoint ck --prompt "$prompt" --max-new-tokens 300 --seed 3 \
+        > long$np.out 2>/dev/null || fail "300 new tokens at TP $np failed"
+done
+cmp -s long1.out long2.out || fail "300 new tokens: TP 2 differs from TP 1"
+[[ $(wc -c < long1.out) -gt 150 ]] || fail "300 new tokens gave $(wc -c < long1.out) bytes"
+
 for np in 1 2; do
     run $np "$score" ck "$corpus" || fail "generated text not below random text at $np ranks"
 done
@@ -74,7 +83,6 @@ bad "unknown option '--bogus'" 1 --checkpoint ck --prompt x --bogus
 bad "tp 2 with 1 ranks" 1 --checkpoint ck --prompt x --tp 2
 bad "exactly one of --prompt" 1 --checkpoint ck
 bad "exactly one of --prompt" 1 --checkpoint ck --prompt x --prompt-file prompt.txt
-bad "context of 128" 2 --checkpoint ck --prompt x --max-new-tokens 200
 bad "not divisible by --tp=3" 3 --checkpoint ck --prompt x
 bad "nope.json" 1 --checkpoint ck --prompt x --tokenizer nope.json
 bad "needs a value" 1 --checkpoint ck --prompt

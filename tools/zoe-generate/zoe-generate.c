@@ -235,12 +235,6 @@ int main(int argc, char **argv) {
     if (!r.prompt || !r.out) return finish(&r, rank, EXIT_FAILED, "out of memory");
     if (zoe_tokenizer_encode(r.tok, prompt, len, r.prompt, cap, &n_prompt) != ZOE_OK)
         return finish(&r, rank, EXIT_USAGE, zoe_last_error());
-    if (n_prompt + (size_t)o.gen.max_new_tokens > (size_t)m->seq_len) {
-        snprintf(err, sizeof err,
-                 "the prompt's %zu tokens + --max-new-tokens %d exceed the model's context of %d",
-                 n_prompt, o.gen.max_new_tokens, m->seq_len);
-        return finish(&r, rank, EXIT_USAGE, err);
-    }
     int64_t n_out = 0;
     double t0 = MPI_Wtime();
     if (zoe_generator_generate(r.gen, r.prompt, (int64_t)n_prompt, zoe_tokenizer_eod(r.tok), r.out,
