@@ -68,14 +68,13 @@ static zoe_status checkpoint_config(const zoe_generate_config *gc, int world, ch
         cJSON_GetObjectItemCaseSensitive(root, "data"), "global_batch");
     /* the shape is in the run's own keys; an --init-from would read the Hugging Face model
      * again, whose weights the checkpoint replaces anyway */
-    cJSON *cfg = config;
-    if (cJSON_IsObject(cfg)) cJSON_DeleteItemFromObjectCaseSensitive(cfg, "init-from");
+    if (cJSON_IsObject(config)) cJSON_DeleteItemFromObjectCaseSensitive(config, "init-from");
     /* the seed is written as a string (every digit of a u64), which the JSON reader does not
      * take back: it is set from the string below */
-    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(cfg, "seed");
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(config, "seed");
     char seed_text[32] = "";
     if (cJSON_IsString(seed)) snprintf(seed_text, sizeof seed_text, "%s", seed->valuestring);
-    if (cJSON_IsObject(cfg)) cJSON_DeleteItemFromObjectCaseSensitive(cfg, "seed");
+    if (cJSON_IsObject(config)) cJSON_DeleteItemFromObjectCaseSensitive(config, "seed");
     char *text = cJSON_IsObject(config) ? cJSON_PrintUnformatted(config) : NULL;
     zoe_status st =
         text && cJSON_IsNumber(batch) && batch->valuedouble >= 1 && batch->valuedouble <= 1e9
