@@ -1,7 +1,7 @@
 /* The sampler (engine/sample.c) on fixed logit vectors against a float64 reference written
  * here another way (a selection of the kept set by counting, not by sorting): the distribution
  * for temperature, top-k and top-p; greedy ties to the lowest id; top-k = 1 is greedy for any
- * draw; a draw u picks the token where the cumulative distribution passes u, and 40000 draws
+ * draw; a draw u picks the token where the cumulative distribution passes u, and 20000 draws
  * land on each token within 5 standard deviations of its probability; the seeded draws are a
  * function of (seed, step); bad parameters fail naming them. Tolerance of the distribution:
  * 1e-12 absolute (both float64, sums of at most 64 terms in different orders: ~1e-15). */
@@ -47,9 +47,9 @@ static void check_distribution(const float *z, zoe_sampling s) {
         CHECK_CLOSE(got, want, V, 1e-12, 0.0, what);
 }
 
-/* 40000 draws from the test's generator against the distribution: each count within 5 sigma. */
+/* 20000 draws from the test's generator against the distribution: each count within 5 sigma. */
 static void check_frequencies(const float *z, zoe_sampling s) {
-    enum { DRAWS = 40000 };
+    enum { DRAWS = 20000 };
     double p[V], work[V];
     int count[V] = {0};
     test_rng rng;

@@ -70,8 +70,9 @@ static void print_help(void) {
     defaults(&d);
     printf(
         "usage: mpirun -np TP zoe-generate --checkpoint DIR (--prompt TEXT | --prompt-file F) "
-        "[options]\n\nContinues the prompt with the checkpoint's model, sampling with a key-value "
-        "cache.\nOptions (default in brackets):\n");
+        "[options]\n\nContinues the prompt with the checkpoint's model through a key-value cache "
+        "and prints\nthe continuation; a summary line goes to stderr. Options (default in "
+        "brackets):\n");
     for (int i = 0; i < NUM_SPECS; i++) {
         const opt_spec *s = &specs[i];
         const char *base = (const char *)&d + s->offset;
@@ -82,6 +83,7 @@ static void print_help(void) {
             snprintf(value, sizeof value, "%llu", (unsigned long long)*(const uint64_t *)base);
         if (s->kind == OPT_WORD || s->kind == OPT_PATH) snprintf(value, sizeof value, "%s", base);
         if (!strcmp(s->name, "tp")) snprintf(value, sizeof value, "the world size");
+        if (!value[0]) snprintf(value, sizeof value, "(none)");
         printf("  --%-16s %s [%s]\n", s->name, s->help, value);
     }
 }
