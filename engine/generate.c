@@ -223,9 +223,9 @@ zoe_status zoe_generator_logits(zoe_generator *g, const int32_t *tokens, int64_t
 }
 
 /* Feeds the newest token of history[0, n) to the cache. When the cache is full (the model's
- * context), it is rebuilt from the newest half of the context instead, so a long
- * generation pays one prefill per seq_len / 2 tokens and the model never sees more than its
- * context (as nanoGPT's crop to block_size), though after a rebuild as few as seq_len / 2. */
+ * context), it is rebuilt from the newest half of the context instead, so a long generation pays
+ * one prefill per seq_len / 2 tokens and the model never sees more than its context (as
+ * nanoGPT's crop to block_size), though after a rebuild as few as seq_len / 2 tokens. */
 static zoe_status advance(zoe_generator *g, const int32_t *history, int64_t n) {
     const int64_t context = g->model.seq_len;
     if (zoe_gpt_kv_cache_length(g->cache) < context) return feed(g, history + n - 1, 1, NULL);
