@@ -208,17 +208,40 @@ zoe_status zoe_cast(zoe_kernels *k, void *dst, zoe_dtype dst_dt, const void *src
 /* ---- time per op, for benchmarks and the trainer's split of a step ----
  * Wall time of each op's calls since create or the last reset: on CPU the op's own time (it
  * completes inside the call); on CUDA the time to enqueue it. */
+/* One op per line, kept so by hand: clang-format reflows an X-macro list a little further on
+ * each pass. */
+/* clang-format off */
 #define ZOE_KERNEL_OP_LIST(X)                                                                      \
     X(matmul_forward)                                                                              \
     X(matmul_backward)                                                                             \
     X(layernorm_forward)                                                                           \
     X(layernorm_backward)                                                                          \
-    X(gelu_forward) X(gelu_backward) X(attention_forward) X(attention_backward)                    \
-        X(attention_gqa_forward) X(attention_gqa_backward) X(rmsnorm_forward) X(rmsnorm_backward)  \
-            X(rope_forward) X(rope_backward) X(swiglu_forward) X(swiglu_backward)                  \
-                X(residual_forward) X(add) X(scale) X(embedding_forward) X(embedding_backward)     \
-                    X(xent_row_max) X(xent_row_sums) X(xent_loss) X(xent_backward) X(dropout)      \
-                        X(cast) X(attention_cached) X(rope_forward_at)
+    X(gelu_forward)                                                                                \
+    X(gelu_backward)                                                                               \
+    X(attention_forward)                                                                           \
+    X(attention_backward)                                                                          \
+    X(attention_gqa_forward)                                                                       \
+    X(attention_gqa_backward)                                                                      \
+    X(rmsnorm_forward)                                                                             \
+    X(rmsnorm_backward)                                                                            \
+    X(rope_forward)                                                                                \
+    X(rope_backward)                                                                               \
+    X(swiglu_forward)                                                                              \
+    X(swiglu_backward)                                                                             \
+    X(residual_forward)                                                                            \
+    X(add)                                                                                         \
+    X(scale)                                                                                       \
+    X(embedding_forward)                                                                           \
+    X(embedding_backward)                                                                          \
+    X(xent_row_max)                                                                                \
+    X(xent_row_sums)                                                                               \
+    X(xent_loss)                                                                                   \
+    X(xent_backward)                                                                               \
+    X(dropout)                                                                                     \
+    X(cast)                                                                                        \
+    X(attention_cached)                                                                            \
+    X(rope_forward_at)
+/* clang-format on */
 
 typedef enum zoe_kernel_op {
 #define ZOE_KERNEL_OP_ENUM(name) ZOE_KOP_##name,
