@@ -433,6 +433,63 @@ zoe_status zoe_rope_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const float
     RUN(rope_backward, dt, dx, inv_freq, B, T, heads, HS, head_stride, row_stride);
 }
 
+zoe_status zoe_rope_forward_at(zoe_kernels *k, zoe_dtype dt, void *x, const float *inv_freq,
+                               int64_t pos0, int64_t rows, int64_t heads, int64_t HS,
+                               int64_t head_stride, int64_t row_stride) {
+    const char *op = "zoe_rope_forward_at";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, x);
+    TRY_PTR(op, inv_freq);
+    TRY_SIZE(op, pos0);
+    ZOE_TRY(check_rope_shape(k, op, 1, rows, heads, HS, head_stride, row_stride));
+    RUN(rope_forward_at, dt, x, inv_freq, pos0, rows, heads, HS, head_stride, row_stride);
+}
+
+/* Every head inside its row at both operands, the cache within the plan's sequence. */
+static zoe_status check_cached_shape(const zoe_kernels *k, const char *op, int64_t pos, int64_t n,
+                                     int64_t NH, int64_t NKV, int64_t HS, int64_t q_head_stride,
+                                     int64_t q_row_stride, int64_t kv_head_stride,
+                                     int64_t kv_row_stride) {
+    TRY_SIZE(op, pos);
+    TRY_PLANNED(op, n, max_rows);
+    TRY_PLANNED(op, NH, max_heads);
+    TRY_PLANNED(op, HS, max_head_dim);
+    ZOE_TRY(check_gqa_heads(op, NH, NKV));
+    if (pos + n > k->plan.max_seq)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: pos + n = %lld + %lld exceeds the plan's max_seq=%lld", op,
+                        (long long)pos, (long long)n, (long long)k->plan.max_seq);
+    if (NH > 0 && (q_head_stride < HS || (NH - 1) * q_head_stride + HS > q_row_stride))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: %lld query heads of HS=%lld at stride %lld do not fit row stride %lld",
+                        op, (long long)NH, (long long)HS, (long long)q_head_stride,
+                        (long long)q_row_stride);
+    if (NKV > 0 && (kv_head_stride < 2 * HS || (NKV - 1) * kv_head_stride + 2 * HS > kv_row_stride))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: %lld KV heads of 2 x HS=%lld at stride %lld do not fit row stride "
+                        "%lld",
+                        op, (long long)NKV, (long long)HS, (long long)kv_head_stride,
+                        (long long)kv_row_stride);
+    return ZOE_OK;
+}
+
+zoe_status zoe_attention_cached(zoe_kernels *k, zoe_dtype dt, void *out, const void *q,
+                                const void *kv, int64_t pos, int64_t n, int64_t NH, int64_t NKV,
+                                int64_t HS, int64_t q_head_stride, int64_t q_row_stride,
+                                int64_t kv_head_stride, int64_t kv_row_stride) {
+    const char *op = "zoe_attention_cached";
+    ZOE_TRY(check_context(k, op));
+    ZOE_TRY(check_dtype(k, op, dt));
+    TRY_PTR(op, out);
+    TRY_PTR(op, q);
+    TRY_PTR(op, kv);
+    ZOE_TRY(check_cached_shape(k, op, pos, n, NH, NKV, HS, q_head_stride, q_row_stride,
+                               kv_head_stride, kv_row_stride));
+    RUN(attention_cached, dt, out, q, kv, pos, n, NH, NKV, HS, q_head_stride, q_row_stride,
+        kv_head_stride, kv_row_stride);
+}
+
 zoe_status zoe_swiglu_forward(zoe_kernels *k, zoe_dtype dt, void *y, const void *gu, int64_t rows,
                               int64_t F) {
     const char *op = "zoe_swiglu_forward";

@@ -93,6 +93,21 @@ zoe_status zoe_attention_gqa_backward(zoe_kernels *k, zoe_dtype dt, void *dq, vo
                                       const void *out, const float *lse, int64_t B, int64_t T,
                                       int64_t NH, int64_t NKV, int64_t HS);
 
+/* ---- attention of new tokens over a key-value cache (incremental decoding, one sequence) ----
+ * n new tokens at positions [pos, pos + n); the cache already holds the keys and values of
+ * positions [0, pos + n), the new ones included. Query head h of new token i is the HS elements
+ * at q + i * q_row_stride + h * q_head_stride; the key of position t in KV head g is at
+ * kv + t * kv_row_stride + g * kv_head_stride and its value the HS elements after it. Token i
+ * attends causally to positions [0, pos + i], query head h with KV head h / (NH / NKV), scale
+ * 1/sqrt(HS). out [n, NH, HS]. No lse: nothing is trained through it.
+ *  GPT, a qkv cache [T, NH, 3, HS]: q = cache + pos * 3 NH HS, kv = cache + HS, both strides
+ *      3 HS per head and 3 NH HS per row.
+ *  Llama, q [n, NH, HS] and a kv cache [T, NKV, 2, HS]: kv_head_stride 2 HS. */
+zoe_status zoe_attention_cached(zoe_kernels *k, zoe_dtype dt, void *out, const void *q,
+                                const void *kv, int64_t pos, int64_t n, int64_t NH, int64_t NKV,
+                                int64_t HS, int64_t q_head_stride, int64_t q_row_stride,
+                                int64_t kv_head_stride, int64_t kv_row_stride);
+
 /* ---- RMSNorm over the last dim C: y = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps); rstd
  * [rows] saved for backward. eps is the model's (Llama: 1e-5 or 1e-6, from its config). ---- */
 zoe_status zoe_rmsnorm_forward(zoe_kernels *k, zoe_dtype dt, void *y, float *rstd, const void *x,
@@ -114,6 +129,13 @@ zoe_status zoe_rope_forward(zoe_kernels *k, zoe_dtype dt, void *x, const float *
 zoe_status zoe_rope_backward(zoe_kernels *k, zoe_dtype dt, void *dx, const float *inv_freq,
                              int64_t B, int64_t T, int64_t heads, int64_t HS, int64_t head_stride,
                              int64_t row_stride);
+
+/* RoPE forward of rows at positions pos0, pos0 + 1, ...: row r (of `rows`, row_stride apart) is
+ * position pos0 + r, otherwise as zoe_rope_forward. Incremental decoding rotates the new tokens'
+ * queries and keys with it. */
+zoe_status zoe_rope_forward_at(zoe_kernels *k, zoe_dtype dt, void *x, const float *inv_freq,
+                               int64_t pos0, int64_t rows, int64_t heads, int64_t HS,
+                               int64_t head_stride, int64_t row_stride);
 
 /* ---- SwiGLU: y[r, i] = silu(gu[r, i, 0]) * gu[r, i, 1] ----
  * gu [rows, F, 2]: gate and up of feature i side by side, so a column-parallel fused gate/up

@@ -61,7 +61,12 @@
                       int64_t v_valid, int64_t vocab_start, int32_t ignore_index, float scale))    \
     X(dropout,                                                                                     \
       (zoe_dtype dt, void *y, const void *x, int64_t n, float p, uint64_t seed, uint64_t stream))  \
-    X(cast, (void *dst, zoe_dtype dst_dt, const void *src, zoe_dtype src_dt, int64_t n))
+    X(cast, (void *dst, zoe_dtype dst_dt, const void *src, zoe_dtype src_dt, int64_t n))           \
+    X(attention_cached, (zoe_dtype dt, void *out, const void *q, const void *kv, int64_t pos,      \
+                         int64_t n, int64_t NH, int64_t NKV, int64_t HS, int64_t q_head_stride,    \
+                         int64_t q_row_stride, int64_t kv_head_stride, int64_t kv_row_stride))     \
+    X(rope_forward_at, (zoe_dtype dt, void *x, const float *inv_freq, int64_t pos0, int64_t rows,  \
+                        int64_t heads, int64_t HS, int64_t head_stride, int64_t row_stride))
 
 /* The parameter list of a row, without its parentheses. */
 #define ZOE_KERNEL_PARAMS(...) __VA_ARGS__

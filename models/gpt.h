@@ -104,6 +104,25 @@ zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sin
  * which weights every token of a global batch alike across micro-batches and DP ranks. */
 zoe_status zoe_gpt_backward_scaled(zoe_gpt *g, float token_scale, const zoe_gpt_grad_sink *sink);
 
+/* ---- incremental decoding: one sequence, a key-value cache, no dropout (models/gpt_decode.c)
+ * The cache holds, per layer, this rank's heads' keys and values (GPT: its q, k, v rows) of up to
+ * max_tokens positions (at most shape.seq_len) and the buffers of a chunk of up to max_chunk new
+ * tokens (at most micro_batch * seq_len, the rows the model's kernels are planned for): one
+ * device allocation, owned by the cache. The model must outlive it. */
+typedef struct zoe_gpt_kv_cache zoe_gpt_kv_cache;
+zoe_status zoe_gpt_kv_cache_create(zoe_gpt *g, int64_t max_tokens, int64_t max_chunk,
+                                   zoe_gpt_kv_cache **out);
+void zoe_gpt_kv_cache_destroy(zoe_gpt_kv_cache *c);
+/* Positions held (0 after create or reset); reset starts a new sequence. */
+int64_t zoe_gpt_kv_cache_length(const zoe_gpt_kv_cache *c);
+void zoe_gpt_kv_cache_reset(zoe_gpt_kv_cache *c);
+/* Appends n host int32 tokens (1 <= n <= max_chunk) at positions [length, length + n) and
+ * computes their logits into the cache's device buffer [n, vocab.local] (this rank's vocabulary
+ * shard, zoe_gpt_kv_cache_logits); the prompt goes in as chunks, then one token per step.
+ * Collective over TP: every rank passes the same tokens. Returns with the stream synchronised. */
+zoe_status zoe_gpt_decode(zoe_gpt *g, zoe_gpt_kv_cache *c, const int32_t *tokens, int64_t n);
+const void *zoe_gpt_kv_cache_logits(const zoe_gpt_kv_cache *c);
+
 #define ZOE_GPT_IGNORE_INDEX (-1)
 
 #endif

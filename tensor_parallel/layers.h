@@ -104,6 +104,10 @@ zoe_status zoe_tp_embedding_untie(zoe_tp_embedding *e, const char *name, float i
  * in [0, vocab) (others give zero rows on every rank). */
 zoe_status zoe_tp_embedding_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *y,
                                     const int32_t *tokens, int64_t B, int64_t T);
+/* The same for one sequence's n tokens at positions [pos0, pos0 + n) (incremental decoding):
+ * y [n, hidden] = wte[token] + wpe[pos0 + i]; pos0 + n <= max_seq when there are positions. */
+zoe_status zoe_tp_embedding_forward_at(const zoe_tp *tp, zoe_tp_embedding *e, void *y,
+                                       const int32_t *tokens, int64_t n, int64_t pos0);
 /* dwte (local rows) and dwpe (full, every rank) accumulate from the replicated dy; no
  * communication. */
 zoe_status zoe_tp_embedding_backward(const zoe_tp *tp, zoe_tp_embedding *e, const void *dy,

@@ -74,18 +74,35 @@ static zoe_status check_embedding(const zoe_tp_embedding *e, int need_grad, int6
     return ZOE_OK;
 }
 
-zoe_status zoe_tp_embedding_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *y,
-                                    const int32_t *tokens, int64_t B, int64_t T) {
-    ZOE_TRY(check_embedding(e, NEED_NO_GRAD, T));
+/* B sequences of T tokens at positions [pos0, pos0 + T). */
+static zoe_status lookup(const zoe_tp *tp, zoe_tp_embedding *e, void *y, const int32_t *tokens,
+                         int64_t B, int64_t T, int64_t pos0) {
+    ZOE_TRY(check_embedding(e, NEED_NO_GRAD, pos0 + T));
     uint64_t before = zoe_comm_bytes(tp->comm);
     /* Rows outside this rank's range are zero; rank 0 alone adds the positions, so the sum
      * over ranks is wte[token] + wpe[t] with every other term an exact zero. */
-    const void *wpe = e->max_seq > 0 && tp->rank == 0 ? e->wpe.data : NULL;
+    const void *wpe =
+        e->max_seq > 0 && tp->rank == 0
+            ? (const char *)e->wpe.data + (size_t)(pos0 * e->hidden) * zoe_dtype_size(tp->dtype)
+            : NULL;
     ZOE_TRY(zoe_embedding_forward(tp->kernels, tp->dtype, y, tokens, e->wte.data, wpe, B, T,
                                   e->hidden, e->vocab.start, e->vocab.local));
     ZOE_TRY(zoe_tp_reduce_from_forward(tp, y, y, B * T * e->hidden));
     e->traffic.forward = zoe_comm_bytes(tp->comm) - before;
     return ZOE_OK;
+}
+
+zoe_status zoe_tp_embedding_forward(const zoe_tp *tp, zoe_tp_embedding *e, void *y,
+                                    const int32_t *tokens, int64_t B, int64_t T) {
+    return lookup(tp, e, y, tokens, B, T, 0);
+}
+
+zoe_status zoe_tp_embedding_forward_at(const zoe_tp *tp, zoe_tp_embedding *e, void *y,
+                                       const int32_t *tokens, int64_t n, int64_t pos0) {
+    if (pos0 < 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: position %lld is negative", e->wte.name,
+                        (long long)pos0);
+    return lookup(tp, e, y, tokens, 1, n, pos0);
 }
 
 zoe_status zoe_tp_embedding_backward(const zoe_tp *tp, zoe_tp_embedding *e, const void *dy,

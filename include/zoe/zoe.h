@@ -15,6 +15,7 @@
 #include "zoe/train.h"
 #include "zoe/plan.h"
 #include "zoe/checkpoint.h"
+#include "zoe/generate.h"
 
 #define ZOE_VERSION_MAJOR 0
 #define ZOE_VERSION_MINOR 1

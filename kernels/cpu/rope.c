@@ -23,9 +23,10 @@ ZOE_CPU_MULTIVERSION(rotate,
                      (zoe_cpu_isa isa, float *x, const float *c, const float *s, int64_t half),
                      (isa, x, c, s, half))
 
-static zoe_status rope(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *inv_freq, int64_t B,
-                       int64_t T, int64_t heads, int64_t HS, int64_t head_stride,
-                       int64_t row_stride, float sign) {
+/* Row r of the B*T rows is position pos0 + r % T. */
+static zoe_status rope(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *inv_freq,
+                       int64_t pos0, int64_t B, int64_t T, int64_t heads, int64_t HS,
+                       int64_t head_stride, int64_t row_stride, float sign) {
     if (HS / 2 > MAX_HALF)
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "zoe_rope: HS=%lld above the CPU kernel's %d",
                         (long long)HS, 2 * MAX_HALF);
@@ -35,7 +36,7 @@ static zoe_status rope(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *
         float c[MAX_HALF], s[MAX_HALF], buf[2 * MAX_HALF];
         /* fp32 angle as Hugging Face forms it (position times inv_freq in fp32), then its cos
          * and sin to float precision */
-        const float pos = (float)(r % T);
+        const float pos = (float)(pos0 + r % T);
         for (int64_t i = 0; i < half; i++) {
             const float angle = pos * inv_freq[i];
             c[i] = (float)cos((double)angle);
@@ -54,11 +55,17 @@ static zoe_status rope(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *
 zoe_status zoe_cpu_rope_forward(zoe_cpu_kernels *ck, zoe_dtype dt, void *x, const float *inv_freq,
                                 int64_t B, int64_t T, int64_t heads, int64_t HS,
                                 int64_t head_stride, int64_t row_stride) {
-    return rope(ck, dt, x, inv_freq, B, T, heads, HS, head_stride, row_stride, 1.0f);
+    return rope(ck, dt, x, inv_freq, 0, B, T, heads, HS, head_stride, row_stride, 1.0f);
 }
 
 zoe_status zoe_cpu_rope_backward(zoe_cpu_kernels *ck, zoe_dtype dt, void *dx, const float *inv_freq,
                                  int64_t B, int64_t T, int64_t heads, int64_t HS,
                                  int64_t head_stride, int64_t row_stride) {
-    return rope(ck, dt, dx, inv_freq, B, T, heads, HS, head_stride, row_stride, -1.0f);
+    return rope(ck, dt, dx, inv_freq, 0, B, T, heads, HS, head_stride, row_stride, -1.0f);
+}
+
+zoe_status zoe_cpu_rope_forward_at(zoe_cpu_kernels *ck, zoe_dtype dt, void *x,
+                                   const float *inv_freq, int64_t pos0, int64_t rows, int64_t heads,
+                                   int64_t HS, int64_t head_stride, int64_t row_stride) {
+    return rope(ck, dt, x, inv_freq, pos0, 1, rows, heads, HS, head_stride, row_stride, 1.0f);
 }

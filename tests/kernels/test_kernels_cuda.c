@@ -455,6 +455,44 @@ static void test_rope(env *e, test_rng *rng, zoe_dtype dt, int64_t B, int64_t T,
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) t_free(e, all[i]);
 }
 
+/* Incremental decoding's ops: RoPE from a first position on n rows of NH heads, and the
+ * attention of n new tokens at positions [pos, pos + n) over a cache, in Llama's layout (q beside
+ * a [T, NKV, 2, HS] cache) and GPT's (a [T, NH, 3, HS] qkv cache holding the queries too). */
+static void test_decode_ops(env *e, test_rng *rng, zoe_dtype dt, int64_t pos, int64_t n, int64_t NH,
+                            int64_t NKV, int64_t HS) {
+    const zoe_dtype ct = cpu_dtype(dt);
+    const int64_t T = pos + n, es = (int64_t)zoe_dtype_size(dt), ces = (int64_t)zoe_dtype_size(ct);
+    char what[112];
+    snprintf(what, sizeof what, "decode pos=%lld n=%lld NH=%lld NKV=%lld HS=%lld", (long long)pos,
+             (long long)n, (long long)NH, (long long)NKV, (long long)HS);
+    double *f = kt_vec((size_t)HS / 2);
+    for (int64_t i = 0; i < HS / 2; i++) f[i] = pow(10000.0, -2.0 * (double)i / (double)HS);
+    tensor inv_freq = t_from(e, ZOE_F32, f, (size_t)HS / 2);
+    tensor q = t_random(e, rng, dt, (size_t)(n * NH * HS), -2, 2);
+    CHECK_OK(zoe_rope_forward_at(e->cpu, ct, q.cpu, inv_freq.cpu, pos, n, NH, HS, HS, NH * HS));
+    CHECK_OK(zoe_rope_forward_at(e->gpu, dt, q.gpu, inv_freq.gpu, pos, n, NH, HS, HS, NH * HS));
+    compare(e, &q, ELEMENTWISE, what);
+    tensor q2 = t_copy_cpu(e, &q, dt), kv = t_random(e, rng, dt, (size_t)(T * NKV * 2 * HS), -2, 2);
+    tensor out = t_poisoned(e, dt, (size_t)(n * NH * HS));
+    CHECK_OK(zoe_attention_cached(e->cpu, ct, out.cpu, q2.cpu, kv.cpu, pos, n, NH, NKV, HS, HS,
+                                  NH * HS, 2 * HS, NKV * 2 * HS));
+    CHECK_OK(zoe_attention_cached(e->gpu, dt, out.gpu, q2.gpu, kv.gpu, pos, n, NH, NKV, HS, HS,
+                                  NH * HS, 2 * HS, NKV * 2 * HS));
+    compare(e, &out, REDUCTION, what);
+    const int64_t row = NH * 3 * HS;
+    tensor qkv = t_random(e, rng, dt, (size_t)(T * row), -2, 2);
+    tensor out3 = t_poisoned(e, dt, (size_t)(n * NH * HS));
+    CHECK_OK(zoe_attention_cached(e->cpu, ct, out3.cpu, (char *)qkv.cpu + pos * row * ces,
+                                  (char *)qkv.cpu + HS * ces, pos, n, NH, NH, HS, 3 * HS, row,
+                                  3 * HS, row));
+    CHECK_OK(zoe_attention_cached(e->gpu, dt, out3.gpu, (char *)qkv.gpu + pos * row * es,
+                                  (char *)qkv.gpu + HS * es, pos, n, NH, NH, HS, 3 * HS, row,
+                                  3 * HS, row));
+    compare(e, &out3, REDUCTION, what);
+    tensor *all[] = {&inv_freq, &q, &q2, &kv, &out, &qkv, &out3};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) t_free(e, all[i]);
+}
+
 static void test_swiglu(env *e, test_rng *rng, zoe_dtype dt, int64_t rows, int64_t F) {
     const zoe_dtype ct = cpu_dtype(dt);
     const size_t n = (size_t)(rows * F);
@@ -615,6 +653,9 @@ int main(int argc, char **argv) {
         test_rmsnorm(&e, &rng, dt, 37, 77);
         test_rope(&e, &rng, dt, 2, 37, 3, 64);
         test_rope(&e, &rng, dt, 1, 100, 2, 128);
+        test_decode_ops(&e, &rng, dt, 0, 9, 4, 2, 64);
+        test_decode_ops(&e, &rng, dt, 77, 1, 4, 1, 128);
+        test_decode_ops(&e, &rng, dt, 30, 5, 3, 3, 256);
         test_swiglu(&e, &rng, dt, 37, 301);
         test_embedding(&e, &rng, dt, 3, 17, 64);
         test_embedding(&e, &rng, dt, 2, 9, 50);

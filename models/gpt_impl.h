@@ -1,0 +1,51 @@
+/* Internal to models/: the model's struct, shared by the training path (gpt.c) and the
+ * incremental decoding path (gpt_decode.c). */
+#ifndef ZOE_MODELS_GPT_IMPL_H
+#define ZOE_MODELS_GPT_IMPL_H
+
+#include "models/gpt.h"
+
+#define GPT_MAX_TENSORS_FIXED 4 /* wte, wpe or lm_head, ln_f.weight, ln_f.bias */
+
+struct zoe_gpt {
+    zoe_gpt_config cfg;
+    zoe_device *dev;
+    zoe_stream *stream;
+    zoe_kernels *kernels;
+    zoe_tp tp;
+    zoe_tp_embedding emb;
+    bool llama;
+    zoe_tp_block *blocks;                /* GPT */
+    zoe_tp_llama_block *llama_blocks;    /* Llama */
+    zoe_comm *kv_comm;                   /* Llama with tp > kv_heads: the KV replica group */
+    zoe_tp_param ln_f_weight, ln_f_bias; /* bias: GPT only */
+    zoe_tp_param **tensors;              /* the fixed order of zoe_gpt_tensor */
+    int num_tensors;
+    int block_params; /* tensors per block */
+    int first_block, ln_f_tensor,
+        ln_f_n;   /* tensor indices: first block's first, ln_f's first, count */
+    int head;     /* the untied LM head's tensor, or -1 */
+    int64_t N, C; /* tokens per micro-batch, hidden */
+
+    /* activations, carved from one device allocation */
+    void *arena;
+    size_t arena_bytes;
+    zoe_kernel_plan kernel_plan; /* the largest shapes its kernels see (the workspace's plan) */
+    int32_t *tokens, *targets;
+    void **resid;                        /* [L + 1] x [N, C]: block inputs, then the last output */
+    zoe_tp_block_acts *acts;             /* L of them, or 1 shared with recompute (GPT) */
+    zoe_tp_llama_block_acts *llama_acts; /* the same, Llama */
+    float *inv_freq;                     /* RoPE frequencies [head_dim / 2] (Llama) */
+    void *recompute_out;                 /* [N, C], the discarded output of a recomputed block */
+    void *block_scratch;
+    void *ln_f, *d_ln_f, *dres; /* [N, C] */
+    float *ln_f_mean, *ln_f_rstd;
+    void *logits; /* [N, vocab.local]; its gradient in place after backward */
+    float *xent_stats;
+    float *losses;       /* host [N] */
+    int32_t *staged_ids; /* pinned host [2, N]: tokens, targets on their way to the device */
+    int64_t count;       /* non-ignored tokens of the last forward */
+    uint64_t micro_step;
+};
+
+#endif
