@@ -264,7 +264,8 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: path longer than %d bytes", o->name,
                             ZOE_PATH_MAX - 1);
         strcpy(base, text);
-        return zoe_hf_read_config(text, &cfg->model);
+        /* "" is none, as zoe_train_config_json writes an unset one */
+        return text[0] ? zoe_hf_read_config(text, &cfg->model) : ZOE_OK;
     case OPT_FAMILY:
         if (strcmp(text, "gpt") == 0)
             cfg->model.family = ZOE_MODEL_GPT;
@@ -352,10 +353,19 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         ZOE_TRY(parse_number(o, text, &v));
         *(int64_t *)base = (int64_t)v;
         return ZOE_OK;
-    case OPT_U64:
+    case OPT_U64: {
+        /* all digits: exact (a seed above 2^53 survives trainer.json, which writes it so) */
+        char *end;
+        errno = 0;
+        unsigned long long u = isdigit((unsigned char)text[0]) ? strtoull(text, &end, 10) : 0;
+        if (isdigit((unsigned char)text[0]) && *end == '\0' && errno == 0) {
+            *(uint64_t *)base = (uint64_t)u;
+            return ZOE_OK;
+        }
         ZOE_TRY(parse_number(o, text, &v));
         *(uint64_t *)base = (uint64_t)v;
         return ZOE_OK;
+    }
     case OPT_FLOAT:
         ZOE_TRY(parse_number(o, text, &v));
         *(float *)base = (float)v;
@@ -370,9 +380,10 @@ static const char *json_type_needed(const option_spec *o) {
     switch (o->kind) {
     case OPT_INT:
     case OPT_INT64:
-    case OPT_U64:
     case OPT_FLOAT:
         return "a number";
+    case OPT_U64:
+        return "a number or a string of digits";
     case OPT_FLAG:
         return "true or false";
     case OPT_RATIO:
@@ -386,9 +397,11 @@ static int json_type_ok(const option_spec *o, const cJSON *item) {
     switch (o->kind) {
     case OPT_INT:
     case OPT_INT64:
-    case OPT_U64:
     case OPT_FLOAT:
         return cJSON_IsNumber(item);
+    case OPT_U64:
+        return cJSON_IsNumber(item) ||
+               (cJSON_IsString(item) && isdigit((unsigned char)item->valuestring[0]));
     case OPT_FLAG:
         return cJSON_IsBool(item);
     case OPT_RATIO:

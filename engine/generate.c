@@ -69,12 +69,6 @@ static zoe_status checkpoint_config(const zoe_generate_config *gc, int world, ch
     /* the shape is in the run's own keys; an --init-from would read the Hugging Face model
      * again, whose weights the checkpoint replaces anyway */
     if (cJSON_IsObject(config)) cJSON_DeleteItemFromObjectCaseSensitive(config, "init-from");
-    /* the seed is written as a string (every digit of a u64), which the JSON reader does not
-     * take back: it is set from the string below */
-    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(config, "seed");
-    char seed_text[32] = "";
-    if (cJSON_IsString(seed)) snprintf(seed_text, sizeof seed_text, "%s", seed->valuestring);
-    if (cJSON_IsObject(config)) cJSON_DeleteItemFromObjectCaseSensitive(config, "seed");
     char *text = cJSON_IsObject(config) ? cJSON_PrintUnformatted(config) : NULL;
     zoe_status st =
         text && cJSON_IsNumber(batch) && batch->valuedouble >= 1 && batch->valuedouble <= 1e9
@@ -85,12 +79,6 @@ static zoe_status checkpoint_config(const zoe_generate_config *gc, int world, ch
     if (st == ZOE_OK) st = zoe_train_config_apply_json(tc, text, dir);
     if (st == ZOE_OK) {
         *byte_tokens = is_byte_data(tc->data, tc->model.vocab);
-        char *end = NULL;
-        const unsigned long long u = strtoull(seed_text, &end, 10);
-        if (!seed_text[0] || *end)
-            st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s/%s: config seed '%s' is not a number", dir,
-                          CKPT_TRAINER_FILE, seed_text);
-        tc->seed = (uint64_t)u;
         tc->backend = gc->backend;
         tc->tp = world;
         tc->micro_batch = 1;

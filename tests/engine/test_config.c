@@ -133,6 +133,21 @@ int main(int argc, char **argv) {
     CHECK(text && strstr(text, "\"split\":\t\"90,10\"") && strstr(text, "\"eval-every\":\t7"),
           "the configuration as JSON: %s", text ? text : "(null)");
     free(text);
+    /* the JSON written reads back as a config to the same configuration (trainer.json's
+     * "config" as --config): a seed above 2^53 exactly, an unset --init-from stays unset */
+    c.seed = 9223372036854775809ULL, c.lr = 3.7e-4f, c.micro_batch = 5;
+    text = zoe_train_config_json(&c);
+    f = fopen(json, "w");
+    fputs(text, f);
+    fclose(f);
+    zoe_train_config back;
+    zoe_train_config_defaults(&back);
+    CHECK_OK(zoe_train_config_load_json(&back, json));
+    char *again = zoe_train_config_json(&back);
+    CHECK(back.seed == c.seed && !back.init_from[0] && again && strcmp(text, again) == 0,
+          "config JSON round trip: seed %llu, init-from '%s'\n%s\n---\n%s",
+          (unsigned long long)back.seed, back.init_from, text, again ? again : "(null)");
+    free(text), free(again);
     expect_error("--split 98", "'98' is not two percentages T,V summing to 100");
     expect_error("--split 98,x", "'98,x' is not two percentages");
     expect_error("--split 60,60", "--split=60,60 is not two positive percentages summing to 100");
