@@ -147,6 +147,8 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     size_t block = (size_t)zoe_gpt_block_local_numel(g);
     oc->bucket_ring = 3 + (int)((block + oc->bucket_numel - 1) / oc->bucket_numel);
     oc->dpu_warmup = c->dpu_warmup;
+    oc->dpu_schedule = (zoe_dpu_schedule)c->dpu_schedule;
+    oc->dpu_dc_kappa = c->dpu_dc_kappa;
     /* the optimizer keeps partial_ratio of the state on the device; the rest is offloaded */
     oc->partial_ratio = 1.0f - zoe_train_offload_ratio(c);
 }

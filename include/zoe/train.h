@@ -109,6 +109,10 @@ typedef struct zoe_train_config {
     /* A Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM): its config.json
      * gives the model shape and its safetensors the initial weights; "" for random ones. */
     char init_from[ZOE_PATH_MAX];
+    /* The delayed update's schedule (zoe_dpu_schedule of zoe/optimizer.h: 0 plain, 1 predict,
+     * 2 dc) and the delay compensation's kappa (zoe_optimizer_config.dpu_dc_kappa). */
+    int dpu_schedule;
+    float dpu_dc_kappa;
 } zoe_train_config;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \
