@@ -172,7 +172,7 @@ zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_si
     cfg->bucket_mb = 16;
     cfg->offload_ratio = 1.0f;
     cfg->dpu = ZOE_DPU_ON;
-    cfg->dpu_schedule = ZOE_DPU_PLAIN;
+    cfg->dpu_schedule = ZOE_DPU_PREDICT; /* docs/offload.md: the measured best */
     cfg->dpu_dc_kappa = 1.0f;
     snprintf(cfg->hardware, sizeof cfg->hardware, "local");
     cfg->lr_decay_style = ZOE_LR_COSINE;
