@@ -59,6 +59,8 @@
  * i+1, before iteration i+2 reads the weights. zoe_optimizer_flush() waits for the update in
  * flight and refreshes, so that the parameter buffer holds the latest weights (before
  * evaluation or a checkpoint). The stats of step i are those of g_i, known when step i returns.
+ * That is dpu_schedule ZOE_DPU_PLAIN; the other schedules (zoe_dpu_schedule below) change what a
+ * stale iteration reads or what the update applies, on the same timeline.
  *
  * Memory layout (docs/offload.md), per element of the rank's partition P unless stated; the
  * device holds the parameter buffer (compute dtype, 1 element per parameter of the TP shard) and

@@ -15,6 +15,13 @@
  * differs from sync by far more than the tolerance, so the comparison can tell a one-step
  * stale run from a synchronous one (or from one that is stale by another amount).
  *
+ * The same for the weight prediction (ZOE_DPU_PREDICT, zoe-train's default): the reference's
+ * iteration i >= N + 3 reads the prediction made after step i - 2 from that step's master and
+ * moments (read back from the optimizer) with the optimizer's prediction kernel, per tensor with
+ * its own weight decay, and iteration N + 2 reads w_N. (The delay compensation changes the
+ * gradient inside the optimizer, which a reference of public calls cannot reach; its float64
+ * reference is in test_optimizer_dpu.)
+ *
  * Tolerance: fp32 throughout, and dpu and reference run the same kernels on the same weights
  * and batches in the same order, so they should agree to the last bit; we allow 1e-5
  * relative on the loss and 1e-5 absolute on weights of magnitude <= ~0.1 (a few hundred ulps),
