@@ -123,6 +123,8 @@ static const option_spec options[] = {
      "what a stale step reads: plain (the paper's), predict or dc (docs/offload.md)"},
     {"dpu-dc-kappa", OPT_FLOAT, CFG(dpu_dc_kappa), 0, 1e6,
      "--dpu-schedule dc: the correction's strength (lambda = kappa / lr)"},
+    {"dpu-predict-scale", OPT_FLOAT, CFG(dpu_predict_scale), 0.01, 10,
+     "--dpu-schedule predict: how far along the last step the prediction goes"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -174,6 +176,7 @@ zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_si
     cfg->dpu = ZOE_DPU_ON;
     cfg->dpu_schedule = ZOE_DPU_PREDICT; /* docs/offload.md: the measured best */
     cfg->dpu_dc_kappa = 1.0f;
+    cfg->dpu_predict_scale = 1.5f;
     snprintf(cfg->hardware, sizeof cfg->hardware, "local");
     cfg->lr_decay_style = ZOE_LR_COSINE;
     cfg->lr_wsd_decay_fraction = 0.1f;

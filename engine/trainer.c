@@ -154,6 +154,7 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
         zoe_train_offload_ratio(c) < 1.0f)
         oc->dpu_schedule = ZOE_DPU_PLAIN;
     oc->dpu_dc_kappa = c->dpu_dc_kappa;
+    oc->dpu_predict_scale = c->dpu_predict_scale;
     /* the optimizer keeps partial_ratio of the state on the device; the rest is offloaded */
     oc->partial_ratio = 1.0f - zoe_train_offload_ratio(c);
 }

@@ -32,6 +32,7 @@ zoe_status zoe_optimizer_config_default_for(zoe_optimizer_config *cfg, size_t st
         .copy_out_numel = (size_t)1 << 22,
         .dpu_schedule = ZOE_DPU_PLAIN,
         .dpu_dc_kappa = 1.0f,
+        .dpu_predict_scale = 1.5f,
     };
     return ZOE_OK;
 }
@@ -65,6 +66,10 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
         BAD("unknown DPU schedule %d", (int)c->dpu_schedule);
     if (!(c->dpu_dc_kappa >= 0) || !isfinite(c->dpu_dc_kappa))
         BAD("dpu_dc_kappa %g is not a finite value >= 0", (double)c->dpu_dc_kappa);
+    if (c->dpu_schedule == ZOE_DPU_PREDICT &&
+        (!(c->dpu_predict_scale > 0) || !isfinite(c->dpu_predict_scale)))
+        BAD("dpu_predict_scale %g is not a finite value > 0 (DPU schedule predict)",
+            (double)c->dpu_predict_scale);
     return ZOE_OK;
 #undef BAD
 }

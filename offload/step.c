@@ -46,9 +46,9 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
                              from_snap ? opt->dtype : ZOE_F32, predict ? NULL : out, opt->dtype,
                              e - a));
     /* The prediction replaces the compute-dtype copy, over the tile the step has just touched. */
-    return predict
-               ? zoe_adam_predict_host(k, w_out, opt->h_m + h, opt->h_v + h, out, opt->dtype, e - a)
-               : ZOE_OK;
+    return predict ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out, opt->h_m + h,
+                                           opt->h_v + h, out, opt->dtype, e - a)
+                   : ZOE_OK;
 }
 
 /* The host Adam over host coordinates [b0, b1) (a block): OpenMP over its tiles, each thread
@@ -249,9 +249,9 @@ static zoe_status stage_prediction(zoe_optimizer *opt) {
     for (int s = opt->first_run_segment; s < opt->lay.num_segments; s++) {
         const zoe_segment *sg = &opt->lay.segments[s];
         size_t h = sg->offset - z->h_lo;
-        ZOE_TRY(zoe_adam_predict_host(zoe_segment_consts(&c, sg), opt->h_master + h, opt->h_m + h,
-                                      opt->h_v + h, (char *)opt->h_snap + h * opt->esz, opt->dtype,
-                                      sg->len));
+        ZOE_TRY(zoe_adam_predict_host(zoe_segment_consts(&c, sg), opt->cfg.dpu_predict_scale,
+                                      opt->h_master + h, opt->h_m + h, opt->h_v + h,
+                                      (char *)opt->h_snap + h * opt->esz, opt->dtype, sg->len));
     }
     if (zoe_device_is_host_memory(opt)) return ZOE_OK; /* the due refresh uploads the snapshot */
     ZOE_TRY(zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));

@@ -152,6 +152,9 @@ typedef struct zoe_optimizer_config {
     /* ZOE_DPU_DC: lambda = dpu_dc_kappa / lr of the previous step (dimensionless: the
      * preconditioned curvature the correction assumes per unit of g^2 / v): 1 */
     float dpu_dc_kappa;
+    /* ZOE_DPU_PREDICT: the prediction is w + scale * (the last step repeated): 1.5, the
+     * linear stability analysis's best (docs/offload.md) */
+    float dpu_predict_scale;
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \

@@ -113,6 +113,7 @@ typedef struct zoe_train_config {
      * 2 dc) and the delay compensation's kappa (zoe_optimizer_config.dpu_dc_kappa). */
     int dpu_schedule;
     float dpu_dc_kappa;
+    float dpu_predict_scale; /* zoe_optimizer_config.dpu_predict_scale */
 } zoe_train_config;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \

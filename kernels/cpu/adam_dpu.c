@@ -13,15 +13,17 @@ static inline float step_again(const zoe_adam_consts *c, float w, float m, float
     return ww - c->step_size * (m / (sqrtf(v) * c->inv_sqrt_bc2 + c->eps));
 }
 
-zoe_status zoe_adam_predict_host(const zoe_adam_consts *c, const float *w, const float *m,
-                                 const float *v, void *out, zoe_dtype out_dtype, size_t n) {
+zoe_status zoe_adam_predict_host(const zoe_adam_consts *c, float scale, const float *w,
+                                 const float *m, const float *v, void *out, zoe_dtype out_dtype,
+                                 size_t n) {
     if (out_dtype != ZOE_F32 && out_dtype != ZOE_BF16 && out_dtype != ZOE_F16)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "predict: dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(out_dtype));
     if (n && (!c || !w || !m || !v || !out))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "predict: NULL buffer for %zu elements", n);
     for (size_t i = 0; i < n; i++)
-        adam_store_scalar(out, i, out_dtype, step_again(c, w[i], m[i], v[i]));
+        adam_store_scalar(out, i, out_dtype,
+                          w[i] + scale * (step_again(c, w[i], m[i], v[i]) - w[i]));
     return ZOE_OK;
 }
 

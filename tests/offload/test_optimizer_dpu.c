@@ -96,7 +96,9 @@ static void reference(int d, int k, int warmup, int stale, zoe_dtype dt, double 
         }
         ref_adam_step(&ref, gm, 1.0, lr, cfg);
         memcpy(ws[i], ref.w, sizeof ws[i]);
-        step_again(&ref, lr, cfg, predicted[i]);
+        step_again(&ref, lr, cfg, again);
+        for (int e = 0; e < NTOTAL; e++)
+            predicted[i][e] = ref.w[e] + cfg->dpu_predict_scale * (again[e] - ref.w[e]);
     }
     ref_adam_free(&ref);
 }

@@ -111,7 +111,8 @@ static zoe_status predict(zoe_trainer *tr, const zoe_train_config *c, float lr, 
         zoe_adam_consts k;
         zoe_adam_consts_init(&k, &h);
         if (st == ZOE_OK && count)
-            st = zoe_adam_predict_host(&k, w + at, m + at, v + at, out + at, ZOE_F32, count);
+            st = zoe_adam_predict_host(&k, c->dpu_predict_scale, w + at, m + at, v + at, out + at,
+                                       ZOE_F32, count);
     }
     free(tensors);
     return st;
