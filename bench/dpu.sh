@@ -9,7 +9,7 @@
 # and a last summary line.
 # Options (a subset runs faster): --rows A,B (names below, or all) --variants off,plain,predict,dc
 # --steps N (instead of the row's; the last-50 window stays) --seeds S1,S2,S3 --threads T
-# --kappa K (dc) --out DIR (metrics files, kept; default a temporary directory).
+# --kappa K (dc) --predict-scale S (predict) --out DIR (metrics files, kept; default a temporary directory).
 set -euo pipefail
 build="$1"; shift
 train="$build/tools/zoe-train/zoe-train"
@@ -26,7 +26,7 @@ declare -A row_args=(
   [l6h384-2e-3]="--model demo --layers 6 --hidden 384 --heads 6 --seq-len 128 --lr 2e-3 --min-lr 2e-4 --warmup 40 --dpu-warmup 40 --steps 400"
 )
 all_rows="demo-2e-4,demo-6e-4,demo-3e-3,demo-3e-3-late,l6h384-6e-4,l6h384-2e-3"
-rows="$all_rows" variants="off,plain,predict,dc" steps="" seeds="1234,1,2" threads=2 kappa=""
+rows="$all_rows" variants="off,plain,predict,dc" steps="" seeds="1234,1,2" threads=2 kappa="" scale=""
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -36,6 +36,7 @@ while [ $# -gt 0 ]; do
     --seeds) seeds="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --kappa) kappa="$2"; shift 2 ;;
+    --predict-scale) scale="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     *) echo "bench dpu: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -56,6 +57,7 @@ run() { # row variant seed
   if [ "$variant" = off ]; then extra=(--dpu off); else extra=(--dpu on --dpu-schedule "$variant"); fi
   [ -n "$steps" ] && extra+=(--steps "$steps")
   [ -n "$kappa" ] && extra+=(--dpu-dc-kappa "$kappa")
+  [ -n "$scale" ] && extra+=(--dpu-predict-scale "$scale")
   # shellcheck disable=SC2086 # the row's arguments are words
   OMP_NUM_THREADS="$threads" "$train" ${row_args[$row]} --micro-batch 8 --data "$corpus" \
     --seed "$seed" --log-every 100000 --progress lines --metrics "$file" "${extra[@]}" \
