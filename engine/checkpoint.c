@@ -203,6 +203,7 @@ static char *trainer_json(const ckpt_view *v, const zoe_optimizer_progress *op, 
     cJSON_AddNumberToObject(o, "skipped_total", (double)op->skipped_total);
     cJSON_AddNumberToObject(o, "loss_scale", op->loss_scale);
     cJSON_AddNumberToObject(o, "clean_steps", op->clean_steps);
+    cJSON_AddNumberToObject(o, "last_lr", op->last_lr);
     cJSON_AddBoolToObject(o, "refresh_due", refresh_due);
     cJSON *d = cJSON_AddObjectToObject(root, "data");
     cJSON_AddNumberToObject(d, "next_step", step);
@@ -477,6 +478,8 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
                                  .clean_steps = (int)json_num(o, "clean_steps", -1)};
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
     if (cJSON_IsNumber(ls)) op.loss_scale = (float)ls->valuedouble;
+    const cJSON *last_lr = cJSON_GetObjectItemCaseSensitive(o, "last_lr");
+    if (cJSON_IsNumber(last_lr)) op.last_lr = (float)last_lr->valuedouble; /* older: none */
     if (st == ZOE_OK) st = agree(comm, zoe_optimizer_progress_set(v->opt, &op));
     double t0 = MPI_Wtime();
     if (st == ZOE_OK) st = agree(comm, zoe_optimizer_refresh_params(v->opt));

@@ -15,6 +15,7 @@
 #include "engine/hf.h"
 #include "engine/json_file.h"
 #include "runtime/error.h"
+#include "zoe/optimizer.h"
 #include "zoe/train.h"
 
 typedef enum {
@@ -53,6 +54,8 @@ static const char *const decay_style_names[] = {
     "constant", "linear", "cosine", "inverse-square-root", "wsd", NULL}; /* zoe_lr_decay_style */
 static const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus-sqrt",
                                               NULL}; /* zoe_lr_wsd_style */
+static const char *const dpu_schedule_names[] = {"plain", "predict", "dc",
+                                                 NULL}; /* zoe_dpu_schedule */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
 #define MODEL(field) (offsetof(zoe_train_config, model) + offsetof(zoe_model_config, field))
@@ -117,6 +120,12 @@ static const option_spec options[] = {
      "share of optimizer state on the host, 0..1, or auto (the least that fits)"},
     {"dpu", OPT_DPU, CFG(dpu), 0, 0,
      "on (after --dpu-warmup), off, or auto (where the host step would stall the device)"},
+    {"dpu-schedule", OPT_CHOICE, CFG(dpu_schedule), 0, 0,
+     "what a stale step reads: plain (the paper's), predict or dc (docs/offload.md)"},
+    {"dpu-dc-kappa", OPT_FLOAT, CFG(dpu_dc_kappa), 0, 1e6,
+     "--dpu-schedule dc: the correction's strength (lambda = kappa / lr)"},
+    {"dpu-predict-scale", OPT_FLOAT, CFG(dpu_predict_scale), 0.01, 10,
+     "--dpu-schedule predict: how far along the last step the prediction goes"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -138,6 +147,7 @@ static const option_spec options[] = {
 
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */
 static const char *const *choices(const option_spec *o) {
+    if (o->offset == CFG(dpu_schedule)) return dpu_schedule_names;
     return o->offset == CFG(lr_decay_style) ? decay_style_names : wsd_style_names;
 }
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
@@ -173,6 +183,9 @@ zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_si
     cfg->bucket_mb = 16;
     cfg->offload_ratio = 1.0f;
     cfg->dpu = ZOE_DPU_ON;
+    cfg->dpu_schedule = ZOE_DPU_PREDICT; /* docs/offload.md: the measured best */
+    cfg->dpu_dc_kappa = 1.0f;
+    cfg->dpu_predict_scale = 1.5f;
     snprintf(cfg->hardware, sizeof cfg->hardware, "local");
     cfg->lr_decay_style = ZOE_LR_COSINE;
     cfg->lr_wsd_decay_fraction = 0.1f;

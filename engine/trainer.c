@@ -153,6 +153,14 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     size_t block = (size_t)zoe_gpt_block_local_numel(g);
     oc->bucket_ring = 3 + (int)((block + oc->bucket_numel - 1) / oc->bucket_numel);
     oc->dpu_warmup = c->dpu_warmup;
+    oc->dpu_schedule = (zoe_dpu_schedule)c->dpu_schedule;
+    /* The device Adam of a GPU's device share does not predict (not built): the paper's
+     * schedule there, rather than a refusal of zoe-train's default. */
+    if (oc->dpu_schedule == ZOE_DPU_PREDICT && c->backend == ZOE_BACKEND_CUDA &&
+        zoe_train_offload_ratio(c) < 1.0f)
+        oc->dpu_schedule = ZOE_DPU_PLAIN;
+    oc->dpu_dc_kappa = c->dpu_dc_kappa;
+    oc->dpu_predict_scale = c->dpu_predict_scale;
     /* the optimizer keeps partial_ratio of the state on the device; the rest is offloaded */
     oc->partial_ratio = 1.0f - zoe_train_offload_ratio(c);
 }

@@ -78,6 +78,22 @@ zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *m
 zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *src, float scale,
                                   size_t n);
 
+/* The delayed update's schedule variants (docs/offload.md, "Delayed parameter update"), scalar
+ * passes with the same bits on every CPU. zoe_adam_predict_host: out[i] = out_dtype(w + scale *
+ * (s - w)) where s is the step of constants c taken once more from w[i] with the moments m[i],
+ * v[i] it left, no new gradient: w*decay - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps); the
+ * weights the next step is predicted to reach. out must not overlap w, m or v. */
+zoe_status zoe_adam_predict_host(const zoe_adam_consts *c, float scale, const float *w,
+                                 const float *m, const float *v, void *out, zoe_dtype out_dtype,
+                                 size_t n);
+/* The delay-compensated gradient (DC-ASGD, with Adam's second moment as its adaptive scale): with
+ * g = grad * grad_scale and delta = w - w_prev, the previous step (constants prev) recomputed
+ * from w, m and v, grad[i] += c / grad_scale where c = lambda * g^2 / (sqrt(v_hat) + eps) * delta,
+ * clamped to |g|. In place; w, m, v are read only. */
+zoe_status zoe_adam_compensate_host(const zoe_adam_consts *prev, float lambda, float grad_scale,
+                                    float *grad, const float *w, const float *m, const float *v,
+                                    size_t n);
+
 /* dst[i] = (assign ? 0 : dst[i]) + scale * src[i] (src in f32, bf16 or f16). When sumsq is not
  * NULL it receives the sum of squares of the new dst (for the gradient norm, fused into the pass
  * that writes the gradient so that the norm costs no extra read). */

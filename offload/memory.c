@@ -13,7 +13,8 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     int cpu = backend == ZOE_BACKEND_CPU, dpu = cfg->dpu_warmup > 0;
     size_t part = lay->part_numel, pd = lay->device_numel;
     zoe_state_sizes z = {0};
-    z.master_in_params = cpu && dtype == ZOE_F32;
+    /* The weight prediction leaves its prediction, not the master, in the parameters. */
+    z.master_in_params = cpu && dtype == ZOE_F32 && !(dpu && cfg->dpu_schedule == ZOE_DPU_PREDICT);
     z.dpu_swap = dpu && z.master_in_params;
     z.dpu_snapshot = dpu && !z.dpu_swap;
     z.h_lo = cpu ? 0 : pd;

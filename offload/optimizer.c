@@ -30,6 +30,9 @@ zoe_status zoe_optimizer_config_default_for(zoe_optimizer_config *cfg, size_t st
         .dpu_warmup = 0,
         .partial_ratio = 0.0f,
         .copy_out_numel = (size_t)1 << 22,
+        .dpu_schedule = ZOE_DPU_PLAIN,
+        .dpu_dc_kappa = 1.0f,
+        .dpu_predict_scale = 1.5f,
     };
     return ZOE_OK;
 }
@@ -59,6 +62,14 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
     if (c->copy_out_numel == 0) BAD("copy_out_numel 0 must be positive");
     if (!(c->partial_ratio >= 0 && c->partial_ratio <= 1))
         BAD("partial offload ratio %g outside [0, 1]", (double)c->partial_ratio);
+    if (c->dpu_schedule < ZOE_DPU_PLAIN || c->dpu_schedule > ZOE_DPU_DC)
+        BAD("unknown DPU schedule %d", (int)c->dpu_schedule);
+    if (!(c->dpu_dc_kappa >= 0) || !isfinite(c->dpu_dc_kappa))
+        BAD("dpu_dc_kappa %g is not a finite value >= 0", (double)c->dpu_dc_kappa);
+    if (c->dpu_schedule == ZOE_DPU_PREDICT &&
+        (!(c->dpu_predict_scale > 0) || !isfinite(c->dpu_predict_scale)))
+        BAD("dpu_predict_scale %g is not a finite value > 0 (DPU schedule predict)",
+            (double)c->dpu_predict_scale);
     return ZOE_OK;
 #undef BAD
 }
@@ -87,6 +98,15 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
                              opt->cfg.partial_ratio));
     zoe_state_sizes_of(zoe_device_backend(opt->dev), opt->dtype, &opt->lay, opt->dp_size, &opt->cfg,
                        &opt->sz);
+    if (opt->cfg.dpu_warmup > 0 && opt->cfg.dpu_schedule == ZOE_DPU_DC && !opt->sz.dpu_swap)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED,
+                        "DPU schedule dc needs fp32 weights on the CPU backend (elsewhere the "
+                        "update in flight reads a compute-dtype snapshot; not built)");
+    if (opt->cfg.dpu_warmup > 0 && opt->cfg.dpu_schedule == ZOE_DPU_PREDICT && opt->sz.d_state)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED,
+                        "DPU schedule predict with a device share (partial offload %g on a GPU): "
+                        "the device Adam does not predict (not built)",
+                        (double)opt->cfg.partial_ratio);
     ZOE_TRY(zoe_state_create(opt));
     ZOE_TRY(zoe_grads_create(opt));
     opt->loss_scale = opt->cfg.loss_scale;
@@ -212,25 +232,29 @@ zoe_status zoe_optimizer_progress_get(const zoe_optimizer *opt, zoe_optimizer_pr
                                     .step = opt->stats.step,
                                     .skipped_total = opt->stats.skipped_total,
                                     .loss_scale = opt->loss_scale,
-                                    .clean_steps = opt->clean_steps};
+                                    .clean_steps = opt->clean_steps,
+                                    .last_lr = opt->last_lr};
     return ZOE_OK;
 }
 
 zoe_status zoe_optimizer_progress_set(zoe_optimizer *opt, const zoe_optimizer_progress *in) {
     if (!opt || !in) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "progress_set: NULL argument");
     if (in->iteration < 0 || in->step < 0 || in->step > in->iteration || in->skipped_total < 0 ||
-        !(in->loss_scale > 0) || !isfinite(in->loss_scale) || in->clean_steps < 0)
+        !(in->loss_scale > 0) || !isfinite(in->loss_scale) || in->clean_steps < 0 ||
+        !(in->last_lr >= 0) || !isfinite(in->last_lr))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "optimizer progress: iteration %ld, step %ld, skipped %ld, loss scale %g, "
-                        "clean steps %d (need 0 <= step <= iteration, a finite scale > 0)",
+                        "clean steps %d, last lr %g (need 0 <= step <= iteration, a finite "
+                        "scale > 0, a finite lr >= 0)",
                         in->iteration, in->step, in->skipped_total, (double)in->loss_scale,
-                        in->clean_steps);
+                        in->clean_steps, (double)in->last_lr);
     opt->iteration = in->iteration;
     opt->stats.step = in->step;
     opt->stats.skipped_total = in->skipped_total;
     opt->loss_scale = in->loss_scale;
     opt->stats.loss_scale = in->loss_scale;
     opt->clean_steps = in->clean_steps;
+    opt->last_lr = in->last_lr;
     return ZOE_OK;
 }
 
@@ -252,7 +276,8 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
                         "%s while a delayed update is in flight: call zoe_optimizer_flush first",
                         what);
     size_t end = offset + count;
-    if (which == ZOE_STATE_MASTER && opt->refresh_due && opt->sz.dpu_swap) {
+    if (which == ZOE_STATE_MASTER && opt->refresh_due && opt->sz.dpu_swap &&
+        opt->sz.master_in_params) {
         /* A settled delayed update (zoe_optimizer_settle) left the new master weights in the
          * gradient partition it read; the rank's weight slices hold the previous ones until the
          * due refresh. */

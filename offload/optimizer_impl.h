@@ -147,6 +147,13 @@ struct zoe_optimizer {
     zoe_status flight_status;
     char flight_error[256];
     double flight_ms_update; /* the worker writes it; join_update publishes it in stats */
+    /* The schedule variants (zoe_dpu_schedule): the update in flight writes a prediction of the
+     * next weights instead of its own (flight_predict), or first compensates its gradient for
+     * the step it is late by, with the constants of that step and lambda (flight_dc). */
+    int flight_predict, flight_dc;
+    zoe_step_consts flight_prev_consts;
+    float flight_dc_lambda;
+    float last_lr; /* of the last applied step (zoe_optimizer_progress) */
 };
 
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */

@@ -36,9 +36,19 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
         out = snap;
     else if (!z->master_in_params)
         out = (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
-    return zoe_adam_host_to(zoe_segment_consts(from_snap ? snap_c : c, sg), w_in, w_out,
-                            opt->h_m + h, opt->h_v + h, grad, from_snap ? opt->dtype : ZOE_F32, out,
-                            opt->dtype, e - a);
+    const zoe_adam_consts *k = zoe_segment_consts(from_snap ? snap_c : c, sg);
+    int predict = in_flight && opt->flight_predict;
+    if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
+        ZOE_TRY(zoe_adam_compensate_host(zoe_segment_consts(&opt->flight_prev_consts, sg),
+                                         opt->flight_dc_lambda, k->grad_scale, opt->h_grad[buf] + h,
+                                         w_in, opt->h_m + h, opt->h_v + h, e - a));
+    ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, opt->h_m + h, opt->h_v + h, grad,
+                             from_snap ? opt->dtype : ZOE_F32, predict ? NULL : out, opt->dtype,
+                             e - a));
+    /* The prediction replaces the compute-dtype copy, over the tile the step has just touched. */
+    return predict ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out, opt->h_m + h,
+                                           opt->h_v + h, out, opt->dtype, e - a)
+                   : ZOE_OK;
 }
 
 /* The host Adam over host coordinates [b0, b1) (a block): OpenMP over its tiles, each thread
@@ -212,6 +222,42 @@ zoe_status zoe_optimizer_settle(zoe_optimizer *opt, int *refresh_due) {
     return ZOE_OK;
 }
 
+/* The Adam constants of a step with learning rate lr and gradient scale grad_scale, taken as
+ * the step-th applied one: the configured weight decay, and none for exempt segments. */
+static void step_consts(const zoe_optimizer *opt, float lr, float grad_scale, long step,
+                        zoe_step_consts *c) {
+    zoe_adam_hparams h = {.lr = lr,
+                          .beta1 = opt->cfg.beta1,
+                          .beta2 = opt->cfg.beta2,
+                          .eps = opt->cfg.eps,
+                          .weight_decay = opt->cfg.weight_decay,
+                          .decoupled = opt->cfg.adamw,
+                          .grad_scale = grad_scale,
+                          .step = step};
+    zoe_adam_consts_init(&c->decayed, &h);
+    h.weight_decay = 0;
+    zoe_adam_consts_init(&c->exempt, &h);
+}
+
+/* ZOE_DPU_PREDICT on resume: the prediction the saving run's update in flight wrote into the
+ * snapshot, recomputed from the restored state and the last step's learning rate (the same
+ * kernel on the same inputs: the same bits), and staged for the due refresh. */
+static zoe_status stage_prediction(zoe_optimizer *opt) {
+    const zoe_state_sizes *z = &opt->sz;
+    zoe_step_consts c;
+    step_consts(opt, opt->last_lr, 1.0f, opt->stats.step, &c);
+    for (int s = opt->first_run_segment; s < opt->lay.num_segments; s++) {
+        const zoe_segment *sg = &opt->lay.segments[s];
+        size_t h = sg->offset - z->h_lo;
+        ZOE_TRY(zoe_adam_predict_host(zoe_segment_consts(&c, sg), opt->cfg.dpu_predict_scale,
+                                      opt->h_master + h, opt->h_m + h, opt->h_v + h,
+                                      (char *)opt->h_snap + h * opt->esz, opt->dtype, sg->len));
+    }
+    if (zoe_device_is_host_memory(opt)) return ZOE_OK; /* the due refresh uploads the snapshot */
+    ZOE_TRY(zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
+    return zoe_stream_synchronize(opt->update_stream);
+}
+
 zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "defer_refresh: optimizer is NULL");
     ZOE_TRY(zoe_update_join(opt));
@@ -228,6 +274,8 @@ zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
             memcpy(staged + it.x * opt->esz, (const char *)opt->params + it.flat * opt->esz,
                    it.len * opt->esz);
     }
+    if (opt->cfg.dpu_schedule == ZOE_DPU_PREDICT && opt->sz.dpu_snapshot && z->h_numel)
+        ZOE_TRY(stage_prediction(opt));
     opt->refresh_due = 1;
     return ZOE_OK;
 }
@@ -270,7 +318,9 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     ZOE_TRY(zoe_event_record(opt->grads_reduced, opt->copy_stream));
     opt->micro_batches = 0;
     opt->iteration++;
-    /* The previous update (DPU) lands before anything writes the partition buffer again. */
+    /* The previous update (DPU) lands before anything writes the partition buffer again; the
+     * gradient of this iteration was taken before it did. */
+    int stale = opt->in_flight || opt->refresh_due;
     ZOE_TRY(zoe_update_wait(opt));
 
     zoe_optimizer_stats *st = &opt->stats;
@@ -291,29 +341,26 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     st->skipped = 0;
     st->step++;
     st->loss_scale = opt->loss_scale;
-    zoe_adam_hparams h = {.lr = lr,
-                          .beta1 = opt->cfg.beta1,
-                          .beta2 = opt->cfg.beta2,
-                          .eps = opt->cfg.eps,
-                          .weight_decay = opt->cfg.weight_decay,
-                          .decoupled = opt->cfg.adamw,
-                          .grad_scale = (float)(st->clip_coef * unscale),
-                          .step = st->step};
     zoe_step_consts c;
-    zoe_adam_consts_init(&c.decayed, &h);
-    h.weight_decay = 0;
-    zoe_adam_consts_init(&c.exempt, &h);
+    step_consts(opt, lr, (float)(st->clip_coef * unscale), st->step, &c);
+    float prev_lr = opt->last_lr;
+    opt->last_lr = lr;
     if (opt->cfg.dpu_warmup > 0 && opt->iteration > opt->cfg.dpu_warmup) {
         opt->flight_consts = c;
         opt->flight_buf = buf;
+        opt->flight_predict = opt->cfg.dpu_schedule == ZOE_DPU_PREDICT;
+        /* Compensate only a gradient that is late: one taken before the previous step landed
+         * (after a synchronous, skipped or flushed step it is not). */
+        opt->flight_dc = opt->cfg.dpu_schedule == ZOE_DPU_DC && stale && prev_lr > 0;
+        if (opt->flight_dc) {
+            step_consts(opt, prev_lr, 1.0f, st->step - 1, &opt->flight_prev_consts);
+            opt->flight_dc_lambda = opt->cfg.dpu_dc_kappa / prev_lr;
+        }
         if (opt->sz.dpu_snapshot) { /* the snapshot holds the mean over micro-batches */
             opt->flight_snap_scale = 1.0f / (float)k;
             opt->grad_held = 1; /* before the worker exists: no lock needed */
-            h.grad_scale = (float)(st->clip_coef / opt->loss_scale);
-            h.weight_decay = opt->cfg.weight_decay;
-            zoe_adam_consts_init(&opt->flight_snap_consts.decayed, &h);
-            h.weight_decay = 0;
-            zoe_adam_consts_init(&opt->flight_snap_consts.exempt, &h);
+            step_consts(opt, lr, (float)(st->clip_coef / opt->loss_scale), st->step,
+                        &opt->flight_snap_consts);
         }
         if (pthread_create(&opt->worker, NULL, update_worker, opt) != 0) {
             opt->grad_held = 0;
@@ -329,5 +376,9 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
 
 zoe_status zoe_optimizer_flush(zoe_optimizer *opt) {
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "flush: optimizer is NULL");
-    return zoe_update_wait(opt);
+    int predicted = (opt->in_flight || opt->refresh_due) &&
+                    opt->cfg.dpu_schedule == ZOE_DPU_PREDICT && opt->sz.dpu_snapshot;
+    ZOE_TRY(zoe_update_wait(opt));
+    /* The refresh brought the prediction; the parameters are to hold the master's weights. */
+    return predicted ? zoe_optimizer_refresh_params(opt) : ZOE_OK;
 }

@@ -59,6 +59,8 @@
  * i+1, before iteration i+2 reads the weights. zoe_optimizer_flush() waits for the update in
  * flight and refreshes, so that the parameter buffer holds the latest weights (before
  * evaluation or a checkpoint). The stats of step i are those of g_i, known when step i returns.
+ * That is dpu_schedule ZOE_DPU_PLAIN; the other schedules (zoe_dpu_schedule below) change what a
+ * stale iteration reads or what the update applies, on the same timeline.
  *
  * Memory layout (docs/offload.md), per element of the rank's partition P unless stated; the
  * device holds the parameter buffer (compute dtype, 1 element per parameter of the TP shard) and
@@ -110,6 +112,21 @@ typedef enum zoe_grad_mode {
     ZOE_GRAD_FULL_BUFFER = 1, /* a full device gradient buffer, reduced once per step */
 } zoe_grad_mode;
 
+/* What a stale iteration's forward and backward read, and what the delayed update applies
+ * (docs/offload.md, "Delayed parameter update"; the table above is PLAIN's). */
+typedef enum zoe_dpu_schedule {
+    /* The ZeRO-Offload paper's: iteration i reads w_{i-2}; step i applies g_i to w_{i-1}. */
+    ZOE_DPU_PLAIN = 0,
+    /* Weight prediction: iteration i reads w_{i-2} moved on along the step that made it (that
+     * step repeated with the moments it left, dpu_predict_scale times), a prediction of
+     * w_{i-1}; the fp32 master stays exact. Needs a separate master on the CPU backend with
+     * fp32 weights. zoe-train's default. */
+    ZOE_DPU_PREDICT = 1,
+    /* Delay compensation (DC-ASGD): g_i + lambda g_i^2 / sqrt(v) (w_{i-1} - w_{i-2}), the last
+     * step recomputed from the moments; fp32 weights on the CPU backend only. */
+    ZOE_DPU_DC = 2,
+} zoe_dpu_schedule;
+
 /* Start it from ZOE_OPTIMIZER_CONFIG_INITIALIZER (other fields zero) or
  * zoe_optimizer_config_default; later fields go at the end, and create refuses a struct whose
  * size or version is not the library's. */
@@ -132,6 +149,13 @@ typedef struct zoe_optimizer_config {
     float partial_ratio;     /* share of the partition kept and updated on the device: 0 */
     size_t copy_out_numel;   /* elements per slot of the pinned ring that carries the new weights
                               * to a GPU without DPU (rounded up to ZOE_ADAM_TILE): 1 << 22 */
+    zoe_dpu_schedule dpu_schedule; /* ZOE_DPU_PLAIN (0) */
+    /* ZOE_DPU_DC: lambda = dpu_dc_kappa / lr of the previous step (dimensionless: the
+     * preconditioned curvature the correction assumes per unit of g^2 / v): 1 */
+    float dpu_dc_kappa;
+    /* ZOE_DPU_PREDICT: the prediction is w + scale * (the last step repeated): 1.5, the
+     * linear stability analysis's best (docs/offload.md) */
+    float dpu_predict_scale;
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
@@ -265,6 +289,9 @@ typedef struct zoe_optimizer_progress {
     long skipped_total; /* steps skipped for a non-finite gradient */
     float loss_scale;   /* the dynamic loss scaler's scale and its clean steps in the window */
     int clean_steps;
+    /* The learning rate of the last applied step: the weight prediction (ZOE_DPU_PREDICT) and the
+     * delay compensation (ZOE_DPU_DC) redo that step from the state arrays. */
+    float last_lr;
 } zoe_optimizer_progress;
 zoe_status zoe_optimizer_progress_get(const zoe_optimizer *opt, zoe_optimizer_progress *out);
 zoe_status zoe_optimizer_progress_set(zoe_optimizer *opt, const zoe_optimizer_progress *in);

@@ -1,5 +1,6 @@
 /* Bad input: every refusal returns ZOE_ERR_INVALID_ARGUMENT with a message that names the bad
- * value, leaves *out NULL, and leaves a working optimizer as it was. */
+ * value (ZOE_ERR_UNSUPPORTED for a combination not built), leaves *out NULL, and leaves a
+ * working optimizer as it was. */
 #include "offload_test.h"
 
 static zoe_device *dev;
@@ -48,6 +49,12 @@ static void window(zoe_optimizer_config *c) {
 static void mode(zoe_optimizer_config *c) {
     c->grad_mode = (zoe_grad_mode)9;
 }
+static void schedule(zoe_optimizer_config *c) {
+    c->dpu_schedule = (zoe_dpu_schedule)7;
+}
+static void kappa(zoe_optimizer_config *c) {
+    c->dpu_dc_kappa = -1;
+}
 
 static void config_errors(void) {
     const struct {
@@ -63,7 +70,9 @@ static void config_errors(void) {
                  {warmup, "dpu_warmup -3"},
                  {scale, "loss_scale -2"},
                  {window, "loss_scale_window 0"},
-                 {mode, "gradient mode 9"}};
+                 {mode, "gradient mode 9"},
+                 {schedule, "unknown DPU schedule 7"},
+                 {kappa, "dpu_dc_kappa -1"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zoe_optimizer_config cfg;
         zoe_optimizer_config_default(&cfg);
@@ -76,6 +85,14 @@ static void config_errors(void) {
     zoe_optimizer_config cfg;
     zoe_optimizer_config_default(&cfg);
     zoe_optimizer *opt = NULL;
+    /* The delay compensation needs the fp32 gradient partition of fp32 weights on the CPU
+     * backend; with bf16 weights the update in flight reads a bf16 snapshot: not built. */
+    cfg.dpu_warmup = 2, cfg.dpu_schedule = ZOE_DPU_DC;
+    zoe_status st = zoe_optimizer_create(grid, dev, stream, ZOE_BF16, tensors, 2, &cfg, &opt);
+    CHECK(st == ZOE_ERR_UNSUPPORTED && opt == NULL &&
+              strstr(zoe_last_error(), "DPU schedule dc needs fp32 weights") != NULL,
+          "dc with bf16 weights: status %d, '%s'", (int)st, zoe_last_error());
+    zoe_optimizer_config_default(&cfg);
     expect(zoe_optimizer_create(grid, dev, stream, ZOE_I32, tensors, 2, &cfg, &opt), "int32",
            "int32 compute dtype");
     zoe_param_tensor empty[] = {{"wte", 64, 0, 0}, {"ln_f", 0, 1, 1}};

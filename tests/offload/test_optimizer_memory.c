@@ -228,6 +228,15 @@ int main(int argc, char **argv) {
     measure(grid, ZOE_F32, &dpu, 20, "CPU fp32 DPU");
     measure(grid, ZOE_BF16, &sync, 18, "CPU bf16");
     measure(grid, ZOE_BF16, &dpu, 20, "CPU bf16 DPU");
+    /* The weight prediction: a separate fp32 master (the parameters hold the prediction) and an
+     * fp32 snapshot instead of the second gradient partition; with bf16 weights no change. */
+    zoe_optimizer_config predict = dpu;
+    predict.dpu_schedule = ZOE_DPU_PREDICT;
+    measure(grid, ZOE_F32, &predict, 24, "CPU fp32 DPU predict");
+    measure(grid, ZOE_BF16, &predict, 20, "CPU bf16 DPU predict");
+    zoe_optimizer_config dc = dpu;
+    dc.dpu_schedule = ZOE_DPU_DC; /* the last step recomputed from m and v: no array */
+    measure(grid, ZOE_F32, &dc, 20, "CPU fp32 DPU dc");
     zoe_optimizer_config partial = config(1, ZOE_GRAD_FULL_BUFFER, 0.5f);
     measure(grid, ZOE_F32, &partial, -1, "CPU fp32 DPU full-buffer partial 0.5");
     measure(grid, ZOE_BF16, &partial, -1, "CPU bf16 DPU full-buffer partial 0.5");

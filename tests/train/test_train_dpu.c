@@ -15,6 +15,13 @@
  * differs from sync by far more than the tolerance, so the comparison can tell a one-step
  * stale run from a synchronous one (or from one that is stale by another amount).
  *
+ * The same for the weight prediction (ZOE_DPU_PREDICT, zoe-train's default): the reference's
+ * iteration i >= N + 3 reads the prediction made after step i - 2 from that step's master and
+ * moments (read back from the optimizer) with the optimizer's prediction kernel, per tensor with
+ * its own weight decay, and iteration N + 2 reads w_N. (The delay compensation changes the
+ * gradient inside the optimizer, which a reference of public calls cannot reach; its float64
+ * reference is in test_optimizer_dpu.)
+ *
  * Tolerance: fp32 throughout, and dpu and reference run the same kernels on the same weights
  * and batches in the same order, so they should agree to the last bit; we allow 1e-5
  * relative on the loss and 1e-5 absolute on weights of magnitude <= ~0.1 (a few hundred ulps),
@@ -23,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/trainer_impl.h"
+#include "kernels/adam.h"
 #include "runtime/error.h"
 #include "testing.h"
 #include "zoe/data.h"
@@ -38,6 +46,7 @@ typedef struct dpu_case {
     zoe_offload_mode offload; /* CPU: host Adam on the worker; NONE: the device Adam there */
     int hidden;
     int64_t bucket_mb; /* 1 with hidden 128: the gradients span several buckets of the ring */
+    zoe_dpu_schedule schedule;
 } dpu_case;
 
 typedef struct trajectory {
@@ -59,6 +68,7 @@ static void config(zoe_train_config *c, const dpu_case *k, int dpu_warmup) {
     /* The lr of the reported 4-rank run: where staleness costs most, so the gap is wide. */
     c->lr = 3e-3f, c->min_lr = 3e-3f, c->warmup = WARMUP, c->seed = 5;
     c->dpu_warmup = dpu_warmup;
+    c->dpu_schedule = (int)k->schedule;
 }
 
 static zoe_status read_master(zoe_optimizer *opt, float *dst) {
@@ -71,14 +81,51 @@ static zoe_status write_master(zoe_optimizer *opt, const float *src) {
                                      src);
 }
 
-/* Iteration i (1-based) of the reference: forward and backward at w_{i-2} once stale, with
- * prev = w_{i-2} and cur = w_{i-1}; the step then starts from cur. */
+/* ZOE_DPU_PREDICT's prediction after step `step` (learning rate lr) of the reference: that step
+ * taken once more from its weights w with the moments it left, per tensor with its own weight
+ * decay (none on the exempt ones), by the optimizer's kernel; out = w on the padding. */
+static zoe_status predict(zoe_trainer *tr, const zoe_train_config *c, float lr, long step,
+                          const float *w, float *mv, float *out) {
+    zoe_optimizer *opt = zoe_trainer_optimizer(tr);
+    size_t n = zoe_optimizer_partition_numel(opt);
+    float *m = mv, *v = mv + n;
+    ZOE_TRY(zoe_optimizer_read_state(opt, ZOE_STATE_EXP_AVG, 0, n, m));
+    ZOE_TRY(zoe_optimizer_read_state(opt, ZOE_STATE_EXP_AVG_SQ, 0, n, v));
+    memcpy(out, w, n * sizeof(float));
+    int nt = zoe_gpt_num_tensors(zoe_trainer_gpt(tr));
+    zoe_param_tensor *tensors = calloc((size_t)nt, sizeof *tensors);
+    if (!tensors) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor list");
+    zoe_trainer_param_tensors(zoe_trainer_gpt(tr), zoe_grid_tp_rank(zoe_trainer_grid(tr)), tensors);
+    zoe_status st = ZOE_OK;
+    for (int t = 0; st == ZOE_OK && t < nt; t++) {
+        size_t first, count, at;
+        st = zoe_optimizer_tensor_shard(opt, t, &first, &count, &at);
+        zoe_adam_hparams h = {.lr = lr,
+                              .beta1 = c->beta1,
+                              .beta2 = c->beta2,
+                              .eps = c->eps,
+                              .weight_decay = tensors[t].no_weight_decay ? 0 : c->weight_decay,
+                              .decoupled = 1,
+                              .grad_scale = 1,
+                              .step = step};
+        zoe_adam_consts k;
+        zoe_adam_consts_init(&k, &h);
+        if (st == ZOE_OK && count)
+            st = zoe_adam_predict_host(&k, c->dpu_predict_scale, w + at, m + at, v + at, out + at,
+                                       ZOE_F32, count);
+    }
+    free(tensors);
+    return st;
+}
+
+/* Iteration i (1-based) of the reference: forward and backward at `read` once stale (w_{i-2},
+ * or its prediction), with cur = w_{i-1}; the step then starts from cur. */
 static zoe_status reference_iteration(zoe_trainer *tr, int i, const int32_t *tokens,
-                                      const int32_t *targets, const float *prev, const float *cur) {
+                                      const int32_t *targets, const float *read, const float *cur) {
     zoe_optimizer *opt = zoe_trainer_optimizer(tr);
     int stale = i >= WARMUP + 2;
     if (stale) {
-        ZOE_TRY(write_master(opt, prev));
+        ZOE_TRY(write_master(opt, read));
         ZOE_TRY(zoe_optimizer_refresh_params(opt));
     }
     ZOE_TRY(zoe_trainer_micro_batch(tr, tokens, targets, NULL));
@@ -93,7 +140,7 @@ static zoe_status train(const dpu_case *k, run_kind kind, const char *corpus, tr
     zoe_trainer *tr = NULL;
     zoe_dataset *ds = NULL;
     zoe_loader *loader = NULL;
-    float *prev = NULL, *cur = NULL;
+    float *prev = NULL, *cur = NULL, *pred_old = NULL, *pred_new = NULL, *mv = NULL;
     size_t n = (size_t)c.micro_batch * (size_t)c.model.seq_len;
     int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
     zoe_status st = tokens && targets ? zoe_trainer_create(MPI_COMM_WORLD, &c, &tr)
@@ -113,7 +160,11 @@ static zoe_status train(const dpu_case *k, run_kind kind, const char *corpus, tr
         out->numel = zoe_optimizer_partition_numel(zoe_trainer_optimizer(tr));
         out->master = malloc(out->numel * sizeof(float));
         prev = malloc(out->numel * sizeof(float)), cur = malloc(out->numel * sizeof(float));
-        if (!out->master || !prev || !cur) st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight copies");
+        pred_old = malloc(out->numel * sizeof(float)),
+        pred_new = malloc(out->numel * sizeof(float));
+        mv = malloc(2 * out->numel * sizeof(float));
+        if (!out->master || !prev || !cur || !pred_old || !pred_new || !mv)
+            st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight copies");
     }
     if (st == ZOE_OK && kind == RUN_REFERENCE) st = read_master(zoe_trainer_optimizer(tr), cur);
     for (int s = 0; st == ZOE_OK && s < STEPS; s++) {
@@ -121,8 +172,11 @@ static zoe_status train(const dpu_case *k, run_kind kind, const char *corpus, tr
         zoe_step_stats stats;
         st = zoe_loader_fetch(loader, s, 0, tokens, targets);
         if (st != ZOE_OK) break;
+        /* Predict: iteration i >= N + 3 reads the prediction made after step i - 2 (step N + 1
+         * was the first in flight); iteration N + 2 reads w_N. */
+        int predicted = k->schedule == ZOE_DPU_PREDICT && s + 1 >= WARMUP + 3;
         if (kind == RUN_REFERENCE)
-            st = reference_iteration(tr, s + 1, tokens, targets, prev, cur);
+            st = reference_iteration(tr, s + 1, tokens, targets, predicted ? pred_old : prev, cur);
         else
             st = zoe_trainer_micro_batch(tr, tokens, targets, NULL);
         if (st == ZOE_OK) st = zoe_trainer_step(tr, zoe_train_lr_at(&c, s), &stats);
@@ -131,11 +185,14 @@ static zoe_status train(const dpu_case *k, run_kind kind, const char *corpus, tr
             float *t = prev;
             prev = cur, cur = t;
             st = read_master(zoe_trainer_optimizer(tr), cur);
+            t = pred_old, pred_old = pred_new, pred_new = t;
+            if (st == ZOE_OK && k->schedule == ZOE_DPU_PREDICT)
+                st = predict(tr, &c, zoe_train_lr_at(&c, s), s + 1, cur, mv, pred_new);
         }
     }
     if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     if (st == ZOE_OK) st = read_master(zoe_trainer_optimizer(tr), out->master);
-    free(prev), free(cur), free(tokens), free(targets);
+    free(prev), free(cur), free(pred_old), free(pred_new), free(mv), free(tokens), free(targets);
     zoe_loader_destroy(loader);
     zoe_dataset_destroy(ds);
     zoe_trainer_destroy(tr);
@@ -147,9 +204,9 @@ static void check_case(const dpu_case *k, const char *corpus) {
     dpu.master = ref.master = sync.master = NULL;
     char what[160];
     int dp = test_world_size() / k->tp;
-    snprintf(what, sizeof what, "TP=%d x DP=%d, offload %s, hidden %d, buckets of %lld MiB", k->tp,
-             dp, k->offload == ZOE_OFFLOAD_CPU ? "cpu" : "none", k->hidden,
-             (long long)k->bucket_mb);
+    snprintf(what, sizeof what, "%s: TP=%d x DP=%d, offload %s, hidden %d, buckets of %lld MiB",
+             k->schedule == ZOE_DPU_PREDICT ? "predict" : "plain", k->tp, dp,
+             k->offload == ZOE_OFFLOAD_CPU ? "cpu" : "none", k->hidden, (long long)k->bucket_mb);
     if (CHECK_OK(train(k, RUN_DPU, corpus, &dpu)) &&
         CHECK_OK(train(k, RUN_REFERENCE, corpus, &ref)) &&
         CHECK_OK(train(k, RUN_SYNC, corpus, &sync))) {
@@ -194,7 +251,10 @@ int main(int argc, char **argv) {
     int world = test_world_size(), tp = world % 2 == 0 ? 2 : 1;
     /* DP over every rank with the host Adam and a multi-bucket ring; then TP where the world
      * allows, with the device Adam on the worker thread. */
-    const dpu_case cases[] = {{1, ZOE_OFFLOAD_CPU, 128, 1}, {tp, ZOE_OFFLOAD_NONE, 64, 16}};
+    const dpu_case cases[] = {{1, ZOE_OFFLOAD_CPU, 128, 1, ZOE_DPU_PLAIN},
+                              {tp, ZOE_OFFLOAD_NONE, 64, 16, ZOE_DPU_PLAIN},
+                              {1, ZOE_OFFLOAD_CPU, 128, 1, ZOE_DPU_PREDICT},
+                              {tp, ZOE_OFFLOAD_NONE, 64, 16, ZOE_DPU_PREDICT}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], argv[1]);
     return test_finish("test_train_dpu");
 }
