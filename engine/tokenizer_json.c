@@ -155,6 +155,9 @@ static int decoder_has_byte_level(const cJSON *d) {
 
 /* ---- vocabulary, merges, added tokens ---- */
 
+/* Unlisted ids a vocabulary may skip: the id-indexed arrays stay within ~9 MiB of its size. */
+enum { ZOE_TOKENIZER_MAX_ID_GAP = 1 << 20 };
+
 static zoe_status note_id(loader *ld, int64_t id, const char *what) {
     if (id < 0 || id >= INT32_MAX)
         return BAD("'%s': %s has id %lld outside [0, 2^31 - 1)", ld->name, what, (long long)id);
@@ -182,6 +185,15 @@ static zoe_status read_vocab_ids(loader *ld, const cJSON *vocab, const cJSON *ad
                        ld->name, i);
         ZOE_TRY(note_id(ld, id, "an added token"));
     }
+    /* Ids index arrays of vocab_size entries: a file listing a few tokens with one id near 2^31
+     * would have zoe allocate gigabytes. Real vocabularies are dense; reserved ranges are
+     * listed as tokens. */
+    int64_t listed = i;
+    for (const cJSON *it = vocab->child; it; it = it->next) listed++;
+    if (ld->tok->vocab_size > listed + ZOE_TOKENIZER_MAX_ID_GAP)
+        return BAD("'%s': the largest id is %d but only %lld tokens are listed (ids must be "
+                   "dense, with at most %d unlisted)",
+                   ld->name, ld->tok->vocab_size - 1, (long long)listed, ZOE_TOKENIZER_MAX_ID_GAP);
     return ZOE_OK;
 }
 

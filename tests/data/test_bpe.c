@@ -72,5 +72,15 @@ int main(int argc, char **argv) {
                                    &none) == ZOE_ERR_INVALID_ARGUMENT &&
               strstr(zoe_last_error(), "model.type \"Unigram\" is not supported"),
           "unknown model type: '%s'", zoe_last_error());
+    /* a sparse id (found by fuzz_tokenizer_json): 8 tokens listed, one of them at 2^31 - 2, would
+     * size the id-indexed arrays at 2^31 entries; refused before anything is allocated */
+    char sparse[sizeof json + 16];
+    const char *at = strstr(json, "\"id\": 7");
+    snprintf(sparse, sizeof sparse, "%.*s\"id\": 2147483646%s", (int)(at - json), json,
+             at + strlen("\"id\": 7"));
+    CHECK(zoe_tokenizer_parse_json(sparse, strlen(sparse), "sparse", NULL, &none) ==
+                  ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "the largest id is 2147483646 but only 9 tokens are listed"),
+          "sparse ids: '%s'", zoe_last_error());
     return test_finish("test_bpe");
 }
