@@ -7,30 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "data_util.h"
 #include "engine/tokenizer_impl.h"
 #include "zoe/status.h"
 
 static int fail(void) {
     fprintf(stderr, "tokenize_probe: %s\n", zoe_last_error());
     return 2;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) n = -1;
-    fclose(f);
-    if (n < 0) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = (size_t)n;
-    return buf;
 }
 
 static int run_docs(zoe_tokenizer *tok, const char *mode, const char *data, size_t len) {
@@ -92,7 +75,7 @@ int main(int argc, char **argv) {
     zoe_tokenizer *tok;
     if (zoe_tokenizer_load_json(argv[2], NULL, &tok) != ZOE_OK) return fail();
     size_t len = 0;
-    char *data = slurp(argv[3], &len);
+    char *data = read_file(argv[3], &len);
     int rc = 2;
     if (!data)
         fprintf(stderr, "tokenize_probe: cannot read '%s'\n", argv[3]);

@@ -9,6 +9,7 @@
  * usage: generate_score CHECKPOINT CORPUS */
 #include <math.h>
 #include <stdlib.h>
+#include "data_util.h"
 #include "testing.h"
 #include "zoe/generate.h"
 
@@ -28,22 +29,10 @@ static double mean_loss(const float *logits, int32_t vocab, const int32_t *seq, 
     return total / (double)(n - first);
 }
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n > 0 ? malloc((size_t)n) : NULL;
-    *len = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    return text;
-}
-
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     size_t len = 0;
-    char *corpus = argc == 3 ? read_all(argv[2], &len) : NULL;
+    char *corpus = argc == 3 ? read_file(argv[2], &len) : NULL;
     CHECK(corpus && len > 10000, "usage: generate_score CHECKPOINT CORPUS (corpus unreadable)");
     zoe_generate_config cfg = ZOE_GENERATE_CONFIG_INITIALIZER;
     if (argc == 3) snprintf(cfg.checkpoint, sizeof cfg.checkpoint, "%s", argv[1]);
