@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "runtime/proc_file.h"
 #include "zoe/zoe.h"
 
 static double now(void) {
@@ -29,14 +30,7 @@ static void die(const char *what) {
 
 /* kB of a /proc/self/status line ("VmRSS", "VmHWM"). */
 static long status_kb(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    size_t n = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0 && line[n] == ':') kb = atol(line + n + 1);
-    if (f) fclose(f);
-    return kb;
+    return (long)zoe_proc_kib("/proc/self/status", key);
 }
 
 /* Resets VmHWM to the current RSS (Linux: clear_refs 5). */

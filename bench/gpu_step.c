@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "runtime/proc_file.h"
 #include "zoe/zoe.h"
 #include "zoe/train.h"
 
@@ -40,13 +41,8 @@ static double now_ms(void) {
 }
 
 static double available_host_bytes(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024.0;
+    const double kib = zoe_proc_kib("/proc/meminfo", "MemAvailable");
+    return kib < 0 ? 0 : kib * 1024.0;
 }
 
 static int parse_args(int argc, char **argv, bench_args *a) {

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "kernels/kernels.h"
 #include "runtime/clock.h"
+#include "runtime/proc_file.h"
 #include "runtime/error.h"
 #include "zoe/plan.h"
 #include "zoe/topology.h"
@@ -139,18 +140,8 @@ const char *zoe_hardware_preset_name(int index) {
 
 /* A /proc/meminfo figure ("MemTotal", "MemAvailable") in bytes; 0 when absent. */
 static double meminfo_bytes(const char *key) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    double kib = 0;
-    size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0 && line[n] == ':') {
-            kib = atof(line + n + 1);
-            break;
-        }
-    fclose(f);
-    return kib * 1024.0;
+    const double kib = zoe_proc_kib("/proc/meminfo", key);
+    return kib < 0 ? 0 : kib * 1024.0;
 }
 
 /* Bytes per second read plus written by a copy of a 64 MiB array, best of three. */
@@ -256,14 +247,8 @@ zoe_status zoe_hardware_preset(const char *name, zoe_hardware *out) {
 
 zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw) {
     if (!hw) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "rank base: NULL hardware");
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return zoe_fail(ZOE_ERR_IO, "rank base: cannot read /proc/self/status");
-    char line[256];
-    double kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %lf kB", &kib) == 1) break;
-    fclose(f);
-    if (kib < 0) return zoe_fail(ZOE_ERR_IO, "rank base: no VmRSS in /proc/self/status");
+    const double kib = zoe_proc_kib("/proc/self/status", "VmRSS");
+    if (kib < 0) return zoe_fail(ZOE_ERR_IO, "rank base: no VmRSS in a readable /proc/self/status");
     hw->rank_base_bytes = kib * 1024.0;
     return ZOE_OK;
 }

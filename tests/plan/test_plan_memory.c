@@ -9,20 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/trainer_impl.h"
+#include "runtime/proc_file.h"
 #include "testing.h"
 #include "zoe/plan.h"
 #include "zoe/train.h"
-
-static double status_kib(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kib = -1;
-    size_t n = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0 && line[n] == ':') kib = atof(line + n + 1);
-    if (f) fclose(f);
-    return kib;
-}
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
@@ -65,7 +55,7 @@ int main(int argc, char **argv) {
     if (tr) CHECK_OK(zoe_trainer_flush(tr));
     zoe_memory_stats ms = {0};
     if (tr) CHECK_OK(zoe_device_memory_stats(zoe_trainer_device(tr), &ms));
-    double hwm = status_kib("VmHWM") * 1024.0, hwm_total = hwm;
+    double hwm = zoe_proc_kib("/proc/self/status", "VmHWM") * 1024.0, hwm_total = hwm;
     MPI_Allreduce(MPI_IN_PLACE, &hwm_total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     double host_err = (hwm_total - plan.host.total) / plan.host.total;
     double dev_err = ((double)ms.device_peak - plan.gpu.total) / plan.gpu.total;
