@@ -54,7 +54,7 @@ static const char *const decay_style_names[] = {
     "constant", "linear", "cosine", "inverse-square-root", "wsd", NULL}; /* zoe_lr_decay_style */
 static const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus-sqrt",
                                               NULL}; /* zoe_lr_wsd_style */
-static const char *const dpu_schedule_names[] = {"plain", "predict", "dc",
+static const char *const dpu_schedule_names[] = {"plain", "predict", "dc", "exact",
                                                  NULL}; /* zoe_dpu_schedule */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
@@ -121,7 +121,8 @@ static const option_spec options[] = {
     {"dpu", OPT_DPU, CFG(dpu), 0, 0,
      "on (after --dpu-warmup), off, or auto (where the host step would stall the device)"},
     {"dpu-schedule", OPT_CHOICE, CFG(dpu_schedule), 0, 0,
-     "what a stale step reads: plain (the paper's), predict or dc (docs/offload.md)"},
+     "exact (host Adam during backward, nothing stale), or the one-step-stale plain (the "
+     "paper's), predict or dc (docs/offload.md)"},
     {"dpu-dc-kappa", OPT_FLOAT, CFG(dpu_dc_kappa), 0, 1e6,
      "--dpu-schedule dc: the correction's strength (lambda = kappa / lr)"},
     {"dpu-predict-scale", OPT_FLOAT, CFG(dpu_predict_scale), 0.01, 10,
@@ -183,7 +184,7 @@ zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_si
     cfg->bucket_mb = 16;
     cfg->offload_ratio = 1.0f;
     cfg->dpu = ZOE_DPU_ON;
-    cfg->dpu_schedule = ZOE_DPU_PREDICT; /* docs/offload.md: the measured best */
+    cfg->dpu_schedule = ZOE_DPU_EXACT; /* docs/offload.md: no convergence cost, no memory */
     cfg->dpu_dc_kappa = 1.0f;
     cfg->dpu_predict_scale = 1.5f;
     snprintf(cfg->hardware, sizeof cfg->hardware, "local");

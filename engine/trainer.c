@@ -331,6 +331,11 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
     zoe_optimizer_stats os;
     ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
     ZOE_TRY(zoe_optimizer_begin_micro_batch(tr->opt));
+    /* The step's last micro-batch: under the exact DPU schedule the host update of each bucket
+     * starts during its backward, with the schedule's learning rate (a caller's other lr is
+     * redone, still exact). */
+    if (tr->micro_batches + 1 == tr->cfg.grad_accum)
+        ZOE_TRY(zoe_optimizer_expect_step(tr->opt, zoe_train_lr_at(&tr->cfg, tr->steps_done)));
     double t0 = zoe_clock_ms();
     float l = 0;
     zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_FORWARD);

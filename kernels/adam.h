@@ -94,6 +94,15 @@ zoe_status zoe_adam_compensate_host(const zoe_adam_consts *prev, float lambda, f
                                     float *grad, const float *w, const float *m, const float *v,
                                     size_t n);
 
+/* The fused step of constants c undone (ZOE_DPU_EXACT's redo, docs/offload.md): given the
+ * fp32 gradient grad the step read and the w, m, v it left, restores the w, m, v it started
+ * from, in place, and writes out = out_dtype(w) when out is not NULL. Computed in float64 from
+ * the step's own formula solved backwards, so the restored values are within a few fp32 units in
+ * the last place of the originals (not bit-exact: the step rounded); v is clamped at 0. Needs
+ * beta1, beta2 > 0 and, for AdamW, decay > 0. */
+zoe_status zoe_adam_undo_host(const zoe_adam_consts *c, float *w, float *m, float *v,
+                              const float *grad, void *out, zoe_dtype out_dtype, size_t n);
+
 /* dst[i] = (assign ? 0 : dst[i]) + scale * src[i] (src in f32, bf16 or f16). When sumsq is not
  * NULL it receives the sum of squares of the new dst (for the gradient norm, fused into the pass
  * that writes the gradient so that the norm costs no extra read). */

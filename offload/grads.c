@@ -55,10 +55,11 @@ void zoe_grads_wait_released(zoe_optimizer *opt) {
 
 /* Adds (or, for the first micro-batch of a step, assigns) the host part of bucket b's
  * partition, held in pinned from partition offset pinned_start, into the host gradient
- * partition, segment by segment, with the norm's sum of squares of the result. Large segments
- * are split over the OpenMP threads. */
+ * partition, segment by segment, with the norm's sum of squares of the result (and in
+ * *all_sumsq, when not NULL, that of every segment, counted or not). Large segments are split
+ * over the OpenMP threads. */
 static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pinned,
-                                       size_t pinned_start, int assign) {
+                                       size_t pinned_start, int assign, double *all_sumsq) {
     size_t lo, mid, hi;
     zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     const zoe_layout *lay = &opt->lay;
@@ -86,6 +87,7 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
         }
         ZOE_TRY(zoe_worker_error_raise(&err, "gradient accumulation"));
         if (seg->counted) opt->host_sumsq += sumsq;
+        if (all_sumsq) *all_sumsq += sumsq;
     }
     return ZOE_OK;
 }
@@ -126,7 +128,10 @@ static zoe_status drain_slot(zoe_optimizer *opt, int s) {
         host_part =
             (const char *)slot->device +
             ((size_t)opt->dp_rank * opt->lay.buckets[slot->bucket].part + (mid - lo)) * opt->esz;
-    ZOE_TRY(accumulate_host_part(opt, slot->bucket, host_part, mid, opt->micro_batches == 0));
+    double all_sumsq = 0;
+    ZOE_TRY(accumulate_host_part(opt, slot->bucket, host_part, mid, opt->micro_batches == 0,
+                                 &all_sumsq));
+    ZOE_TRY(zoe_spec_offer(opt, slot->bucket, all_sumsq)); /* ZOE_DPU_EXACT: final for the step */
     opt->progress[slot->bucket].slot = -1;
     slot->bucket = -1;
     slot->state = SLOT_FREE;
@@ -275,7 +280,8 @@ zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
                       zoe_partition_flat(&opt->lay, b, opt->dp_rank, bk->part_offset) * opt->esz
                 : opt->full_pinned;
         ZOE_TRY(accumulate_host_part(opt, b, host_part,
-                                     in_place ? bk->part_offset : opt->lay.device_numel, 1));
+                                     in_place ? bk->part_offset : opt->lay.device_numel, 1,
+                                     NULL));
     }
     ZOE_TRY(zoe_event_record(opt->grads_written, opt->copy_stream));
     ZOE_TRY(zoe_stream_wait_event(opt->stream, opt->grads_written));

@@ -10,7 +10,9 @@ static size_t min_size(size_t a, size_t b) {
 
 void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
                         const zoe_optimizer_config *cfg, zoe_state_sizes *out) {
-    int cpu = backend == ZOE_BACKEND_CPU, dpu = cfg->dpu_warmup > 0;
+    /* The exact schedule's update is never in flight past its step: the layout of no DPU. */
+    int cpu = backend == ZOE_BACKEND_CPU,
+        dpu = cfg->dpu_warmup > 0 && cfg->dpu_schedule != ZOE_DPU_EXACT;
     size_t part = lay->part_numel, pd = lay->device_numel;
     zoe_state_sizes z = {0};
     /* The weight prediction leaves its prediction, not the master, in the parameters. */

@@ -62,8 +62,12 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
     if (c->copy_out_numel == 0) BAD("copy_out_numel 0 must be positive");
     if (!(c->partial_ratio >= 0 && c->partial_ratio <= 1))
         BAD("partial offload ratio %g outside [0, 1]", (double)c->partial_ratio);
-    if (c->dpu_schedule < ZOE_DPU_PLAIN || c->dpu_schedule > ZOE_DPU_DC)
+    if (c->dpu_schedule < ZOE_DPU_PLAIN || c->dpu_schedule > ZOE_DPU_EXACT)
         BAD("unknown DPU schedule %d", (int)c->dpu_schedule);
+    if (c->dpu_schedule == ZOE_DPU_EXACT && c->dpu_warmup > 0 && !(c->beta1 > 0 && c->beta2 > 0))
+        BAD("DPU schedule exact undoes a step from the moments it left: beta1 %g and beta2 %g must "
+            "be > 0",
+            (double)c->beta1, (double)c->beta2);
     if (!(c->dpu_dc_kappa >= 0) || !isfinite(c->dpu_dc_kappa))
         BAD("dpu_dc_kappa %g is not a finite value >= 0", (double)c->dpu_dc_kappa);
     if (c->dpu_schedule == ZOE_DPU_PREDICT &&
@@ -109,6 +113,9 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
                         (double)opt->cfg.partial_ratio);
     ZOE_TRY(zoe_state_create(opt));
     ZOE_TRY(zoe_grads_create(opt));
+    if (opt->cfg.dpu_warmup > 0 && opt->cfg.dpu_schedule == ZOE_DPU_EXACT &&
+        opt->cfg.grad_mode == ZOE_GRAD_BUCKETS)
+        ZOE_TRY(zoe_spec_create(opt));
     opt->loss_scale = opt->cfg.loss_scale;
     opt->stats.loss_scale = opt->loss_scale;
     opt->stats.clip_coef = 1.0;
@@ -157,6 +164,7 @@ zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *
 void zoe_optimizer_destroy(zoe_optimizer *opt) {
     if (!opt) return;
     if (opt->in_flight) pthread_join(opt->worker, NULL);
+    zoe_spec_destroy(opt);
     if (opt->update_stream) zoe_stream_synchronize(opt->update_stream);
     if (opt->copy_stream) zoe_stream_synchronize(opt->copy_stream);
     if (opt->progress) zoe_grads_destroy(opt);

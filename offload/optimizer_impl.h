@@ -71,6 +71,27 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
 void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,
                            zoe_optimizer_footprint *out);
 
+/* ZOE_DPU_EXACT (offload/speculate.c): the step's host update, started bucket by bucket on a
+ * worker thread during the last micro-batch's backward with the constants the step is expected
+ * to take. */
+typedef struct zoe_speculation {
+    int armed;              /* zoe_optimizer_expect_step for the step being built */
+    zoe_step_consts consts; /* the expected step: declared lr, clip factor 1, next step number */
+    double certain_clip;    /* raw host sum of squares past which the step clips for certain */
+    double unscale;         /* 1 / (micro-batches * loss scale) of the expected step */
+    int stopped;            /* a bucket failed the checks: it and the rest wait for the step */
+    int *queue;             /* bucket indices in completion order, num_buckets */
+    int queued, taken, closing;
+    unsigned char *applied; /* per bucket: the worker updated it (read after the join) */
+    pthread_t worker;
+    int worker_running, lock_ready;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    zoe_status status; /* the worker's */
+    char error[256];
+    double ms_update; /* the worker's Adam time */
+} zoe_speculation;
+
 /* Per-bucket progress within the micro-batch. */
 typedef struct bucket_progress {
     int ready; /* tensors marked ready */
@@ -154,6 +175,8 @@ struct zoe_optimizer {
     zoe_step_consts flight_prev_consts;
     float flight_dc_lambda;
     float last_lr; /* of the last applied step (zoe_optimizer_progress) */
+    zoe_speculation spec;
+    int out_next; /* the copy-out ring slot the next block uses */
 };
 
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */
@@ -183,7 +206,26 @@ size_t zoe_host_block(const zoe_optimizer *opt);
 zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, size_t n,
                                 zoe_stream *stream);
 
+/* speculate.c (ZOE_DPU_EXACT) */
+zoe_status zoe_spec_create(zoe_optimizer *opt);
+void zoe_spec_destroy(zoe_optimizer *opt);
+/* Bucket b is final for the step (its host gradient partition complete; host_sumsq its sum of
+ * squares over every element of the host part): hands it to the worker if the checks pass. */
+zoe_status zoe_spec_offer(zoe_optimizer *opt, int b, double host_sumsq);
+/* Waits for the worker (the step's wait). */
+zoe_status zoe_spec_join(zoe_optimizer *opt);
+/* After the join: c is the step's constants (NULL: the step is skipped). Buckets the worker
+ * updated with other constants are undone, and every bucket not yet updated with c is. */
+zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int *redone);
+/* Puts the state back as before the speculation (a state access between expect_step and step). */
+zoe_status zoe_spec_cancel(zoe_optimizer *opt);
+
 /* step.c */
+/* The host Adam (undo = 1: its undo) with constants c over host coordinates [b0, b1) of
+ * gradient partition buf and, on CUDA, the copy of the new weights to the device through the
+ * copy-out ring, on the update stream (not synchronised). */
+zoe_status zoe_host_range_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf, size_t b0,
+                                 size_t b1, int undo);
 /* Waits for the update in flight (DPU), if any, and refreshes the parameters with it. */
 zoe_status zoe_update_wait(zoe_optimizer *opt);
 /* Waits for the update in flight, if any, without refreshing. */

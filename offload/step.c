@@ -19,7 +19,8 @@ static size_t min_size(size_t a, size_t b) {
  * lives is the memory layout's choice (zoe_state_sizes). */
 static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
                              const zoe_step_consts *snap_c, const zoe_segment *sg, size_t a,
-                             size_t e, int buf, int in_flight, void *block_out, size_t block_lo) {
+                             size_t e, int buf, int in_flight, void *block_out, size_t block_lo,
+                             int undo) {
     const zoe_state_sizes *z = &opt->sz;
     size_t h = a - z->h_lo, flat = sg->flat + (a - sg->offset), esz = opt->esz;
     float *w_in = z->master_in_params ? (float *)opt->params + flat : opt->h_master + h;
@@ -37,6 +38,9 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     else if (!z->master_in_params)
         out = (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
     const zoe_adam_consts *k = zoe_segment_consts(from_snap ? snap_c : c, sg);
+    if (undo) /* ZOE_DPU_EXACT, whose layout is that of no DPU: the master and fp32 gradient */
+        return zoe_adam_undo_host(k, w_in, opt->h_m + h, opt->h_v + h, opt->h_grad[buf] + h, out,
+                                  opt->dtype, e - a);
     int predict = in_flight && opt->flight_predict;
     if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
         ZOE_TRY(zoe_adam_compensate_host(zoe_segment_consts(&opt->flight_prev_consts, sg),
@@ -55,7 +59,7 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
  * on the tiles it first-touched. */
 static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
                               const zoe_step_consts *snap_c, int buf, int in_flight, size_t b0,
-                              size_t b1, void *block_out) {
+                              size_t b1, void *block_out, int undo) {
     const zoe_layout *lay = &opt->lay;
     size_t h_lo = opt->sz.h_lo;
     long first = (long)(b0 / ZOE_ADAM_TILE),
@@ -70,11 +74,31 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
             size_t a = sg->offset - h_lo, e = a + sg->len;
             if (a >= hi) break;
             a = a < lo ? lo : a, e = e > hi ? hi : e;
+            if (e <= a) continue; /* ends before a range that starts inside the tile */
             zoe_worker_error_record(&err, adam_range(opt, c, snap_c, sg, a + h_lo, e + h_lo, buf,
-                                                     in_flight, block_out, b0 + h_lo));
+                                                     in_flight, block_out, b0 + h_lo, undo));
         }
     }
     return zoe_worker_error_raise(&err, "host Adam");
+}
+
+zoe_status zoe_host_range_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf, size_t b0,
+                                 size_t b1, int undo) {
+    const zoe_state_sizes *z = &opt->sz;
+    if (b0 >= b1) return ZOE_OK;
+    if (!z->out_ring) return host_update(opt, c, c, buf, 0, b0, b1, NULL, undo);
+    for (size_t x = b0; x < b1;) {
+        size_t next = min_size(x + z->out_ring, b1);
+        int k = opt->out_next;
+        opt->out_next ^= 1;
+        ZOE_TRY(zoe_event_synchronize(opt->out_done[k])); /* its previous copy is done */
+        ZOE_TRY(host_update(opt, c, c, buf, 0, x, next, opt->out_ring[k], undo));
+        ZOE_TRY(zoe_partition_upload(opt, z->h_lo + x, opt->out_ring[k], next - x,
+                                     opt->update_stream));
+        ZOE_TRY(zoe_event_record(opt->out_done[k], opt->update_stream));
+        x = next;
+    }
+    return ZOE_OK;
 }
 
 /* The host share of an update and, on CUDA, its way to the device: through the copy-out ring
@@ -84,29 +108,19 @@ static zoe_status host_part_update(zoe_optimizer *opt, const zoe_step_consts *c,
     const zoe_state_sizes *z = &opt->sz;
     if (!z->h_numel) return ZOE_OK;
     if (!z->out_ring) {
-        ZOE_TRY(host_update(opt, c, snap_c, buf, in_flight, 0, z->h_numel, NULL));
+        ZOE_TRY(host_update(opt, c, snap_c, buf, in_flight, 0, z->h_numel, NULL, 0));
         if (z->snap_pinned && opt->h_snap)
             ZOE_TRY(
                 zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
         return ZOE_OK;
     }
-    for (size_t b0 = 0, k = 0; b0 < z->h_numel; b0 += z->out_ring, k++) {
-        size_t b1 = min_size(b0 + z->out_ring, z->h_numel);
-        void *slot = opt->out_ring[k % 2];
-        ZOE_TRY(zoe_event_synchronize(opt->out_done[k % 2])); /* its previous copy is done */
-        ZOE_TRY(host_update(opt, c, snap_c, buf, in_flight, b0, b1, slot));
-        ZOE_TRY(zoe_partition_upload(opt, z->h_lo + b0, slot, b1 - b0, opt->update_stream));
-        ZOE_TRY(zoe_event_record(opt->out_done[k % 2], opt->update_stream));
-    }
-    return ZOE_OK;
+    return zoe_host_range_update(opt, c, buf, 0, z->h_numel, 0);
 }
 
-/* One update: device part on the update stream (CUDA; on the CPU backend the device share is
- * updated with the host share), host part on the host threads; returns when all is done. */
-static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
-                             const zoe_step_consts *snap_c, int buf, int in_flight,
-                             double *ms_update) {
-    double t0 = zoe_clock_ms();
+/* The start of an update: the update stream waits for the gradients and the last refresh, and
+ * the device part (CUDA; on the CPU backend the device share is updated with the host share). */
+static zoe_status update_start(zoe_optimizer *opt, const zoe_step_consts *c, int buf,
+                               int in_flight) {
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_reduced));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
     if (!in_flight && !opt->part_out) { /* the update writes the parameters: compute is done */
@@ -117,6 +131,16 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
         ZOE_TRY(zoe_adam_table_step(opt->update_stream, opt->device_table, &c->decayed, &c->exempt,
                                     opt->d_master, opt->d_m, opt->d_v, opt->d_grad[buf],
                                     opt->part_out, opt->dtype));
+    return ZOE_OK;
+}
+
+/* One update: device part on the update stream, host part on the host threads; returns when all
+ * is done. */
+static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
+                             const zoe_step_consts *snap_c, int buf, int in_flight,
+                             double *ms_update) {
+    double t0 = zoe_clock_ms();
+    ZOE_TRY(update_start(opt, c, buf, in_flight));
     ZOE_TRY(host_part_update(opt, c, snap_c, buf, in_flight));
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     *ms_update = zoe_clock_ms() - t0;
@@ -186,6 +210,7 @@ static void *update_worker(void *arg) {
 }
 
 zoe_status zoe_update_join(zoe_optimizer *opt) {
+    ZOE_TRY(zoe_spec_cancel(opt)); /* a state access between expect_step and step */
     if (!opt->in_flight) return ZOE_OK;
     pthread_join(opt->worker, NULL);
     opt->in_flight = 0;
@@ -290,6 +315,20 @@ static zoe_status global_sumsq(zoe_optimizer *opt, int buf, double *out) {
     return ZOE_OK;
 }
 
+/* ZOE_DPU_EXACT: the step's update from what the worker did during backward (c NULL: the step
+ * is skipped and that is undone); its time is the worker's and this settling's. */
+static zoe_status speculated_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf) {
+    double t0 = zoe_clock_ms();
+    if (c) ZOE_TRY(update_start(opt, c, buf, 0));
+    int redone = 0;
+    ZOE_TRY(zoe_spec_finish(opt, c, buf, &redone));
+    ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+    opt->stats.redone = redone;
+    opt->stats.redone_total += redone;
+    opt->stats.ms_update = opt->spec.ms_update + (zoe_clock_ms() - t0);
+    return ZOE_OK;
+}
+
 /* Loss-scale bookkeeping after a step (overflow: halve, else double after a clean window). */
 static void update_loss_scale(zoe_optimizer *opt, int overflow) {
     if (!opt->cfg.dynamic_loss_scale) return;
@@ -318,10 +357,19 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     ZOE_TRY(zoe_event_record(opt->grads_reduced, opt->copy_stream));
     opt->micro_batches = 0;
     opt->iteration++;
+    /* ZOE_DPU_EXACT: the buckets speculated on are settled below, not cancelled. */
+    int speculated = opt->spec.armed;
+    opt->spec.armed = 0;
     /* The previous update (DPU) lands before anything writes the partition buffer again; the
      * gradient of this iteration was taken before it did. */
     int stale = opt->in_flight || opt->refresh_due;
     ZOE_TRY(zoe_update_wait(opt));
+    opt->stats.redone = 0;
+    if (speculated) {
+        double t0 = zoe_clock_ms();
+        ZOE_TRY(zoe_spec_join(opt));
+        opt->stats.ms_wait = zoe_clock_ms() - t0;
+    }
 
     zoe_optimizer_stats *st = &opt->stats;
     double unscale = 1.0 / ((double)k * opt->loss_scale);
@@ -333,6 +381,7 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
         st->loss_scale = opt->loss_scale;
         zoe_log(ZOE_LOG_INFO, "step skipped: non-finite gradient; loss scale now %g",
                 (double)opt->loss_scale);
+        if (speculated) ZOE_TRY(speculated_update(opt, NULL, buf));
         return ZOE_OK;
     }
     st->clip_coef = 1.0;
@@ -345,7 +394,8 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     step_consts(opt, lr, (float)(st->clip_coef * unscale), st->step, &c);
     float prev_lr = opt->last_lr;
     opt->last_lr = lr;
-    if (opt->cfg.dpu_warmup > 0 && opt->iteration > opt->cfg.dpu_warmup) {
+    if (opt->cfg.dpu_warmup > 0 && opt->iteration > opt->cfg.dpu_warmup &&
+        opt->cfg.dpu_schedule != ZOE_DPU_EXACT) {
         opt->flight_consts = c;
         opt->flight_buf = buf;
         opt->flight_predict = opt->cfg.dpu_schedule == ZOE_DPU_PREDICT;
@@ -370,7 +420,10 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
         opt->grad_buf ^= 1; /* the next iteration's gradients go to the other partition */
         return ZOE_OK;
     }
-    ZOE_TRY(run_update(opt, &c, &c, buf, 0, &st->ms_update));
+    if (speculated)
+        ZOE_TRY(speculated_update(opt, &c, buf));
+    else
+        ZOE_TRY(run_update(opt, &c, &c, buf, 0, &st->ms_update));
     return zoe_refresh(opt);
 }
 

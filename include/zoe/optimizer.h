@@ -125,6 +125,16 @@ typedef enum zoe_dpu_schedule {
     /* Delay compensation (DC-ASGD): g_i + lambda g_i^2 / sqrt(v) (w_{i-1} - w_{i-2}), the last
      * step recomputed from the moments; fp32 weights on the CPU backend only. */
     ZOE_DPU_DC = 2,
+    /* Exact, nothing stale: the host update of each bucket starts on a host thread as soon as
+     * its gradient is final during the backward of the step's last micro-batch (declared by
+     * zoe_optimizer_expect_step), speculating that the step applies with a clip factor of 1 and
+     * the declared learning rate; zoe_optimizer_step then waits for the buckets still running
+     * and, where the speculation failed (the norm clips, the gradient is not finite, the lr
+     * differs), undoes and redoes them. Iteration i reads w_{i-1} at every step, as without DPU;
+     * the host update overlaps backward instead of the next iteration, and the memory is that of
+     * no DPU. The caller must not read tensor t's weights after marking its gradient ready in
+     * that micro-batch (a model's backward does not). zoe-train's default. */
+    ZOE_DPU_EXACT = 3,
 } zoe_dpu_schedule;
 
 /* Start it from ZOE_OPTIMIZER_CONFIG_INITIALIZER (other fields zero) or
@@ -185,6 +195,10 @@ typedef struct zoe_optimizer_stats {
      * most recent refresh (the all-gather into the parameter buffer), and what the last step
      * spent waiting for an update in flight. Milliseconds. */
     double ms_update, ms_refresh, ms_wait;
+    /* ZOE_DPU_EXACT: the last step's speculative update had to be redone (undone, for a skipped
+     * step) on this rank's buckets, and how many steps so far. */
+    int redone;
+    long redone_total;
 } zoe_optimizer_stats;
 
 /* Collective over the grid. Creates DP communicators for the device (MPI on CPU, NCCL on CUDA)
@@ -223,6 +237,12 @@ zoe_status zoe_optimizer_grad_buffer(zoe_optimizer *opt, int t, void **grad);
 zoe_status zoe_optimizer_grad_ready(zoe_optimizer *opt, int t);
 /* Tensors never marked ready count as zero gradients. Collective over DP. */
 zoe_status zoe_optimizer_end_micro_batch(zoe_optimizer *opt);
+/* Declares that the micro-batch just begun is the step's last and that zoe_optimizer_step(opt,
+ * lr) follows it: call between zoe_optimizer_begin_micro_batch and its first grad_ready. Under
+ * ZOE_DPU_EXACT after the warm-up, the host update of each bucket then starts as soon as its
+ * gradient is final; elsewhere it does nothing. A step that differs (another lr, a clipped or
+ * non-finite gradient) is still exact: the buckets already updated are redone. Not collective. */
+zoe_status zoe_optimizer_expect_step(zoe_optimizer *opt, float lr);
 
 /* The optimizer step with learning rate lr over the micro-batches since the last step.
  * Collective over the grid. Under DPU it returns with the host update in flight (see above). */

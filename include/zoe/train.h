@@ -120,7 +120,7 @@ typedef struct zoe_train_config {
     char val_data[ZOE_PATH_MAX];
     int split_train, split_val;
     /* The delayed update's schedule (zoe_dpu_schedule of zoe/optimizer.h: 0 plain, 1 predict,
-     * 2 dc) and the delay compensation's kappa (zoe_optimizer_config.dpu_dc_kappa). */
+     * 2 dc, 3 exact) and the delay compensation's kappa (zoe_optimizer_config.dpu_dc_kappa). */
     int dpu_schedule;
     float dpu_dc_kappa;
     float dpu_predict_scale; /* zoe_optimizer_config.dpu_predict_scale */
