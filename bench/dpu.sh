@@ -7,7 +7,7 @@
 # a step's loss over the DPU-off run's at the same step and seed); then one summary per row (the
 # gap of each schedule's last-50 mean to the DPU-off run's at the same seed, against the spread)
 # and a last summary line.
-# Options (a subset runs faster): --rows A,B (names below, or all) --variants off,plain,predict,dc
+# Options (a subset runs faster): --rows A,B (names below, or all) --variants off,exact,plain,predict,dc
 # --steps N (instead of the row's; the last-50 window stays) --seeds S1,S2,S3 --threads T
 # --kappa K (dc) --predict-scale S (predict) --out DIR (metrics files, kept; default a temporary directory).
 set -euo pipefail
@@ -26,7 +26,7 @@ declare -A row_args=(
   [l6h384-2e-3]="--model demo --layers 6 --hidden 384 --heads 6 --seq-len 128 --lr 2e-3 --min-lr 2e-4 --warmup 40 --dpu-warmup 40 --steps 400"
 )
 all_rows="demo-2e-4,demo-6e-4,demo-3e-3,demo-3e-3-late,l6h384-6e-4,l6h384-2e-3"
-rows="$all_rows" variants="off,plain,predict,dc" steps="" seeds="1234,1,2" threads=2 kappa="" scale=""
+rows="$all_rows" variants="off,exact,plain,predict,dc" steps="" seeds="1234,1,2" threads=2 kappa="" scale=""
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -190,11 +190,11 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                          "\"loss_scale\":%g,\"skipped\":%d,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
                          "\"ms\":%.3f,\"ms_forward\":%.3f,\"ms_backward\":%.3f,"
                          "\"ms_offload\":%.3f,\"ms_host_step\":%.3f,\"ms_refresh\":%.3f,"
-                         "\"ms_optimizer\":%.3f,\"overlapped\":%d",
+                         "\"ms_optimizer\":%.3f,\"overlapped\":%d,\"redone\":%d",
                          s->step, (double)s->loss, (double)s->lr, (double)s->grad_norm,
                          (double)s->loss_scale, s->skipped, (long long)s->tokens, tok_per_s,
                          s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
-                         s->ms_refresh, s->ms_optimizer, s->overlapped);
+                         s->ms_refresh, s->ms_optimizer, s->overlapped, s->redone);
         /* the validation loss only on the lines of steps that were evaluated */
         if (n > 0 && n < (int)sizeof line && s->evaluated)
             n += snprintf(line + n, sizeof line - (size_t)n, ",\"val_loss\":%.6f",

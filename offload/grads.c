@@ -280,8 +280,7 @@ zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
                       zoe_partition_flat(&opt->lay, b, opt->dp_rank, bk->part_offset) * opt->esz
                 : opt->full_pinned;
         ZOE_TRY(accumulate_host_part(opt, b, host_part,
-                                     in_place ? bk->part_offset : opt->lay.device_numel, 1,
-                                     NULL));
+                                     in_place ? bk->part_offset : opt->lay.device_numel, 1, NULL));
     }
     ZOE_TRY(zoe_event_record(opt->grads_written, opt->copy_stream));
     ZOE_TRY(zoe_stream_wait_event(opt->stream, opt->grads_written));

@@ -93,8 +93,8 @@ zoe_status zoe_host_range_update(zoe_optimizer *opt, const zoe_step_consts *c, i
         opt->out_next ^= 1;
         ZOE_TRY(zoe_event_synchronize(opt->out_done[k])); /* its previous copy is done */
         ZOE_TRY(host_update(opt, c, c, buf, 0, x, next, opt->out_ring[k], undo));
-        ZOE_TRY(zoe_partition_upload(opt, z->h_lo + x, opt->out_ring[k], next - x,
-                                     opt->update_stream));
+        ZOE_TRY(
+            zoe_partition_upload(opt, z->h_lo + x, opt->out_ring[k], next - x, opt->update_stream));
         ZOE_TRY(zoe_event_record(opt->out_done[k], opt->update_stream));
         x = next;
     }

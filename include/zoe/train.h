@@ -250,7 +250,8 @@ struct zoe_step_stats {
     float grad_norm;  /* global, before clipping */
     float loss_scale; /* 1 unless fp16 */
     int skipped;      /* overflow: the update was skipped */
-    int overlapped;   /* DPU: this step's host update runs while the next step computes */
+    int overlapped;   /* DPU: this step's host update ran during backward (exact) or runs while the
+                       * next step computes (the stale schedules) */
     int64_t tokens;   /* tokens in the global batch */
     /* ms_total: wall time of the step. forward, backward (without offload), offload (handing
      * finished gradient buckets to the optimizer: reduce-scatter, copy, host accumulation),
@@ -263,6 +264,9 @@ struct zoe_step_stats {
      * evaluated 0. */
     int evaluated;
     float val_loss;
+    /* DPU exact: the update this rank speculated on during backward was redone (the norm
+     * clipped, the step was skipped or took another lr than the schedule's). */
+    int redone;
 };
 
 typedef struct zoe_progress zoe_progress;

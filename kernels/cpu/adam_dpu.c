@@ -1,7 +1,7 @@
 /* The delayed update's schedule variants (docs/offload.md, "Delayed parameter update"): the
- * weight prediction, the delay-compensated gradient and the exact schedule's undo. Separate passes over a tile the fused
- * step has just touched (or is about to), scalar and in a fixed order, so they give the same
- * bits on every CPU. */
+ * weight prediction, the delay-compensated gradient and the exact schedule's undo. Separate passes
+ * over a tile the fused step has just touched (or is about to), scalar and in a fixed order, so
+ * they give the same bits on every CPU. */
 #include <math.h>
 #include "kernels/cpu/adam_simd.h"
 #include "runtime/error.h"
@@ -61,8 +61,8 @@ zoe_status zoe_adam_undo_host(const zoe_adam_consts *c, float *w, float *m, floa
     for (size_t i = 0; i < n; i++) {
         /* The step subtracted step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps) from the decayed
          * weight; m and v are the ones it left, so that term is known again. */
-        double shift = (double)c->step_size *
-                       ((double)m[i] / (sqrt((double)v[i]) * c->inv_sqrt_bc2 + c->eps));
+        double shift =
+            (double)c->step_size * ((double)m[i] / (sqrt((double)v[i]) * c->inv_sqrt_bc2 + c->eps));
         double w0 = (double)w[i] + shift;
         if (c->decoupled) w0 /= c->decay;
         float gf = grad[i] * c->grad_scale; /* the step's own rounding of its gradient term */

@@ -145,7 +145,8 @@ static void run_case(zoe_grid *grid, const exact_case *c) {
     CHECK(sa.step == sb.step && sa.skipped_total == sb.skipped_total,
           "%s: steps %ld/%ld and skipped %ld/%ld differ", c->name, sa.step, sb.step,
           sa.skipped_total, sb.skipped_total);
-    if (c->nan_step) CHECK(sb.skipped_total == 1, "%s: %ld steps skipped", c->name, sb.skipped_total);
+    if (c->nan_step)
+        CHECK(sb.skipped_total == 1, "%s: %ld steps skipped", c->name, sb.skipped_total);
     /* Every rank redoes a step with another lr; a skip is undone where buckets were applied. */
     long redone = sb.redone_total;
     if (c->lr_declared != LR)
@@ -168,21 +169,42 @@ int main(int argc, char **argv) {
     const exact_case cases[] = {
         {.name = "no clipping", .dtype = ZOE_F32, .k = 1, .lr_declared = LR},
         {.name = "no clipping, 2 micro-batches", .dtype = ZOE_F32, .k = 2, .lr_declared = LR},
-        {.name = "partial offload 0.5", .dtype = ZOE_F32, .k = 1, .partial = 0.5f,
+        {.name = "partial offload 0.5",
+         .dtype = ZOE_F32,
+         .k = 1,
+         .partial = 0.5f,
          .lr_declared = LR},
-        {.name = "clips from the first bucket", .dtype = ZOE_F32, .k = 1, .clip = 1e-3f,
+        {.name = "clips from the first bucket",
+         .dtype = ZOE_F32,
+         .k = 1,
+         .clip = 1e-3f,
          .lr_declared = LR},
         {.name = "bf16, no clipping", .dtype = ZOE_BF16, .k = 2, .lr_declared = LR},
-        {.name = "declared lr differs", .dtype = ZOE_F32, .k = 1, .lr_declared = 2 * LR,
+        {.name = "declared lr differs", .dtype = ZOE_F32, .k = 1, .lr_declared = 2 * LR, .redo = 1},
+        {.name = "bf16, declared lr differs",
+         .dtype = ZOE_BF16,
+         .k = 2,
+         .lr_declared = 0.5 * LR,
          .redo = 1},
-        {.name = "bf16, declared lr differs", .dtype = ZOE_BF16, .k = 2, .lr_declared = 0.5 * LR,
+        {.name = "clips late",
+         .dtype = ZOE_F32,
+         .k = 1,
+         .clip = 6.0f,
+         .lr_declared = LR,
          .redo = 1},
-        {.name = "clips late", .dtype = ZOE_F32, .k = 1, .clip = 6.0f, .lr_declared = LR,
+        {.name = "non-finite gradient",
+         .dtype = ZOE_F32,
+         .k = 1,
+         .lr_declared = LR,
+         .nan_step = 6,
          .redo = 1},
-        {.name = "non-finite gradient", .dtype = ZOE_F32, .k = 1, .lr_declared = LR,
-         .nan_step = 6, .redo = 1},
-        {.name = "bf16, non-finite gradient", .dtype = ZOE_BF16, .k = 1, .partial = 0.5f,
-         .lr_declared = LR, .nan_step = 5, .redo = 1},
+        {.name = "bf16, non-finite gradient",
+         .dtype = ZOE_BF16,
+         .k = 1,
+         .partial = 0.5f,
+         .lr_declared = LR,
+         .nan_step = 5,
+         .redo = 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(grid, &cases[i]);
     zoe_grid_destroy(grid);

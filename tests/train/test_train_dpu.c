@@ -22,11 +22,24 @@
  * gradient inside the optimizer, which a reference of public calls cannot reach; its float64
  * reference is in test_optimizer_dpu.)
  *
+ * The exact schedule (ZOE_DPU_EXACT, zoe-train's default) is not stale at all: its trainer is
+ * compared with sync directly, without gradient clipping so that the speculation holds at every
+ * step (a step that clips for certain is not speculated on; test_optimizer_exact covers that).
+ * Checked: no step is redone and every loss and the final master weights equal sync's bit for
+ * bit (so the model reads no weight after marking its gradient ready, and a bucket is handed
+ * over only when final). Driven with 1.1x the schedule's lr, every step after the warm-up is
+ * redone on every rank (so the trainer did speculate), the losses up to the first redo are
+ * equal and every loss is within 1e-5 relative of sync's at that lr: a redo is within a few
+ * ulps (the undo solves the fused step back in float64), which this lr (3e-3 without clipping,
+ * where this small model's loss spikes) amplifies over the run (measured: the weights end up to
+ * 1e-2 apart after 35 redone steps), so the weights are not compared there.
+ *
  * Tolerance: fp32 throughout, and dpu and reference run the same kernels on the same weights
  * and batches in the same order, so they should agree to the last bit; we allow 1e-5
  * relative on the loss and 1e-5 absolute on weights of magnitude <= ~0.1 (a few hundred ulps),
  * while the stale-vs-sync gap is several percent of the loss. */
 #include <math.h>
+#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine/trainer_impl.h"
@@ -47,10 +60,13 @@ typedef struct dpu_case {
     int hidden;
     int64_t bucket_mb; /* 1 with hidden 128: the gradients span several buckets of the ring */
     zoe_dpu_schedule schedule;
+    float lr_factor; /* the steps take this times the schedule's lr (0: 1) */
+    int no_clip;     /* 1: no gradient clipping */
 } dpu_case;
 
 typedef struct trajectory {
     float loss[STEPS];
+    int redone[STEPS];
     float *master; /* this rank's partition after the last step */
     size_t numel;
 } trajectory;
@@ -69,6 +85,7 @@ static void config(zoe_train_config *c, const dpu_case *k, int dpu_warmup) {
     c->lr = 3e-3f, c->min_lr = 3e-3f, c->warmup = WARMUP, c->seed = 5;
     c->dpu_warmup = dpu_warmup;
     c->dpu_schedule = (int)k->schedule;
+    if (k->no_clip) c->clip_grad = 0;
 }
 
 static zoe_status read_master(zoe_optimizer *opt, float *dst) {
@@ -179,8 +196,9 @@ static zoe_status train(const dpu_case *k, run_kind kind, const char *corpus, tr
             st = reference_iteration(tr, s + 1, tokens, targets, predicted ? pred_old : prev, cur);
         else
             st = zoe_trainer_micro_batch(tr, tokens, targets, NULL);
-        if (st == ZOE_OK) st = zoe_trainer_step(tr, zoe_train_lr_at(&c, s), &stats);
-        if (st == ZOE_OK) out->loss[s] = stats.loss;
+        float lr = zoe_train_lr_at(&c, s) * (k->lr_factor > 0 ? k->lr_factor : 1.0f);
+        if (st == ZOE_OK) st = zoe_trainer_step(tr, lr, &stats);
+        if (st == ZOE_OK) out->loss[s] = stats.loss, out->redone[s] = stats.redone;
         if (st == ZOE_OK && kind == RUN_REFERENCE) { /* prev := w_s, cur := w_{s+1} */
             float *t = prev;
             prev = cur, cur = t;
@@ -242,6 +260,51 @@ static void check_case(const dpu_case *k, const char *corpus) {
     free(dpu.master), free(ref.master), free(sync.master);
 }
 
+/* ZOE_DPU_EXACT: the DPU trainer against the synchronous one. */
+static void check_exact(const dpu_case *k, const char *corpus) {
+    static trajectory dpu, sync;
+    dpu.master = sync.master = NULL;
+    char what[160];
+    int redo = k->lr_factor != 1.0f;
+    snprintf(what, sizeof what, "exact, lr x%.1f: TP=%d x DP=%d, offload %s, hidden %d",
+             (double)k->lr_factor, k->tp, test_world_size() / k->tp,
+             k->offload == ZOE_OFFLOAD_CPU ? "cpu" : "none", k->hidden);
+    if (CHECK_OK(train(k, RUN_DPU, corpus, &dpu)) && CHECK_OK(train(k, RUN_SYNC, corpus, &sync))) {
+        int all[STEPS], everywhere[STEPS];
+        MPI_Allreduce(dpu.redone, all, STEPS, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(dpu.redone, everywhere, STEPS, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        double d[STEPS], y[STEPS];
+        int redone = 0, redone_everywhere = 0, first_redo = STEPS, equal = 1;
+        for (int s = 0; s < STEPS; s++) {
+            d[s] = dpu.loss[s], y[s] = sync.loss[s];
+            redone += all[s], redone_everywhere += everywhere[s];
+            if (all[s] && s < first_redo) first_redo = s;
+            /* a step's loss is computed before its update: equal up to the first redo */
+            if (s <= first_redo && dpu.loss[s] != sync.loss[s]) equal = 0;
+        }
+        char label[256];
+        snprintf(label, sizeof label, "%s: loss per step, exact DPU vs sync", what);
+        CHECK_CLOSE(d, y, STEPS, 0, redo ? 1e-5 : 0, label);
+        CHECK(equal, "%s: losses differ before the first redone step (%d)", what, first_redo);
+        int same_size = dpu.numel == sync.numel;
+        CHECK(same_size, "%s: partitions of %zu and %zu elements", what, dpu.numel, sync.numel);
+        double worst_w = 0;
+        for (size_t e = 0; same_size && e < dpu.numel; e++)
+            worst_w = fmax(worst_w, fabs((double)dpu.master[e] - (double)sync.master[e]));
+        if (redo)
+            CHECK(redone_everywhere == STEPS - WARMUP, "%s: %d of %d steps redone on every rank",
+                  what, redone_everywhere, STEPS - WARMUP);
+        else
+            CHECK(redone == 0 && worst_w == 0, "%s: %d steps redone, master weights differ by %.3g",
+                  what, redone, worst_w);
+        if (test_rank() == 0)
+            printf("%s: %d of %d steps redone on some rank (first at step %d), worst weight "
+                   "difference %.2e\n",
+                   what, redone, STEPS, first_redo, worst_w);
+    }
+    free(dpu.master), free(sync.master);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     if (argc < 2) {
@@ -251,10 +314,48 @@ int main(int argc, char **argv) {
     int world = test_world_size(), tp = world % 2 == 0 ? 2 : 1;
     /* DP over every rank with the host Adam and a multi-bucket ring; then TP where the world
      * allows, with the device Adam on the worker thread. */
-    const dpu_case cases[] = {{1, ZOE_OFFLOAD_CPU, 128, 1, ZOE_DPU_PLAIN},
-                              {tp, ZOE_OFFLOAD_NONE, 64, 16, ZOE_DPU_PLAIN},
-                              {1, ZOE_OFFLOAD_CPU, 128, 1, ZOE_DPU_PREDICT},
-                              {tp, ZOE_OFFLOAD_NONE, 64, 16, ZOE_DPU_PREDICT}};
+    const dpu_case cases[] = {{.tp = 1,
+                               .offload = ZOE_OFFLOAD_CPU,
+                               .hidden = 128,
+                               .bucket_mb = 1,
+                               .schedule = ZOE_DPU_PLAIN},
+                              {.tp = tp,
+                               .offload = ZOE_OFFLOAD_NONE,
+                               .hidden = 64,
+                               .bucket_mb = 16,
+                               .schedule = ZOE_DPU_PLAIN},
+                              {.tp = 1,
+                               .offload = ZOE_OFFLOAD_CPU,
+                               .hidden = 128,
+                               .bucket_mb = 1,
+                               .schedule = ZOE_DPU_PREDICT},
+                              {.tp = tp,
+                               .offload = ZOE_OFFLOAD_NONE,
+                               .hidden = 64,
+                               .bucket_mb = 16,
+                               .schedule = ZOE_DPU_PREDICT}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], argv[1]);
+    const dpu_case exact[] = {{.tp = 1,
+                               .offload = ZOE_OFFLOAD_CPU,
+                               .hidden = 128,
+                               .bucket_mb = 1,
+                               .schedule = ZOE_DPU_EXACT,
+                               .lr_factor = 1.0f,
+                               .no_clip = 1},
+                              {.tp = tp,
+                               .offload = ZOE_OFFLOAD_NONE,
+                               .hidden = 64,
+                               .bucket_mb = 16,
+                               .schedule = ZOE_DPU_EXACT,
+                               .lr_factor = 1.0f,
+                               .no_clip = 1},
+                              {.tp = 1,
+                               .offload = ZOE_OFFLOAD_CPU,
+                               .hidden = 128,
+                               .bucket_mb = 1,
+                               .schedule = ZOE_DPU_EXACT,
+                               .lr_factor = 1.1f,
+                               .no_clip = 1}};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) check_exact(&exact[i], argv[1]);
     return test_finish("test_train_dpu");
 }
