@@ -4,7 +4,9 @@
 # 2 threads) for each row of issue 15's table, DPU off with every seed (the seed spread) and DPU
 # on with each schedule at the first seed, and prints one JSON object per run: the mean loss of
 # the last 50 steps, the final loss, and the worst spike after the switch (the largest excess of
-# a step's loss over the DPU-off run's at the same step and seed); then one summary per row (the
+# a step's loss over the DPU-off run's at the same step and seed), the share of steps after the
+# switch whose update overlapped (exact: whose speculation held) or was redone, and the mean step
+# and optimizer-call times after it; then one summary per row (the
 # gap of each schedule's last-50 mean to the DPU-off run's at the same seed, against the spread)
 # and a last summary line.
 # Options (a subset runs faster): --rows A,B (names below, or all) --variants off,exact,plain,predict,dc
@@ -45,7 +47,7 @@ for r in ${rows//,/ }; do
   [ -n "${row_args[$r]:-}" ] || { echo "bench dpu: no row '$r' (rows: $all_rows)" >&2; exit 2; }
 done
 for v in ${variants//,/ }; do
-  case "$v" in off|plain|predict|dc) ;; *) echo "bench dpu: no variant '$v'" >&2; exit 2 ;; esac
+  case "$v" in off|exact|plain|predict|dc) ;; *) echo "bench dpu: no variant '$v'" >&2; exit 2 ;; esac
 done
 if [ -z "$out" ]; then out="$(mktemp -d)"; trap 'rm -rf "$out"' EXIT; fi
 mkdir -p "$out"
@@ -69,14 +71,22 @@ analyse() { # row variant seed metrics reference-metrics dpu-warmup seconds
   python3 - "$@" <<'PY'
 import json, sys
 row, variant, seed, path, ref, warm, secs = sys.argv[1:]
-def losses(p):
+def lines(p):
     with open(p) as f:
-        return [json.loads(l)["loss"] for l in f if l.strip()]
-l, r, n = losses(path), losses(ref), int(warm)
+        return [json.loads(l) for l in f if l.strip()]
+m, n = lines(path), int(warm)
+l, r = [x["loss"] for x in m], [x["loss"] for x in lines(ref)]
 spike = max((a - b for a, b in zip(l[n:], r[n:])), default=0.0) if path != ref else 0.0
+after = m[n:] or m
+share = lambda key: round(sum(x.get(key, 0) for x in after) / len(after), 3)
+mean = lambda key: round(sum(x[key] for x in after) / len(after), 2)
 print(json.dumps({"bench": "dpu", "row": row, "variant": variant, "seed": int(seed),
                   "steps": len(l), "last50_mean": round(sum(l[-50:]) / len(l[-50:]), 4),
                   "final_loss": round(l[-1], 4), "worst_spike_after_switch": round(spike, 4),
+                  # after the switch: steps whose update overlapped (exact: held), redone ones,
+                  # and the mean step and optimizer-call (the wait) times
+                  "overlapped_share": share("overlapped"), "redone_share": share("redone"),
+                  "ms_step": mean("ms"), "ms_optimizer": mean("ms_optimizer"),
                   "seconds": float(secs)}))
 PY
 }

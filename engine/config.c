@@ -721,6 +721,13 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
                         (double)c->offload_ratio);
     if (c->min_lr > c->lr)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--min-lr=%g is above --lr=%g", c->min_lr, c->lr);
+    if (c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0 && c->dpu_schedule == ZOE_DPU_EXACT &&
+        !(c->beta1 > 0 && c->beta2 > 0))
+        return zoe_fail(
+            ZOE_ERR_INVALID_ARGUMENT,
+            "--beta1=%g --beta2=%g: --dpu-schedule exact undoes a step from the moments "
+            "it left and needs both > 0 (or --dpu off)",
+            (double)c->beta1, (double)c->beta2);
     if (c->dtype == ZOE_F16 && c->backend == ZOE_BACKEND_CPU)
         return zoe_fail(
             ZOE_ERR_INVALID_ARGUMENT,

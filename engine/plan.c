@@ -221,9 +221,14 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     double sync = device + host + r->time.dp_all_gather;
     r->time.host_stall = host;
     r->time.stall_share = sync > 0 ? host / sync : 0.0;
-    /* DPU overlaps the host update and the copy back with the next iteration's compute. On the
-     * CPU backend both run on the same cores: it hides nothing. */
-    double dpu = cpu ? sync : fmax(device, host) + r->time.dp_all_gather;
+    /* DPU, zoe-train's exact schedule: the host update and the copy back of each bucket run
+     * while the backward of the step's last micro-batch goes on; what is left when it ends is
+     * exposed, at least the embedding's share (its gradient is final last). On the CPU backend
+     * both run on the same cores: it hides nothing. */
+    double embedding_share =
+        r->rank_params > 0 ? (double)m->vocab * m->hidden / t / (double)r->rank_params : 0.0;
+    double exposed_host = fmax(host - backward_mb, host * fmin(1.0, embedding_share));
+    double dpu = cpu ? sync : device + exposed_host + r->time.dp_all_gather;
     r->time.step = p->dpu ? dpu : sync;
     r->time.hidden_by_dpu = sync - dpu;
     r->time.tokens = tokens_rank * d;
@@ -231,10 +236,10 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     r->time.tflops_per_gpu = r->time.step > 0 ? r->time.flops_per_gpu / r->time.step / 1e12 : 0.0;
     /* What binds: the largest term on the critical path. */
     const char *names[] = {"gpu compute", "tp all-reduce", "pcie", "host adam", "dp all-gather"};
+    double exposed_share = host > 0 ? exposed_host / host : 0.0;
     double terms[] = {r->time.compute, r->time.tp_comm,
-                      p->dpu && !cpu ? (host > device ? r->time.pcie_in : 0) + exposed_out
-                                     : r->time.pcie_in + exposed_out,
-                      p->dpu && !cpu ? (host > device ? r->time.host_adam : 0) : r->time.host_adam,
+                      (p->dpu && !cpu ? exposed_share : 1.0) * r->time.pcie_in + exposed_out,
+                      (p->dpu && !cpu ? exposed_share : 1.0) * r->time.host_adam,
                       r->time.dp_all_gather};
     int best = 0;
     for (int i = 1; i < 5; i++)

@@ -398,6 +398,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         stats->ms_refresh = os.ms_refresh;
         stats->ms_optimizer = t1 - t0;
         stats->overlapped = c->dpu_warmup > 0 && tr->steps_done >= c->dpu_warmup && !os.skipped;
+        if (c->dpu_schedule == ZOE_DPU_EXACT) stats->overlapped = os.speculated;
         stats->redone = os.redone;
         stats->ms_total = t1 - tr->step_started;
     }

@@ -201,10 +201,14 @@ zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf
     zoe_speculation *sp = &opt->spec;
     int guessed = c && same_consts(c, &sp->consts);
     *redone = 0;
+    opt->stats.speculated = 0;
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         size_t b0, b1;
         host_range(opt, b, &b0, &b1);
-        if (sp->applied[b] && guessed) continue;
+        if (sp->applied[b] && guessed) {
+            opt->stats.speculated = 1;
+            continue;
+        }
         if (sp->applied[b]) {
             ZOE_TRY(zoe_host_range_update(opt, &sp->consts, buf, b0, b1, 1));
             *redone = 1;

@@ -364,7 +364,7 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
      * gradient of this iteration was taken before it did. */
     int stale = opt->in_flight || opt->refresh_due;
     ZOE_TRY(zoe_update_wait(opt));
-    opt->stats.redone = 0;
+    opt->stats.redone = opt->stats.speculated = 0;
     if (speculated) {
         double t0 = zoe_clock_ms();
         ZOE_TRY(zoe_spec_join(opt));

@@ -195,9 +195,9 @@ typedef struct zoe_optimizer_stats {
      * most recent refresh (the all-gather into the parameter buffer), and what the last step
      * spent waiting for an update in flight. Milliseconds. */
     double ms_update, ms_refresh, ms_wait;
-    /* ZOE_DPU_EXACT: the last step's speculative update had to be redone (undone, for a skipped
-     * step) on this rank's buckets, and how many steps so far. */
-    int redone;
+    /* ZOE_DPU_EXACT, this rank: the last step's update ran during backward and held (speculated),
+     * or had to be redone (undone, for a skipped step); how many steps were redone so far. */
+    int speculated, redone;
     long redone_total;
 } zoe_optimizer_stats;
 

@@ -105,6 +105,10 @@ static int acceptable(const zoe_train_config *c, int world) {
     if (c->backend == ZOE_BACKEND_CUDA && m->hidden / m->heads > 256) return 0;
     if ((unsigned)c->backend > 1 || (unsigned)c->offload > 1 || (unsigned)c->progress > 2) return 0;
     if (c->dpu_warmup < 0 || c->dpu_warmup > 1000000000) return 0;
+    /* the exact DPU schedule solves a step back through beta1 and beta2 */
+    if (c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0 && c->dpu_schedule == ZOE_DPU_EXACT &&
+        !(c->beta1 > 0 && c->beta2 > 0))
+        return 0;
     if ((c->recompute != 0 && c->recompute != 1) || c->log_every < 1 || c->log_every > 1000000000)
         return 0;
     if (c->bucket_mb < 1 || c->bucket_mb > (1 << 20)) return 0;

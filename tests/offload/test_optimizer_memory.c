@@ -190,20 +190,24 @@ static void gpu_box(int d) {
         zoe_dtype dt;
         int dpu;
         double host, device;
+        zoe_dpu_schedule schedule;
     } cases[] = {
-        {ZOE_BF16, 0, 16, 2},
-        {ZOE_F16, 0, 16, 2},
-        {ZOE_BF16, 1, 18, 2}, /* + the device partition buffer, below */
-        {ZOE_F16, 1, 18, 2},
+        {ZOE_BF16, 0, 16, 2, ZOE_DPU_PLAIN},
+        {ZOE_F16, 0, 16, 2, ZOE_DPU_PLAIN},
+        {ZOE_BF16, 1, 18, 2, ZOE_DPU_PLAIN}, /* + the device partition buffer, below */
+        {ZOE_F16, 1, 18, 2, ZOE_DPU_PLAIN},
+        {ZOE_BF16, 1, 16, 2, ZOE_DPU_EXACT}, /* never in flight past its step: as DPU off */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zoe_optimizer_config c = config(cases[i].dpu, ZOE_GRAD_BUCKETS, 0.0f);
+        c.dpu_schedule = cases[i].schedule;
         zoe_optimizer_footprint f = footprint(ZOE_BACKEND_CUDA, cases[i].dt, d, &c);
         /* With DPU the update in flight writes a device partition buffer, not the weights the
          * forward reads: 2 bytes per partition element more on the device. */
         double device =
-            cases[i].device +
-            (cases[i].dpu ? 2.0 * (double)f.partition_numel / (double)f.params_numel : 0.0);
+            cases[i].device + (cases[i].dpu && cases[i].schedule != ZOE_DPU_EXACT
+                                   ? 2.0 * (double)f.partition_numel / (double)f.params_numel
+                                   : 0.0);
         CHECK(fabs(host_per_param(&f) - cases[i].host) < 1e-9 &&
                   fabs(device_per_param(&f) - device) < 1e-9,
               "CUDA %s DPU %d, DP=%d: %.4f host and %.4f device bytes per parameter, want %.1f and "
@@ -237,6 +241,10 @@ int main(int argc, char **argv) {
     zoe_optimizer_config dc = dpu;
     dc.dpu_schedule = ZOE_DPU_DC; /* the last step recomputed from m and v: no array */
     measure(grid, ZOE_F32, &dc, 20, "CPU fp32 DPU dc");
+    zoe_optimizer_config exact = dpu;
+    exact.dpu_schedule = ZOE_DPU_EXACT; /* the layout of DPU off */
+    measure(grid, ZOE_F32, &exact, 16, "CPU fp32 DPU exact");
+    measure(grid, ZOE_BF16, &exact, 18, "CPU bf16 DPU exact");
     zoe_optimizer_config partial = config(1, ZOE_GRAD_FULL_BUFFER, 0.5f);
     measure(grid, ZOE_F32, &partial, -1, "CPU fp32 DPU full-buffer partial 0.5");
     measure(grid, ZOE_BF16, &partial, -1, "CPU bf16 DPU full-buffer partial 0.5");
