@@ -20,6 +20,7 @@
 #include <string.h>
 #include "offload/optimizer_impl.h"
 #include "runtime/clock.h"
+#include "runtime/device_impl.h"
 #include "runtime/error.h"
 
 /* A gradient sum of squares (scaled to the step) at or beyond this is treated as an overflow
