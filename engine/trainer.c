@@ -52,6 +52,12 @@ static zoe_status sink_acquire(void *user, int t, void **grad) {
     return zoe_optimizer_grad_buffer(tr->opt, t, grad);
 }
 
+/* The forward's weight gate: the exact DPU schedule's settling, bucket by bucket. */
+static zoe_status gate_ready(void *user, int first, int n) {
+    zoe_trainer *tr = user;
+    return zoe_optimizer_weights_ready(tr->opt, first, n);
+}
+
 static zoe_status sink_release(void *user, int t) {
     zoe_trainer *tr = user;
     double t0 = zoe_clock_ms();
@@ -161,6 +167,7 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
         oc->dpu_schedule = ZOE_DPU_PLAIN;
     oc->dpu_dc_kappa = c->dpu_dc_kappa;
     oc->dpu_predict_scale = c->dpu_predict_scale;
+    oc->gated_forward = 1; /* the model's forward calls the gate (gate_ready) */
     /* the optimizer keeps partial_ratio of the state on the device; the rest is offloaded */
     oc->partial_ratio = 1.0f - zoe_train_offload_ratio(c);
 }
@@ -189,6 +196,7 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
         tr->weight_ptrs[t] = base + off * zoe_dtype_size(c->dtype);
     }
     ZOE_TRY(zoe_gpt_bind_weights(tr->gpt, tr->weight_ptrs));
+    zoe_gpt_set_weight_gate(tr->gpt, &(zoe_gpt_weight_gate){.user = tr, .ready = gate_ready});
     if (c->init_from[0])
         ZOE_TRY(zoe_hf_load(tr->gpt, c->init_from));
     else
@@ -398,7 +406,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         stats->ms_refresh = os.ms_refresh;
         stats->ms_optimizer = t1 - t0;
         stats->overlapped = c->dpu_warmup > 0 && tr->steps_done >= c->dpu_warmup && !os.skipped;
-        if (c->dpu_schedule == ZOE_DPU_EXACT) stats->overlapped = os.speculated;
+        if (c->dpu_schedule == ZOE_DPU_EXACT) stats->overlapped = os.speculated || os.deferred;
         stats->redone = os.redone;
         stats->ms_total = t1 - tr->step_started;
     }

@@ -374,6 +374,14 @@ static zoe_status block_backward(zoe_gpt *g, int l) {
 }
 
 /* The forward with dropout masks keyed by step (ZOE_TP_NO_DROPOUT: none). */
+void zoe_gpt_set_weight_gate(zoe_gpt *g, const zoe_gpt_weight_gate *gate) {
+    if (g) g->gate = gate ? *gate : (zoe_gpt_weight_gate){0};
+}
+
+static zoe_status gate(zoe_gpt *g, int first, int n) {
+    return g->gate.ready ? g->gate.ready(g->gate.user, first, n) : ZOE_OK;
+}
+
 static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss,
                              uint64_t step) {
     const zoe_gpt_config *c = &g->cfg;
@@ -391,8 +399,14 @@ static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *t
     ZOE_TRY(zoe_memcpy_async(g->tokens, g->staged_ids, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
     ZOE_TRY(zoe_memcpy_async(g->targets, g->staged_ids + g->N, ids, ZOE_COPY_HOST_TO_DEVICE,
                              g->stream));
+    ZOE_TRY(gate(g, 0, g->first_block)); /* wte (and the tied head), wpe */
     ZOE_TRY(zoe_tp_embedding_forward(&g->tp, &g->emb, g->resid[0], g->tokens, B, T));
-    for (int l = 0; l < L; l++) ZOE_TRY(block_forward(g, l, g->resid[l + 1], step));
+    for (int l = 0; l < L; l++) {
+        ZOE_TRY(gate(g, g->first_block + l * g->block_params, g->block_params));
+        ZOE_TRY(block_forward(g, l, g->resid[l + 1], step));
+    }
+    ZOE_TRY(gate(g, g->ln_f_tensor, g->ln_f_n));
+    if (g->head >= 0) ZOE_TRY(gate(g, g->head, 1));
     if (g->llama)
         ZOE_TRY(zoe_rmsnorm_forward(g->kernels, c->dtype, g->ln_f, g->ln_f_rstd, g->resid[L],
                                     g->ln_f_weight.data, g->N, g->C, llama_eps(g)));

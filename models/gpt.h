@@ -41,6 +41,15 @@ typedef struct zoe_gpt_grad_sink {
 
 typedef struct zoe_gpt zoe_gpt;
 
+/* What the forward calls before it reads the weights of tensors [first, first + n), in tensor
+ * order (the embedding's, each block's, the final norm's, an untied head's): a weight pipeline
+ * that finishes an update while the forward runs (the optimizer's ZOE_DPU_EXACT settling,
+ * zoe_optimizer_weights_ready) waits there for the tensors' buckets. */
+typedef struct zoe_gpt_weight_gate {
+    void *user;
+    zoe_status (*ready)(void *user, int first, int n);
+} zoe_gpt_weight_gate;
+
 /* tp_comm: the TP group's communicator (borrowed). Fails naming the value when a shape does
  * not divide by its size. */
 zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream *stream,
@@ -98,6 +107,8 @@ zoe_status zoe_gpt_forward_eval(zoe_gpt *g, const int32_t *tokens, const int32_t
  * of another draws the masks that one would draw next. */
 uint64_t zoe_gpt_forward_count(const zoe_gpt *g);
 void zoe_gpt_set_forward_count(zoe_gpt *g, uint64_t count);
+/* The gate every later forward calls (copied; NULL: none). */
+void zoe_gpt_set_weight_gate(zoe_gpt *g, const zoe_gpt_weight_gate *gate);
 /* Gradients of loss_scale x the micro-batch's mean loss, into the sink's buffers. */
 zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sink *sink);
 /* Gradients of token_scale x the sum of the micro-batch's token losses: the trainer's form,

@@ -46,6 +46,7 @@ struct zoe_gpt {
     int32_t *staged_ids; /* pinned host [2, N]: tokens, targets on their way to the device */
     int64_t count;       /* non-ignored tokens of the last forward */
     uint64_t micro_step;
+    zoe_gpt_weight_gate gate; /* ready NULL: none */
 };
 
 #endif

@@ -153,6 +153,9 @@ static int pick_slot(const zoe_optimizer *opt) {
 
 /* A zeroed ring buffer for bucket b: a free slot, else the oldest one in flight, drained. */
 static zoe_status acquire_slot(zoe_optimizer *opt, int b) {
+    /* ZOE_DPU_EXACT: gradients are about to land in the accumulator the last step's settling
+     * reads; the forward normally finished it (zoe_optimizer_weights_ready). */
+    ZOE_TRY(zoe_spec_complete(opt));
     int pick = pick_slot(opt);
     if (pick < 0)
         return zoe_fail(
@@ -261,6 +264,7 @@ zoe_status zoe_optimizer_end_micro_batch(zoe_optimizer *opt) {
 }
 
 zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
+    ZOE_TRY(zoe_spec_complete(opt));
     /* All buckets reduced back to back, then one wait: the sums of k micro-batches at once,
      * assigned into the gradient partitions. */
     opt->host_sumsq = 0;

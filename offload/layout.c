@@ -31,7 +31,8 @@ static void push_segment(zoe_layout *lay, int floor, zoe_segment seg) {
     if (seg.len == 0) return;
     zoe_segment *last = lay->num_segments > floor ? &lay->segments[lay->num_segments - 1] : NULL;
     if (last && last->offset + last->len == seg.offset && last->flat + last->len == seg.flat &&
-        last->counted == seg.counted && last->no_decay == seg.no_decay) {
+        last->counted == seg.counted && last->no_decay == seg.no_decay &&
+        last->replicated == seg.replicated) {
         last->len += seg.len;
         return;
     }
@@ -61,7 +62,8 @@ static void add_segments(zoe_layout *lay, size_t lo, size_t hi, int dp_rank,
                               .len = p_hi - p_lo,
                               .flat = bk->flat_offset + rank_start + (p_lo - bk->part_offset),
                               .counted = !lay->replicated[t] || counted_replicated,
-                              .no_decay = lay->no_decay[t]});
+                              .no_decay = lay->no_decay[t],
+                              .replicated = lay->replicated[t]});
         }
     }
 }

@@ -21,7 +21,8 @@ typedef struct zoe_segment {
     size_t offset, len;
     size_t flat; /* where offset sits in the parameter buffer (the segment is contiguous there) */
     int counted;
-    int no_decay; /* 1: its tensors are exempt from weight decay */
+    int no_decay;   /* 1: its tensors are exempt from weight decay */
+    int replicated; /* 1: its tensors are the same on every TP rank */
 } zoe_segment;
 
 typedef struct zoe_layout {

@@ -279,6 +279,7 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
                         "%s: range [%zu, %zu) outside the partition of %zu", what, offset,
                         offset + count, opt->lay.part_numel);
     if (count && !host) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: NULL buffer", what);
+    ZOE_TRY(zoe_spec_cancel(opt)); /* ZOE_DPU_EXACT: nothing of a step half done */
     if (opt->in_flight)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "%s while a delayed update is in flight: call zoe_optimizer_flush first",

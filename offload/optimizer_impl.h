@@ -71,25 +71,35 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
 void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,
                            zoe_optimizer_footprint *out);
 
-/* ZOE_DPU_EXACT (offload/speculate.c): the step's host update, started bucket by bucket on a
- * worker thread during the last micro-batch's backward with the constants the step is expected
- * to take. */
+/* ZOE_DPU_EXACT (offload/speculate.c). Two phases, never at once: the speculation (the step's
+ * host update, started bucket by bucket on a worker thread during the last micro-batch's
+ * backward with the constants the step is expected to take) and, with gated_forward, the
+ * settling (what the step left to do, on a worker in bucket order while the next forward runs,
+ * each bucket refreshed when the forward asks for it). */
 typedef struct zoe_speculation {
-    int armed;              /* zoe_optimizer_expect_step for the step being built */
+    int expected;           /* zoe_optimizer_expect_step for the step being built */
+    int armed;              /* the speculation's worker was started (at the first bucket) */
     zoe_step_consts consts; /* the expected step: declared lr, clip factor 1, next step number */
     double certain_clip;    /* raw host sum of squares past which the step clips for certain */
     double unscale;         /* 1 / (micro-batches * loss scale) of the expected step */
     int stopped;            /* a bucket failed the checks: it and the rest wait for the step */
+    int spec_set;           /* which segments the worker updates (speculate.c's run_set) */
     int *queue;             /* bucket indices in completion order, num_buckets */
     int queued, taken, closing;
     unsigned char *applied; /* per bucket: the worker updated it (read after the join) */
+    /* Settling: the worker updates bucket after bucket (settle_consts, or undoes the applied
+     * ones for a skipped step) and publishes done_upto; the forward refreshes up to a bucket. */
+    int settling, settle_skip, done_upto, next_refresh, settle_buf;
+    zoe_step_consts settle_consts, settle_guess; /* the step's, and the speculation's */
     pthread_t worker;
     int worker_running, lock_ready;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     zoe_status status; /* the worker's */
     char error[256];
-    double ms_update; /* the worker's Adam time */
+    double ms_update; /* the speculation worker's Adam time */
+    double ms_settle; /* the settling worker's, reported with the next step */
+    double ms_gated;  /* what the forward waited for the settling, reported with the next step */
 } zoe_speculation;
 
 /* Per-bucket progress within the micro-batch. */
@@ -215,10 +225,15 @@ zoe_status zoe_spec_offer(zoe_optimizer *opt, int b, double host_sumsq);
 /* Waits for the worker (the step's wait). */
 zoe_status zoe_spec_join(zoe_optimizer *opt);
 /* After the join: c is the step's constants (NULL: the step is skipped). Buckets the worker
- * updated with other constants are undone, and every bucket not yet updated with c is. */
-zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int *redone);
-/* Puts the state back as before the speculation (a state access between expect_step and step). */
+ * updated with other constants are undone, and every bucket not yet updated with c is: here,
+ * or (gated_forward; *deferred is then 1) on the settling worker while the next forward runs. */
+zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int *redone,
+                           int *deferred);
+/* Puts the state back as before the speculation (a state access between expect_step and step),
+ * and finishes a settling (every bucket updated and refreshed; collective over DP). */
 zoe_status zoe_spec_cancel(zoe_optimizer *opt);
+/* Finishes a settling, if any (collective over DP). */
+zoe_status zoe_spec_complete(zoe_optimizer *opt);
 
 /* step.c */
 /* The host Adam (undo = 1: its undo) with constants c over host coordinates [b0, b1) of
@@ -232,6 +247,8 @@ zoe_status zoe_update_wait(zoe_optimizer *opt);
 zoe_status zoe_update_join(zoe_optimizer *opt);
 /* All-gathers every rank's updated partition into the parameter buffer. Collective over DP. */
 zoe_status zoe_refresh(zoe_optimizer *opt);
+/* The same for bucket b alone, on the compute stream. */
+zoe_status zoe_refresh_bucket(zoe_optimizer *opt, int b);
 
 /* On the CPU backend device memory is host memory: the host can read and write "device"
  * buffers in place, so staging copies between them, which would only move the same bytes, are

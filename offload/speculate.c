@@ -13,7 +13,13 @@
  *
  * A bucket is not handed over when its gradient is not finite (its update could not be undone)
  * or when this rank's part of the norm already exceeds the clip threshold (the step clips for
- * certain): that bucket and every later one wait for the step. */
+ * certain): that bucket and every later one wait for the step.
+ *
+ * With gated_forward, what the step leaves to do (those buckets, and the redone ones) is not done
+ * in the step: a worker does it bucket by bucket in bucket order, which is the forward's order,
+ * while the next forward runs, and the forward's zoe_optimizer_weights_ready waits for each
+ * bucket it is about to read and refreshes it (the DP all-gather, on the calling thread, so
+ * every rank's collectives stay in the same order). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,16 +80,53 @@ static void host_range(const zoe_optimizer *opt, int b, size_t *b0, size_t *b1) 
     *b1 = hi - h_lo;
 }
 
-/* Whether host coordinates [b0, b1) hold any parameter (not only the padding of buckets). */
-static int range_has_params(const zoe_optimizer *opt, size_t b0, size_t b1) {
-    size_t h_lo = opt->sz.h_lo;
+/* Which of a bucket's segments a pass covers. With TP > 1 the speculation leaves the
+ * TP-replicated ones (norms, row-parallel biases) to the step: their update must come out the
+ * same on every TP rank, and a redo, unlike the step, is not bit for bit, while each rank
+ * decides on its own shards whether to speculate. They are a small share of the parameters. */
+typedef enum { RUNS_ALL, RUNS_SHARDED, RUNS_REPLICATED } run_set;
+
+/* The host Adam (or its undo) over bucket b's segments of the set, in maximal runs of
+ * consecutive such segments (each run a range of host coordinates). */
+static zoe_status update_runs(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int b,
+                              run_set set, int undo) {
+    size_t b0, b1, h_lo = opt->sz.h_lo;
+    host_range(opt, b, &b0, &b1);
+    if (set == RUNS_ALL) return zoe_host_range_update(opt, c, buf, b0, b1, undo);
+    size_t ra = 0, re = 0; /* the run being gathered, empty when ra == re */
     for (int s = 0; s < opt->lay.num_segments; s++) {
         const zoe_segment *sg = &opt->lay.segments[s];
         if (sg->offset + sg->len <= h_lo) continue;
         size_t a = sg->offset > h_lo ? sg->offset - h_lo : 0, e = sg->offset + sg->len - h_lo;
+        a = a > b0 ? a : b0, e = e < b1 ? e : b1;
+        if (a >= e) continue;
+        if (sg->replicated == (set == RUNS_REPLICATED)) {
+            if (ra == re) ra = a;
+            re = e;
+        } else if (ra < re) {
+            ZOE_TRY(zoe_host_range_update(opt, c, buf, ra, re, undo));
+            ra = re = 0;
+        }
+    }
+    return ra < re ? zoe_host_range_update(opt, c, buf, ra, re, undo) : ZOE_OK;
+}
+
+/* Whether host coordinates [b0, b1) hold any parameter of the set (not only the padding of
+ * buckets). */
+static int range_has_params(const zoe_optimizer *opt, size_t b0, size_t b1, run_set set) {
+    size_t h_lo = opt->sz.h_lo;
+    for (int s = 0; s < opt->lay.num_segments; s++) {
+        const zoe_segment *sg = &opt->lay.segments[s];
+        if (sg->offset + sg->len <= h_lo) continue;
+        if (set != RUNS_ALL && sg->replicated != (set == RUNS_REPLICATED)) continue;
+        size_t a = sg->offset > h_lo ? sg->offset - h_lo : 0, e = sg->offset + sg->len - h_lo;
         if (a < b1 && e > b0) return 1;
     }
     return 0;
+}
+
+static int same_consts(const zoe_step_consts *a, const zoe_step_consts *b) {
+    return memcmp(a, b, sizeof *a) == 0;
 }
 
 static void *spec_worker(void *arg) {
@@ -104,13 +147,62 @@ static void *spec_worker(void *arg) {
         pthread_mutex_unlock(&sp->lock);
         if (sp->status != ZOE_OK) continue; /* drain the queue; the step reports the error */
         double t0 = zoe_clock_ms();
-        size_t b0, b1;
-        host_range(opt, b, &b0, &b1);
-        sp->status = zoe_host_range_update(opt, &sp->consts, opt->grad_buf, b0, b1, 0);
+        sp->status = update_runs(opt, &sp->consts, opt->grad_buf, b, sp->spec_set, 0);
         if (sp->status == ZOE_OK) sp->applied[b] = 1;
         sp->ms_update += zoe_clock_ms() - t0;
     }
     if (sp->status != ZOE_OK) snprintf(sp->error, sizeof sp->error, "%s", zoe_last_error());
+    return NULL;
+}
+
+/* Bucket b as the step decided (c NULL: skipped): undone where the speculation applied other
+ * constants (guess), then updated with c where it is not yet. */
+static zoe_status settle_bucket(zoe_optimizer *opt, const zoe_step_consts *c,
+                                const zoe_step_consts *guess, int buf, int b, int *redone,
+                                int *held) {
+    zoe_speculation *sp = &opt->spec;
+    run_set spec_set = (run_set)sp->spec_set;
+    if (sp->applied[b] && c && same_consts(c, guess)) {
+        *held = 1;
+        sp->applied[b] = 0;
+        /* what the speculation left out, if anything */
+        return spec_set == RUNS_SHARDED ? update_runs(opt, c, buf, b, RUNS_REPLICATED, 0) : ZOE_OK;
+    }
+    if (sp->applied[b]) {
+        ZOE_TRY(update_runs(opt, guess, buf, b, spec_set, 1));
+        *redone = 1;
+    }
+    sp->applied[b] = 0;
+    return c ? update_runs(opt, c, buf, b, RUNS_ALL, 0) : ZOE_OK;
+}
+
+/* The settling worker: every bucket in bucket order, each published when its new weights are
+ * where the refresh reads them (on CUDA: the update stream synchronised). */
+static void *settle_worker(void *arg) {
+    zoe_optimizer *opt = arg;
+    zoe_speculation *sp = &opt->spec;
+    zoe_status st = ZOE_OK;
+#ifdef ZOE_HAVE_CUDA
+    if (zoe_device_backend(opt->dev) == ZOE_BACKEND_CUDA)
+        st = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
+#endif
+    double t0 = zoe_clock_ms();
+    int redone = 0, held = 0;
+    for (int b = 0; b < opt->lay.num_buckets; b++) {
+        if (st == ZOE_OK)
+            st = settle_bucket(opt, sp->settle_skip ? NULL : &sp->settle_consts, &sp->settle_guess,
+                               sp->settle_buf, b, &redone, &held);
+        if (st == ZOE_OK) st = zoe_stream_synchronize(opt->update_stream);
+        pthread_mutex_lock(&sp->lock);
+        if (st != ZOE_OK && sp->status == ZOE_OK) {
+            sp->status = st;
+            snprintf(sp->error, sizeof sp->error, "%s", zoe_last_error());
+        }
+        sp->done_upto = b;
+        pthread_cond_broadcast(&sp->wake);
+        pthread_mutex_unlock(&sp->lock);
+    }
+    sp->ms_settle = zoe_clock_ms() - t0;
     return NULL;
 }
 
@@ -131,7 +223,6 @@ zoe_status zoe_optimizer_expect_step(zoe_optimizer *opt, float lr) {
                             opt->lay.names[t]);
     zoe_speculation *sp = &opt->spec;
     if (!sp->queue || opt->iteration + 1 <= opt->cfg.dpu_warmup) return ZOE_OK;
-    ZOE_TRY(zoe_update_join(opt)); /* nothing of another schedule is in flight; never is */
     zoe_adam_hparams h = {.lr = lr,
                           .beta1 = opt->cfg.beta1,
                           .beta2 = opt->cfg.beta2,
@@ -150,6 +241,16 @@ zoe_status zoe_optimizer_expect_step(zoe_optimizer *opt, float lr) {
     double clip = opt->cfg.clip_norm;
     sp->certain_clip = clip > 0 ? (clip / unscale) * (clip / unscale) : INFINITY;
     sp->stopped = 0;
+    sp->spec_set = zoe_grid_tp_size(opt->grid) > 1 ? RUNS_SHARDED : RUNS_ALL;
+    sp->expected = 1; /* the worker starts at the first bucket, once a settling is finished */
+    return ZOE_OK;
+}
+
+/* Starts the speculation's worker; a settling of the last step is finished by then (the
+ * backward's first gradient buffer finished it). */
+static zoe_status arm(zoe_optimizer *opt) {
+    zoe_speculation *sp = &opt->spec;
+    ZOE_TRY(zoe_spec_complete(opt));
     sp->queued = sp->taken = sp->closing = 0;
     sp->status = ZOE_OK;
     sp->ms_update = 0;
@@ -165,7 +266,8 @@ zoe_status zoe_spec_offer(zoe_optimizer *opt, int b, double host_sumsq) {
     zoe_speculation *sp = &opt->spec;
     size_t b0, b1;
     host_range(opt, b, &b0, &b1);
-    if (!sp->armed || sp->stopped || !range_has_params(opt, b0, b1)) return ZOE_OK;
+    if (!sp->expected || sp->stopped || !range_has_params(opt, b0, b1, (run_set)sp->spec_set))
+        return ZOE_OK;
     size_t lo, mid, hi;
     zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     double all = host_sumsq; /* on the CPU backend the device share is in the host arrays */
@@ -176,6 +278,7 @@ zoe_status zoe_spec_offer(zoe_optimizer *opt, int b, double host_sumsq) {
         sp->stopped = 1;
         return ZOE_OK;
     }
+    if (!sp->armed) ZOE_TRY(arm(opt));
     pthread_mutex_lock(&sp->lock);
     sp->queue[sp->queued++] = b;
     pthread_cond_signal(&sp->wake);
@@ -194,38 +297,89 @@ zoe_status zoe_spec_join(zoe_optimizer *opt) {
     return ZOE_OK;
 }
 
-static int same_consts(const zoe_step_consts *a, const zoe_step_consts *b) {
-    return memcmp(a, b, sizeof *a) == 0;
+zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int *redone,
+                           int *deferred) {
+    zoe_speculation *sp = &opt->spec;
+    *redone = *deferred = 0;
+    opt->stats.speculated = 0;
+    sp->expected = sp->armed = 0;
+    if (opt->cfg.gated_forward) {
+        sp->settle_skip = c == NULL;
+        if (c) sp->settle_consts = *c;
+        sp->settle_guess = sp->consts; /* the next expect_step may overwrite consts meanwhile */
+        sp->settle_buf = buf;
+        sp->done_upto = -1, sp->next_refresh = 0;
+        sp->status = ZOE_OK;
+        /* what held, and what the settling will redo, is known now */
+        for (int b = 0; b < opt->lay.num_buckets; b++)
+            if (sp->applied[b] && c && same_consts(c, &sp->consts))
+                opt->stats.speculated = 1;
+            else if (sp->applied[b])
+                *redone = 1;
+        if (pthread_create(&sp->worker, NULL, settle_worker, opt) != 0)
+            return zoe_fail(ZOE_ERR_INTERNAL, "could not start the settling update thread");
+        sp->worker_running = 1;
+        sp->settling = 1;
+        *deferred = 1;
+        return ZOE_OK;
+    }
+    int held = 0;
+    for (int b = 0; b < opt->lay.num_buckets; b++)
+        ZOE_TRY(settle_bucket(opt, c, &sp->consts, buf, b, redone, &held));
+    opt->stats.speculated = held;
+    return ZOE_OK;
 }
 
-zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int *redone) {
+/* Waits until the settling worker has published bucket b, then refreshes every bucket up to b
+ * not yet refreshed, in bucket order. The last one ends the settling. */
+static zoe_status settle_through(zoe_optimizer *opt, int b) {
     zoe_speculation *sp = &opt->spec;
-    int guessed = c && same_consts(c, &sp->consts);
-    *redone = 0;
-    opt->stats.speculated = 0;
-    for (int b = 0; b < opt->lay.num_buckets; b++) {
-        size_t b0, b1;
-        host_range(opt, b, &b0, &b1);
-        if (sp->applied[b] && guessed) {
-            opt->stats.speculated = 1;
-            continue;
-        }
-        if (sp->applied[b]) {
-            ZOE_TRY(zoe_host_range_update(opt, &sp->consts, buf, b0, b1, 1));
-            *redone = 1;
-        }
-        if (c) ZOE_TRY(zoe_host_range_update(opt, c, buf, b0, b1, 0));
+    double t0 = zoe_clock_ms();
+    pthread_mutex_lock(&sp->lock);
+    while (sp->done_upto < b && sp->status == ZOE_OK) pthread_cond_wait(&sp->wake, &sp->lock);
+    zoe_status st = sp->status;
+    pthread_mutex_unlock(&sp->lock);
+    sp->ms_gated += zoe_clock_ms() - t0;
+    if (st != ZOE_OK) {
+        pthread_join(sp->worker, NULL);
+        sp->worker_running = sp->settling = 0;
+        return zoe_fail(st, "settling host update failed: %s", sp->error);
     }
-    memset(sp->applied, 0, (size_t)opt->lay.num_buckets);
+    for (; sp->next_refresh <= b; sp->next_refresh++)
+        ZOE_TRY(zoe_refresh_bucket(opt, sp->next_refresh));
+    if (sp->next_refresh == opt->lay.num_buckets) {
+        pthread_join(sp->worker, NULL);
+        sp->worker_running = sp->settling = 0;
+        ZOE_TRY(zoe_event_record(opt->refreshed, opt->stream));
+    }
     return ZOE_OK;
+}
+
+zoe_status zoe_spec_complete(zoe_optimizer *opt) {
+    return opt->spec.settling ? settle_through(opt, opt->lay.num_buckets - 1) : ZOE_OK;
+}
+
+zoe_status zoe_optimizer_weights_ready(zoe_optimizer *opt, int first, int n) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weights_ready: optimizer is NULL");
+    if (first < 0 || n < 0 || first > opt->lay.num_tensors - n)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weights_ready: tensors [%d, %d) outside [0, %d)",
+                        first, first + n, opt->lay.num_tensors);
+    if (!opt->spec.settling || n == 0) return ZOE_OK;
+    int last = 0;
+    for (int t = first; t < first + n; t++)
+        last = opt->lay.bucket_of[t] > last ? opt->lay.bucket_of[t] : last;
+    return settle_through(opt, last);
 }
 
 zoe_status zoe_spec_cancel(zoe_optimizer *opt) {
     zoe_speculation *sp = &opt->spec;
-    if (!sp->armed) return ZOE_OK;
-    sp->armed = 0;
+    ZOE_TRY(zoe_spec_complete(opt));
+    if (!sp->expected) return ZOE_OK;
     ZOE_TRY(zoe_spec_join(opt));
-    int redone = 0;
-    ZOE_TRY(zoe_spec_finish(opt, NULL, opt->grad_buf, &redone));
+    int gated = opt->cfg.gated_forward, redone = 0, deferred = 0;
+    opt->cfg.gated_forward = 0; /* put back here and now */
+    zoe_status st = zoe_spec_finish(opt, NULL, opt->grad_buf, &redone, &deferred);
+    opt->cfg.gated_forward = gated;
+    ZOE_TRY(st);
     return zoe_stream_synchronize(opt->update_stream);
 }

@@ -150,19 +150,21 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
 /* The refresh: every rank's updated partition of every bucket, all-gathered over DP into the
  * parameter buffer, on the compute stream; in place when the partition was updated in the
  * rank's own slices (no partition buffer). */
+zoe_status zoe_refresh_bucket(zoe_optimizer *opt, int b) {
+    const zoe_bucket *bk = &opt->lay.buckets[b];
+    const char *mine =
+        opt->part_out
+            ? (char *)opt->part_out + bk->part_offset * opt->esz
+            : (char *)opt->params +
+                  zoe_partition_flat(&opt->lay, b, opt->dp_rank, bk->part_offset) * opt->esz;
+    return zoe_comm_all_gather(opt->dp, mine, (char *)opt->params + bk->flat_offset * opt->esz,
+                               bk->part, opt->dtype, opt->stream);
+}
+
 zoe_status zoe_refresh(zoe_optimizer *opt) {
     double t0 = zoe_clock_ms();
     ZOE_TRY(zoe_comm_group_start(opt->dp, opt->stream)); /* one NCCL launch for all buckets */
-    for (int b = 0; b < opt->lay.num_buckets; b++) {
-        const zoe_bucket *bk = &opt->lay.buckets[b];
-        const char *mine =
-            opt->part_out
-                ? (char *)opt->part_out + bk->part_offset * opt->esz
-                : (char *)opt->params +
-                      zoe_partition_flat(&opt->lay, b, opt->dp_rank, bk->part_offset) * opt->esz;
-        ZOE_TRY(zoe_comm_all_gather(opt->dp, mine, (char *)opt->params + bk->flat_offset * opt->esz,
-                                    bk->part, opt->dtype, opt->stream));
-    }
+    for (int b = 0; b < opt->lay.num_buckets; b++) ZOE_TRY(zoe_refresh_bucket(opt, b));
     ZOE_TRY(zoe_comm_group_end(opt->dp, opt->stream));
     opt->stats.ms_refresh = zoe_clock_ms() - t0;
     return zoe_event_record(opt->refreshed, opt->stream);
@@ -221,6 +223,7 @@ zoe_status zoe_update_join(zoe_optimizer *opt) {
 }
 
 zoe_status zoe_update_wait(zoe_optimizer *opt) {
+    ZOE_TRY(zoe_spec_cancel(opt)); /* ZOE_DPU_EXACT: nothing of a step half done */
     opt->stats.ms_wait = 0;
     if (!opt->in_flight && !opt->refresh_due) return ZOE_OK;
     double t0 = zoe_clock_ms();
@@ -317,15 +320,17 @@ static zoe_status global_sumsq(zoe_optimizer *opt, int buf, double *out) {
 
 /* ZOE_DPU_EXACT: the step's update from what the worker did during backward (c NULL: the step
  * is skipped and that is undone); its time is the worker's and this settling's. */
-static zoe_status speculated_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf) {
+static zoe_status speculated_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf,
+                                    int *deferred) {
     double t0 = zoe_clock_ms();
     if (c) ZOE_TRY(update_start(opt, c, buf, 0));
     int redone = 0;
-    ZOE_TRY(zoe_spec_finish(opt, c, buf, &redone));
-    ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+    ZOE_TRY(zoe_spec_finish(opt, c, buf, &redone, deferred));
+    opt->stats.deferred = *deferred;
+    if (!*deferred) ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     opt->stats.redone = redone;
     opt->stats.redone_total += redone;
-    opt->stats.ms_update = opt->spec.ms_update + (zoe_clock_ms() - t0);
+    opt->stats.ms_update += opt->spec.ms_update + (zoe_clock_ms() - t0);
     return ZOE_OK;
 }
 
@@ -350,6 +355,12 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "step inside a micro-batch: end it first");
     if (opt->micro_batches == 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "step without gradients: no micro-batch ended");
+    /* ZOE_DPU_EXACT: the last step's settling ends (normally the forward has ended it); its
+     * figures are reported with this step. */
+    ZOE_TRY(zoe_spec_complete(opt));
+    zoe_speculation *sp = &opt->spec;
+    double settled_ms = sp->ms_settle, gated_ms = sp->ms_gated;
+    sp->ms_settle = sp->ms_gated = 0;
     if (opt->cfg.grad_mode == ZOE_GRAD_FULL_BUFFER) ZOE_TRY(zoe_grads_reduce_full(opt));
     int buf = opt->grad_buf, k = opt->micro_batches;
     double sumsq = 0;
@@ -358,18 +369,21 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     opt->micro_batches = 0;
     opt->iteration++;
     /* ZOE_DPU_EXACT: the buckets speculated on are settled below, not cancelled. */
-    int speculated = opt->spec.armed;
-    opt->spec.armed = 0;
+    int speculated = opt->spec.expected;
+    opt->spec.expected = 0; /* settled below, not cancelled */
     /* The previous update (DPU) lands before anything writes the partition buffer again; the
      * gradient of this iteration was taken before it did. */
     int stale = opt->in_flight || opt->refresh_due;
     ZOE_TRY(zoe_update_wait(opt));
-    opt->stats.redone = opt->stats.speculated = 0;
+    opt->stats.redone = opt->stats.speculated = opt->stats.deferred = 0;
     if (speculated) {
         double t0 = zoe_clock_ms();
         ZOE_TRY(zoe_spec_join(opt));
         opt->stats.ms_wait = zoe_clock_ms() - t0;
+        opt->stats.ms_update = 0;
     }
+    opt->stats.ms_wait += gated_ms;
+    if (settled_ms > 0) opt->stats.ms_update = settled_ms;
 
     zoe_optimizer_stats *st = &opt->stats;
     double unscale = 1.0 / ((double)k * opt->loss_scale);
@@ -381,7 +395,8 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
         st->loss_scale = opt->loss_scale;
         zoe_log(ZOE_LOG_INFO, "step skipped: non-finite gradient; loss scale now %g",
                 (double)opt->loss_scale);
-        if (speculated) ZOE_TRY(speculated_update(opt, NULL, buf));
+        int deferred = 0;
+        if (speculated) ZOE_TRY(speculated_update(opt, NULL, buf, &deferred));
         return ZOE_OK;
     }
     st->clip_coef = 1.0;
@@ -420,11 +435,13 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
         opt->grad_buf ^= 1; /* the next iteration's gradients go to the other partition */
         return ZOE_OK;
     }
+    int deferred = 0;
     if (speculated)
-        ZOE_TRY(speculated_update(opt, &c, buf));
+        ZOE_TRY(speculated_update(opt, &c, buf, &deferred));
     else
         ZOE_TRY(run_update(opt, &c, &c, buf, 0, &st->ms_update));
-    return zoe_refresh(opt);
+    /* deferred: the next forward refreshes bucket by bucket (zoe_optimizer_weights_ready) */
+    return deferred ? ZOE_OK : zoe_refresh(opt);
 }
 
 zoe_status zoe_optimizer_flush(zoe_optimizer *opt) {

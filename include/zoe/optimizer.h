@@ -166,6 +166,11 @@ typedef struct zoe_optimizer_config {
     /* ZOE_DPU_PREDICT: the prediction is w + scale * (the last step repeated): 1.5, the
      * linear stability analysis's best (docs/offload.md) */
     float dpu_predict_scale;
+    /* ZOE_DPU_EXACT: 1 when the caller calls zoe_optimizer_weights_ready before its forward
+     * reads each tensor's weights; the step then returns with what is left of its update (the
+     * buckets not done during backward, or redone) still running, in forward order, and the
+     * forward waits per bucket. 0 (the default): the step finishes the update. */
+    int gated_forward;
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
@@ -195,9 +200,10 @@ typedef struct zoe_optimizer_stats {
      * most recent refresh (the all-gather into the parameter buffer), and what the last step
      * spent waiting for an update in flight. Milliseconds. */
     double ms_update, ms_refresh, ms_wait;
-    /* ZOE_DPU_EXACT, this rank: the last step's update ran during backward and held (speculated),
-     * or had to be redone (undone, for a skipped step); how many steps were redone so far. */
-    int speculated, redone;
+    /* ZOE_DPU_EXACT, this rank: the last step's update ran during backward and held
+     * (speculated), what was left of it runs during the next forward (deferred, gated_forward),
+     * or part of it had to be redone (undone, for a skipped step); steps redone so far. */
+    int speculated, deferred, redone;
     long redone_total;
 } zoe_optimizer_stats;
 
@@ -243,6 +249,14 @@ zoe_status zoe_optimizer_end_micro_batch(zoe_optimizer *opt);
  * gradient is final; elsewhere it does nothing. A step that differs (another lr, a clipped or
  * non-finite gradient) is still exact: the buckets already updated are redone. Not collective. */
 zoe_status zoe_optimizer_expect_step(zoe_optimizer *opt, float lr);
+/* With gated_forward: tensors [first, first + n) are about to be read by a forward. Waits for
+ * what is left of the last step's update on their buckets and refreshes those buckets (every
+ * bucket before them too, in bucket order), so the parameter buffer holds their new weights.
+ * Collective over DP (every DP rank gates the same tensors in the same order: the same forward
+ * does). Returns at once when nothing is left. Any other call that reads or writes the state,
+ * the next backward's first gradient buffer and the next step finish all buckets first (those
+ * calls are then collective over DP as well). */
+zoe_status zoe_optimizer_weights_ready(zoe_optimizer *opt, int first, int n);
 
 /* The optimizer step with learning rate lr over the micro-batches since the last step.
  * Collective over the grid. Under DPU it returns with the host update in flight (see above). */

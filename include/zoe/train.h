@@ -250,8 +250,8 @@ struct zoe_step_stats {
     float grad_norm;  /* global, before clipping */
     float loss_scale; /* 1 unless fp16 */
     int skipped;      /* overflow: the update was skipped */
-    int overlapped;   /* DPU: this step's host update ran during backward and held (exact, this
-                       * rank's buckets), or runs while the next step computes (stale schedules) */
+    int overlapped;   /* DPU: this step's host update runs while compute runs: during backward
+                       * and the next forward (exact, this rank), or the next step (stale) */
     int64_t tokens;   /* tokens in the global batch */
     /* ms_total: wall time of the step. forward, backward (without offload), offload (handing
      * finished gradient buckets to the optimizer: reduce-scatter, copy, host accumulation),

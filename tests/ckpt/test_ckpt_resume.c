@@ -1,7 +1,9 @@
 /* Resume bit for bit: a run saved at step 4 and resumed continues exactly like a run that was
  * never stopped, and saving does not disturb the run that saves. At every TP x DP grid the
- * world allows (TP = 1 and 2), DPU off and on (warm-up 2, so the save at step 4 falls while a
- * delayed update is in flight), dropout 0.1 and gradient accumulation 2. Compared exactly:
+ * world allows (TP = 1 and 2), DPU off and on (warm-up 2: with the one-step-stale `predict`
+ * schedule the save at step 4 falls while a delayed update is in flight; with zoe-train's
+ * default `exact` it falls while the step's update is still settling, and nothing is in flight
+ * once settled), dropout 0.1 and gradient accumulation 2. Compared exactly:
  * every loss, and the bytes of every tensor of model.safetensors and optimizer.safetensors
  * saved at the end, in fp32 and in bf16 (whose master and DPU staging live apart from the
  * weights). The reference run saves nothing until after its last step. */
@@ -15,6 +17,7 @@ static void one_case(const char *corpus, const char *root, int tp, int dpu, zoe_
     int dp = test_world_size() / tp;
     zoe_train_config c;
     ckpt_test_config(&c, tp, dp, 2, 0.1f, dpu ? 2 : 0);
+    c.dpu_schedule = dpu == 1 ? ZOE_DPU_PREDICT : ZOE_DPU_EXACT; /* dpu: 0 off, 1 stale, 2 exact */
     c.dtype = dtype; /* fp32: the master is the weights; bf16: a separate master (and snapshot) */
     char ref_dir[512], run_dir[512], res_dir[512], at[600], end_ref[600], end_run[600],
         end_res[600];
@@ -65,12 +68,16 @@ static void one_case(const char *corpus, const char *root, int tp, int dpu, zoe_
         char p[700];
         struct stat sb;
         snprintf(p, sizeof p, "%s/params-in-use.safetensors", at);
-        CHECK((stat(p, &sb) == 0) == (dpu != 0),
+        CHECK((stat(p, &sb) == 0) == (dpu == 1),
               "params-in-use.safetensors is written exactly when an update is in flight (DPU %d)",
               dpu);
         printf("TP=%d x DP=%d, %s, DPU %s, dropout 0.1, grad-accum 2: resumed at step %d, losses "
                "%.4f .. %.4f equal, weights and moments equal\n",
-               tp, dp, dt, dpu ? "on" : "off", SAVE_AT, ref[0], ref[STEPS - 1]);
+               tp, dp, dt,
+               dpu == 1 ? "predict"
+               : dpu    ? "exact"
+                        : "off",
+               SAVE_AT, ref[0], ref[STEPS - 1]);
     }
 }
 
@@ -84,7 +91,7 @@ int main(int argc, char **argv) {
     ckpt_test_tmpdir(MPI_COMM_WORLD, root, sizeof root);
     for (int tp = 1; tp <= 2; tp++) {
         if (test_world_size() % tp) continue;
-        for (int dpu = 0; dpu <= 1; dpu++) {
+        for (int dpu = 0; dpu <= 2; dpu++) {
             one_case(argv[1], root, tp, dpu, ZOE_F32);
             one_case(argv[1], root, tp, dpu, ZOE_BF16);
         }
