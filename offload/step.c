@@ -65,7 +65,7 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
     long first = (long)(b0 / ZOE_ADAM_TILE),
          last = (long)((b1 + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
     zoe_worker_error err = {ZOE_OK, ""};
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (last - first > 1) /* one tile: no team */
     for (long ch = first; ch < last; ch++) {
         size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
         lo = lo < b0 ? b0 : lo;

@@ -19,7 +19,9 @@
  *    cases fail by orders of magnitude more (checked when this test was written).
  * bf16 weights as well (B's compute-dtype copy then comes from the redo's own rounding, within
  * one bf16 unit of A's); two micro-batches per step; a partial-offload share, which on the CPU
- * backend lives in the host arrays and is speculated on with the rest. */
+ * backend lives in the host arrays and is speculated on with the rest. And with gated_forward:
+ * the step leaves what is left to a settling worker, and each iteration reads its weights
+ * through zoe_optimizer_weights_ready tensor by tensor, as a forward would (the same checks). */
 #include "offload_test.h"
 
 enum { NT = 5, NTOTAL = 100 + 77 + 123 + 64 + 36, STEPS = 12, WARMUP = 2 };
@@ -45,6 +47,7 @@ typedef struct exact_case {
     double lr_declared; /* the lr given to expect_step; the step takes LR */
     int nan_step;       /* the step whose gradient is not finite on the last rank; 0: none */
     int redo;           /* 1: the speculation fails: compare within tolerance, expect a redo */
+    int gated;          /* gated_forward: the settling runs while the next "forward" reads */
 } exact_case;
 
 #define LR 1e-2
@@ -54,6 +57,8 @@ typedef struct exact_case {
 static void iterate(zoe_optimizer *opt, const exact_case *c, int step, double declared_lr, int me,
                     int last_rank) {
     double w[NTOTAL], g[NTOTAL];
+    if (c->gated) /* as a forward: each tensor's weights once its bucket is settled */
+        for (int t = 0; t < NT; t++) CHECK_OK(zoe_optimizer_weights_ready(opt, t, 1));
     read_params(opt, c->dtype, numel, NT, w);
     size_t start[NT];
     for (int t = 0, s = 0; t < NT; t++) start[t] = (size_t)s, s += (int)numel[t];
@@ -102,6 +107,7 @@ static void run_case(zoe_grid *grid, const exact_case *c) {
     zoe_optimizer_config ecfg = cfg;
     ecfg.dpu_warmup = WARMUP;
     ecfg.dpu_schedule = ZOE_DPU_EXACT;
+    ecfg.gated_forward = c->gated;
     CHECK_OK(zoe_optimizer_create(grid, dev, stream, c->dtype, t, NT, &cfg, &sync));
     CHECK_OK(zoe_optimizer_create(grid, dev, stream, c->dtype, t, NT, &ecfg, &exact));
     if (!sync || !exact) {
@@ -120,6 +126,7 @@ static void run_case(zoe_grid *grid, const exact_case *c) {
         iterate(exact, c, s, c->lr_declared, me, last);
         double pa[NTOTAL], pb[NTOTAL];
         read_params(sync, c->dtype, numel, NT, pa);
+        for (int t = 0; c->gated && t < NT; t++) CHECK_OK(zoe_optimizer_weights_ready(exact, t, 1));
         read_params(exact, c->dtype, numel, NT, pb);
         char what[160];
         snprintf(what, sizeof what, "%s (%s): parameters after step %d", c->name,
@@ -205,6 +212,27 @@ int main(int argc, char **argv) {
          .lr_declared = LR,
          .nan_step = 5,
          .redo = 1},
+        {.name = "gated, no clipping", .dtype = ZOE_F32, .k = 2, .lr_declared = LR, .gated = 1},
+        {.name = "gated, bf16, clips from the first bucket",
+         .dtype = ZOE_BF16,
+         .k = 1,
+         .clip = 1e-3f,
+         .lr_declared = LR,
+         .gated = 1},
+        {.name = "gated, declared lr differs",
+         .dtype = ZOE_F32,
+         .k = 1,
+         .partial = 0.5f,
+         .lr_declared = 2 * LR,
+         .redo = 1,
+         .gated = 1},
+        {.name = "gated, non-finite gradient",
+         .dtype = ZOE_F32,
+         .k = 1,
+         .lr_declared = LR,
+         .nan_step = 6,
+         .redo = 1,
+         .gated = 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(grid, &cases[i]);
     zoe_grid_destroy(grid);
