@@ -59,26 +59,28 @@
  * i+1, before iteration i+2 reads the weights. zoe_optimizer_flush() waits for the update in
  * flight and refreshes, so that the parameter buffer holds the latest weights (before
  * evaluation or a checkpoint). The stats of step i are those of g_i, known when step i returns.
- * That is dpu_schedule ZOE_DPU_PLAIN; the other schedules (zoe_dpu_schedule below) change what a
- * stale iteration reads or what the update applies, on the same timeline.
+ * That is dpu_schedule ZOE_DPU_PLAIN; PREDICT and DC (zoe_dpu_schedule below) change what a
+ * stale iteration reads or what the update applies, on the same timeline. ZOE_DPU_EXACT is not
+ * stale at all: iteration i reads w_{i-1}, and the update overlaps the step's own backward and,
+ * with gated_forward, the next forward (see zoe_dpu_schedule).
  *
  * Memory layout (docs/offload.md), per element of the rank's partition P unless stated; the
  * device holds the parameter buffer (compute dtype, 1 element per parameter of the TP shard) and
  * the gradient bucket ring besides. On a GPU (host side): fp32 master, m, v and the fp32
  * gradient accumulator = 16 bytes; the new compute-dtype weights go to the device through a
  * small pinned copy-out ring (2 slots of copy_out_numel, 8 MiB of bf16 each), never a full-size
- * buffer. With DPU, 18: the update in flight first rounds the finished gradient, divided by the
- * micro-batch count, into a pinned compute-dtype snapshot and releases the fp32 accumulator (the
- * next iteration's first gradient write waits for that), then writes the new compute-dtype
- * weights over the snapshot, so one fp32 accumulator serves, and the device keeps a partition
- * buffer (2 bytes per element of P) that the new weights are copied into while compute runs. On the
- * CPU backend with fp32 weights the rank's slices of the parameter buffer are the fp32 master
- * weights (16 bytes per parameter at DP = 1 in all); writing ZOE_STATE_MASTER then changes
- * the rank's own slices at once (the other ranks' copies at zoe_optimizer_refresh_params).
- * With DPU there, the update reads the weights the forward is reading and writes the new ones
- * over the gradient it read, in a second fp32 gradient partition (20 bytes per parameter).
- * bf16 weights on the CPU backend: 18, and 20 with DPU (the bf16 snapshot as above).
- * Numerics: everything but DPU with 16-bit weights is bit for bit the fused step of
+ * buffer; the same with ZOE_DPU_EXACT. With a stale DPU schedule, 18: the update in flight first
+ * rounds the finished gradient, divided by the micro-batch count, into a pinned compute-dtype
+ * snapshot and releases the fp32 accumulator (the next iteration's first gradient write waits for
+ * that), then writes the new compute-dtype weights over the snapshot, so one fp32 accumulator
+ * serves, and the device keeps a partition buffer (2 bytes per element of P) that the new weights
+ * are copied into while compute runs. On the CPU backend with fp32 weights the rank's slices of the
+ * parameter buffer are the fp32 master weights (16 bytes per parameter at DP = 1 in all); writing
+ * ZOE_STATE_MASTER then changes the rank's own slices at once (the other ranks' copies at
+ * zoe_optimizer_refresh_params). With DPU there, the update reads the weights the forward is
+ * reading and writes the new ones over the gradient it read, in a second fp32 gradient partition
+ * (20 bytes per parameter). bf16 weights on the CPU backend: 18, and 20 with DPU (the bf16 snapshot
+ * as above). Numerics: everything but DPU with 16-bit weights is bit for bit the fused step of
  * kernels/adam.h on the fp32 accumulator; DPU with bf16/fp16 weights applies Adam to the
  * snapshot, i.e. to the mean gradient rounded to the compute dtype (the precision of the
  * ZeRO-Offload paper's fp16 gradients: a relative error of at most 2^-9 for bf16, 2^-12 for
