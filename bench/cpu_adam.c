@@ -130,70 +130,56 @@ static inline void probe_prefetch(const float *w, const float *m, const float *v
     if (md == BF16_DPU) __builtin_prefetch((const void *)((uintptr_t)(half + i) + ahead / 2));
 }
 
-/* 16 elements per iteration at 8 lanes: the AVX2 path's width. */
-ZOE_TARGET_AVX2 static void probe_tile_avx2(float *w, float *m, float *v, float *g, uint16_t *half,
-                                            mode md, int prefetch, size_t len) {
-    const __m256 c = _mm256_set1_ps(1e-7f), a = _mm256_set1_ps(0.999999f),
-                 b = _mm256_set1_ps(1e-9f);
-    size_t i = 0;
-    for (; i + 16 <= len; i += 16) {
-        if (prefetch) probe_prefetch(w, m, v, g, half, md, i, 16);
-        __m256 x[2];
-        for (int k = 0; k < 2; k++) {
-            size_t j = i + 8 * (size_t)k;
-            __m256 gj =
-                md == BF16_DPU
-                    ? _mm256_castsi256_ps(_mm256_slli_epi32(
-                          _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(half + j))), 16))
-                    : _mm256_loadu_ps(g + j);
-            x[k] = _mm256_add_ps(_mm256_loadu_ps(w + j), _mm256_mul_ps(c, gj));
-            _mm256_storeu_ps(md == FP32_DPU ? g + j : w + j, x[k]);
-            _mm256_storeu_ps(m + j, _mm256_add_ps(_mm256_loadu_ps(m + j), _mm256_mul_ps(c, gj)));
-            _mm256_storeu_ps(v + j, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + j), a), b));
-        }
-        if (md == BF16_WEIGHTS || md == BF16_DPU) {
-            __m256i hi = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(x[0]), 16),
-                                             _mm256_srli_epi32(_mm256_castps_si256(x[1]), 16));
-            _mm256_stream_si256((__m256i *)(half + i), _mm256_permute4x64_epi64(hi, 0xD8));
-        }
-    }
-    _mm_sfence();
-    probe_scalar(w, m, v, g, half, md, i, len);
+/* The probe's loop at the AVX2 path's width (8 lanes) and at the AVX-512 path's (16 lanes, one
+ * 64-byte non-temporal store per 32 bf16 values, as the step stores them). */
+ZOE_TARGET_AVX2 static inline __m256 load_bf16_avx2(const uint16_t *p) {
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
 }
 
-/* 32 elements per iteration at 16 lanes, one 64-byte non-temporal store of bf16: the AVX-512
- * path's width and stores. */
-ZOE_TARGET_AVX512 static void probe_tile_avx512(float *w, float *m, float *v, float *g,
-                                                uint16_t *half, mode md, int prefetch, size_t len) {
-    const __m512 c = _mm512_set1_ps(1e-7f), a = _mm512_set1_ps(0.999999f),
-                 b = _mm512_set1_ps(1e-9f);
-    size_t i = 0;
-    for (; i + 32 <= len; i += 32) {
-        if (prefetch) probe_prefetch(w, m, v, g, half, md, i, 32);
-        __m512 x[2];
-        for (int k = 0; k < 2; k++) {
-            size_t j = i + 16 * (size_t)k;
-            __m512 gj =
-                md == BF16_DPU
-                    ? _mm512_castsi512_ps(_mm512_slli_epi32(
-                          _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(half + j))),
-                          16))
-                    : _mm512_loadu_ps(g + j);
-            x[k] = _mm512_add_ps(_mm512_loadu_ps(w + j), _mm512_mul_ps(c, gj));
-            _mm512_storeu_ps(md == FP32_DPU ? g + j : w + j, x[k]);
-            _mm512_storeu_ps(m + j, _mm512_add_ps(_mm512_loadu_ps(m + j), _mm512_mul_ps(c, gj)));
-            _mm512_storeu_ps(v + j, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(v + j), a), b));
-        }
-        if (md == BF16_WEIGHTS || md == BF16_DPU) {
-            __m256i lo16 = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x[0]), 16));
-            __m256i hi16 = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x[1]), 16));
-            _mm512_stream_si512((__m512i *)(half + i),
-                                _mm512_inserti64x4(_mm512_castsi256_si512(lo16), hi16, 1));
-        }
-    }
-    _mm_sfence();
-    probe_scalar(w, m, v, g, half, md, i, len);
+/* packus works within 128-bit halves: the permute puts the qwords in order 0, 2, 1, 3. */
+ZOE_TARGET_AVX2 static inline void stream2_bf16_avx2(uint16_t *p, __m256 a, __m256 b) {
+    __m256i hi = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(a), 16),
+                                     _mm256_srli_epi32(_mm256_castps_si256(b), 16));
+    _mm256_stream_si256((__m256i *)p, _mm256_permute4x64_epi64(hi, 0xD8));
 }
+
+ZOE_TARGET_AVX512 static inline __m512 load_bf16_avx512(const uint16_t *p) {
+    __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+
+ZOE_TARGET_AVX512 static inline void stream2_bf16_avx512(uint16_t *p, __m512 a, __m512 b) {
+    __m256i lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(a), 16));
+    __m256i hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(b), 16));
+    _mm512_stream_si512((__m512i *)p, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+}
+
+#define PV                      __m256
+#define PW                      8
+#define P_SET1(x)               _mm256_set1_ps(x)
+#define P_ADD(a, b)             _mm256_add_ps(a, b)
+#define P_MUL(a, b)             _mm256_mul_ps(a, b)
+#define P_LOAD(p)               _mm256_loadu_ps(p)
+#define P_STORE(p, x)           _mm256_storeu_ps(p, x)
+#define P_LOAD_BF16(p)          load_bf16_avx2(p)
+#define P_STREAM2_BF16(p, a, b) stream2_bf16_avx2(p, a, b)
+#define P_TARGET                ZOE_TARGET_AVX2
+#define PROBE_FN(name)          name##_avx2
+#include "cpu_adam_probe.h"
+
+#define PV                      __m512
+#define PW                      16
+#define P_SET1(x)               _mm512_set1_ps(x)
+#define P_ADD(a, b)             _mm512_add_ps(a, b)
+#define P_MUL(a, b)             _mm512_mul_ps(a, b)
+#define P_LOAD(p)               _mm512_loadu_ps(p)
+#define P_STORE(p, x)           _mm512_storeu_ps(p, x)
+#define P_LOAD_BF16(p)          load_bf16_avx512(p)
+#define P_STREAM2_BF16(p, a, b) stream2_bf16_avx512(p, a, b)
+#define P_TARGET                ZOE_TARGET_AVX512
+#define PROBE_FN(name)          name##_avx512
+#include "cpu_adam_probe.h"
 
 /* The probe at the width of the step's path (zoe_cpu_isa_best), with or without the prefetch. */
 static void probe(const arrays *a, mode md, int prefetch) {
