@@ -3,7 +3,7 @@
  *  - each SIMD path equals the scalar path bit for bit (same operations in the same order,
  *    no FMA, correctly rounded sqrt and division: kernels/adam.h), over pieces of lengths
  *    1, 8, 29, ... at offsets that misalign the output (peeling) and leave vector tails,
- *    including the compute-dtype output;
+ *    including the compute-dtype output, with NaN weights in vector lanes (their rounding);
  *  - the scalar path against a float64 Adam step: within 1e-5 relative of the update
  *    magnitude (~10 fp32 roundings of 2^-24 each in computing it) plus 3 roundings of the
  *    weight itself (the decay constant, w * decay, w - update);
@@ -18,6 +18,7 @@
  * Paths this CPU lacks are reported as skipped, and must fail with ZOE_ERR_UNSUPPORTED. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "kernels/adam.h"
 #include "testing.h"
 #include "zoe/dtype.h"
@@ -42,6 +43,12 @@ static void check_paths_bitwise(const zoe_adam_consts *c, zoe_dtype gdt, zoe_dty
     test_rng_seed(&rng, 11 + gdt * 5 + odt);
     float w0[N], m0[N], v0[N], g32[N];
     fill_state(&rng, w0, m0, v0, g32);
+    /* NaN weights in vector lanes, with payloads that rounding would carry into the exponent or
+     * the sign: the outputs must be quiet NaNs of their own high bits on every path. */
+    for (int i = 40; i < N; i += 97) {
+        const uint32_t bits = i % 2 ? 0x7fc0ffffu : 0xffffffffu;
+        memcpy(&w0[i], &bits, sizeof bits);
+    }
     uint16_t g16[N];
     const void *g = g32;
     if (gdt != ZOE_F32) to_dtype(gdt, g32, g16), g = g16;
@@ -74,21 +81,19 @@ static void check_paths_bitwise(const zoe_adam_consts *c, zoe_dtype gdt, zoe_dty
               "%s path differs from scalar: grad %s out %s", zoe_cpu_isa_name((zoe_cpu_isa)isa),
               zoe_dtype_name(gdt), out ? zoe_dtype_name(odt) : "none");
     }
-    /* The output is the new master weight rounded to the output dtype. */
+    /* The output is the new master weight rounded to the output dtype, bit for bit (NaNs too). */
     if (out)
         for (int i = 0; i < N; i++) {
-            float want = w[0][i], got;
+            uint32_t want, got = 0;
+            memcpy(&want, &w[0][i], 4);
             if (odt == ZOE_F32)
                 memcpy(&got, o[0] + 4 * i, 4);
-            else if (odt == ZOE_BF16)
-                got = zoe_bf16_to_f32(((uint16_t *)o[0])[i]),
-                want = zoe_bf16_to_f32(zoe_f32_to_bf16(want));
             else
-                got = zoe_f16_to_f32(((uint16_t *)o[0])[i]),
-                want = zoe_f16_to_f32(zoe_f32_to_f16(want));
+                got = ((uint16_t *)o[0])[i],
+                want = odt == ZOE_BF16 ? zoe_f32_to_bf16(w[0][i]) : zoe_f32_to_f16(w[0][i]);
             if (got != want) {
-                CHECK(0, "output %s [%d] = %g, master rounds to %g", zoe_dtype_name(odt), i,
-                      (double)got, (double)want);
+                CHECK(0, "output %s [%d] = 0x%x, the master rounds to 0x%x", zoe_dtype_name(odt), i,
+                      got, want);
                 break;
             }
         }
@@ -197,6 +202,13 @@ static void check_snapshot(zoe_dtype dt) {
     uint16_t want[N], got[N];
     for (int i = 0; i < N; i++) g[i] = (float)(1e3 * test_rng_normal(&rng));
     g[7] = NAN, g[8] = INFINITY;
+    /* NaNs throughout (most inside the vector loop), with payloads that rounding would carry
+     * into the exponent or the sign: each must come out a quiet NaN of its own high bits. */
+    const uint32_t nans[] = {0x7fc0ffffu, 0x7fffffffu, 0xffc08001u, 0x7f80ffffu};
+    for (int i = 37, k = 0; i < N; i += 61, k++) {
+        uint32_t bits = nans[k % 4];
+        memcpy(&g[i], &bits, sizeof bits);
+    }
     const float scale = 1.0f / 3.0f;
     for (int i = 0; i < N; i++) {
         want32[i] = g[i] * scale;
