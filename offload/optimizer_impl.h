@@ -236,6 +236,10 @@ zoe_status zoe_spec_cancel(zoe_optimizer *opt);
 zoe_status zoe_spec_complete(zoe_optimizer *opt);
 
 /* step.c */
+/* The Adam constants of a step with learning rate lr and gradient scale grad_scale, taken as
+ * the step-th applied one: the configured weight decay, and none for exempt segments. */
+void zoe_step_consts_of(const zoe_optimizer *opt, float lr, float grad_scale, long step,
+                        zoe_step_consts *c);
 /* The host Adam (undo = 1: its undo) with constants c over host coordinates [b0, b1) of
  * gradient partition buf and, on CUDA, the copy of the new weights to the device through the
  * copy-out ring, on the update stream (not synchronised). */

@@ -223,20 +223,10 @@ zoe_status zoe_optimizer_expect_step(zoe_optimizer *opt, float lr) {
                             opt->lay.names[t]);
     zoe_speculation *sp = &opt->spec;
     if (!sp->queue || opt->iteration + 1 <= opt->cfg.dpu_warmup) return ZOE_OK;
-    zoe_adam_hparams h = {.lr = lr,
-                          .beta1 = opt->cfg.beta1,
-                          .beta2 = opt->cfg.beta2,
-                          .eps = opt->cfg.eps,
-                          .weight_decay = opt->cfg.weight_decay,
-                          .decoupled = opt->cfg.adamw,
-                          .step = opt->stats.step + 1};
     /* The step's gradient scale when it does not clip: 1 / (micro-batches x loss scale), as
      * zoe_optimizer_step derives it, in the same operations so that the bits agree. */
     double unscale = 1.0 / ((double)(opt->micro_batches + 1) * opt->loss_scale);
-    h.grad_scale = (float)(1.0 * unscale);
-    zoe_adam_consts_init(&sp->consts.decayed, &h);
-    h.weight_decay = 0;
-    zoe_adam_consts_init(&sp->consts.exempt, &h);
+    zoe_step_consts_of(opt, lr, (float)(1.0 * unscale), opt->stats.step + 1, &sp->consts);
     sp->unscale = unscale;
     double clip = opt->cfg.clip_norm;
     sp->certain_clip = clip > 0 ? (clip / unscale) * (clip / unscale) : INFINITY;

@@ -252,7 +252,7 @@ zoe_status zoe_optimizer_settle(zoe_optimizer *opt, int *refresh_due) {
 
 /* The Adam constants of a step with learning rate lr and gradient scale grad_scale, taken as
  * the step-th applied one: the configured weight decay, and none for exempt segments. */
-static void step_consts(const zoe_optimizer *opt, float lr, float grad_scale, long step,
+void zoe_step_consts_of(const zoe_optimizer *opt, float lr, float grad_scale, long step,
                         zoe_step_consts *c) {
     zoe_adam_hparams h = {.lr = lr,
                           .beta1 = opt->cfg.beta1,
@@ -273,7 +273,7 @@ static void step_consts(const zoe_optimizer *opt, float lr, float grad_scale, lo
 static zoe_status stage_prediction(zoe_optimizer *opt) {
     const zoe_state_sizes *z = &opt->sz;
     zoe_step_consts c;
-    step_consts(opt, opt->last_lr, 1.0f, opt->stats.step, &c);
+    zoe_step_consts_of(opt, opt->last_lr, 1.0f, opt->stats.step, &c);
     for (int s = opt->first_run_segment; s < opt->lay.num_segments; s++) {
         const zoe_segment *sg = &opt->lay.segments[s];
         size_t h = sg->offset - z->h_lo;
@@ -406,7 +406,7 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     st->step++;
     st->loss_scale = opt->loss_scale;
     zoe_step_consts c;
-    step_consts(opt, lr, (float)(st->clip_coef * unscale), st->step, &c);
+    zoe_step_consts_of(opt, lr, (float)(st->clip_coef * unscale), st->step, &c);
     float prev_lr = opt->last_lr;
     opt->last_lr = lr;
     if (opt->cfg.dpu_warmup > 0 && opt->iteration > opt->cfg.dpu_warmup &&
@@ -418,14 +418,14 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
          * (after a synchronous, skipped or flushed step it is not). */
         opt->flight_dc = opt->cfg.dpu_schedule == ZOE_DPU_DC && stale && prev_lr > 0;
         if (opt->flight_dc) {
-            step_consts(opt, prev_lr, 1.0f, st->step - 1, &opt->flight_prev_consts);
+            zoe_step_consts_of(opt, prev_lr, 1.0f, st->step - 1, &opt->flight_prev_consts);
             opt->flight_dc_lambda = opt->cfg.dpu_dc_kappa / prev_lr;
         }
         if (opt->sz.dpu_snapshot) { /* the snapshot holds the mean over micro-batches */
             opt->flight_snap_scale = 1.0f / (float)k;
             opt->grad_held = 1; /* before the worker exists: no lock needed */
-            step_consts(opt, lr, (float)(st->clip_coef / opt->loss_scale), st->step,
-                        &opt->flight_snap_consts);
+            zoe_step_consts_of(opt, lr, (float)(st->clip_coef / opt->loss_scale), st->step,
+                               &opt->flight_snap_consts);
         }
         if (pthread_create(&opt->worker, NULL, update_worker, opt) != 0) {
             opt->grad_held = 0;
