@@ -89,7 +89,7 @@ typedef struct zoe_speculation {
     unsigned char *applied; /* per bucket: the worker updated it (read after the join) */
     /* Settling: the worker updates bucket after bucket (settle_consts, or undoes the applied
      * ones for a skipped step) and publishes done_upto; the forward refreshes up to a bucket. */
-    int settling, settle_skip, done_upto, next_refresh, settle_buf;
+    int settling, settle_skip, settle_set, done_upto, next_refresh, settle_buf;
     zoe_step_consts settle_consts, settle_guess; /* the step's, and the speculation's */
     pthread_t worker;
     int worker_running, lock_ready;

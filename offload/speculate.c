@@ -158,10 +158,9 @@ static void *spec_worker(void *arg) {
 /* Bucket b as the step decided (c NULL: skipped): undone where the speculation applied other
  * constants (guess), then updated with c where it is not yet. */
 static zoe_status settle_bucket(zoe_optimizer *opt, const zoe_step_consts *c,
-                                const zoe_step_consts *guess, int buf, int b, int *redone,
-                                int *held) {
+                                const zoe_step_consts *guess, run_set spec_set, int buf, int b,
+                                int *redone, int *held) {
     zoe_speculation *sp = &opt->spec;
-    run_set spec_set = (run_set)sp->spec_set;
     if (sp->applied[b] && c && same_consts(c, guess)) {
         *held = 1;
         sp->applied[b] = 0;
@@ -191,7 +190,7 @@ static void *settle_worker(void *arg) {
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         if (st == ZOE_OK)
             st = settle_bucket(opt, sp->settle_skip ? NULL : &sp->settle_consts, &sp->settle_guess,
-                               sp->settle_buf, b, &redone, &held);
+                               (run_set)sp->settle_set, sp->settle_buf, b, &redone, &held);
         if (st == ZOE_OK) st = zoe_stream_synchronize(opt->update_stream);
         pthread_mutex_lock(&sp->lock);
         if (st != ZOE_OK && sp->status == ZOE_OK) {
@@ -296,7 +295,8 @@ zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf
     if (opt->cfg.gated_forward) {
         sp->settle_skip = c == NULL;
         if (c) sp->settle_consts = *c;
-        sp->settle_guess = sp->consts; /* the next expect_step may overwrite consts meanwhile */
+        /* the next expect_step may overwrite these meanwhile */
+        sp->settle_guess = sp->consts, sp->settle_set = sp->spec_set;
         sp->settle_buf = buf;
         sp->done_upto = -1, sp->next_refresh = 0;
         sp->status = ZOE_OK;
@@ -315,7 +315,7 @@ zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf
     }
     int held = 0;
     for (int b = 0; b < opt->lay.num_buckets; b++)
-        ZOE_TRY(settle_bucket(opt, c, &sp->consts, buf, b, redone, &held));
+        ZOE_TRY(settle_bucket(opt, c, &sp->consts, (run_set)sp->spec_set, buf, b, redone, &held));
     opt->stats.speculated = held;
     return ZOE_OK;
 }
