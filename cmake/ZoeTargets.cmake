@@ -55,12 +55,19 @@ function(zoe_add_program name)
   target_link_libraries(${name} PRIVATE ${P_LIBS})
 endfunction()
 
-# zoe_add_test(NAME SOURCES ... LIBS ... LABELS ... [RANKS 1 2 4] [ARGS ...] [GPU])
+# zoe_add_test(NAME SOURCES ... LIBS ... LABELS ... [RANKS 1 2 4] [ARGS ...] [GPU] [TIMEOUT s])
+# zoe_add_test(NAME BINARY TARGET LABELS ... [RANKS ...] [ARGS ...]): another test of TARGET's
+# binary (other arguments), built once.
 # One binary; with RANKS it runs under mpiexec once per rank count (NAME_npN).
 # GPU tests exit 77 without a GPU, which ctest reports as skipped.
 function(zoe_add_test name)
-  cmake_parse_arguments(T "GPU" "TIMEOUT" "SOURCES;LIBS;LABELS;RANKS;ARGS" ${ARGN})
-  zoe_add_program(${name} SOURCES ${T_SOURCES} LIBS ${T_LIBS} zoe_testing)
+  cmake_parse_arguments(T "GPU" "TIMEOUT;BINARY" "SOURCES;LIBS;LABELS;RANKS;ARGS" ${ARGN})
+  if(T_BINARY)
+    set(_target ${T_BINARY})
+  else()
+    set(_target ${name})
+    zoe_add_program(${name} SOURCES ${T_SOURCES} LIBS ${T_LIBS} zoe_testing)
+  endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
@@ -74,12 +81,12 @@ function(zoe_add_test name)
     foreach(np ${T_RANKS})
       add_test(NAME ${name}_np${np}
                COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe --bind-to none
-                       ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${T_ARGS})
+                       ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${_target}> ${T_ARGS})
       set_tests_properties(${name}_np${np} PROPERTIES LABELS "${_labels}" TIMEOUT ${T_TIMEOUT}
                            SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
     endforeach()
   else()
-    add_test(NAME ${name} COMMAND $<TARGET_FILE:${name}> ${T_ARGS})
+    add_test(NAME ${name} COMMAND $<TARGET_FILE:${_target}> ${T_ARGS})
     set_tests_properties(${name} PROPERTIES LABELS "${_labels}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
                          ENVIRONMENT "${_env}")
   endif()
