@@ -1,4 +1,4 @@
-/* ZOE_DPU_EXACT (docs/offload.md, "The exact schedule"): the host update of a step, started
+/* ZOE_DPU_EXACT (docs/offload.md, "Schedules", `exact`): the host update of a step, started
  * bucket by bucket while the backward of the step's last micro-batch goes on.
  *
  * Backward completes buckets from the last layer to the first; the host gradient partition of a
@@ -13,7 +13,8 @@
  *
  * A bucket is not handed over when its gradient is not finite (its update could not be undone)
  * or when this rank's part of the norm already exceeds the clip threshold (the step clips for
- * certain): that bucket and every later one wait for the step.
+ * certain): that bucket and every later one wait for the step. With TP > 1 the TP-replicated
+ * segments are left to the step (see run_set).
  *
  * With gated_forward, what the step leaves to do (those buckets, and the redone ones) is not done
  * in the step: a worker does it bucket by bucket in bucket order, which is the forward's order,
