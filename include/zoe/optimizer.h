@@ -122,7 +122,7 @@ typedef enum zoe_dpu_schedule {
     /* Weight prediction: iteration i reads w_{i-2} moved on along the step that made it (that
      * step repeated with the moments it left, dpu_predict_scale times), a prediction of
      * w_{i-1}; the fp32 master stays exact. Needs a separate master on the CPU backend with
-     * fp32 weights. zoe-train's default. */
+     * fp32 weights. */
     ZOE_DPU_PREDICT = 1,
     /* Delay compensation (DC-ASGD): g_i + lambda g_i^2 / sqrt(v) (w_{i-1} - w_{i-2}), the last
      * step recomputed from the moments; fp32 weights on the CPU backend only. */

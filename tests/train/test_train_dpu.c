@@ -15,7 +15,7 @@
  * differs from sync by far more than the tolerance, so the comparison can tell a one-step
  * stale run from a synchronous one (or from one that is stale by another amount).
  *
- * The same for the weight prediction (ZOE_DPU_PREDICT, zoe-train's default): the reference's
+ * The same for the weight prediction (ZOE_DPU_PREDICT): the reference's
  * iteration i >= N + 3 reads the prediction made after step i - 2 from that step's master and
  * moments (read back from the optimizer) with the optimizer's prediction kernel, per tensor with
  * its own weight decay, and iteration N + 2 reads w_N. (The delay compensation changes the
