@@ -222,12 +222,14 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     r->time.host_stall = host;
     r->time.stall_share = sync > 0 ? host / sync : 0.0;
     /* DPU, zoe-train's exact schedule: the host update and the copy back of each bucket run
-     * while the backward of the step's last micro-batch goes on; what is left when it ends is
-     * exposed, at least the embedding's share (its gradient is final last). On the CPU backend
-     * both run on the same cores: it hides nothing. */
+     * while the backward of the step's last micro-batch goes on, and what is left when it ends
+     * during the next forward, in the forward's order; exposed is what outlasts both, and at
+     * least the embedding's share (its gradient is final last, and the forward reads it
+     * first). On the CPU backend both run on the same cores: it hides nothing. */
+    double forward_mb = r->time.compute / k * (1.0 / passes);
     double embedding_share =
         r->rank_params > 0 ? (double)m->vocab * m->hidden / t / (double)r->rank_params : 0.0;
-    double exposed_host = fmax(host - backward_mb, host * fmin(1.0, embedding_share));
+    double exposed_host = fmax(host - backward_mb - forward_mb, host * fmin(1.0, embedding_share));
     double dpu = cpu ? sync : device + exposed_host + r->time.dp_all_gather;
     r->time.step = p->dpu ? dpu : sync;
     r->time.hidden_by_dpu = sync - dpu;

@@ -84,18 +84,24 @@ typedef struct zoe_speculation {
     double unscale;         /* 1 / (micro-batches * loss scale) of the expected step */
     int stopped;            /* a bucket failed the checks: it and the rest wait for the step */
     int spec_set;           /* which segments the worker updates (speculate.c's run_set) */
-    int *queue;             /* bucket indices in completion order, num_buckets */
+    /* The running speculation's own copies (expect_step of the next step may write the above
+     * while its worker still runs, the settling having taken the step's tail over). */
+    zoe_step_consts run_consts;
+    int run_set;
+    int *queue; /* bucket indices in completion order, num_buckets */
     int queued, taken, closing;
     unsigned char *applied; /* per bucket: the worker updated it (read after the join) */
     /* Settling: the worker updates bucket after bucket (settle_consts, or undoes the applied
      * ones for a skipped step) and publishes done_upto; the forward refreshes up to a bucket. */
     int settling, settle_skip, settle_set, done_upto, next_refresh, settle_buf;
     zoe_step_consts settle_consts, settle_guess; /* the step's, and the speculation's */
-    pthread_t worker;
-    int worker_running, lock_ready;
+    pthread_t worker;                            /* the speculation's worker, or the settling's */
+    pthread_t spec_tail; /* the speculation's worker, handed to the settling to join */
+    int worker_running, tail_running, lock_ready;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    zoe_status status; /* the worker's */
+    zoe_status status;        /* the speculation worker's */
+    zoe_status settle_status; /* the settling worker's (and the speculation's it took over) */
     char error[256];
     double ms_update; /* the speculation worker's Adam time */
     double ms_settle; /* the settling worker's, reported with the next step */

@@ -33,6 +33,9 @@
 /* A gradient sum of squares (scaled to the step) at or beyond this is treated as an overflow
  * risk: g^2 of one element could exceed the fp32 range in the second moment. */
 #define SPEC_SUMSQ_LIMIT 1e30
+/* applied[b]: 0 not updated, 1 updated by the speculation, TO_SPECULATE queued for it but
+ * handed to the settling */
+#define TO_SPECULATE 2
 
 zoe_status zoe_spec_create(zoe_optimizer *opt) {
     zoe_speculation *sp = &opt->spec;
@@ -62,7 +65,7 @@ void zoe_spec_destroy(zoe_optimizer *opt) {
     zoe_speculation *sp = &opt->spec;
     if (sp->worker_running) {
         close_queue(sp);
-        pthread_join(sp->worker, NULL);
+        pthread_join(sp->worker, NULL); /* a settling joins the speculation's tail itself */
     }
     if (sp->lock_ready) {
         pthread_cond_destroy(&sp->wake);
@@ -148,7 +151,7 @@ static void *spec_worker(void *arg) {
         pthread_mutex_unlock(&sp->lock);
         if (sp->status != ZOE_OK) continue; /* drain the queue; the step reports the error */
         double t0 = zoe_clock_ms();
-        sp->status = update_runs(opt, &sp->consts, opt->grad_buf, b, sp->spec_set, 0);
+        sp->status = update_runs(opt, &sp->run_consts, opt->grad_buf, b, (run_set)sp->run_set, 0);
         if (sp->status == ZOE_OK) sp->applied[b] = 1;
         sp->ms_update += zoe_clock_ms() - t0;
     }
@@ -187,22 +190,31 @@ static void *settle_worker(void *arg) {
         st = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
 #endif
     double t0 = zoe_clock_ms();
+    if (sp->tail_running) { /* the speculation's last buckets, still running at the step */
+        pthread_join(sp->spec_tail, NULL);
+        sp->tail_running = 0;
+        if (st == ZOE_OK && sp->status != ZOE_OK) st = zoe_fail(sp->status, "%s", sp->error);
+    }
     int redone = 0, held = 0;
     for (int b = 0; b < opt->lay.num_buckets; b++) {
+        if (st == ZOE_OK && sp->applied[b] == TO_SPECULATE) {
+            st = update_runs(opt, &sp->settle_guess, sp->settle_buf, b, (run_set)sp->settle_set, 0);
+            sp->applied[b] = 1;
+        }
         if (st == ZOE_OK)
             st = settle_bucket(opt, sp->settle_skip ? NULL : &sp->settle_consts, &sp->settle_guess,
                                (run_set)sp->settle_set, sp->settle_buf, b, &redone, &held);
         if (st == ZOE_OK) st = zoe_stream_synchronize(opt->update_stream);
         pthread_mutex_lock(&sp->lock);
-        if (st != ZOE_OK && sp->status == ZOE_OK) {
-            sp->status = st;
+        if (st != ZOE_OK && sp->settle_status == ZOE_OK) {
+            sp->settle_status = st;
             snprintf(sp->error, sizeof sp->error, "%s", zoe_last_error());
         }
         sp->done_upto = b;
         pthread_cond_broadcast(&sp->wake);
         pthread_mutex_unlock(&sp->lock);
     }
-    sp->ms_settle = zoe_clock_ms() - t0;
+    sp->ms_settle = zoe_clock_ms() - t0 + sp->ms_update; /* the speculation's too */
     return NULL;
 }
 
@@ -243,6 +255,7 @@ static zoe_status arm(zoe_optimizer *opt) {
     ZOE_TRY(zoe_spec_complete(opt));
     sp->queued = sp->taken = sp->closing = 0;
     sp->status = ZOE_OK;
+    sp->run_consts = sp->consts, sp->run_set = sp->spec_set;
     sp->ms_update = 0;
     memset(sp->applied, 0, (size_t)opt->lay.num_buckets);
     if (pthread_create(&sp->worker, NULL, spec_worker, opt) != 0)
@@ -292,23 +305,40 @@ zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf
     zoe_speculation *sp = &opt->spec;
     *redone = *deferred = 0;
     opt->stats.speculated = 0;
+    int armed = sp->armed, queued = sp->queued;
     sp->expected = sp->armed = 0;
     if (opt->cfg.gated_forward) {
         sp->settle_skip = c == NULL;
         if (c) sp->settle_consts = *c;
-        /* the next expect_step may overwrite these meanwhile */
-        sp->settle_guess = sp->consts, sp->settle_set = sp->spec_set;
+        sp->settle_guess = sp->run_consts, sp->settle_set = sp->run_set;
         sp->settle_buf = buf;
         sp->done_upto = -1, sp->next_refresh = 0;
-        sp->status = ZOE_OK;
-        /* what held, and what the settling will redo, is known now */
-        for (int b = 0; b < opt->lay.num_buckets; b++)
-            if (sp->applied[b] && c && same_consts(c, &sp->consts))
-                opt->stats.speculated = 1;
-            else if (sp->applied[b])
-                *redone = 1;
-        if (pthread_create(&sp->worker, NULL, settle_worker, opt) != 0)
+        sp->settle_status = ZOE_OK;
+        /* The buckets queued but not yet taken by the speculation's worker pass to the settling
+         * (applied = TO_SPECULATE), which runs them in bucket order, the forward's, so the next
+         * forward waits for each only when it needs it; the worker finishes the bucket it has
+         * (the settling joins it first). The settling does to such a bucket exactly what the
+         * worker would have (its speculative update, then the settling's), so the result does
+         * not depend on how far the worker got. */
+        if (sp->worker_running) {
+            pthread_mutex_lock(&sp->lock);
+            for (int i = sp->taken; i < sp->queued; i++) sp->applied[sp->queue[i]] = TO_SPECULATE;
+            sp->queued = sp->taken;
+            sp->closing = 1;
+            pthread_cond_signal(&sp->wake);
+            pthread_mutex_unlock(&sp->lock);
+            sp->spec_tail = sp->worker;
+            sp->worker_running = 0;
+            sp->tail_running = 1;
+        }
+        int any = armed && queued > 0, guessed = c && same_consts(c, &sp->run_consts);
+        opt->stats.speculated = any && guessed;
+        *redone = any && !guessed;
+        if (pthread_create(&sp->worker, NULL, settle_worker, opt) != 0) {
+            if (sp->tail_running) pthread_join(sp->spec_tail, NULL);
+            sp->tail_running = 0;
             return zoe_fail(ZOE_ERR_INTERNAL, "could not start the settling update thread");
+        }
         sp->worker_running = 1;
         sp->settling = 1;
         *deferred = 1;
@@ -316,7 +346,8 @@ zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf
     }
     int held = 0;
     for (int b = 0; b < opt->lay.num_buckets; b++)
-        ZOE_TRY(settle_bucket(opt, c, &sp->consts, (run_set)sp->spec_set, buf, b, redone, &held));
+        ZOE_TRY(
+            settle_bucket(opt, c, &sp->run_consts, (run_set)sp->run_set, buf, b, redone, &held));
     opt->stats.speculated = held;
     return ZOE_OK;
 }
@@ -327,8 +358,9 @@ static zoe_status settle_through(zoe_optimizer *opt, int b) {
     zoe_speculation *sp = &opt->spec;
     double t0 = zoe_clock_ms();
     pthread_mutex_lock(&sp->lock);
-    while (sp->done_upto < b && sp->status == ZOE_OK) pthread_cond_wait(&sp->wake, &sp->lock);
-    zoe_status st = sp->status;
+    while (sp->done_upto < b && sp->settle_status == ZOE_OK)
+        pthread_cond_wait(&sp->wake, &sp->lock);
+    zoe_status st = sp->settle_status;
     pthread_mutex_unlock(&sp->lock);
     sp->ms_gated += zoe_clock_ms() - t0;
     if (st != ZOE_OK) {

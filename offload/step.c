@@ -330,7 +330,8 @@ static zoe_status speculated_update(zoe_optimizer *opt, const zoe_step_consts *c
     if (!*deferred) ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     opt->stats.redone = redone;
     opt->stats.redone_total += redone;
-    opt->stats.ms_update += opt->spec.ms_update + (zoe_clock_ms() - t0);
+    /* deferred: the worker's time is the settling's, reported with the next step */
+    opt->stats.ms_update += (*deferred ? 0 : opt->spec.ms_update) + (zoe_clock_ms() - t0);
     return ZOE_OK;
 }
 
@@ -378,7 +379,9 @@ zoe_status zoe_optimizer_step(zoe_optimizer *opt, float lr) {
     opt->stats.redone = opt->stats.speculated = opt->stats.deferred = 0;
     if (speculated) {
         double t0 = zoe_clock_ms();
-        ZOE_TRY(zoe_spec_join(opt));
+        /* gated: the speculation's last buckets go on under the next forward (the settling
+         * takes them over); otherwise the step waits for them */
+        if (!opt->cfg.gated_forward) ZOE_TRY(zoe_spec_join(opt));
         opt->stats.ms_wait = zoe_clock_ms() - t0;
         opt->stats.ms_update = 0;
     }
