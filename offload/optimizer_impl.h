@@ -230,11 +230,11 @@ void zoe_spec_destroy(zoe_optimizer *opt);
 zoe_status zoe_spec_offer(zoe_optimizer *opt, int b, double host_sumsq);
 /* Waits for the worker (the step's wait). */
 zoe_status zoe_spec_join(zoe_optimizer *opt);
-/* After the join: c is the step's constants (NULL: the step is skipped). Buckets the worker
- * updated with other constants are undone, and every bucket not yet updated with c is: here,
- * or (gated_forward; *deferred is then 1) on the settling worker while the next forward runs. */
-zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int *redone,
-                           int *deferred);
+/* c is the step's constants (NULL: the step is skipped). Buckets the worker updated with other
+ * constants are undone, and every bucket not yet updated with c is: here (after the join), or
+ * with defer (gated_forward) on the settling worker while the next forward runs. */
+zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int defer,
+                           int *redone);
 /* Puts the state back as before the speculation (a state access between expect_step and step),
  * and finishes a settling (every bucket updated and refreshed; collective over DP). */
 zoe_status zoe_spec_cancel(zoe_optimizer *opt);
@@ -242,6 +242,8 @@ zoe_status zoe_spec_cancel(zoe_optimizer *opt);
 zoe_status zoe_spec_complete(zoe_optimizer *opt);
 
 /* step.c */
+/* A worker thread's first call: makes the optimizer's GPU current on it (CUDA). */
+zoe_status zoe_worker_device(const zoe_optimizer *opt);
 /* The Adam constants of a step with learning rate lr and gradient scale grad_scale, taken as
  * the step-th applied one: the configured weight decay, and none for exempt segments. */
 void zoe_step_consts_of(const zoe_optimizer *opt, float lr, float grad_scale, long step,

@@ -27,7 +27,6 @@
 #include <string.h>
 #include "offload/optimizer_impl.h"
 #include "runtime/clock.h"
-#include "runtime/device_impl.h"
 #include "runtime/error.h"
 
 /* A gradient sum of squares (scaled to the step) at or beyond this is treated as an overflow
@@ -90,20 +89,28 @@ static void host_range(const zoe_optimizer *opt, int b, size_t *b0, size_t *b1) 
  * decides on its own shards whether to speculate. They are a small share of the parameters. */
 typedef enum { RUNS_ALL, RUNS_SHARDED, RUNS_REPLICATED } run_set;
 
+/* Segment sg's part of host coordinates [b0, b1) as [*a, *e); 0 when it has none there. */
+static int segment_within(const zoe_optimizer *opt, const zoe_segment *sg, size_t b0, size_t b1,
+                          size_t *a, size_t *e) {
+    size_t h_lo = opt->sz.h_lo;
+    if (sg->offset + sg->len <= h_lo) return 0; /* in the device share */
+    size_t lo = sg->offset > h_lo ? sg->offset - h_lo : 0, hi = sg->offset + sg->len - h_lo;
+    *a = lo > b0 ? lo : b0, *e = hi < b1 ? hi : b1;
+    return *a < *e;
+}
+
 /* The host Adam (or its undo) over bucket b's segments of the set, in maximal runs of
  * consecutive such segments (each run a range of host coordinates). */
 static zoe_status update_runs(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int b,
                               run_set set, int undo) {
-    size_t b0, b1, h_lo = opt->sz.h_lo;
+    size_t b0, b1;
     host_range(opt, b, &b0, &b1);
     if (set == RUNS_ALL) return zoe_host_range_update(opt, c, buf, b0, b1, undo);
     size_t ra = 0, re = 0; /* the run being gathered, empty when ra == re */
     for (int s = 0; s < opt->lay.num_segments; s++) {
+        size_t a, e;
         const zoe_segment *sg = &opt->lay.segments[s];
-        if (sg->offset + sg->len <= h_lo) continue;
-        size_t a = sg->offset > h_lo ? sg->offset - h_lo : 0, e = sg->offset + sg->len - h_lo;
-        a = a > b0 ? a : b0, e = e < b1 ? e : b1;
-        if (a >= e) continue;
+        if (!segment_within(opt, sg, b0, b1, &a, &e)) continue;
         if (sg->replicated == (set == RUNS_REPLICATED)) {
             if (ra == re) ra = a;
             re = e;
@@ -118,13 +125,11 @@ static zoe_status update_runs(zoe_optimizer *opt, const zoe_step_consts *c, int 
 /* Whether host coordinates [b0, b1) hold any parameter of the set (not only the padding of
  * buckets). */
 static int range_has_params(const zoe_optimizer *opt, size_t b0, size_t b1, run_set set) {
-    size_t h_lo = opt->sz.h_lo;
     for (int s = 0; s < opt->lay.num_segments; s++) {
+        size_t a, e;
         const zoe_segment *sg = &opt->lay.segments[s];
-        if (sg->offset + sg->len <= h_lo) continue;
         if (set != RUNS_ALL && sg->replicated != (set == RUNS_REPLICATED)) continue;
-        size_t a = sg->offset > h_lo ? sg->offset - h_lo : 0, e = sg->offset + sg->len - h_lo;
-        if (a < b1 && e > b0) return 1;
+        if (segment_within(opt, sg, b0, b1, &a, &e)) return 1;
     }
     return 0;
 }
@@ -136,10 +141,7 @@ static int same_consts(const zoe_step_consts *a, const zoe_step_consts *b) {
 static void *spec_worker(void *arg) {
     zoe_optimizer *opt = arg;
     zoe_speculation *sp = &opt->spec;
-#ifdef ZOE_HAVE_CUDA
-    if (zoe_device_backend(opt->dev) == ZOE_BACKEND_CUDA)
-        sp->status = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
-#endif
+    sp->status = zoe_worker_device(opt);
     for (;;) {
         pthread_mutex_lock(&sp->lock);
         while (sp->taken == sp->queued && !sp->closing) pthread_cond_wait(&sp->wake, &sp->lock);
@@ -184,11 +186,7 @@ static zoe_status settle_bucket(zoe_optimizer *opt, const zoe_step_consts *c,
 static void *settle_worker(void *arg) {
     zoe_optimizer *opt = arg;
     zoe_speculation *sp = &opt->spec;
-    zoe_status st = ZOE_OK;
-#ifdef ZOE_HAVE_CUDA
-    if (zoe_device_backend(opt->dev) == ZOE_BACKEND_CUDA)
-        st = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
-#endif
+    zoe_status st = zoe_worker_device(opt);
     double t0 = zoe_clock_ms();
     if (sp->tail_running) { /* the speculation's last buckets, still running at the step */
         pthread_join(sp->spec_tail, NULL);
@@ -300,14 +298,14 @@ zoe_status zoe_spec_join(zoe_optimizer *opt) {
     return ZOE_OK;
 }
 
-zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int *redone,
-                           int *deferred) {
+zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf, int defer,
+                           int *redone) {
     zoe_speculation *sp = &opt->spec;
-    *redone = *deferred = 0;
+    *redone = 0;
     opt->stats.speculated = 0;
     int armed = sp->armed, queued = sp->queued;
     sp->expected = sp->armed = 0;
-    if (opt->cfg.gated_forward) {
+    if (defer) {
         sp->settle_skip = c == NULL;
         if (c) sp->settle_consts = *c;
         sp->settle_guess = sp->run_consts, sp->settle_set = sp->run_set;
@@ -341,7 +339,6 @@ zoe_status zoe_spec_finish(zoe_optimizer *opt, const zoe_step_consts *c, int buf
         }
         sp->worker_running = 1;
         sp->settling = 1;
-        *deferred = 1;
         return ZOE_OK;
     }
     int held = 0;
@@ -399,10 +396,7 @@ zoe_status zoe_spec_cancel(zoe_optimizer *opt) {
     ZOE_TRY(zoe_spec_complete(opt));
     if (!sp->expected) return ZOE_OK;
     ZOE_TRY(zoe_spec_join(opt));
-    int gated = opt->cfg.gated_forward, redone = 0, deferred = 0;
-    opt->cfg.gated_forward = 0; /* put back here and now */
-    zoe_status st = zoe_spec_finish(opt, NULL, opt->grad_buf, &redone, &deferred);
-    opt->cfg.gated_forward = gated;
-    ZOE_TRY(st);
+    int redone = 0; /* put back here and now, never deferred */
+    ZOE_TRY(zoe_spec_finish(opt, NULL, opt->grad_buf, 0, &redone));
     return zoe_stream_synchronize(opt->update_stream);
 }

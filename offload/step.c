@@ -192,14 +192,19 @@ static void release_grads(zoe_optimizer *opt) {
     pthread_mutex_unlock(&opt->release_lock);
 }
 
+zoe_status zoe_worker_device(const zoe_optimizer *opt) {
+#ifdef ZOE_HAVE_CUDA
+    /* The current GPU is per thread: a new one starts on GPU 0. */
+    if (zoe_device_backend(opt->dev) == ZOE_BACKEND_CUDA)
+        return zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
+#endif
+    (void)opt;
+    return ZOE_OK;
+}
+
 static void *update_worker(void *arg) {
     zoe_optimizer *opt = arg;
-    opt->flight_status = ZOE_OK;
-#ifdef ZOE_HAVE_CUDA
-    /* The current GPU is per thread: this one starts on GPU 0. */
-    if (zoe_device_backend(opt->dev) == ZOE_BACKEND_CUDA)
-        opt->flight_status = zoe_cuda_set_device(zoe_device_ordinal(opt->dev));
-#endif
+    opt->flight_status = zoe_worker_device(opt);
     if (opt->flight_status == ZOE_OK && opt->sz.dpu_snapshot)
         opt->flight_status = snapshot_grads(opt, opt->flight_buf, opt->flight_snap_scale);
     if (opt->sz.dpu_snapshot) release_grads(opt); /* also on failure: nothing may wait forever */
@@ -325,7 +330,8 @@ static zoe_status speculated_update(zoe_optimizer *opt, const zoe_step_consts *c
     double t0 = zoe_clock_ms();
     if (c) ZOE_TRY(update_start(opt, c, buf, 0));
     int redone = 0;
-    ZOE_TRY(zoe_spec_finish(opt, c, buf, &redone, deferred));
+    *deferred = opt->cfg.gated_forward;
+    ZOE_TRY(zoe_spec_finish(opt, c, buf, *deferred, &redone));
     opt->stats.deferred = *deferred;
     if (!*deferred) ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     opt->stats.redone = redone;
