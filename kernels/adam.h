@@ -83,6 +83,9 @@ zoe_status zoe_adam_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, float *m
  * finished fp32 gradient (the fp32 accumulator is then free for the next iteration). */
 zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *src, float scale,
                                   size_t n);
+/* zoe_grad_snapshot_host with a chosen path (tests); ZOE_ERR_UNSUPPORTED if the CPU lacks it. */
+zoe_status zoe_grad_snapshot_host_isa(zoe_cpu_isa isa, void *dst, zoe_dtype dst_dtype,
+                                      const float *src, float scale, size_t n);
 
 /* The delayed update's schedule variants (docs/offload.md, "Delayed parameter update"), scalar
  * passes with the same bits on every CPU. zoe_adam_predict_host: out[i] = out_dtype(w + scale *

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include "offload/optimizer_impl.h"
 #include "runtime/error.h"
+#include "runtime/host_array.h"
 
 static size_t min_size(size_t a, size_t b) {
     return a < b ? a : b;
@@ -82,8 +83,7 @@ zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, vo
 
 void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes) {
     /* Untouched pages: the first write, by the thread that will update them, places them. */
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    void *p = zoe_host_array_alloc(bytes);
     if (p) opt->mem.host_bytes += bytes;
     return p;
 }

@@ -198,7 +198,7 @@ struct zoe_optimizer {
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */
 zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
 zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
-void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes); /* 64-byte aligned; free() */
+void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes); /* zoe_host_array_alloc; free() */
 zoe_status zoe_config_check(const zoe_optimizer_config *cfg);
 
 /* grads.c */

@@ -3,6 +3,9 @@
  * feature names (clang 14 has no "f16c"), so the probe reads the bits itself. */
 #include "runtime/cpu.h"
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "zoe/log.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -27,9 +30,13 @@ static zoe_cpu_isa probe(void) {
     const int avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1,
               avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1;
     if (!(avx2 && fma && f16c)) return ZOE_CPU_ISA_SCALAR;
+    const unsigned max_subleaf = a;
     const int zmm_state = (xcr0 & 0xe6) == 0xe6; /* opmask, ZMM0-15 upper halves, ZMM16-31 */
-    if (zmm_state && avx512f && avx512dq && avx512bw && avx512vl) return ZOE_CPU_ISA_AVX512;
-    return ZOE_CPU_ISA_AVX2;
+    if (!(zmm_state && avx512f && avx512dq && avx512bw && avx512vl)) return ZOE_CPU_ISA_AVX2;
+    if (max_subleaf < 1) return ZOE_CPU_ISA_AVX512;
+    __cpuid_count(7, 1, a, b, c, d);
+    const int avx512_bf16 = (a >> 5) & 1;
+    return avx512_bf16 ? ZOE_CPU_ISA_AVX512_BF16 : ZOE_CPU_ISA_AVX512;
 }
 #else
 static zoe_cpu_isa probe(void) {
@@ -42,8 +49,23 @@ static zoe_cpu_isa probe(void) {
 static pthread_once_t probed = PTHREAD_ONCE_INIT;
 static zoe_cpu_isa best = ZOE_CPU_ISA_SCALAR;
 
+/* ZOE_CPU_ISA=scalar|avx2|avx512|avx512_bf16 caps the level: every path this CPU has, run by
+ * the whole program (the tests at avx2 on an AVX-512 machine; a benchmark's A/B of two paths). */
 static void probe_once(void) {
     best = probe();
+    const char *cap = getenv("ZOE_CPU_ISA");
+    if (!cap || !*cap) return;
+    for (int isa = 0; isa < ZOE_CPU_ISA_COUNT; isa++)
+        if (strcmp(cap, zoe_cpu_isa_name((zoe_cpu_isa)isa)) == 0) {
+            if (isa > (int)best)
+                zoe_log(ZOE_LOG_WARN, "ZOE_CPU_ISA=%s: this CPU runs only up to %s", cap,
+                        zoe_cpu_isa_name(best));
+            else
+                best = (zoe_cpu_isa)isa;
+            return;
+        }
+    zoe_log(ZOE_LOG_WARN, "ZOE_CPU_ISA='%s' is not scalar, avx2, avx512 or avx512_bf16; using %s",
+            cap, zoe_cpu_isa_name(best));
 }
 
 zoe_cpu_isa zoe_cpu_isa_best(void) {
@@ -56,6 +78,6 @@ int zoe_cpu_isa_supported(zoe_cpu_isa isa) {
 }
 
 const char *zoe_cpu_isa_name(zoe_cpu_isa isa) {
-    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    static const char *const names[] = {"scalar", "avx2", "avx512", "avx512_bf16"};
     return isa >= 0 && isa < ZOE_CPU_ISA_COUNT ? names[isa] : "unknown";
 }

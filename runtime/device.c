@@ -5,8 +5,7 @@
 #include <strings.h>
 #include "runtime/device_impl.h"
 #include "runtime/error.h"
-
-#define ZOE_CPU_ALIGN 64
+#include "runtime/host_array.h"
 
 const char *zoe_backend_name(zoe_backend backend) {
     return backend == ZOE_BACKEND_CUDA ? "cuda" : backend == ZOE_BACKEND_CPU ? "cpu" : "unknown";
@@ -79,8 +78,7 @@ int zoe_device_ordinal(const zoe_device *dev) {
 }
 
 static zoe_status cpu_alloc(size_t bytes, void **out) {
-    size_t rounded = (bytes + ZOE_CPU_ALIGN - 1) / ZOE_CPU_ALIGN * ZOE_CPU_ALIGN;
-    *out = aligned_alloc(ZOE_CPU_ALIGN, rounded ? rounded : ZOE_CPU_ALIGN);
+    *out = zoe_host_array_alloc(bytes);
     if (!*out) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%zu bytes of host memory asked for", bytes);
     return ZOE_OK;
 }

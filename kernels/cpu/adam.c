@@ -39,6 +39,9 @@ zoe_status zoe_adam_host_to_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, const
                         zoe_cpu_isa_name(isa));
     int odt = out ? (int)out_dtype : ADAM_OUT_NONE;
     switch (isa) {
+    case ZOE_CPU_ISA_AVX512_BF16:
+        zoe_adam_avx512_bf16(c, w_in, w_out, m, v, grad, grad_dtype, out, odt, n);
+        break;
     case ZOE_CPU_ISA_AVX512:
         zoe_adam_avx512(c, w_in, w_out, m, v, grad, grad_dtype, out, odt, n);
         break;
@@ -74,14 +77,20 @@ zoe_status zoe_adam_host(const zoe_adam_consts *c, float *master, float *m, floa
     return zoe_adam_host_to(c, master, master, m, v, grad, grad_dtype, out, out_dtype, n);
 }
 
-zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *src, float scale,
-                                  size_t n) {
+zoe_status zoe_grad_snapshot_host_isa(zoe_cpu_isa isa, void *dst, zoe_dtype dst_dtype,
+                                      const float *src, float scale, size_t n) {
     if (!is_float_dtype(dst_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "snapshot: dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(dst_dtype));
     if (n && (!dst || !src))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "snapshot: NULL buffer for %zu elements", n);
-    switch (zoe_cpu_isa_best()) {
+    if (!zoe_cpu_isa_supported(isa))
+        return zoe_fail(ZOE_ERR_UNSUPPORTED, "snapshot: this CPU cannot run the %s path",
+                        zoe_cpu_isa_name(isa));
+    switch (isa) {
+    case ZOE_CPU_ISA_AVX512_BF16:
+        zoe_snapshot_avx512_bf16(dst, dst_dtype, src, scale, n);
+        break;
     case ZOE_CPU_ISA_AVX512:
         zoe_snapshot_avx512(dst, dst_dtype, src, scale, n);
         break;
@@ -95,6 +104,11 @@ zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *s
     return ZOE_OK;
 }
 
+zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *src, float scale,
+                                  size_t n) {
+    return zoe_grad_snapshot_host_isa(zoe_cpu_isa_best(), dst, dst_dtype, src, scale, n);
+}
+
 zoe_status zoe_grad_accumulate_host(float *dst, const void *src, zoe_dtype src_dtype, float scale,
                                     int assign, size_t n, double *sumsq) {
     if (!is_float_dtype(src_dtype))
@@ -105,6 +119,9 @@ zoe_status zoe_grad_accumulate_host(float *dst, const void *src, zoe_dtype src_d
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "accumulate: NULL buffer for %zu elements", n);
     double s;
     switch (zoe_cpu_isa_best()) {
+    case ZOE_CPU_ISA_AVX512_BF16:
+        s = zoe_accumulate_avx512_bf16(dst, src, src_dtype, scale, assign, n);
+        break;
     case ZOE_CPU_ISA_AVX512:
         s = zoe_accumulate_avx512(dst, src, src_dtype, scale, assign, n);
         break;

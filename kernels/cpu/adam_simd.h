@@ -94,7 +94,8 @@ static inline const void *adam_address_ahead(const void *p, size_t bytes) {
     return (const void *)((uintptr_t)p + bytes);
 }
 
-/* The vector instantiations (adam_avx2.c, adam_avx512.c); odt ADAM_OUT_NONE means no output. */
+/* The vector instantiations (adam_avx2.c, adam_avx512.c, adam_avx512_bf16.c); odt ADAM_OUT_NONE
+ * means no output. */
 void zoe_adam_avx2(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m, float *v,
                    const void *grad, int gdt, void *out, int odt, size_t n);
 double zoe_accumulate_avx2(float *dst, const void *src, int sdt, float scale, int assign, size_t n);
@@ -104,6 +105,11 @@ void zoe_adam_avx512(const zoe_adam_consts *c, const float *w_in, float *w_out, 
 double zoe_accumulate_avx512(float *dst, const void *src, int sdt, float scale, int assign,
                              size_t n);
 void zoe_snapshot_avx512(void *dst, int ddt, const float *src, float scale, size_t n);
+void zoe_adam_avx512_bf16(const zoe_adam_consts *c, const float *w_in, float *w_out, float *m,
+                          float *v, const void *grad, int gdt, void *out, int odt, size_t n);
+double zoe_accumulate_avx512_bf16(float *dst, const void *src, int sdt, float scale, int assign,
+                                  size_t n);
+void zoe_snapshot_avx512_bf16(void *dst, int ddt, const float *src, float scale, size_t n);
 
 #endif /* ZOE_KERNELS_CPU_ADAM_SIMD_H */
 

@@ -1,5 +1,5 @@
-/* The host Adam kernels, every path this CPU runs (scalar, AVX2, AVX-512), every gradient
- * dtype (fp32, bf16, fp16) and output dtype (fp32, bf16, fp16, none):
+/* The host Adam kernels, every path this CPU runs (scalar, AVX2, AVX-512, AVX512_BF16), every
+ * gradient dtype (fp32, bf16, fp16) and output dtype (fp32, bf16, fp16, none):
  *  - each SIMD path equals the scalar path bit for bit (same operations in the same order,
  *    no FMA, correctly rounded sqrt and division: kernels/adam.h), over pieces of lengths
  *    1, 8, 29, ... at offsets that misalign the output (peeling) and leave vector tails,
@@ -15,6 +15,8 @@
  *  - the gradient accumulation (assign and add, scaled, each source dtype) equals the scalar
  *    definition bit for bit on every path, and its sum of squares is within 1e-6 relative of a
  *    float64 sum (fp32 lane sums, flushed to double).
+ * Denormal weights and snapshot values are in vector lanes: the AVX512_BF16 path's instruction
+ * flushes them, so that path must round them by the integer code.
  * Paths this CPU lacks are reported as skipped, and must fail with ZOE_ERR_UNSUPPORTED. */
 #include <math.h>
 #include <stdlib.h>
@@ -48,6 +50,13 @@ static void check_paths_bitwise(const zoe_adam_consts *c, zoe_dtype gdt, zoe_dty
     for (int i = 40; i < N; i += 97) {
         const uint32_t bits = i % 2 ? 0x7fc0ffffu : 0xffffffffu;
         memcpy(&w0[i], &bits, sizeof bits);
+    }
+    /* Denormal weights with nothing to update them (zero gradient and moments): with decoupled
+     * decay they stay denormal, which the AVX512_BF16 instruction would flush to zero where
+     * zoe_f32_to_bf16 rounds; their pairs of vectors must take the integer rounding. */
+    for (int i = 300; i < 400; i += 7) {
+        w0[i] = (i % 2 ? 1 : -1) * 0x1p-127f * (float)(1 + i % 5), m0[i] = v0[i] = g32[i] = 0;
+        w0[i + 1] = 0x1p-149f; /* the smallest, next to a zero gradient of the one before */
     }
     uint16_t g16[N];
     const void *g = g32;
@@ -156,7 +165,9 @@ static void check_accumulate(zoe_dtype sdt, int assign) {
           want_sumsq);
 }
 
-static const zoe_cpu_isa isas[] = {ZOE_CPU_ISA_SCALAR, ZOE_CPU_ISA_AVX2, ZOE_CPU_ISA_AVX512};
+static const zoe_cpu_isa isas[] = {ZOE_CPU_ISA_SCALAR, ZOE_CPU_ISA_AVX2, ZOE_CPU_ISA_AVX512,
+                                   ZOE_CPU_ISA_AVX512_BF16};
+enum { NUM_ISAS = sizeof isas / sizeof isas[0] };
 
 /* The in-place forms against separate buffers, on every path this CPU runs. */
 static void check_in_place(const zoe_adam_consts *c, zoe_dtype half) {
@@ -166,7 +177,7 @@ static void check_in_place(const zoe_adam_consts *c, zoe_dtype half) {
     fill_state(&rng, w0, m0, v0, g0);
     uint16_t gh0[N];
     to_dtype(half, g0, gh0);
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < NUM_ISAS; p++) {
         if (!zoe_cpu_isa_supported(isas[p])) continue;
         float w[N], m[N], v[N], g[N], wo[N], rm[N], rv[N];
         /* fp32: w_out over the gradient, the weights only read. */
@@ -194,7 +205,7 @@ static void check_in_place(const zoe_adam_consts *c, zoe_dtype half) {
     }
 }
 
-/* The snapshot kernel against its scalar definition. */
+/* The snapshot kernel against its scalar definition, on every path this CPU runs. */
 static void check_snapshot(zoe_dtype dt) {
     test_rng rng;
     test_rng_seed(&rng, 41 + dt);
@@ -209,25 +220,42 @@ static void check_snapshot(zoe_dtype dt) {
         uint32_t bits = nans[k % 4];
         memcpy(&g[i], &bits, sizeof bits);
     }
+    /* Products that are denormal (rounded by zoe_f32_to_bf16, flushed by the bf16 instruction),
+     * and zeros around them. */
+    for (int i = 500; i < 600; i += 9)
+        g[i] = (i % 2 ? 1e-38f : -3e-39f) * (float)(i % 4), g[i + 1] = 0;
     const float scale = 1.0f / 3.0f;
     for (int i = 0; i < N; i++) {
         want32[i] = g[i] * scale;
         want[i] = dt == ZOE_BF16 ? zoe_f32_to_bf16(want32[i]) : zoe_f32_to_f16(want32[i]);
     }
     int off = 5; /* misaligned: the peel */
-    CHECK_OK(zoe_grad_snapshot_host(got + off, dt, g + off, scale, N - off));
-    CHECK_OK(zoe_grad_snapshot_host(got32 + off, ZOE_F32, g + off, scale, N - off));
-    CHECK(!memcmp(got + off, want + off, (N - off) * 2) &&
-              !memcmp(got32 + off, want32 + off, (N - off) * 4),
-          "%s snapshot differs from the scalar rounding", zoe_dtype_name(dt));
+    for (int p = 0; p < NUM_ISAS; p++) {
+        memset(got, 0xA5, sizeof got), memset(got32, 0xA5, sizeof got32);
+        zoe_status st = zoe_grad_snapshot_host_isa(isas[p], got + off, dt, g + off, scale, N - off);
+        if (!zoe_cpu_isa_supported(isas[p])) {
+            CHECK(st == ZOE_ERR_UNSUPPORTED, "%s snapshot on a CPU without it returned %d",
+                  zoe_cpu_isa_name(isas[p]), (int)st);
+            continue;
+        }
+        CHECK_OK(st);
+        CHECK_OK(
+            zoe_grad_snapshot_host_isa(isas[p], got32 + off, ZOE_F32, g + off, scale, N - off));
+        CHECK(!memcmp(got + off, want + off, (N - off) * 2) &&
+                  !memcmp(got32 + off, want32 + off, (N - off) * 4),
+              "%s %s snapshot differs from the scalar rounding", zoe_cpu_isa_name(isas[p]),
+              zoe_dtype_name(dt));
+    }
 }
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     if (test_rank() == 0)
-        printf("paths on this CPU: scalar%s%s (best %s)\n",
+        printf("paths on this CPU: scalar%s%s%s (best %s)\n",
                zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX2) ? " avx2" : " [avx2 skipped]",
                zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX512) ? " avx512" : " [avx512 skipped]",
+               zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX512_BF16) ? " avx512_bf16"
+                                                              : " [avx512_bf16 skipped]",
                zoe_cpu_isa_name(zoe_cpu_isa_best()));
     const zoe_dtype dts[] = {ZOE_F32, ZOE_BF16, ZOE_F16};
     for (int decoupled = 0; decoupled < 2; decoupled++) {
