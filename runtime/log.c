@@ -27,7 +27,8 @@ static void read_level(void) {
         return;
     }
     /* Once per process: this runs once. */
-    fprintf(stderr, "%s warn: ZOE_LOG='%s' is not debug, info, warn, error or off; logging at info\n",
+    fprintf(stderr,
+            "%s warn: ZOE_LOG='%s' is not debug, info, warn, error or off; logging at info\n",
             logger.prefix, env);
 }
 

@@ -96,10 +96,10 @@ void zoe_cpu_store_tile(const zoe_cpu_kernels *ck, void *dst, zoe_dtype dt, int6
 
 /* ---- ISA dispatch ----
  * ZOE_CPU_MULTIVERSION(name, params, args) compiles the always-inline function name##_body
- * three times (baseline, AVX2+FMA, AVX-512; the AVX512_BF16 level runs the AVX-512 one) and defines `static void name params` that calls
- * the variant for the context's ISA. params must start with `zoe_cpu_isa isa`; args repeats
- * the parameter names. The bodies are plain loops with `#pragma omp simd`: the compiler
- * vectorises each variant for its target. */
+ * three times (baseline, AVX2+FMA, AVX-512; the AVX512_BF16 level runs the AVX-512 one) and
+ * defines `static void name params` that calls the variant for the context's ISA. params must
+ * start with `zoe_cpu_isa isa`; args repeats the parameter names. The bodies are plain loops with
+ * `#pragma omp simd`: the compiler vectorises each variant for its target. */
 #define ZOE_CPU_INLINE static inline __attribute__((always_inline))
 
 #define ZOE_CPU_MULTIVERSION(name, params, args)                                                   \
