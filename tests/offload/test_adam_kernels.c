@@ -165,10 +165,6 @@ static void check_accumulate(zoe_dtype sdt, int assign) {
           want_sumsq);
 }
 
-static const zoe_cpu_isa isas[] = {ZOE_CPU_ISA_SCALAR, ZOE_CPU_ISA_AVX2, ZOE_CPU_ISA_AVX512,
-                                   ZOE_CPU_ISA_AVX512_BF16};
-enum { NUM_ISAS = sizeof isas / sizeof isas[0] };
-
 /* The in-place forms against separate buffers, on every path this CPU runs. */
 static void check_in_place(const zoe_adam_consts *c, zoe_dtype half) {
     test_rng rng;
@@ -177,31 +173,32 @@ static void check_in_place(const zoe_adam_consts *c, zoe_dtype half) {
     fill_state(&rng, w0, m0, v0, g0);
     uint16_t gh0[N];
     to_dtype(half, g0, gh0);
-    for (int p = 0; p < NUM_ISAS; p++) {
-        if (!zoe_cpu_isa_supported(isas[p])) continue;
+    for (int p = 0; p < ZOE_CPU_ISA_COUNT; p++) {
+        const zoe_cpu_isa isa = (zoe_cpu_isa)p;
+        if (!zoe_cpu_isa_supported(isa)) continue;
         float w[N], m[N], v[N], g[N], wo[N], rm[N], rv[N];
         /* fp32: w_out over the gradient, the weights only read. */
         memcpy(w, w0, sizeof w), memcpy(m, m0, sizeof m), memcpy(v, v0, sizeof v);
         memcpy(g, g0, sizeof g), memcpy(rm, m0, sizeof m), memcpy(rv, v0, sizeof v);
-        CHECK_OK(zoe_adam_host_to_isa(isas[p], c, w0, wo, rm, rv, g0, ZOE_F32, NULL, ZOE_F32, N));
-        CHECK_OK(zoe_adam_host_to_isa(isas[p], c, w, g, m, v, g, ZOE_F32, NULL, ZOE_F32, N));
+        CHECK_OK(zoe_adam_host_to_isa(isa, c, w0, wo, rm, rv, g0, ZOE_F32, NULL, ZOE_F32, N));
+        CHECK_OK(zoe_adam_host_to_isa(isa, c, w, g, m, v, g, ZOE_F32, NULL, ZOE_F32, N));
         CHECK(!memcmp(g, wo, sizeof g) && !memcmp(m, rm, sizeof m) && !memcmp(v, rv, sizeof v) &&
                   !memcmp(w, w0, sizeof w),
               "%s: new weights over the fp32 gradient differ from separate buffers",
-              zoe_cpu_isa_name(isas[p]));
+              zoe_cpu_isa_name(isa));
         /* Compute dtype: the new weights over the compute-dtype gradient (odd offset: peeling). */
         uint16_t gh[N], out[N];
         memcpy(w, w0, sizeof w), memcpy(m, m0, sizeof m), memcpy(v, v0, sizeof v);
         memcpy(wo, w0, sizeof w), memcpy(rm, m0, sizeof m), memcpy(rv, v0, sizeof v);
         memcpy(gh, gh0, sizeof gh);
-        CHECK_OK(zoe_adam_host_to_isa(isas[p], c, wo + 3, wo + 3, rm + 3, rv + 3, gh0 + 3, half,
+        CHECK_OK(zoe_adam_host_to_isa(isa, c, wo + 3, wo + 3, rm + 3, rv + 3, gh0 + 3, half,
                                       out + 3, half, N - 3));
-        CHECK_OK(zoe_adam_host_to_isa(isas[p], c, w + 3, w + 3, m + 3, v + 3, gh + 3, half, gh + 3,
+        CHECK_OK(zoe_adam_host_to_isa(isa, c, w + 3, w + 3, m + 3, v + 3, gh + 3, half, gh + 3,
                                       half, N - 3));
         CHECK(!memcmp(gh + 3, out + 3, (N - 3) * 2) && !memcmp(w, wo, sizeof w) &&
                   !memcmp(m, rm, sizeof m),
               "%s: new %s weights over the %s gradient differ from separate buffers",
-              zoe_cpu_isa_name(isas[p]), zoe_dtype_name(half), zoe_dtype_name(half));
+              zoe_cpu_isa_name(isa), zoe_dtype_name(half), zoe_dtype_name(half));
     }
 }
 
@@ -230,33 +227,34 @@ static void check_snapshot(zoe_dtype dt) {
         want[i] = dt == ZOE_BF16 ? zoe_f32_to_bf16(want32[i]) : zoe_f32_to_f16(want32[i]);
     }
     int off = 5; /* misaligned: the peel */
-    for (int p = 0; p < NUM_ISAS; p++) {
+    for (int p = 0; p < ZOE_CPU_ISA_COUNT; p++) {
+        const zoe_cpu_isa isa = (zoe_cpu_isa)p;
         memset(got, 0xA5, sizeof got), memset(got32, 0xA5, sizeof got32);
-        zoe_status st = zoe_grad_snapshot_host_isa(isas[p], got + off, dt, g + off, scale, N - off);
-        if (!zoe_cpu_isa_supported(isas[p])) {
+        zoe_status st = zoe_grad_snapshot_host_isa(isa, got + off, dt, g + off, scale, N - off);
+        if (!zoe_cpu_isa_supported(isa)) {
             CHECK(st == ZOE_ERR_UNSUPPORTED, "%s snapshot on a CPU without it returned %d",
-                  zoe_cpu_isa_name(isas[p]), (int)st);
+                  zoe_cpu_isa_name(isa), (int)st);
             continue;
         }
         CHECK_OK(st);
-        CHECK_OK(
-            zoe_grad_snapshot_host_isa(isas[p], got32 + off, ZOE_F32, g + off, scale, N - off));
+        CHECK_OK(zoe_grad_snapshot_host_isa(isa, got32 + off, ZOE_F32, g + off, scale, N - off));
         CHECK(!memcmp(got + off, want + off, (N - off) * 2) &&
                   !memcmp(got32 + off, want32 + off, (N - off) * 4),
-              "%s %s snapshot differs from the scalar rounding", zoe_cpu_isa_name(isas[p]),
+              "%s %s snapshot differs from the scalar rounding", zoe_cpu_isa_name(isa),
               zoe_dtype_name(dt));
     }
 }
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
-    if (test_rank() == 0)
-        printf("paths on this CPU: scalar%s%s%s (best %s)\n",
-               zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX2) ? " avx2" : " [avx2 skipped]",
-               zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX512) ? " avx512" : " [avx512 skipped]",
-               zoe_cpu_isa_supported(ZOE_CPU_ISA_AVX512_BF16) ? " avx512_bf16"
-                                                              : " [avx512_bf16 skipped]",
-               zoe_cpu_isa_name(zoe_cpu_isa_best()));
+    if (test_rank() == 0) {
+        printf("paths on this CPU:");
+        for (int p = 0; p < ZOE_CPU_ISA_COUNT; p++) {
+            const char *name = zoe_cpu_isa_name((zoe_cpu_isa)p);
+            printf(zoe_cpu_isa_supported((zoe_cpu_isa)p) ? " %s" : " [%s skipped]", name);
+        }
+        printf(" (best %s)\n", zoe_cpu_isa_name(zoe_cpu_isa_best()));
+    }
     const zoe_dtype dts[] = {ZOE_F32, ZOE_BF16, ZOE_F16};
     for (int decoupled = 0; decoupled < 2; decoupled++) {
         zoe_adam_hparams h = {.lr = 1e-3f,
