@@ -17,13 +17,18 @@
  * full-line non-temporal store per 64 bytes of the bf16 copy (truncated, where the step rounds;
  * write-only in bf16_weights, over the snapshot just read in bf16_dpu). It runs in two forms,
  * without and with the step's software prefetch (ZOE_ADAM_PREFETCH_AHEAD, kernels/adam.h), and
- * its figure is the faster of the two. Non-temporal stores to the fp32 arrays (read, then
+ * the form with the lower median counts. Non-temporal stores to the fp32 arrays (read, then
  * written) were 20-30 % slower for probe and step alike on an AVX-512 Xeon, so neither uses them.
- * Each figure is the fastest of REPS runs, step and both probes interleaved so that noise from
- * other processes hits all alike, in wall time and in process CPU time (which leaves out the time
- * other processes held the cores). Default N is 16M parameters (~0.4 GB); pass 100000000 for the
- * 100M figure. The summary's worst ratios are over every mode and thread count; its bytes are the
- * largest mode's (bf16_weights), against the goal of issue 14. */
+ * Step and both probes run REPS times (at least 2), interleaved, the step first in even
+ * repetitions and last in odd ones (summarize() below). step_over_probe is the paired ratio: each
+ * repetition's step over its own probe pass, the median per order and the geometric mean of the
+ * two orders, which holds still on a machine whose memory bandwidth others share; cpu_ same in
+ * process CPU time (which leaves out the time other processes held the cores). The fastest step
+ * over the fastest probe (fastest_step_over_probe) is printed too: on a quiet machine it agrees,
+ * on a shared one its two minima may come from different minutes. Default N is 16M parameters
+ * (~0.4 GB); pass 67108864 or more where the last-level cache is large. The summary's worst
+ * ratios are over every mode and thread count; its bytes are the largest mode's (bf16_weights),
+ * against the goal of issue 14. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -200,6 +205,85 @@ static void probe(const arrays *a, mode md, int prefetch) {
     }
 }
 
+/* One repetition's times: the step, the probe without [0] and with [1] the prefetch. */
+typedef struct timing {
+    double step_ms, step_cpu, probe_ms[2], probe_cpu[2];
+} timing;
+
+enum { MAX_REPS = 999 };
+
+static void time_step(timing *t, const arrays *a, const zoe_adam_consts *c, mode md) {
+    double t0 = now_ms(), c0 = cpu_ms();
+    fused_step(a, c, md);
+    t->step_ms = now_ms() - t0, t->step_cpu = cpu_ms() - c0;
+}
+
+static void time_probe(timing *t, const arrays *a, mode md, int prefetch) {
+    double t0 = now_ms(), c0 = cpu_ms();
+    probe(a, md, prefetch);
+    t->probe_ms[prefetch] = now_ms() - t0, t->probe_cpu[prefetch] = cpu_ms() - c0;
+}
+
+static int compare_doubles(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(double *x, int count) {
+    qsort(x, (size_t)count, sizeof *x, compare_doubles);
+    return count % 2 ? x[count / 2] : 0.5 * (x[count / 2 - 1] + x[count / 2]);
+}
+
+/* What one mode's repetitions say, in wall and in process CPU time. The probe's form (without or
+ * with the prefetch) is the one with the lower median over the repetitions, and only its passes
+ * count: the faster of two passes each repetition would be a minimum over twice the step's
+ * samples, which favours the probe by about half the pass-to-pass noise. Then the fastest step
+ * over the fastest probe (ratio), and the paired ratio: each repetition's step over its probe
+ * pass, the median over the repetitions of each order (even ones run the step first, odd ones
+ * the probes first), and the geometric mean of the two medians. The pairs see the same state of
+ * a shared machine's memory bandwidth, which drifts over seconds; the two orders cancel what a
+ * pass leaves behind for the next (prefetcher and cache state). probe_spread is the slowest over
+ * the fastest pass of the probe's form: how far the machine drifted during the runs. */
+typedef struct figures {
+    int probe_form;
+    double step_ms, step_cpu, probe_min_ms[2], probe_ms, probe_cpu, ratio, cpu_ratio;
+    double paired, paired_order[2], cpu_paired, probe_spread;
+} figures;
+
+static double median_of(const timing *t, int reps, int form) {
+    double x[MAX_REPS];
+    for (int r = 0; r < reps; r++) x[r] = t[r].probe_ms[form];
+    return median(x, reps);
+}
+
+static figures summarize(const timing *t, int reps) {
+    figures f = {.probe_form = median_of(t, reps, 1) < median_of(t, reps, 0),
+                 .step_ms = INFINITY,
+                 .step_cpu = INFINITY,
+                 .probe_min_ms = {INFINITY, INFINITY},
+                 .probe_ms = INFINITY,
+                 .probe_cpu = INFINITY};
+    const int pf = f.probe_form;
+    double wall[2][MAX_REPS], cpu[2][MAX_REPS], slowest_probe = 0;
+    int count[2] = {0, 0};
+    for (int r = 0; r < reps; r++) {
+        f.step_ms = fmin(f.step_ms, t[r].step_ms), f.step_cpu = fmin(f.step_cpu, t[r].step_cpu);
+        for (int k = 0; k < 2; k++) f.probe_min_ms[k] = fmin(f.probe_min_ms[k], t[r].probe_ms[k]);
+        f.probe_ms = fmin(f.probe_ms, t[r].probe_ms[pf]);
+        f.probe_cpu = fmin(f.probe_cpu, t[r].probe_cpu[pf]);
+        slowest_probe = fmax(slowest_probe, t[r].probe_ms[pf]);
+        int order = r % 2;
+        wall[order][count[order]] = t[r].step_ms / t[r].probe_ms[pf];
+        cpu[order][count[order]++] = t[r].step_cpu / t[r].probe_cpu[pf];
+    }
+    f.ratio = f.step_ms / f.probe_ms, f.cpu_ratio = f.step_cpu / f.probe_cpu;
+    for (int k = 0; k < 2; k++) f.paired_order[k] = median(wall[k], count[k]);
+    f.paired = sqrt(f.paired_order[0] * f.paired_order[1]);
+    f.cpu_paired = sqrt(median(cpu[0], count[0]) * median(cpu[1], count[1]));
+    f.probe_spread = slowest_probe / f.probe_ms;
+    return f;
+}
+
 /* AdamW as it is usually first written: one thread, bias corrections per element. */
 static void naive_adamw(const arrays *a, const zoe_adam_hparams *h, mode md) {
     for (size_t i = 0; i < a->n; i++) {
@@ -244,8 +328,9 @@ int main(int argc, char **argv) {
     int reps = argc > 2 ? atoi(argv[2]) : 7;
     /* --no-naive leaves out the naive AdamW (minutes at 64M parameters). */
     const int with_naive = argc <= 3;
-    if (n == 0 || reps < 1 || (argc > 3 && strcmp(argv[3], "--no-naive") != 0) || argc > 4) {
-        fprintf(stderr, "usage: bench_cpu_adam [N > 0] [REPS >= 1] [--no-naive]\n");
+    if (n == 0 || reps < 2 || reps > MAX_REPS || (argc > 3 && strcmp(argv[3], "--no-naive") != 0) ||
+        argc > 4) {
+        fprintf(stderr, "usage: bench_cpu_adam [N > 0] [REPS in 2..%d] [--no-naive]\n", MAX_REPS);
         return 2;
     }
     zoe_adam_hparams h = {.lr = 1e-4f,
@@ -258,7 +343,8 @@ int main(int argc, char **argv) {
                           .step = 10};
     zoe_adam_consts c;
     zoe_adam_consts_init(&c, &h);
-    double worst_ratio = 0, worst_cpu_ratio = 0, max_bytes = 0;
+    figures worst = {0};
+    double max_bytes = 0;
     int max_threads = omp_get_num_procs() < 2 ? omp_get_num_procs() : 2;
     for (int threads = 1; threads <= max_threads; threads++) {
         omp_set_num_threads(threads);
@@ -270,52 +356,49 @@ int main(int argc, char **argv) {
         for (int mi = 0; mi < NUM_MODES; mi++) {
             mode md = (mode)mi;
             double bytes = mode_bytes[md];
-            double step_ms = INFINITY, naive_ms = INFINITY, step_cpu = INFINITY;
-            /* [0] without, [1] with the prefetch; the probe's figure is the faster of the two. */
-            double probe_ms[2] = {INFINITY, INFINITY}, probe_cpu[2] = {INFINITY, INFINITY};
+            double naive_ms = INFINITY;
+            timing t[MAX_REPS];
             fused_step(&a, &c, md), probe(&a, md, 0), probe(&a, md, 1); /* warm-up */
             for (int r = 0; r < reps; r++) {
-                double t0 = now_ms(), c0 = cpu_ms();
-                fused_step(&a, &c, md);
-                step_ms = fmin(step_ms, now_ms() - t0), step_cpu = fmin(step_cpu, cpu_ms() - c0);
-                for (int pf = 0; pf < 2; pf++) {
-                    t0 = now_ms(), c0 = cpu_ms();
-                    probe(&a, md, pf);
-                    probe_ms[pf] = fmin(probe_ms[pf], now_ms() - t0);
-                    probe_cpu[pf] = fmin(probe_cpu[pf], cpu_ms() - c0);
-                }
+                if (r % 2 == 0) time_step(&t[r], &a, &c, md);
+                for (int k = 0; k < 2; k++) time_probe(&t[r], &a, md, r % 2 == 0 ? k : 1 - k);
+                if (r % 2 == 1) time_step(&t[r], &a, &c, md);
             }
-            double best_probe_ms = fmin(probe_ms[0], probe_ms[1]);
-            double best_probe_cpu = fmin(probe_cpu[0], probe_cpu[1]);
+            figures f = summarize(t, reps);
             int naive = with_naive && threads == 1 && (md == FP32 || md == BF16_WEIGHTS);
             for (int r = 0; naive && r < (reps < 3 ? reps : 3); r++) {
                 double t0 = now_ms();
                 naive_adamw(&a, &h, md);
                 naive_ms = fmin(naive_ms, now_ms() - t0);
             }
-            double ratio = step_ms / best_probe_ms, cpu_ratio = step_cpu / best_probe_cpu;
-            if (ratio > worst_ratio) worst_ratio = ratio;
-            if (cpu_ratio > worst_cpu_ratio) worst_cpu_ratio = cpu_ratio;
+            if (f.ratio > worst.ratio) worst.ratio = f.ratio;
+            if (f.cpu_ratio > worst.cpu_ratio) worst.cpu_ratio = f.cpu_ratio;
+            if (f.paired > worst.paired) worst.paired = f.paired;
+            if (f.cpu_paired > worst.cpu_paired) worst.cpu_paired = f.cpu_paired;
             if (bytes > max_bytes) max_bytes = bytes;
             printf(
                 "{\"bench\":\"cpu_adam\",\"mode\":\"%s\",\"isa\":\"%s\",\"threads\":%d,\"n\":%zu,"
                 "\"bytes_per_param\":%.0f,\"step_ms\":%.3f,\"probe_ms\":%.3f,"
-                "\"probe_plain_ms\":%.3f,\"probe_prefetch_ms\":%.3f,\"step_over_probe\":%.3f,"
-                "\"step_cpu_ms\":%.3f,\"probe_cpu_ms\":%.3f,\"cpu_step_over_probe\":%.3f,"
-                "\"step_gb_s\":%.2f",
-                mode_names[md], zoe_cpu_isa_name(zoe_cpu_isa_best()), threads, n, bytes, step_ms,
-                best_probe_ms, probe_ms[0], probe_ms[1], ratio, step_cpu, best_probe_cpu, cpu_ratio,
-                bytes * n / step_ms * 1e-6);
+                "\"probe_plain_ms\":%.3f,\"probe_prefetch_ms\":%.3f,\"probe_form\":\"%s\","
+                "\"step_over_probe\":%.3f,\"step_first\":%.3f,\"probe_first\":%.3f,"
+                "\"cpu_step_over_probe\":%.3f,\"fastest_step_over_probe\":%.3f,"
+                "\"fastest_cpu_step_over_probe\":%.3f,\"probe_spread\":%.3f,\"step_gb_s\":%.2f",
+                mode_names[md], zoe_cpu_isa_name(zoe_cpu_isa_best()), threads, n, bytes, f.step_ms,
+                f.probe_ms, f.probe_min_ms[0], f.probe_min_ms[1],
+                f.probe_form ? "prefetch" : "plain", f.paired, f.paired_order[0], f.paired_order[1],
+                f.cpu_paired, f.ratio, f.cpu_ratio, f.probe_spread, bytes * n / f.step_ms * 1e-6);
             if (naive)
-                printf(",\"naive_ms\":%.3f,\"naive_over_step\":%.2f", naive_ms, naive_ms / step_ms);
+                printf(",\"naive_ms\":%.3f,\"naive_over_step\":%.2f", naive_ms,
+                       naive_ms / f.step_ms);
             printf("}\n");
             fflush(stdout);
         }
         free_arrays(&a);
     }
     printf("{\"bench\":\"cpu_adam\",\"summary\":true,\"n\":%zu,\"worst_step_over_probe\":%.3f,"
-           "\"worst_cpu_step_over_probe\":%.3f,\"goal_ratio\":1.03,\"max_bytes_per_param\":%.0f,"
-           "\"goal_bytes\":30}\n",
-           n, worst_ratio, worst_cpu_ratio, max_bytes);
+           "\"worst_cpu_step_over_probe\":%.3f,\"worst_fastest_step_over_probe\":%.3f,"
+           "\"worst_fastest_cpu_step_over_probe\":%.3f,\"goal_ratio\":1.03,"
+           "\"max_bytes_per_param\":%.0f,\"goal_bytes\":30}\n",
+           n, worst.paired, worst.cpu_paired, worst.ratio, worst.cpu_ratio, max_bytes);
     return 0;
 }

@@ -2,20 +2,25 @@
  *
  * One pass per element reads the gradient (fp32, bf16 or fp16), the fp32 master weight and the
  * two fp32 moments, and writes the master weight, the moments and the new weight in the compute
- * dtype. Per element, in this order (the same operations, in the same order, on every path):
+ * dtype. Per element, in this order (the same operations, in the same order, on every path;
+ * fma(a, b, c) is a * b + c rounded once):
  *
  *     g  = grad * grad_scale                   grad_scale folds 1/loss_scale, 1/k and clipping
- *     g  = g + wd * w                          Adam with L2 only
- *     m  = beta1 * m + (1 - beta1) * g
- *     v  = beta2 * v + (1 - beta2) * g * g
+ *     g  = fma(wd, w, g)                       Adam with L2 only
+ *     m  = fma(beta1, m, (1 - beta1) * g)
+ *     v  = fma(beta2, v, (1 - beta2) * (g * g))
  *     w  = w * decay                           AdamW only: decay = 1 - lr * wd
- *     w  = w - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps)
+ *     w  = fma(-step_size, m / fma(sqrt(v), inv_sqrt_bc2, eps), w)
  *     out = dtype(w)                           round to nearest even
  *
- * with step_size = lr / (1 - beta1^t) and
- * inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t). There is no fused multiply-add: the step is memory-bound,
- * so FMA buys no time, and without it the scalar, AVX2 and AVX-512 paths give bit-identical
- * results, so a run does not depend on which CPU executed it.
+ * with step_size = lr / (1 - beta1^t) and inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t). Each fma is
+ * written out (fmaf, the FMA intrinsics, __fmaf_rn) and nothing else is contracted, so the
+ * scalar, AVX2, AVX-512 and CUDA paths give bit-identical results and a run does not depend on
+ * which processor executed it. The fused forms are not for accuracy (they round less, nothing
+ * more) but for the memory bound: the step is long in instructions (a division and a square root
+ * per element), and four fewer operations per element let the out-of-order core keep more of its
+ * loads in flight; without them the step ran 2.5-5 % slower than with them on an AVX-512 Xeon
+ * (docs/offload.md, "Host Adam speed"). Every x86 level the step has a SIMD path for has FMA.
  *
  * Host paths are single-threaded over the range they are given; callers split work into tiles
  * of ZOE_ADAM_TILE elements and run the tiles on OpenMP threads with a static schedule, the same

@@ -45,9 +45,9 @@ static inline double hsum_avx2(__m256 x) {
 #define W                       8
 #define V_SET1(x)               _mm256_set1_ps(x)
 #define V_ADD(a, b)             _mm256_add_ps(a, b)
-#define V_SUB(a, b)             _mm256_sub_ps(a, b)
 #define V_MUL(a, b)             _mm256_mul_ps(a, b)
 #define V_DIV(a, b)             _mm256_div_ps(a, b)
+#define V_FMA(a, b, c)          _mm256_fmadd_ps(a, b, c)
 #define V_SQRT(a)               _mm256_sqrt_ps(a)
 #define V_LOAD_F32(p)           _mm256_loadu_ps(p)
 #define V_STORE_F32(p, x)       _mm256_storeu_ps(p, x)

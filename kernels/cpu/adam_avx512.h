@@ -73,9 +73,9 @@ static inline double hsum_avx512(__m512 x) {
 #define W                      16
 #define V_SET1(x)              _mm512_set1_ps(x)
 #define V_ADD(a, b)            _mm512_add_ps(a, b)
-#define V_SUB(a, b)            _mm512_sub_ps(a, b)
 #define V_MUL(a, b)            _mm512_mul_ps(a, b)
 #define V_DIV(a, b)            _mm512_div_ps(a, b)
+#define V_FMA(a, b, c)         _mm512_fmadd_ps(a, b, c)
 #define V_SQRT(a)              _mm512_sqrt_ps(a)
 #define V_LOAD_F32(p)          _mm512_loadu_ps(p)
 #define V_STORE_F32(p, x)      _mm512_storeu_ps(p, x)

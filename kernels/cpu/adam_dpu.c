@@ -10,7 +10,7 @@
  * left (no new gradient). */
 static inline float step_again(const zoe_adam_consts *c, float w, float m, float v) {
     float ww = c->decoupled ? w * c->decay : w;
-    return ww - c->step_size * (m / (sqrtf(v) * c->inv_sqrt_bc2 + c->eps));
+    return fmaf(-c->step_size, m / fmaf(sqrtf(v), c->inv_sqrt_bc2, c->eps), ww);
 }
 
 zoe_status zoe_adam_predict_host(const zoe_adam_consts *c, float scale, const float *w,
@@ -40,7 +40,7 @@ zoe_status zoe_adam_compensate_host(const zoe_adam_consts *prev, float lambda, f
          * the decay term, a relative error of lr * wd). */
         float delta = step_again(prev, w[i], m[i], v[i]) - w[i];
         float g = grad[i] * grad_scale;
-        float denom = sqrtf(v[i]) * prev->inv_sqrt_bc2 + prev->eps;
+        float denom = fmaf(sqrtf(v[i]), prev->inv_sqrt_bc2, prev->eps);
         float corr = lambda * (g * g / denom) * delta;
         /* First order only: a correction larger than the gradient is outside its reach. */
         float bound = fabsf(g);

@@ -6,7 +6,8 @@
  *
  * A file that instantiates the vector loops defines, before including this header:
  *   VF, W              the vector type and its lane count
- *   V_SET1(x) V_ADD(a,b) V_SUB(a,b) V_MUL(a,b) V_DIV(a,b) V_SQRT(a)
+ *   V_SET1(x) V_ADD(a,b) V_MUL(a,b) V_DIV(a,b) V_SQRT(a)
+ *   V_FMA(a,b,c)       a * b + c rounded once (fmaf lane-wise)
  *   V_LOAD_F32(p) V_STORE_F32(p,x) V_LOAD_BF16(p) V_LOAD_F16(p)
  *   V_STREAM_F32(p,x)  non-temporal store of one vector (p aligned to W * 4 bytes)
  *   V_STREAM2_BF16(p,a,b) V_STREAM2_F16(p,a,b)  two vectors rounded to 2W 16-bit values, one
@@ -47,11 +48,11 @@ static inline void adam_store_scalar(void *p, size_t i, int dtype, float x) {
 static inline float adam_element(const zoe_adam_consts *c, int dec, float grad, float w, float *m,
                                  float *v) {
     float g = grad * c->grad_scale;
-    if (!dec) g = g + c->l2 * w;
-    float mm = c->beta1 * *m + c->one_minus_beta1 * g;
-    float vv = c->beta2 * *v + c->one_minus_beta2 * (g * g);
+    if (!dec) g = fmaf(c->l2, w, g);
+    float mm = fmaf(c->beta1, *m, c->one_minus_beta1 * g);
+    float vv = fmaf(c->beta2, *v, c->one_minus_beta2 * (g * g));
     float ww = dec ? w * c->decay : w;
-    ww = ww - c->step_size * (mm / (sqrtf(vv) * c->inv_sqrt_bc2 + c->eps));
+    ww = fmaf(-c->step_size, mm / fmaf(sqrtf(vv), c->inv_sqrt_bc2, c->eps), ww);
     *m = mm, *v = vv;
     return ww;
 }
@@ -145,7 +146,7 @@ static inline size_t ADAM_FN(peel)(const void *out, int odt, size_t n) {
 }
 
 typedef struct ADAM_FN(vconsts) {
-    VF gs, l2, b1, omb1, b2, omb2, decay, step, isb2, eps;
+    VF gs, l2, b1, omb1, b2, omb2, decay, neg_step, isb2, eps;
 } ADAM_FN(vconsts);
 
 /* adam_element() on W lanes at i: updates master, m and v and returns the new weights. */
@@ -154,11 +155,11 @@ ADAM_FN(update)(const ADAM_FN(vconsts) * k, int dec, const float *w_in, float *w
                 float *v, const void *grad, int gdt, size_t i) {
     VF w = V_LOAD_F32(w_in + i);
     VF g = V_MUL(ADAM_FN(load)(grad, i, gdt), k->gs);
-    if (!dec) g = V_ADD(g, V_MUL(k->l2, w));
-    VF mm = V_ADD(V_MUL(k->b1, V_LOAD_F32(m + i)), V_MUL(k->omb1, g));
-    VF vv = V_ADD(V_MUL(k->b2, V_LOAD_F32(v + i)), V_MUL(k->omb2, V_MUL(g, g)));
+    if (!dec) g = V_FMA(k->l2, w, g);
+    VF mm = V_FMA(k->b1, V_LOAD_F32(m + i), V_MUL(k->omb1, g));
+    VF vv = V_FMA(k->b2, V_LOAD_F32(v + i), V_MUL(k->omb2, V_MUL(g, g)));
     if (dec) w = V_MUL(w, k->decay);
-    w = V_SUB(w, V_MUL(k->step, V_DIV(mm, V_ADD(V_MUL(V_SQRT(vv), k->isb2), k->eps))));
+    w = V_FMA(k->neg_step, V_DIV(mm, V_FMA(V_SQRT(vv), k->isb2, k->eps)), w);
     V_STORE_F32(w_out + i, w);
     V_STORE_F32(m + i, mm);
     V_STORE_F32(v + i, vv);
@@ -193,7 +194,7 @@ ADAM_FN(adam_body)(const zoe_adam_consts *c, int dec, const float *w_in, float *
     const ADAM_FN(vconsts) k = {V_SET1(c->grad_scale),   V_SET1(c->l2),
                                 V_SET1(c->beta1),        V_SET1(c->one_minus_beta1),
                                 V_SET1(c->beta2),        V_SET1(c->one_minus_beta2),
-                                V_SET1(c->decay),        V_SET1(c->step_size),
+                                V_SET1(c->decay),        V_SET1(-c->step_size),
                                 V_SET1(c->inv_sqrt_bc2), V_SET1(c->eps)};
     size_t i = ADAM_FN(peel)(out, odt, n);
     adam_scalar_range(c, dec, w_in, w_out, m, v, grad, gdt, out, odt, 0, i);

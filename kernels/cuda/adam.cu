@@ -1,8 +1,8 @@
 // The device Adam for partial offload (one launch over a table of runs), and the gradient
 // accumulation, the fixed-order norm and the casts that feed it on a CUDA stream. The arithmetic is
 // the host's (kernels/adam.h) operation by operation, with the _rn intrinsics so that nvcc
-// contracts nothing into an FMA: a partition updated on the device matches one updated on the host
-// bit for bit.
+// contracts nothing beyond the host's own fused multiply-adds: a partition updated on the device
+// matches one updated on the host bit for bit.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -46,12 +46,12 @@ __device__ void adam_element(const zoe_adam_consts &c, float *master, float *m, 
                              const float *grad, void *out, int odt, size_t i) {
     float w = master[i];
     float g = __fmul_rn(grad[i], c.grad_scale);
-    if (!c.decoupled) g = __fadd_rn(g, __fmul_rn(c.l2, w));
-    float mm = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
-    float vv = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
+    if (!c.decoupled) g = __fmaf_rn(c.l2, w, g);
+    float mm = __fmaf_rn(c.beta1, m[i], __fmul_rn(c.one_minus_beta1, g));
+    float vv = __fmaf_rn(c.beta2, v[i], __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
     if (c.decoupled) w = __fmul_rn(w, c.decay);
-    float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vv), c.inv_sqrt_bc2), c.eps);
-    w = __fsub_rn(w, __fmul_rn(c.step_size, __fdiv_rn(mm, denom)));
+    float denom = __fmaf_rn(__fsqrt_rn(vv), c.inv_sqrt_bc2, c.eps);
+    w = __fmaf_rn(-c.step_size, __fdiv_rn(mm, denom), w);
     master[i] = w, m[i] = mm, v[i] = vv;
     if (out) store_from_f32(out, i, odt, w);
 }
