@@ -19,7 +19,7 @@
  * which processor executed it. The fused forms are not for accuracy (they round less, nothing
  * more) but for the memory bound: the step is long in instructions (a division and a square root
  * per element), and four fewer operations per element let the out-of-order core keep more of its
- * loads in flight; without them the step ran 2.5-5 % slower than with them on an AVX-512 Xeon
+ * loads in flight; without them the step ran 1-5 % slower than with them on an AVX-512 Xeon
  * (docs/offload.md, "Host Adam speed"). Every x86 level the step has a SIMD path for has FMA.
  *
  * Host paths are single-threaded over the range they are given; callers split work into tiles
