@@ -26,9 +26,9 @@
  * process CPU time (which leaves out the time other processes held the cores). The fastest step
  * over the fastest probe (fastest_step_over_probe) is printed too: on a quiet machine it agrees,
  * on a shared one its two minima may come from different minutes. Default N is 16M parameters
- * (~0.4 GB); pass 67108864 or more where the last-level cache is large. The summary's worst
- * ratios are over every mode and thread count; its bytes are the largest mode's (bf16_weights),
- * against the goal of issue 14. */
+ * (~0.4 GB) and REPS 15; pass N = 67108864 or more where the last-level cache is large. The
+ * summary's worst ratios are over every mode and thread count; its bytes are the largest mode's
+ * (bf16_weights), against the goal of issue 14. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -325,7 +325,7 @@ static void free_arrays(arrays *a) {
 
 int main(int argc, char **argv) {
     size_t n = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : (size_t)16 << 20;
-    int reps = argc > 2 ? atoi(argv[2]) : 7;
+    int reps = argc > 2 ? atoi(argv[2]) : 15;
     /* --no-naive leaves out the naive AdamW (minutes at 64M parameters). */
     const int with_naive = argc <= 3;
     if (n == 0 || reps < 2 || reps > MAX_REPS || (argc > 3 && strcmp(argv[3], "--no-naive") != 0) ||
