@@ -2,8 +2,9 @@
  * gradient dtype (fp32, bf16, fp16) and output dtype (fp32, bf16, fp16, none):
  *  - each SIMD path equals the scalar path bit for bit (same operations in the same order,
  *    the same fused multiply-adds, correctly rounded sqrt and division: kernels/adam.h), over
- *    pieces of lengths 1, 8, 29, ... at offsets that misalign the output (peeling) and leave vector
- * tails, including the compute-dtype output, with NaN weights in vector lanes (their rounding);
+ *    pieces of lengths 1, 8, 29, ... at offsets that misalign the output (peeling) and leave
+ *    vector tails, including the compute-dtype output, with NaN weights in vector lanes (their
+ *    rounding);
  *  - the scalar path against a float64 Adam step: within 1e-5 relative of the update
  *    magnitude (~10 fp32 roundings of 2^-24 each in computing it) plus 3 roundings of the
  *    weight itself (the decay constant, w * decay, w - update);
