@@ -1,0 +1,135 @@
+/* The fused Adam/AdamW step over compressed optimizer state: the fp32 master weights and the two
+ * moments each held in fp32 or bf16 (Megatron's --main-params-dtype, --exp-avg-dtype,
+ * --exp-avg-sq-dtype), updated in one pass.
+ *
+ * Per element the arithmetic is kernels/adam.h's, unchanged, in fp32 on the widened state
+ * (bf16 -> fp32 is exact). Only the stores differ: a bf16 state is written with stochastic
+ * rounding, so that an update smaller than half a bf16 unit in the last place (2^-9 relative)
+ * is not lost on every step but applied with the right probability (unbiased in expectation).
+ * That matters for all three: the master's small updates (lr * 1 against |w|), and the second
+ * moment, which with beta2 = 0.999 moves by 0.1 % a step and would never move at all under
+ * round-to-nearest. The random bits come from a counter-based hash of (seed, step, state,
+ * element index), not from a generator with state, so that
+ *   - every path (scalar, AVX2, AVX-512, AVX-512-BF16, CUDA) gives the same bits,
+ *   - the result does not depend on how a range is split into tiles, threads or calls,
+ *   - a run resumed from a checkpoint at step s rounds exactly as the uninterrupted run.
+ *
+ * Per element i (index = index0 + i, a 64-bit count; fma as in kernels/adam.h):
+ *
+ *     w, m, v = fp32(master[i]), fp32(exp_avg[i]), fp32(exp_avg_sq[i])
+ *     g  = grad * grad_scale ;  g = fma(wd, w, g)  (Adam with L2 only)
+ *     m' = fma(beta1, m, (1 - beta1) * g)
+ *     v' = fma(beta2, v, (1 - beta2) * (g * g))
+ *     w' = (AdamW ? w * decay : w) ;  w' = fma(-step_size, m' / fma(sqrt(v'), inv_sqrt_bc2, eps),
+ * w') master[i]     = store(w', master_dtype, ZOE_SR_MASTER) exp_avg[i]    = store(m',
+ * exp_avg_dtype, ZOE_SR_EXP_AVG) exp_avg_sq[i] = store(v', exp_avg_sq_dtype, ZOE_SR_EXP_AVG_SQ)
+ *     out[i]        = out_dtype(fp32(master[i]))   the weights as stored, round to nearest even
+ *
+ * where store(x, ZOE_F32, s) = x and store(x, ZOE_BF16, s) = zoe_sr_bf16(x, zoe_sr_bits(key,
+ * index)) with key = zoe_sr_key(rounding, s, index >> 32). With every state in fp32 the result is
+ * bit-identical to zoe_adam_host_to (a test checks it). With a bf16 master, out in bf16 is the
+ * master's own bits. */
+#ifndef ZOE_KERNELS_ADAM_STATE_H
+#define ZOE_KERNELS_ADAM_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "kernels/adam.h"
+
+/* The dtype of each state array: ZOE_F32 or ZOE_BF16. */
+typedef struct zoe_adam_state_dtypes {
+    zoe_dtype master, exp_avg, exp_avg_sq;
+} zoe_adam_state_dtypes;
+
+/* The three state arrays of a range, element 0 of each at the range's first element. */
+typedef struct zoe_adam_state {
+    void *master;     /* master_dtype */
+    void *exp_avg;    /* exp_avg_dtype */
+    void *exp_avg_sq; /* exp_avg_sq_dtype */
+} zoe_adam_state;
+
+/* Which stream of random bits a state's rounding draws from (independent streams). */
+typedef enum zoe_sr_stream {
+    ZOE_SR_MASTER = 0,
+    ZOE_SR_EXP_AVG = 1,
+    ZOE_SR_EXP_AVG_SQ = 2,
+} zoe_sr_stream;
+
+/* What the rounding of one step is keyed by: the caller's seed (the run's seed mixed with the
+ * rank's grid coordinates, so ranks draw independent bits) and the step number (1-based, the
+ * bias correction's). */
+typedef struct zoe_adam_rounding {
+    uint64_t seed;
+    uint64_t step;
+} zoe_adam_rounding;
+
+/* A 32-bit integer hash (a bijection with good avalanche: xor-shift, multiply, twice). */
+static inline uint32_t zoe_hash32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+/* The key of stream s for the elements whose index has high word hi. */
+static inline uint32_t zoe_sr_key(const zoe_adam_rounding *r, zoe_sr_stream s, uint32_t hi) {
+    uint32_t k = zoe_hash32((uint32_t)(r->seed >> 32) ^ (uint32_t)s);
+    k = zoe_hash32((uint32_t)r->seed ^ k);
+    k = zoe_hash32(k ^ (uint32_t)r->step);
+    k = zoe_hash32(k ^ (uint32_t)(r->step >> 32) ^ 0x9e3779b9U);
+    return zoe_hash32(k ^ hi);
+}
+
+/* The 16 random bits of element index (low word lo) under key. */
+static inline uint32_t zoe_sr_bits(uint32_t key, uint32_t lo) {
+    return zoe_hash32(lo ^ key) >> 16;
+}
+
+/* x rounded to bf16 stochastically: up (in magnitude) with probability equal to the fraction
+ * of a bf16 unit that the discarded low 16 bits hold, by adding bits16 (uniform in [0, 65535])
+ * below the kept bits and truncating. NaN becomes a quiet NaN of the same sign; infinities stay;
+ * a finite value within a unit of the largest bf16 may round to infinity (as its magnitude
+ * deserves with that probability). */
+static inline zoe_bf16 zoe_sr_bf16(float x, uint32_t bits16) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (x != x) return (zoe_bf16)((u >> 16) | 0x40);
+    return (zoe_bf16)((u + bits16) >> 16);
+}
+
+/* Checks: every state dtype ZOE_F32 or ZOE_BF16. */
+zoe_status zoe_adam_state_dtypes_check(const zoe_adam_state_dtypes *dt);
+
+/* The fused step over n elements with the best path. grad in grad_dtype (f32, bf16, f16); out
+ * (f32, bf16, f16) may be NULL. The state is updated in place; no buffer may overlap another,
+ * except out == grad when out_dtype == grad_dtype (the new weights over a compute-dtype
+ * gradient: element i is read completely before anything of it is written). */
+zoe_status zoe_adam_state_host(const zoe_adam_consts *c, const zoe_adam_rounding *r,
+                               const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                               uint64_t index0, const void *grad, zoe_dtype grad_dtype, void *out,
+                               zoe_dtype out_dtype, size_t n);
+/* The same with a chosen path (tests and benchmarks); ZOE_ERR_UNSUPPORTED if the CPU lacks it. */
+zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
+                                   const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
+                                   const zoe_adam_state *st, uint64_t index0, const void *grad,
+                                   zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype, size_t n);
+
+/* The step of constants c undone (ZOE_DPU_EXACT's redo), as zoe_adam_undo_host in float64 from
+ * the step's formula solved backwards, on the widened state; each restored value is stored with
+ * round-to-nearest-even in its dtype. With a bf16 state the restored value is within 2 bf16
+ * units in the last place of the one the step started from (the step's stochastic rounding moved
+ * it by less than one; solving back divides that by beta, and the final rounding adds half); fp32
+ * states as zoe_adam_undo_host. out = out_dtype(fp32(master)) when out is not NULL. */
+zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_state_dtypes *dt,
+                                    const zoe_adam_state *st, const float *grad, void *out,
+                                    zoe_dtype out_dtype, size_t n);
+
+/* Element size in bytes of a state dtype. */
+static inline size_t zoe_adam_state_esize(zoe_dtype dt) {
+    return dt == ZOE_BF16 ? 2 : 4;
+}
+
+#endif
