@@ -56,6 +56,7 @@ static const char *const wsd_style_names[] = {"exponential", "linear", "cosine",
                                               NULL}; /* zoe_lr_wsd_style */
 static const char *const dpu_schedule_names[] = {"plain", "predict", "dc", "exact",
                                                  NULL}; /* zoe_dpu_schedule */
+static const char *const state_dtype_names[] = {"fp32", "bf16", NULL}; /* zoe_train_state_dtype */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
 #define MODEL(field) (offsetof(zoe_train_config, model) + offsetof(zoe_model_config, field))
@@ -127,6 +128,12 @@ static const option_spec options[] = {
      "--dpu-schedule dc: the correction's strength (lambda = kappa / lr)"},
     {"dpu-predict-scale", OPT_FLOAT, CFG(dpu_predict_scale), 0.01, 10,
      "--dpu-schedule predict: how far along the last step the prediction goes"},
+    {"main-params-dtype", OPT_CHOICE, CFG(main_params_dtype), 0, 0,
+     "the host's master weights: fp32 or bf16 (stochastic rounding; docs/offload.md)"},
+    {"exp-avg-dtype", OPT_CHOICE, CFG(exp_avg_dtype), 0, 0,
+     "Adam's first moment on the host: fp32 or bf16"},
+    {"exp-avg-sq-dtype", OPT_CHOICE, CFG(exp_avg_sq_dtype), 0, 0,
+     "Adam's second moment on the host: fp32 or bf16"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -149,6 +156,9 @@ static const option_spec options[] = {
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */
 static const char *const *choices(const option_spec *o) {
     if (o->offset == CFG(dpu_schedule)) return dpu_schedule_names;
+    if (o->offset == CFG(main_params_dtype) || o->offset == CFG(exp_avg_dtype) ||
+        o->offset == CFG(exp_avg_sq_dtype))
+        return state_dtype_names;
     return o->offset == CFG(lr_decay_style) ? decay_style_names : wsd_style_names;
 }
 enum { NUM_OPTIONS = sizeof options / sizeof options[0] };
@@ -728,6 +738,16 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
             "--beta1=%g --beta2=%g: --dpu-schedule exact undoes a step from the moments "
             "it left and needs both > 0 (or --dpu off)",
             (double)c->beta1, (double)c->beta2);
+    const int compressed = c->main_params_dtype != ZOE_STATE_FP32 ||
+                           c->exp_avg_dtype != ZOE_STATE_FP32 ||
+                           c->exp_avg_sq_dtype != ZOE_STATE_FP32;
+    if (compressed && c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0 &&
+        (c->dpu_schedule == ZOE_DPU_PREDICT || c->dpu_schedule == ZOE_DPU_DC))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--dpu-schedule %s recomputes the last step from fp32 optimizer state: "
+                        "with bf16 state (--main-params-dtype, --exp-avg-dtype, "
+                        "--exp-avg-sq-dtype) use exact or plain",
+                        dpu_schedule_names[c->dpu_schedule]);
     if (c->dtype == ZOE_F16 && c->backend == ZOE_BACKEND_CPU)
         return zoe_fail(
             ZOE_ERR_INVALID_ARGUMENT,

@@ -41,6 +41,9 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     out->dpu = c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0;
     out->offload_ratio = zoe_train_offload_ratio(c);
     out->bucket_mb = c->bucket_mb;
+    out->main_params_dtype = c->main_params_dtype;
+    out->exp_avg_dtype = c->exp_avg_dtype;
+    out->exp_avg_sq_dtype = c->exp_avg_sq_dtype;
     const char *threads = getenv("OMP_NUM_THREADS");
     out->host_threads = threads ? atoi(threads) : 0;
     out->hardware = *hw;
@@ -62,6 +65,9 @@ static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
     c->offload = ZOE_OFFLOAD_CPU;
     c->offload_ratio = p->offload_ratio;
     c->bucket_mb = p->bucket_mb;
+    c->main_params_dtype = p->main_params_dtype;
+    c->exp_avg_dtype = p->exp_avg_dtype;
+    c->exp_avg_sq_dtype = p->exp_avg_sq_dtype;
 }
 
 static zoe_status check(const zoe_plan_config *p) {

@@ -54,9 +54,8 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     /* On CPU the whole partition is the host's; on a GPU the device keeps partial_ratio. */
     out->host_numel =
         cpu ? f.partition_numel : (size_t)((double)f.partition_numel * (1.0 - oc.partial_ratio));
-    /* The host Adam reads and writes fp32 master, m and v and reads the fp32 gradient, and
-     * writes the compute-dtype weights, except on the CPU backend in fp32, where the master is
-     * the weight array (offload/memory.c). */
-    out->adam_bytes_per_param = 24.0 + 4.0 + (cpu && c->dtype == ZOE_F32 ? 0.0 : (double)esz);
+    /* The host Adam reads and writes master, m and v in their dtypes, reads the fp32 gradient
+     * and writes the compute-dtype weights (offload/memory.c says which arrays exist). */
+    out->adam_bytes_per_param = (double)f.step_bytes_per_element;
     return ZOE_OK;
 }

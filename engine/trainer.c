@@ -134,6 +134,10 @@ void zoe_trainer_param_tensors(const zoe_gpt *g, int tp_rank, zoe_param_tensor *
     }
 }
 
+zoe_dtype zoe_train_state_dtype_of(int state_dtype) {
+    return state_dtype == ZOE_STATE_BF16 ? ZOE_BF16 : ZOE_F32;
+}
+
 float zoe_train_offload_ratio(const zoe_train_config *c) {
     return c->offload == ZOE_OFFLOAD_NONE ? 0.0f : c->offload_ratio;
 }
@@ -170,6 +174,10 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     oc->gated_forward = 1; /* the model's forward calls the gate (gate_ready) */
     /* the optimizer keeps partial_ratio of the state on the device; the rest is offloaded */
     oc->partial_ratio = 1.0f - zoe_train_offload_ratio(c);
+    oc->main_params_dtype = zoe_train_state_dtype_of(c->main_params_dtype);
+    oc->exp_avg_dtype = zoe_train_state_dtype_of(c->exp_avg_dtype);
+    oc->exp_avg_sq_dtype = zoe_train_state_dtype_of(c->exp_avg_sq_dtype);
+    oc->rounding_seed = c->seed;
 }
 
 static zoe_status create_optimizer(zoe_trainer *tr) {

@@ -21,6 +21,8 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
                                   zoe_optimizer_config *oc);
 /* The share of optimizer state offloaded to the host: 0 with --offload none. */
 float zoe_train_offload_ratio(const zoe_train_config *c);
+/* The optimizer state dtype of a zoe_train_state_dtype value. */
+zoe_dtype zoe_train_state_dtype_of(int state_dtype);
 
 /* For checkpoints (engine/checkpoint.c). */
 typedef struct zoe_gpt zoe_gpt;

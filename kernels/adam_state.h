@@ -119,10 +119,13 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
 
 /* The step of constants c undone (ZOE_DPU_EXACT's redo), as zoe_adam_undo_host in float64 from
  * the step's formula solved backwards, on the widened state; each restored value is stored with
- * round-to-nearest-even in its dtype. With a bf16 state the restored value is within 2 bf16
- * units in the last place of the one the step started from (the step's stochastic rounding moved
- * it by less than one; solving back divides that by beta, and the final rounding adds half); fp32
- * states as zoe_adam_undo_host. out = out_dtype(fp32(master)) when out is not NULL. */
+ * round-to-nearest-even in its dtype. Not bit-exact: with bf16 state each restored value is
+ * within the step's own rounding of what it wrote (one bf16 unit in the last place of that value)
+ * divided by beta1, beta2 or decay, plus, for the master, the shift recomputed from rounded
+ * moments (2^-8 relative of m, 2^-9 of v) and, with L2, the gradient term recomputed from the
+ * restored weight, plus half a unit of the restored value (tests/offload/test_adam_state.c checks
+ * this bound per element). fp32 states as zoe_adam_undo_host. out = out_dtype(fp32(master)) when
+ * out is not NULL. */
 zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_state_dtypes *dt,
                                     const zoe_adam_state *st, const float *grad, void *out,
                                     zoe_dtype out_dtype, size_t n);

@@ -16,8 +16,16 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
         dpu = cfg->dpu_warmup > 0 && cfg->dpu_schedule != ZOE_DPU_EXACT;
     size_t part = lay->part_numel, pd = lay->device_numel;
     zoe_state_sizes z = {0};
-    /* The weight prediction leaves its prediction, not the master, in the parameters. */
-    z.master_in_params = cpu && dtype == ZOE_F32 && !(dpu && cfg->dpu_schedule == ZOE_DPU_PREDICT);
+    z.host_dtypes = (zoe_adam_state_dtypes){.master = cfg->main_params_dtype,
+                                            .exp_avg = cfg->exp_avg_dtype,
+                                            .exp_avg_sq = cfg->exp_avg_sq_dtype};
+    z.compressed = cfg->main_params_dtype != ZOE_F32 || cfg->exp_avg_dtype != ZOE_F32 ||
+                   cfg->exp_avg_sq_dtype != ZOE_F32;
+    /* The weight prediction leaves its prediction, not the master, in the parameters; an fp32
+     * master only; and a stale update with compressed state writes its weights over the snapshot
+     * (the compressed step updates its master in place, never into a second array). */
+    z.master_in_params = cpu && dtype == ZOE_F32 && cfg->main_params_dtype == ZOE_F32 &&
+                         !(dpu && (cfg->dpu_schedule == ZOE_DPU_PREDICT || z.compressed));
     z.dpu_swap = dpu && z.master_in_params;
     z.dpu_snapshot = dpu && !z.dpu_swap;
     z.h_lo = cpu ? 0 : pd;
@@ -54,9 +62,12 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t slots_device = (size_t)z->slots * z->slot_device * esz;
     size_t slots_pinned = (size_t)z->slots * z->slot_pinned * esz;
     size_t ring = (size_t)z->out_slots * z->out_ring * esz;
+    size_t state_bytes = zoe_adam_state_esize(z->host_dtypes.exp_avg) +
+                         zoe_adam_state_esize(z->host_dtypes.exp_avg_sq) +
+                         (z->h_master ? zoe_adam_state_esize(z->host_dtypes.master) : 0);
     *out = (zoe_optimizer_footprint){
-        .host_bytes =
-            z->h_numel * f * (size_t)(2 + z->h_master + z->h_grads) + (z->snap_pinned ? 0 : snap),
+        .host_bytes = z->h_numel * (state_bytes + f * (size_t)z->h_grads) +
+                      (z->snap_pinned ? 0 : snap),
         .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
                         z->d_state * f * (size_t)(3 + z->d_grads),
@@ -64,6 +75,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
         .device_ring_bytes = slots_device,
         .params_numel = lay->flat_numel,
         .partition_numel = lay->part_numel,
+        .step_bytes_per_element = 2 * (state_bytes + (z->master_in_params ? f : 0)) + f +
+                                  (z->master_in_params ? 0 : esz),
     };
 }
 
@@ -93,6 +106,9 @@ zoe_status zoe_optimizer_memory(const zoe_optimizer *opt, zoe_optimizer_footprin
     *out = opt->mem;
     out->params_numel = opt->lay.flat_numel;
     out->partition_numel = opt->lay.part_numel;
+    zoe_optimizer_footprint sized;
+    zoe_state_sizes_bytes(&opt->sz, &opt->lay, opt->dtype, &sized);
+    out->step_bytes_per_element = sized.step_bytes_per_element;
     return ZOE_OK;
 }
 

@@ -74,6 +74,18 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
         (!(c->dpu_predict_scale > 0) || !isfinite(c->dpu_predict_scale)))
         BAD("dpu_predict_scale %g is not a finite value > 0 (DPU schedule predict)",
             (double)c->dpu_predict_scale);
+    const zoe_dtype states[] = {c->main_params_dtype, c->exp_avg_dtype, c->exp_avg_sq_dtype};
+    const char *state_names[] = {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"};
+    for (int i = 0; i < 3; i++) {
+        if (states[i] != ZOE_F32 && states[i] != ZOE_BF16)
+            BAD("%s %s: the optimizer state is held in fp32 or bf16", state_names[i],
+                zoe_dtype_name(states[i]));
+        if (states[i] != ZOE_F32 && c->dpu_warmup > 0 &&
+            (c->dpu_schedule == ZOE_DPU_PREDICT || c->dpu_schedule == ZOE_DPU_DC))
+            BAD("%s bf16 with DPU schedule %s: predict and dc recompute the last step from fp32 "
+                "state (use exact or plain)",
+                state_names[i], c->dpu_schedule == ZOE_DPU_PREDICT ? "predict" : "dc");
+    }
     return ZOE_OK;
 #undef BAD
 }
@@ -152,6 +164,11 @@ zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *
     opt->dp_size = zoe_grid_dp_size(grid), opt->dp_rank = zoe_grid_dp_rank(grid);
     opt->dtype = compute_dtype;
     opt->esz = zoe_dtype_size(compute_dtype);
+    /* Each rank's partition coordinates start at 0: its coordinates in the grid make its
+     * rounding bits its own. */
+    uint32_t coords = zoe_hash32((uint32_t)zoe_grid_tp_rank(grid) * 0x9e3779b9U ^
+                                 zoe_hash32((uint32_t)opt->dp_rank + 1));
+    opt->rounding_seed = cfg->rounding_seed ^ ((uint64_t)coords << 32 | coords);
     zoe_status st = create(opt, tensors, num_tensors);
     if (st != ZOE_OK) {
         zoe_optimizer_destroy(opt);
@@ -302,8 +319,7 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         }
         return ZOE_OK;
     }
-    float *dev[] = {opt->d_master, opt->d_m, opt->d_v},
-          *hst[] = {opt->h_master, opt->h_m, opt->h_v};
+    float *dev[] = {opt->d_master, opt->d_m, opt->d_v};
     size_t pd = opt->sz.h_lo; /* the device arrays hold [0, h_lo), the host arrays the rest */
     if (offset < pd) {
         size_t n = (end < pd ? end : pd) - offset;
@@ -315,8 +331,15 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
     }
     if (end > pd) {
         size_t a = offset > pd ? offset : pd;
-        float *h = hst[which] + (a - pd), *u = host + (a - offset);
-        memcpy(write ? h : u, write ? u : h, (end - a) * sizeof(float));
+        /* A bf16 state reads back exactly (widened) and is written with round-to-nearest-even:
+         * what it read back is written back unchanged. */
+        void *h = zoe_host_state_at(opt, (int)which, a - pd);
+        zoe_dtype dt = which == ZOE_STATE_MASTER    ? opt->sz.host_dtypes.master
+                       : which == ZOE_STATE_EXP_AVG ? opt->sz.host_dtypes.exp_avg
+                                                    : opt->sz.host_dtypes.exp_avg_sq;
+        float *u = host + (a - offset);
+        ZOE_TRY(write ? zoe_convert(h, dt, u, ZOE_F32, end - a)
+                      : zoe_convert(u, ZOE_F32, h, dt, end - a));
     }
     return ZOE_OK;
 }

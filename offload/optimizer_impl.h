@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include "kernels/adam.h"
+#include "kernels/adam_state.h"
 #include "offload/layout.h"
 #include "zoe/comm.h"
 #include "zoe/optimizer.h"
@@ -24,6 +25,7 @@ typedef struct grad_slot {
  * segments of exempt tensors. Derived once per step; each segment picks one set. */
 typedef struct zoe_step_consts {
     zoe_adam_consts decayed, exempt;
+    zoe_adam_rounding rounding; /* the stochastic rounding of bf16 state: the rank's, this step's */
 } zoe_step_consts;
 
 static inline const zoe_adam_consts *zoe_segment_consts(const zoe_step_consts *c,
@@ -49,7 +51,12 @@ typedef struct zoe_state_sizes {
     size_t h_lo;    /* partition coordinate of element 0 of the host arrays: 0 on CPU, else the
                      * device share (on CPU the device share lives in the host arrays) */
     size_t h_numel; /* elements of each host array: part_numel - h_lo */
-    int h_master;   /* 1: a host fp32 master array */
+    int h_master;   /* 1: a host master array */
+    /* The host arrays' dtypes (zoe_optimizer_config.main_params_dtype ...); compressed: one of
+     * them is not fp32, and the host step is kernels/adam_state.h's. The master in the
+     * parameters is an fp32 master; the device share on CUDA is fp32 state. */
+    zoe_adam_state_dtypes host_dtypes;
+    int compressed;
     int h_grads;    /* host fp32 gradient partitions: 1, or 2 with dpu_swap */
     size_t snap;    /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
     int snap_pinned;
@@ -141,7 +148,9 @@ struct zoe_optimizer {
     zoe_adam_table *device_table; /* the device segments, for one-launch steps and norms */
     /* Host state, partition coordinates [sz.h_lo, part_numel) shifted to 0. h_master is NULL
      * with the master in the parameters; h_grad[1] is h_grad[0] unless sz.dpu_swap. */
-    float *h_master, *h_m, *h_v, *h_grad[2];
+    void *h_master, *h_m, *h_v; /* in sz.host_dtypes */
+    float *h_grad[2];
+    uint64_t rounding_seed; /* cfg.rounding_seed mixed with the rank's grid coordinates */
     void *h_snap;           /* sz.snap elements of compute dtype, or NULL */
     void *out_ring[2];      /* pinned copy-out ring, or NULL */
     zoe_event *out_done[2]; /* recorded after each slot's copy to the device */
@@ -194,6 +203,15 @@ struct zoe_optimizer {
     zoe_speculation spec;
     int out_next; /* the copy-out ring slot the next block uses */
 };
+
+/* Host array element h of state array which (0 master, 1 exp_avg, 2 exp_avg_sq), typed by its
+ * dtype: the address of the state of host coordinate h. */
+static inline void *zoe_host_state_at(const zoe_optimizer *opt, int which, size_t h) {
+    void *base[] = {opt->h_master, opt->h_m, opt->h_v};
+    zoe_dtype dt[] = {opt->sz.host_dtypes.master, opt->sz.host_dtypes.exp_avg,
+                      opt->sz.host_dtypes.exp_avg_sq};
+    return base[which] ? (char *)base[which] + h * zoe_adam_state_esize(dt[which]) : NULL;
+}
 
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */
 zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);

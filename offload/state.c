@@ -18,8 +18,11 @@ size_t zoe_host_block(const zoe_optimizer *opt) {
  * host step (step.c). */
 static void first_touch(zoe_optimizer *opt) {
     size_t n = opt->sz.h_numel, block = zoe_host_block(opt);
-    float *arrays[] = {opt->h_master, opt->h_m, opt->h_v, opt->h_grad[0],
-                       opt->h_grad[1] != opt->h_grad[0] ? opt->h_grad[1] : NULL};
+    const zoe_adam_state_dtypes *dt = &opt->sz.host_dtypes;
+    void *arrays[] = {opt->h_master, opt->h_m, opt->h_v, opt->h_grad[0],
+                      opt->h_grad[1] != opt->h_grad[0] ? opt->h_grad[1] : NULL};
+    size_t esizes[] = {zoe_adam_state_esize(dt->master), zoe_adam_state_esize(dt->exp_avg),
+                       zoe_adam_state_esize(dt->exp_avg_sq), sizeof(float), sizeof(float)};
     void *snap = opt->sz.snap_pinned ? NULL : opt->h_snap; /* pinned memory is placed already */
     for (size_t b0 = 0; b0 < n; b0 += block) {
         long first = (long)(b0 / ZOE_ADAM_TILE);
@@ -28,7 +31,7 @@ static void first_touch(zoe_optimizer *opt) {
         for (long ch = first; ch < last; ch++) {
             size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
             for (int a = 0; a < 5; a++)
-                if (arrays[a]) memset(arrays[a] + lo, 0, len * sizeof(float));
+                if (arrays[a]) memset((char *)arrays[a] + lo * esizes[a], 0, len * esizes[a]);
             if (snap) memset((char *)snap + lo * opt->esz, 0, len * opt->esz);
         }
     }
@@ -41,11 +44,13 @@ static zoe_status device_array(zoe_optimizer *opt, size_t bytes, int ring, void 
 
 static zoe_status host_arrays(zoe_optimizer *opt) {
     const zoe_state_sizes *z = &opt->sz;
-    size_t bytes = z->h_numel * sizeof(float);
-    opt->h_m = zoe_state_host_alloc(opt, bytes), opt->h_v = zoe_state_host_alloc(opt, bytes);
+    size_t n = z->h_numel, bytes = n * sizeof(float);
+    opt->h_m = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg));
+    opt->h_v = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg_sq));
     opt->h_grad[0] = zoe_state_host_alloc(opt, bytes);
     opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
-    if (z->h_master) opt->h_master = zoe_state_host_alloc(opt, bytes);
+    if (z->h_master)
+        opt->h_master = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.master));
     if (!opt->h_m || !opt->h_v || !opt->h_grad[0] || !opt->h_grad[1] ||
         (z->h_master && !opt->h_master))
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements", z->h_numel);
@@ -89,6 +94,7 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
     }
     if (z->h_numel) ZOE_TRY(host_arrays(opt));
     if (zoe_device_is_host_memory(opt)) { /* the device share lives in the host arrays */
+        /* (in the host dtypes: on the CPU backend only the host step touches them) */
         opt->d_master = opt->h_master, opt->d_m = opt->h_m, opt->d_v = opt->h_v;
         opt->d_grad[0] = opt->h_grad[0], opt->d_grad[1] = opt->h_grad[1];
     }
@@ -152,13 +158,14 @@ zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, 
 static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
     const zoe_state_sizes *z = &opt->sz;
     if (z->master_in_params || !z->h_numel) return ZOE_OK;
+    zoe_dtype mdt = z->host_dtypes.master;
     if (zoe_device_is_host_memory(opt)) {
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo, z->h_numel);
              zoe_slices_next(&it);) {
-            float *master = opt->h_master + (it.x - z->h_lo);
+            void *master = zoe_host_state_at(opt, 0, it.x - z->h_lo);
             char *w = (char *)opt->params + it.flat * opt->esz;
-            ZOE_TRY(to_master ? zoe_convert(master, ZOE_F32, w, opt->dtype, it.len)
-                              : zoe_convert(w, opt->dtype, master, ZOE_F32, it.len));
+            ZOE_TRY(to_master ? zoe_convert(master, mdt, w, opt->dtype, it.len)
+                              : zoe_convert(w, opt->dtype, master, mdt, it.len));
         }
         return ZOE_OK;
     }
@@ -166,7 +173,7 @@ static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
     size_t block = opt->h_snap ? z->h_numel : z->out_ring;
     for (size_t b0 = 0; b0 < z->h_numel; b0 += block) {
         size_t n = min_size(block, z->h_numel - b0);
-        float *master = opt->h_master + b0;
+        void *master = zoe_host_state_at(opt, 0, b0);
         if (to_master) {
             for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo + b0, n);
                  zoe_slices_next(&it);)
@@ -175,9 +182,9 @@ static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
                                          it.len * opt->esz, ZOE_COPY_DEVICE_TO_HOST,
                                          opt->update_stream));
             ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
-            ZOE_TRY(zoe_convert(master, ZOE_F32, stage, opt->dtype, n));
+            ZOE_TRY(zoe_convert(master, mdt, stage, opt->dtype, n));
         } else {
-            ZOE_TRY(zoe_convert(stage, opt->dtype, master, ZOE_F32, n));
+            ZOE_TRY(zoe_convert(stage, opt->dtype, master, mdt, n));
             ZOE_TRY(zoe_partition_upload(opt, z->h_lo + b0, stage, n, opt->update_stream));
             ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
         }
@@ -209,8 +216,9 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     ZOE_TRY(host_master_copy(opt, 1));
     if (opt->sz.h_numel) {
-        memset(opt->h_m, 0, opt->sz.h_numel * sizeof(float));
-        memset(opt->h_v, 0, opt->sz.h_numel * sizeof(float));
+        const zoe_adam_state_dtypes *dt = &opt->sz.host_dtypes;
+        memset(opt->h_m, 0, opt->sz.h_numel * zoe_adam_state_esize(dt->exp_avg));
+        memset(opt->h_v, 0, opt->sz.h_numel * zoe_adam_state_esize(dt->exp_avg_sq));
     }
     opt->iteration = 0;
     opt->refresh_due = 0;

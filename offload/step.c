@@ -14,6 +14,45 @@ static size_t min_size(size_t a, size_t b) {
     return a < b ? a : b;
 }
 
+/* adam_range with compressed state (kernels/adam_state.h): the master (a host array, or the
+ * fp32 master in the parameters when only the moments are compressed) is updated in place,
+ * never into a second array (no dpu_swap); no prediction or compensation (zoe_config_check).
+ * The output goes where adam_range's would, and the stochastic rounding is keyed by the
+ * element's partition coordinate, so it does not depend on the tiling. */
+static zoe_status compressed_range(zoe_optimizer *opt, const zoe_step_consts *c,
+                                   const zoe_step_consts *snap_c, const zoe_segment *sg, size_t a,
+                                   size_t e, int buf, int in_flight, void *block_out,
+                                   size_t block_lo, int undo) {
+    const zoe_state_sizes *z = &opt->sz;
+    size_t h = a - z->h_lo, esz = opt->esz;
+    size_t flat = sg->flat + (a - sg->offset);
+    const zoe_adam_state st = {.master = z->master_in_params ? (float *)opt->params + flat
+                                                             : zoe_host_state_at(opt, 0, h),
+                               .exp_avg = zoe_host_state_at(opt, 1, h),
+                               .exp_avg_sq = zoe_host_state_at(opt, 2, h)};
+    int from_snap = in_flight && z->dpu_snapshot;
+    char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
+    void *out;
+    if (z->snap_pinned && snap)
+        out = snap;
+    else if (block_out)
+        out = (char *)block_out + (a - block_lo) * esz;
+    else if (from_snap)
+        out = snap;
+    else if (!z->master_in_params)
+        out = (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
+    else
+        out = NULL; /* the fp32 master is the weights */
+    const zoe_step_consts *sc = from_snap ? snap_c : c;
+    const zoe_adam_consts *k = zoe_segment_consts(sc, sg);
+    if (undo)
+        return zoe_adam_state_undo_host(k, &z->host_dtypes, &st, opt->h_grad[buf] + h, out,
+                                        opt->dtype, e - a);
+    const void *grad = from_snap ? (const void *)snap : (const void *)(opt->h_grad[buf] + h);
+    return zoe_adam_state_host(k, &sc->rounding, &z->host_dtypes, &st, a, grad,
+                               from_snap ? opt->dtype : ZOE_F32, out, opt->dtype, e - a);
+}
+
 /* One host Adam call on partition coordinates [a, e) of segment sg; block_out is the copy-out
  * slot holding partition coordinate block_lo (CUDA without DPU), else NULL. Where each array
  * lives is the memory layout's choice (zoe_state_sizes). */
@@ -23,7 +62,10 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
                              int undo) {
     const zoe_state_sizes *z = &opt->sz;
     size_t h = a - z->h_lo, flat = sg->flat + (a - sg->offset), esz = opt->esz;
-    float *w_in = z->master_in_params ? (float *)opt->params + flat : opt->h_master + h;
+    if (z->compressed)
+        return compressed_range(opt, c, snap_c, sg, a, e, buf, in_flight, block_out, block_lo,
+                                undo);
+    float *w_in = z->master_in_params ? (float *)opt->params + flat : (float *)opt->h_master + h;
     float *w_out = in_flight && z->dpu_swap ? opt->h_grad[buf] + h : w_in;
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
@@ -39,19 +81,21 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
         out = (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
     const zoe_adam_consts *k = zoe_segment_consts(from_snap ? snap_c : c, sg);
     if (undo) /* ZOE_DPU_EXACT, whose layout is that of no DPU: the master and fp32 gradient */
-        return zoe_adam_undo_host(k, w_in, opt->h_m + h, opt->h_v + h, opt->h_grad[buf] + h, out,
-                                  opt->dtype, e - a);
+        return zoe_adam_undo_host(k, w_in, (float *)opt->h_m + h, (float *)opt->h_v + h,
+                                  opt->h_grad[buf] + h, out, opt->dtype, e - a);
     int predict = in_flight && opt->flight_predict;
     if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
         ZOE_TRY(zoe_adam_compensate_host(zoe_segment_consts(&opt->flight_prev_consts, sg),
                                          opt->flight_dc_lambda, k->grad_scale, opt->h_grad[buf] + h,
-                                         w_in, opt->h_m + h, opt->h_v + h, e - a));
-    ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, opt->h_m + h, opt->h_v + h, grad,
+                                         w_in, (float *)opt->h_m + h, (float *)opt->h_v + h,
+                                         e - a));
+    ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)opt->h_m + h, (float *)opt->h_v + h, grad,
                              from_snap ? opt->dtype : ZOE_F32, predict ? NULL : out, opt->dtype,
                              e - a));
     /* The prediction replaces the compute-dtype copy, over the tile the step has just touched. */
-    return predict ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out, opt->h_m + h,
-                                           opt->h_v + h, out, opt->dtype, e - a)
+    return predict ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out,
+                                           (float *)opt->h_m + h, (float *)opt->h_v + h, out,
+                                           opt->dtype, e - a)
                    : ZOE_OK;
 }
 
@@ -270,6 +314,7 @@ void zoe_step_consts_of(const zoe_optimizer *opt, float lr, float grad_scale, lo
     zoe_adam_consts_init(&c->decayed, &h);
     h.weight_decay = 0;
     zoe_adam_consts_init(&c->exempt, &h);
+    c->rounding = (zoe_adam_rounding){.seed = opt->rounding_seed, .step = (uint64_t)step};
 }
 
 /* ZOE_DPU_PREDICT on resume: the prediction the saving run's update in flight wrote into the
@@ -283,7 +328,8 @@ static zoe_status stage_prediction(zoe_optimizer *opt) {
         const zoe_segment *sg = &opt->lay.segments[s];
         size_t h = sg->offset - z->h_lo;
         ZOE_TRY(zoe_adam_predict_host(zoe_segment_consts(&c, sg), opt->cfg.dpu_predict_scale,
-                                      opt->h_master + h, opt->h_m + h, opt->h_v + h,
+                                      (float *)opt->h_master + h, (float *)opt->h_m + h,
+                                      (float *)opt->h_v + h,
                                       (char *)opt->h_snap + h * opt->esz, opt->dtype, sg->len));
     }
     if (zoe_device_is_host_memory(opt)) return ZOE_OK; /* the due refresh uploads the snapshot */

@@ -98,6 +98,7 @@
 #define ZOE_OPTIMIZER_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "zoe/device.h"
 #include "zoe/dtype.h"
 #include "zoe/grid.h"
@@ -173,6 +174,15 @@ typedef struct zoe_optimizer_config {
      * buckets not done during backward, or redone) still running, in forward order, and the
      * forward waits per bucket. 0 (the default): the step finishes the update. */
     int gated_forward;
+    /* The dtypes the host holds the state in (Megatron's --main-params-dtype, --exp-avg-dtype,
+     * --exp-avg-sq-dtype; docs/offload.md, "Compressed state"): ZOE_F32 (0, the default) or
+     * ZOE_BF16, each written by the host Adam with stochastic rounding keyed by (rounding_seed,
+     * the rank's grid coordinates, the step, the element), so every path gives the same bits and
+     * a resumed run rounds as the uninterrupted one. A bf16 state needs dpu_schedule exact or
+     * plain (or no DPU): predict and dc recompute a step from fp32 state. On CUDA the device
+     * share of partial offload keeps fp32 state. */
+    zoe_dtype main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
+    uint64_t rounding_seed; /* 0 is a seed like any other */
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
@@ -298,6 +308,10 @@ typedef struct zoe_optimizer_footprint {
     size_t pinned_ring_bytes, device_ring_bytes;
     size_t params_numel;    /* elements of the parameter buffer (padded layout) */
     size_t partition_numel; /* elements of this rank's partition (padding included) */
+    /* Host memory the host step reads and writes per element of the host share: the state
+     * arrays twice (read and written, in their dtypes), the fp32 gradient once, and the
+     * compute-dtype weights it writes unless the master is the weights (CPU backend, fp32). */
+    size_t step_bytes_per_element;
 } zoe_optimizer_footprint;
 
 /* What zoe_optimizer_create would allocate, computed by the code that sizes the allocations,

@@ -75,6 +75,9 @@ typedef struct zoe_plan_config {
     int host_threads;    /* OpenMP threads per rank; 0: the host's cores shared by its ranks */
     int ranks_per_node;  /* ranks sharing one host; 0: as many as the box has GPUs (local: all) */
     zoe_hardware hardware;
+    /* The host's optimizer state dtypes (zoe_train_state_dtype; zoe_train_config's fields of
+     * the same names): fp32 (0) by default. */
+    int main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
 } zoe_plan_config;
 
 /* Defaults: the demo model, TP=1 x DP=1, micro-batch 4, fp32 (zoe-plan takes the box's own dtype),

@@ -124,7 +124,16 @@ typedef struct zoe_train_config {
     int dpu_schedule;
     float dpu_dc_kappa;
     float dpu_predict_scale; /* zoe_optimizer_config.dpu_predict_scale */
+    /* The dtypes the host holds the optimizer state in (zoe_optimizer_config.main_params_dtype
+     * ...; docs/offload.md, "Compressed state"), as zoe_train_state_dtype values. */
+    int main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
 } zoe_train_config;
+
+/* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16 ...). */
+typedef enum zoe_train_state_dtype {
+    ZOE_STATE_FP32 = 0,
+    ZOE_STATE_BF16 = 1,
+} zoe_train_state_dtype;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \
     { ZOE_STRUCT_VERSION(zoe_train_config) }

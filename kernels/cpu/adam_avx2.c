@@ -74,3 +74,33 @@ double zoe_accumulate_avx2(float *dst, const void *src, int sdt, float scale, in
                            size_t n) {
     return accumulate_avx2(dst, src, sdt, scale, assign, n);
 }
+
+/* ---- the compressed-state step (kernels/cpu/adam_state_simd.h) ---- */
+static inline __m256i sr_nan_avx2(__m256i u, __m256i r, __m256 x) {
+    __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    return _mm256_blendv_epi8(r, quiet, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+}
+
+/* Lanes hold values below 2^16, so the signed-to-unsigned saturation of packus is exact. */
+static inline void store_low16_avx2(void *p, __m256i r) {
+    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128((__m128i *)p, packed);
+}
+
+#define VI                  __m256i
+#define VI_SET1(x)          _mm256_set1_epi32(x)
+#define VI_ADD(a, b)        _mm256_add_epi32(a, b)
+#define VI_XOR(a, b)        _mm256_xor_si256(a, b)
+#define VI_MULLO(a, b)      _mm256_mullo_epi32(a, b)
+#define VI_SRLI(a, n)       _mm256_srli_epi32(a, n)
+#define VI_SLLI(a, n)       _mm256_slli_epi32(a, n)
+#define VI_IOTA()           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+#define V_AS_I(x)           _mm256_castps_si256(x)
+#define V_AS_F(x)           _mm256_castsi256_ps(x)
+#define V_SR_NAN(u, r, x)   sr_nan_avx2(u, r, x)
+#define V_STORE_LOW16(p, r) store_low16_avx2(p, r)
+#define V_ROUND_BF16(x)     round_bf16_avx2(x)
+#define V_STORE_F16(p, x)                                                                          \
+    _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT))
+#define STATE_FN(name) name##_avx2
+#include "kernels/cpu/adam_state_simd.h"

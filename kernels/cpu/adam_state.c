@@ -1,0 +1,143 @@
+/* The host Adam over compressed state (kernels/adam_state.h): the definition, element by element,
+ * the undo, and the choice of path. */
+#include <math.h>
+#include "kernels/adam_state.h"
+#include "kernels/cpu/adam_simd.h"
+#include "kernels/cpu/adam_state_simd.h"
+#include "runtime/error.h"
+
+zoe_status zoe_adam_state_dtypes_check(const zoe_adam_state_dtypes *dt) {
+    if (!dt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state: dtypes NULL");
+    const zoe_dtype d[] = {dt->master, dt->exp_avg, dt->exp_avg_sq};
+    const char *names[] = {"master", "exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < 3; i++)
+        if (d[i] != ZOE_F32 && d[i] != ZOE_BF16)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state: %s dtype %s is not fp32 or bf16",
+                            names[i], zoe_dtype_name(d[i]));
+    return ZOE_OK;
+}
+
+static int is_float_dtype(zoe_dtype dt) {
+    return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
+}
+
+static zoe_status check_call(const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                             const void *grad, zoe_dtype grad_dtype, const void *out,
+                             zoe_dtype out_dtype, size_t n, const char *what) {
+    ZOE_TRY(zoe_adam_state_dtypes_check(dt));
+    if (!is_float_dtype(grad_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: gradient dtype %s is not fp32/bf16/fp16",
+                        what, zoe_dtype_name(grad_dtype));
+    if (out && !is_float_dtype(out_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: output dtype %s is not fp32/bf16/fp16", what,
+                        zoe_dtype_name(out_dtype));
+    if (n && (!st || !st->master || !st->exp_avg || !st->exp_avg_sq || !grad))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: NULL buffer for %zu elements", what, n);
+    return ZOE_OK;
+}
+
+/* The scalar path over [lo, hi) of a call whose element indices share the high word (the
+ * dispatcher splits calls there), with the keys of that word. */
+void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                                 const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                                 uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                                 size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; i++) {
+        uint32_t idx = index_lo + (uint32_t)i;
+        float w = adam_state_load(st->master, i, dt->master);
+        float m = adam_state_load(st->exp_avg, i, dt->exp_avg);
+        float v = adam_state_load(st->exp_avg_sq, i, dt->exp_avg_sq);
+        float ww = adam_element(c, c->decoupled, adam_load_scalar(grad, i, gdt), w, &m, &v);
+        float stored = adam_state_store(st->master, i, dt->master, ww, k->master, idx);
+        adam_state_store(st->exp_avg, i, dt->exp_avg, m, k->exp_avg, idx);
+        adam_state_store(st->exp_avg_sq, i, dt->exp_avg_sq, v, k->exp_avg_sq, idx);
+        adam_store_scalar(out, i, odt, stored);
+    }
+}
+
+zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
+                                   const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
+                                   const zoe_adam_state *st, uint64_t index0, const void *grad,
+                                   zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype, size_t n) {
+    ZOE_TRY(check_call(dt, st, grad, grad_dtype, out, out_dtype, n, "adam state"));
+    if (n && (!c || !r)) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state: NULL constants");
+    if (!zoe_cpu_isa_supported(isa))
+        return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam state: this CPU cannot run the %s path",
+                        zoe_cpu_isa_name(isa));
+    int odt = out ? (int)out_dtype : ADAM_OUT_NONE;
+    const size_t sizes[] = {zoe_adam_state_esize(dt->master), zoe_adam_state_esize(dt->exp_avg),
+                            zoe_adam_state_esize(dt->exp_avg_sq)};
+    const size_t gsz = zoe_dtype_size(grad_dtype), osz = out ? zoe_dtype_size(out_dtype) : 0;
+    for (size_t done = 0; done < n;) {
+        /* One call per high word of the index: the keys are per word. */
+        uint64_t index = index0 + done;
+        uint64_t to_word_end = ((uint64_t)1 << 32) - (uint32_t)index;
+        size_t len = n - done < to_word_end ? n - done : (size_t)to_word_end;
+        zoe_adam_state_keys k = zoe_adam_state_keys_of(r, (uint32_t)(index >> 32));
+        zoe_adam_state part = {.master = (char *)st->master + done * sizes[0],
+                               .exp_avg = (char *)st->exp_avg + done * sizes[1],
+                               .exp_avg_sq = (char *)st->exp_avg_sq + done * sizes[2]};
+        const void *g = (const char *)grad + done * gsz;
+        void *o = out ? (char *)out + done * osz : NULL;
+        switch (isa) {
+        case ZOE_CPU_ISA_AVX512_BF16:
+        case ZOE_CPU_ISA_AVX512:
+            zoe_adam_state_avx512(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, len);
+            break;
+        case ZOE_CPU_ISA_AVX2:
+            zoe_adam_state_avx2(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, len);
+            break;
+        default:
+            zoe_adam_state_scalar_range(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, 0,
+                                        len);
+            break;
+        }
+        done += len;
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_adam_state_host(const zoe_adam_consts *c, const zoe_adam_rounding *r,
+                               const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                               uint64_t index0, const void *grad, zoe_dtype grad_dtype, void *out,
+                               zoe_dtype out_dtype, size_t n) {
+    return zoe_adam_state_host_isa(zoe_cpu_isa_best(), c, r, dt, st, index0, grad, grad_dtype, out,
+                                   out_dtype, n);
+}
+
+/* A value solved back in float64, stored in its dtype with round-to-nearest-even. */
+static void store_nearest(void *p, size_t i, zoe_dtype dt, double x) {
+    if (dt == ZOE_BF16)
+        ((zoe_bf16 *)p)[i] = zoe_f32_to_bf16((float)x);
+    else
+        ((float *)p)[i] = (float)x;
+}
+
+zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_state_dtypes *dt,
+                                    const zoe_adam_state *st, const float *grad, void *out,
+                                    zoe_dtype out_dtype, size_t n) {
+    ZOE_TRY(check_call(dt, st, grad, ZOE_F32, out, out_dtype, n, "adam state undo"));
+    if (n && !c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state undo: NULL constants");
+    if (!(c->beta1 > 0) || !(c->beta2 > 0) || !(c->decay > 0))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "undo: beta1 %g, beta2 %g and decay %g must be > 0 to solve the step back",
+                        (double)c->beta1, (double)c->beta2, (double)c->decay);
+    for (size_t i = 0; i < n; i++) {
+        /* As zoe_adam_undo_host: the step's shift is known again from the moments it left. */
+        double w = adam_state_load(st->master, i, dt->master);
+        double m = adam_state_load(st->exp_avg, i, dt->exp_avg);
+        double v = adam_state_load(st->exp_avg_sq, i, dt->exp_avg_sq);
+        double w0 = w + (double)c->step_size * (m / (sqrt(v) * c->inv_sqrt_bc2 + c->eps));
+        if (c->decoupled) w0 /= c->decay;
+        float gf = grad[i] * c->grad_scale;
+        if (!c->decoupled) gf = gf + c->l2 * (float)w0;
+        double g = gf;
+        double m0 = (m - (double)c->one_minus_beta1 * g) / c->beta1;
+        double v0 = (v - (double)c->one_minus_beta2 * (g * g)) / c->beta2;
+        store_nearest(st->master, i, dt->master, w0);
+        store_nearest(st->exp_avg, i, dt->exp_avg, m0);
+        store_nearest(st->exp_avg_sq, i, dt->exp_avg_sq, v0 > 0 ? v0 : 0);
+        if (out) adam_store_scalar(out, i, out_dtype, adam_state_load(st->master, i, dt->master));
+    }
+    return ZOE_OK;
+}

@@ -1,0 +1,203 @@
+/* Internal: the host Adam over compressed state (kernels/adam_state.h), its element written once
+ * and its vector loop instantiated per instruction set, as adam_simd.h does for fp32 state.
+ *
+ * A file that instantiates the loop defines, besides adam_simd.h's float macros (VF, W, V_SET1,
+ * V_MUL, V_DIV, V_FMA, V_SQRT, V_LOAD_F32, V_STORE_F32, V_LOAD_BF16, V_LOAD_F16):
+ *   VI                  the integer vector of W 32-bit lanes
+ *   VI_SET1(x) VI_ADD(a,b) VI_XOR(a,b) VI_MULLO(a,b) VI_SRLI(a,n) VI_SLLI(a,n) VI_IOTA()
+ *   V_AS_I(x) V_AS_F(x) reinterpretations
+ *   V_SR_NAN(u, r, x)   r with the lanes where x is NaN replaced by (u >> 16) | 0x40
+ *   V_STORE_LOW16(p, r) the low 16 bits of each lane of r to W 16-bit values at p
+ *   V_ROUND_BF16(x)     round to nearest even into the low 16 bits (NaN quiet), as VI
+ *   V_STORE_F16(p, x)   W fp16 values, round to nearest even
+ *   STATE_FN(name)      the name of an instantiated function
+ * and is compiled whole for its instruction set. */
+#ifndef ZOE_KERNELS_CPU_ADAM_STATE_SIMD_H
+#define ZOE_KERNELS_CPU_ADAM_STATE_SIMD_H
+
+#include "kernels/adam_state.h"
+/* adam_simd.h comes first (its scalar element), included by the including file. */
+
+/* The keys of one step for the elements whose index has one high word. */
+typedef struct zoe_adam_state_keys {
+    uint32_t master, exp_avg, exp_avg_sq;
+} zoe_adam_state_keys;
+
+static inline zoe_adam_state_keys zoe_adam_state_keys_of(const zoe_adam_rounding *r, uint32_t hi) {
+    return (zoe_adam_state_keys){.master = zoe_sr_key(r, ZOE_SR_MASTER, hi),
+                                 .exp_avg = zoe_sr_key(r, ZOE_SR_EXP_AVG, hi),
+                                 .exp_avg_sq = zoe_sr_key(r, ZOE_SR_EXP_AVG_SQ, hi)};
+}
+
+static inline float adam_state_load(const void *p, size_t i, zoe_dtype dt) {
+    return dt == ZOE_BF16 ? zoe_bf16_to_f32(((const zoe_bf16 *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Stores x in dtype dt (bf16: stochastic rounding with the bits of element idx under key) and
+ * returns the value as stored. */
+static inline float adam_state_store(void *p, size_t i, zoe_dtype dt, float x, uint32_t key,
+                                     uint32_t idx) {
+    if (dt != ZOE_BF16) return ((float *)p)[i] = x;
+    zoe_bf16 b = zoe_sr_bf16(x, zoe_sr_bits(key, idx));
+    ((zoe_bf16 *)p)[i] = b;
+    return zoe_bf16_to_f32(b);
+}
+
+void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                                 const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                                 uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                                 size_t lo, size_t hi);
+/* The vector loops (adam_avx2.c, adam_avx512.c; the AVX512_BF16 level runs the AVX-512 one: the
+ * stochastic stores are integer adds, and the output rounding is the same either way). All
+ * element indices of a call share their high word: index_lo is the low word of element 0. */
+void zoe_adam_state_avx2(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                         const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                         uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                         size_t n);
+void zoe_adam_state_avx512(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                           const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                           uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                           size_t n);
+
+#endif /* ZOE_KERNELS_CPU_ADAM_STATE_SIMD_H */
+
+#ifdef STATE_FN
+/* ---- the vector loop, instantiated once per including file ---- */
+
+static inline __attribute__((always_inline)) VI STATE_FN(state_hash)(VI x) {
+    x = VI_XOR(x, VI_SRLI(x, 16));
+    x = VI_MULLO(x, VI_SET1((int)0x7feb352dU));
+    x = VI_XOR(x, VI_SRLI(x, 15));
+    x = VI_MULLO(x, VI_SET1((int)0x846ca68bU));
+    return VI_XOR(x, VI_SRLI(x, 16));
+}
+
+/* zoe_sr_bf16 lane-wise into the low 16 bits: idx holds each lane's element index (low word). */
+static inline __attribute__((always_inline)) VI STATE_FN(state_sr_bf16)(VF x, VI idx, VI key) {
+    VI bits = VI_SRLI(STATE_FN(state_hash)(VI_XOR(idx, key)), 16);
+    VI u = V_AS_I(x);
+    return V_SR_NAN(u, VI_SRLI(VI_ADD(u, bits), 16), x);
+}
+
+/* W lanes of state at i: loaded widened; stored (and returned as stored, for the output). */
+static inline __attribute__((always_inline)) VF STATE_FN(state_load)(const void *p, size_t i,
+                                                                     zoe_dtype dt) {
+    return dt == ZOE_BF16 ? V_LOAD_BF16((const zoe_bf16 *)p + i) : V_LOAD_F32((const float *)p + i);
+}
+
+static inline __attribute__((always_inline)) VF
+STATE_FN(state_store)(void *p, size_t i, zoe_dtype dt, VF x, VI idx, VI key) {
+    if (dt != ZOE_BF16) {
+        V_STORE_F32((float *)p + i, x);
+        return x;
+    }
+    VI b = STATE_FN(state_sr_bf16)(x, idx, key);
+    V_STORE_LOW16((zoe_bf16 *)p + i, b);
+    return V_AS_F(VI_SLLI(b, 16));
+}
+
+static inline __attribute__((always_inline)) VF STATE_FN(state_grad)(const void *p, size_t i,
+                                                                     int dt) {
+    if (dt == ZOE_BF16) return V_LOAD_BF16((const zoe_bf16 *)p + i);
+    if (dt == ZOE_F16) return V_LOAD_F16((const zoe_f16 *)p + i);
+    return V_LOAD_F32((const float *)p + i);
+}
+
+static inline __attribute__((always_inline)) void STATE_FN(state_out)(void *p, size_t i, int dt,
+                                                                      VF x) {
+    if (dt == ZOE_BF16)
+        V_STORE_LOW16((zoe_bf16 *)p + i, V_ROUND_BF16(x));
+    else if (dt == ZOE_F16)
+        V_STORE_F16((zoe_f16 *)p + i, x);
+    else if (dt == ZOE_F32)
+        V_STORE_F32((float *)p + i, x);
+}
+
+/* adam_element() on W lanes, then the three stores: the operations of the scalar path in its
+ * order, so every lane has the scalar path's bits. Every dtype is a constant at the call site. */
+static inline __attribute__((always_inline)) void
+STATE_FN(state_body)(const zoe_adam_consts *c, const zoe_adam_state_keys *k, zoe_dtype mdt,
+                     zoe_dtype adt, zoe_dtype sdt, const zoe_adam_state *st, uint32_t index_lo,
+                     const void *grad, int gdt, void *out, int odt, size_t n) {
+    const VF gs = V_SET1(c->grad_scale), l2 = V_SET1(c->l2), b1 = V_SET1(c->beta1),
+             omb1 = V_SET1(c->one_minus_beta1), b2 = V_SET1(c->beta2),
+             omb2 = V_SET1(c->one_minus_beta2), decay = V_SET1(c->decay),
+             neg_step = V_SET1(-c->step_size), isb2 = V_SET1(c->inv_sqrt_bc2), eps = V_SET1(c->eps);
+    const VI kw = VI_SET1((int)k->master), km = VI_SET1((int)k->exp_avg),
+             kv = VI_SET1((int)k->exp_avg_sq), lanes = VI_IOTA();
+    const int dec = c->decoupled;
+    size_t i = 0;
+    for (; i + W <= n; i += W) {
+        VI idx = VI_ADD(VI_SET1((int)(index_lo + (uint32_t)i)), lanes);
+        VF w = STATE_FN(state_load)(st->master, i, mdt);
+        VF g = V_MUL(STATE_FN(state_grad)(grad, i, gdt), gs);
+        if (!dec) g = V_FMA(l2, w, g);
+        VF mm = V_FMA(b1, STATE_FN(state_load)(st->exp_avg, i, adt), V_MUL(omb1, g));
+        VF vv = V_FMA(b2, STATE_FN(state_load)(st->exp_avg_sq, i, sdt), V_MUL(omb2, V_MUL(g, g)));
+        if (dec) w = V_MUL(w, decay);
+        w = V_FMA(neg_step, V_DIV(mm, V_FMA(V_SQRT(vv), isb2, eps)), w);
+        VF stored = STATE_FN(state_store)(st->master, i, mdt, w, idx, kw);
+        STATE_FN(state_store)(st->exp_avg, i, adt, mm, idx, km);
+        STATE_FN(state_store)(st->exp_avg_sq, i, sdt, vv, idx, kv);
+        STATE_FN(state_out)(out, i, odt, stored);
+    }
+    zoe_adam_state_dtypes dt = {.master = mdt, .exp_avg = adt, .exp_avg_sq = sdt};
+    zoe_adam_state_scalar_range(c, k, &dt, st, index_lo, grad, gdt, out, odt, i, n);
+}
+
+/* Every (state dtypes, gradient dtype, output dtype) its own loop. */
+#define STATE_BODY(mdt, adt, sdt, gd, od)                                                          \
+    STATE_FN(state_body)(c, k, mdt, adt, sdt, st, index_lo, grad, gd, out, od, n)
+#define STATE_OUT_CASES(mdt, adt, sdt, gd)                                                         \
+    switch (odt) {                                                                                 \
+    case ZOE_F32:                                                                                  \
+        STATE_BODY(mdt, adt, sdt, gd, ZOE_F32);                                                    \
+        break;                                                                                     \
+    case ZOE_BF16:                                                                                 \
+        STATE_BODY(mdt, adt, sdt, gd, ZOE_BF16);                                                   \
+        break;                                                                                     \
+    case ZOE_F16:                                                                                  \
+        STATE_BODY(mdt, adt, sdt, gd, ZOE_F16);                                                    \
+        break;                                                                                     \
+    default:                                                                                       \
+        STATE_BODY(mdt, adt, sdt, gd, ADAM_OUT_NONE);                                              \
+        break;                                                                                     \
+    }
+#define STATE_GRAD_CASES(mdt, adt, sdt)                                                            \
+    switch (gdt) {                                                                                 \
+    case ZOE_BF16:                                                                                 \
+        STATE_OUT_CASES(mdt, adt, sdt, ZOE_BF16);                                                  \
+        break;                                                                                     \
+    case ZOE_F16:                                                                                  \
+        STATE_OUT_CASES(mdt, adt, sdt, ZOE_F16);                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        STATE_OUT_CASES(mdt, adt, sdt, ZOE_F32);                                                   \
+        break;                                                                                     \
+    }
+#define STATE_SQ_CASES(mdt, adt)                                                                   \
+    if (dt->exp_avg_sq == ZOE_BF16)                                                                \
+        STATE_GRAD_CASES(mdt, adt, ZOE_BF16)                                                       \
+    else                                                                                           \
+        STATE_GRAD_CASES(mdt, adt, ZOE_F32)
+#define STATE_AVG_CASES(mdt)                                                                       \
+    if (dt->exp_avg == ZOE_BF16)                                                                   \
+        STATE_SQ_CASES(mdt, ZOE_BF16)                                                              \
+    else                                                                                           \
+        STATE_SQ_CASES(mdt, ZOE_F32)
+
+void STATE_FN(zoe_adam_state)(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                              const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                              uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                              size_t n) {
+    if (dt->master == ZOE_BF16)
+        STATE_AVG_CASES(ZOE_BF16)
+    else
+        STATE_AVG_CASES(ZOE_F32)
+}
+#undef STATE_AVG_CASES
+#undef STATE_SQ_CASES
+#undef STATE_GRAD_CASES
+#undef STATE_OUT_CASES
+#undef STATE_BODY
+#endif /* STATE_FN */
