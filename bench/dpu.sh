@@ -11,7 +11,9 @@
 # and a last summary line.
 # Options (a subset runs faster): --rows A,B (names below, or all) --variants off,exact,plain,predict,dc
 # --steps N (instead of the row's; the last-50 window stays) --seeds S1,S2,S3 --threads T
-# --kappa K (dc) --predict-scale S (predict) --out DIR (metrics files, kept; default a temporary directory).
+# --kappa K (dc) --predict-scale S (predict) --out DIR (metrics files, kept; default a temporary directory)
+# --state NAME: the host's optimizer state dtypes for every run (docs/offload.md, "Compressed
+# state"): fp32 (the default), bf16 (master, m and v), bf16-moments (m and v), bf16-master.
 set -euo pipefail
 build="$1"; shift
 train="$build/tools/zoe-train/zoe-train"
@@ -29,6 +31,7 @@ declare -A row_args=(
 )
 all_rows="demo-2e-4,demo-6e-4,demo-3e-3,demo-3e-3-late,l6h384-6e-4,l6h384-2e-3"
 rows="$all_rows" variants="off,exact,plain,predict,dc" steps="" seeds="1234,1,2" threads=2 kappa="" scale=""
+state=fp32
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
     --kappa) kappa="$2"; shift 2 ;;
     --predict-scale) scale="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --state) state="$2"; shift 2 ;;
     *) echo "bench dpu: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -49,6 +53,13 @@ done
 for v in ${variants//,/ }; do
   case "$v" in off|exact|plain|predict|dc) ;; *) echo "bench dpu: no variant '$v'" >&2; exit 2 ;; esac
 done
+case "$state" in
+  fp32) state_args=() ;;
+  bf16) state_args=(--main-params-dtype bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16) ;;
+  bf16-moments) state_args=(--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16) ;;
+  bf16-master) state_args=(--main-params-dtype bf16) ;;
+  *) echo "bench dpu: no state '$state' (fp32, bf16, bf16-moments, bf16-master)" >&2; exit 2 ;;
+esac
 if [ -z "$out" ]; then out="$(mktemp -d)"; trap 'rm -rf "$out"' EXIT; fi
 mkdir -p "$out"
 first_seed="${seeds%%,*}"
@@ -60,6 +71,7 @@ run() { # row variant seed
   [ -n "$steps" ] && extra+=(--steps "$steps")
   [ -n "$kappa" ] && extra+=(--dpu-dc-kappa "$kappa")
   [ -n "$scale" ] && extra+=(--dpu-predict-scale "$scale")
+  extra+=(${state_args[@]+"${state_args[@]}"})
   # shellcheck disable=SC2086 # the row's arguments are words
   OMP_NUM_THREADS="$threads" "$train" ${row_args[$row]} --micro-batch 8 --data "$corpus" \
     --seed "$seed" --log-every 100000 --progress lines --metrics "$file" "${extra[@]}" \
@@ -67,10 +79,10 @@ run() { # row variant seed
   echo "$file"
 }
 
-analyse() { # row variant seed metrics reference-metrics dpu-warmup seconds
+analyse() { # row variant seed metrics reference-metrics dpu-warmup seconds state
   python3 - "$@" <<'PY'
 import json, sys
-row, variant, seed, path, ref, warm, secs = sys.argv[1:]
+row, variant, seed, path, ref, warm, secs, state = sys.argv[1:]
 def lines(p):
     with open(p) as f:
         return [json.loads(l) for l in f if l.strip()]
@@ -80,7 +92,7 @@ spike = max((a - b for a, b in zip(l[n:], r[n:])), default=0.0) if path != ref e
 after = m[n:] or m
 share = lambda key: round(sum(x.get(key, 0) for x in after) / len(after), 3)
 mean = lambda key: round(sum(x[key] for x in after) / len(after), 2)
-print(json.dumps({"bench": "dpu", "row": row, "variant": variant, "seed": int(seed),
+print(json.dumps({"bench": "dpu", "row": row, "variant": variant, "seed": int(seed), "state": state,
                   "steps": len(l), "last50_mean": round(sum(l[-50:]) / len(l[-50:]), 4),
                   "final_loss": round(l[-1], 4), "worst_spike_after_switch": round(spike, 4),
                   # after the switch: steps whose update overlapped (exact: held), redone ones,
@@ -103,7 +115,7 @@ for row in ${rows//,/ }; do
       secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
       ref="$out/$row.off.$seed.jsonl"
       [ -e "$ref" ] || ref="$file"
-      analyse "$row" "$v" "$seed" "$file" "$ref" "$warm" "$secs" | tee -a "$results"
+      analyse "$row" "$v" "$seed" "$file" "$ref" "$warm" "$secs" "$state" | tee -a "$results"
     done
   done
 done

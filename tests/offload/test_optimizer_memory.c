@@ -72,7 +72,8 @@ static int same_footprint(const zoe_optimizer_footprint *a, const zoe_optimizer_
     return a->host_bytes == b->host_bytes && a->pinned_bytes == b->pinned_bytes &&
            a->device_bytes == b->device_bytes && a->pinned_ring_bytes == b->pinned_ring_bytes &&
            a->device_ring_bytes == b->device_ring_bytes && a->params_numel == b->params_numel &&
-           a->partition_numel == b->partition_numel;
+           a->partition_numel == b->partition_numel &&
+           a->step_bytes_per_element == b->step_bytes_per_element;
 }
 
 /* Host bytes per partition element and weight bytes per parameter-buffer element. */
@@ -82,6 +83,13 @@ static double host_per_param(const zoe_optimizer_footprint *f) {
 }
 static double device_per_param(const zoe_optimizer_footprint *f) {
     return (double)(f->device_bytes - f->device_ring_bytes) / (double)f->params_numel;
+}
+
+/* The state dtypes of a configuration: master, m, v. */
+static zoe_optimizer_config with_state(zoe_optimizer_config c, zoe_dtype master, zoe_dtype m,
+                                       zoe_dtype v) {
+    c.main_params_dtype = master, c.exp_avg_dtype = m, c.exp_avg_sq_dtype = v;
+    return c;
 }
 
 static zoe_optimizer_config config(int dpu, zoe_grad_mode mode, float partial) {
@@ -186,21 +194,32 @@ static void measure(zoe_grid *grid, zoe_dtype dt, const zoe_optimizer_config *c,
 /* The GPU box from the sizing code alone: host bytes per partition element (pinned included,
  * rings excluded) and device bytes per parameter-buffer element. */
 static void gpu_box(int d) {
+    const zoe_dtype F = ZOE_F32, B = ZOE_BF16;
     struct {
         zoe_dtype dt;
         int dpu;
         double host, device;
         zoe_dpu_schedule schedule;
+        zoe_dtype master, m, v;
+        size_t step_bytes; /* moved by the host step per element */
     } cases[] = {
-        {ZOE_BF16, 0, 16, 2, ZOE_DPU_PLAIN},
-        {ZOE_F16, 0, 16, 2, ZOE_DPU_PLAIN},
-        {ZOE_BF16, 1, 18, 2, ZOE_DPU_PLAIN}, /* + the device partition buffer, below */
-        {ZOE_F16, 1, 18, 2, ZOE_DPU_PLAIN},
-        {ZOE_BF16, 1, 16, 2, ZOE_DPU_EXACT}, /* never in flight past its step: as DPU off */
+        {ZOE_BF16, 0, 16, 2, ZOE_DPU_PLAIN, F, F, F, 30},
+        {ZOE_F16, 0, 16, 2, ZOE_DPU_PLAIN, F, F, F, 30},
+        {ZOE_BF16, 1, 18, 2, ZOE_DPU_PLAIN, F, F, F, 30}, /* + the device partition buffer */
+        {ZOE_F16, 1, 18, 2, ZOE_DPU_PLAIN, F, F, F, 30},
+        {ZOE_BF16, 1, 16, 2, ZOE_DPU_EXACT, F, F, F, 30}, /* never in flight past its step */
+        /* Compressed state (docs/offload.md): bf16 master, m, v 6 + the fp32 gradient 4; the
+         * step reads and writes the 6, reads the gradient and writes the bf16 weights: 18. */
+        {ZOE_BF16, 0, 10, 2, ZOE_DPU_PLAIN, B, B, B, 18},
+        {ZOE_BF16, 1, 10, 2, ZOE_DPU_EXACT, B, B, B, 18},
+        {ZOE_BF16, 1, 12, 2, ZOE_DPU_PLAIN, B, B, B, 18}, /* + the bf16 snapshot */
+        {ZOE_BF16, 0, 12, 2, ZOE_DPU_PLAIN, F, B, B, 22}, /* fp32 master, bf16 moments */
+        {ZOE_F16, 0, 14, 2, ZOE_DPU_PLAIN, B, F, F, 26},  /* bf16 master, fp32 moments */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zoe_optimizer_config c = config(cases[i].dpu, ZOE_GRAD_BUCKETS, 0.0f);
         c.dpu_schedule = cases[i].schedule;
+        c = with_state(c, cases[i].master, cases[i].m, cases[i].v);
         zoe_optimizer_footprint f = footprint(ZOE_BACKEND_CUDA, cases[i].dt, d, &c);
         /* With DPU the update in flight writes a device partition buffer, not the weights the
          * forward reads: 2 bytes per partition element more on the device. */
@@ -209,16 +228,20 @@ static void gpu_box(int d) {
                                    ? 2.0 * (double)f.partition_numel / (double)f.params_numel
                                    : 0.0);
         CHECK(fabs(host_per_param(&f) - cases[i].host) < 1e-9 &&
-                  fabs(device_per_param(&f) - device) < 1e-9,
-              "CUDA %s DPU %d, DP=%d: %.4f host and %.4f device bytes per parameter, want %.1f and "
-              "%.4f",
-              zoe_dtype_name(cases[i].dt), cases[i].dpu, d, host_per_param(&f),
-              device_per_param(&f), cases[i].host, device);
+                  fabs(device_per_param(&f) - device) < 1e-9 &&
+                  f.step_bytes_per_element == cases[i].step_bytes,
+              "CUDA %s DPU %d state %s/%s/%s, DP=%d: %.4f host and %.4f device bytes per "
+              "parameter, %zu moved; want %.1f, %.4f and %zu",
+              zoe_dtype_name(cases[i].dt), cases[i].dpu, zoe_dtype_name(cases[i].master),
+              zoe_dtype_name(cases[i].m), zoe_dtype_name(cases[i].v), d, host_per_param(&f),
+              device_per_param(&f), f.step_bytes_per_element, cases[i].host, device,
+              cases[i].step_bytes);
         if (test_rank() == 0)
-            printf("CUDA %s DPU %d, DP=%d: %.3f B/param host (pinned rings %zu bytes), %.3f "
-                   "device\n",
-                   zoe_dtype_name(cases[i].dt), cases[i].dpu, d, host_per_param(&f),
-                   f.pinned_ring_bytes, device_per_param(&f));
+            printf("CUDA %s DPU %d state %s/%s/%s, DP=%d: %.3f B/param host held (pinned rings "
+                   "%zu bytes), %zu moved by the host step, %.3f device\n",
+                   zoe_dtype_name(cases[i].dt), cases[i].dpu, zoe_dtype_name(cases[i].master),
+                   zoe_dtype_name(cases[i].m), zoe_dtype_name(cases[i].v), d, host_per_param(&f),
+                   f.pinned_ring_bytes, f.step_bytes_per_element, device_per_param(&f));
     }
 }
 
@@ -245,6 +268,20 @@ int main(int argc, char **argv) {
     exact.dpu_schedule = ZOE_DPU_EXACT; /* the layout of DPU off */
     measure(grid, ZOE_F32, &exact, 16, "CPU fp32 DPU exact");
     measure(grid, ZOE_BF16, &exact, 18, "CPU bf16 DPU exact");
+    /* Compressed state: bf16 master, m, v (2 each) + the fp32 gradient + the weights. */
+    const zoe_dtype F = ZOE_F32, B = ZOE_BF16;
+    zoe_optimizer_config s_all = with_state(sync, B, B, B), s_mom = with_state(sync, F, B, B);
+    measure(grid, ZOE_BF16, &s_all, 12, "CPU bf16, bf16 state");
+    measure(grid, ZOE_F32, &s_all, 14, "CPU fp32, bf16 state");
+    /* the fp32 master stays the weights: m, v 4 + gradient 4 + weights 4 */
+    measure(grid, ZOE_F32, &s_mom, 12, "CPU fp32, bf16 moments");
+    zoe_optimizer_config e_all = with_state(exact, B, B, B), d_all = with_state(dpu, B, B, B);
+    measure(grid, ZOE_BF16, &e_all, 12, "CPU bf16 DPU exact, bf16 state");
+    measure(grid, ZOE_BF16, &d_all, 14, "CPU bf16 DPU, bf16 state"); /* + the bf16 snapshot */
+    /* A stale update with compressed state writes over the snapshot, not a second gradient: the
+     * fp32 master leaves the weights (4 + 4 + 4 + 4 snapshot + 4 weights). */
+    zoe_optimizer_config d_mom = with_state(dpu, F, B, B);
+    measure(grid, ZOE_F32, &d_mom, 20, "CPU fp32 DPU, bf16 moments");
     zoe_optimizer_config partial = config(1, ZOE_GRAD_FULL_BUFFER, 0.5f);
     measure(grid, ZOE_F32, &partial, -1, "CPU fp32 DPU full-buffer partial 0.5");
     measure(grid, ZOE_BF16, &partial, -1, "CPU bf16 DPU full-buffer partial 0.5");
