@@ -15,6 +15,7 @@ typedef struct options {
     zoe_plan_config cfg;
     int json, search, max_model, top;
     int dp_given, dtype_given, ratio_auto, micro_given, recompute_given;
+    int state_auto; /* --state auto: --search tries fp32 and bf16 state, the others take bf16 */
     char note[160]; /* where defaults came from */
 } options;
 
@@ -38,6 +39,11 @@ static void usage(FILE *out) {
             "  --dpu               delayed parameter update [off]\n"
             "  --offload-ratio Q   share of optimizer state on the host, 0..1, or auto [1]\n"
             "  --bucket-mb N       gradient bucket size [16]\n"
+            "  --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype T\n"
+            "                      the host's optimizer state: fp32 or bf16 [fp32]\n"
+            "  --state S           all three at once: fp32, bf16, or auto (bf16, whose\n"
+            "                      convergence docs/offload.md documents as equal; --search\n"
+            "                      tries fp32 and bf16) [fp32]\n"
             "  --json              one JSON object instead of the report\n"
             "  --search            every fitting TP x DP x micro-batch x recompute x DPU x\n"
             "                      offload ratio on the box, best predicted tokens/s first\n"
@@ -127,6 +133,18 @@ static int parse_options(int argc, char **argv, options *o) {
             ok = zoe_dtype_parse(v, &o->cfg.dtype) == ZOE_OK && o->cfg.dtype != ZOE_I32;
             if (!ok) fprintf(stderr, "zoe-plan: --dtype: '%s' is not fp32, bf16 or fp16\n", v);
             o->dtype_given = 1;
+        } else if (strcmp(name, "main-params-dtype") == 0 || strcmp(name, "exp-avg-dtype") == 0 ||
+                   strcmp(name, "exp-avg-sq-dtype") == 0 || strcmp(name, "state") == 0) {
+            int all = strcmp(name, "state") == 0, bf16 = strcmp(v, "bf16") == 0;
+            o->state_auto = all && strcmp(v, "auto") == 0;
+            ok = bf16 || strcmp(v, "fp32") == 0 || o->state_auto;
+            if (!ok)
+                fprintf(stderr, "zoe-plan: --%s: '%s' is not fp32%s or bf16\n", name, v,
+                        all ? ", auto" : "");
+            int d = bf16 || o->state_auto ? ZOE_STATE_BF16 : ZOE_STATE_FP32;
+            if (all || name[0] == 'm') o->cfg.main_params_dtype = d;
+            if (all || strcmp(name, "exp-avg-dtype") == 0) o->cfg.exp_avg_dtype = d;
+            if (all || strcmp(name, "exp-avg-sq-dtype") == 0) o->cfg.exp_avg_sq_dtype = d;
         } else if (strcmp(name, "offload-ratio") == 0) {
             char *end;
             double q = strtod(v, &end);
@@ -183,6 +201,13 @@ static int plan_one(const options *o) {
     return 0;
 }
 
+/* The state dtypes in a word: fp32, bf16, or mixed. */
+static const char *state_name(const zoe_plan_config *k) {
+    int n = (k->main_params_dtype == ZOE_STATE_BF16) + (k->exp_avg_dtype == ZOE_STATE_BF16) +
+            (k->exp_avg_sq_dtype == ZOE_STATE_BF16);
+    return n == 0 ? "fp32" : n == 3 ? "bf16" : "mixed";
+}
+
 typedef struct candidate {
     zoe_plan_config cfg;
     zoe_plan_result r;
@@ -200,6 +225,7 @@ static int search(const options *o) {
     static const int batches[] = {1, 2, 4, 8, 16, 32};
     static const float ratios[] = {1.0f, 0.75f, 0.5f, 0.25f, 0.0f};
     int ranks = o->cfg.hardware.gpus > 0 ? o->cfg.hardware.gpus : o->cfg.tp * o->cfg.dp;
+    const size_t nratios = sizeof ratios / sizeof ratios[0], states = o->state_auto ? 2 : 1;
     size_t cap = 4096, n = 0, tried = 0;
     candidate *c = malloc(cap * sizeof *c);
     if (!c) return EXIT_FAILURE;
@@ -208,12 +234,15 @@ static int search(const options *o) {
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
             for (int rc = 0; rc < 2; rc++)
                 for (int dpu = 0; dpu < 2; dpu++)
-                    for (size_t q = 0; q < sizeof ratios / sizeof ratios[0]; q++) {
+                    for (size_t q = 0; q < nratios * states; q++) {
                         candidate k = {.cfg = o->cfg};
+                        if (o->state_auto) /* the second half of the loop with fp32 state */
+                            k.cfg.main_params_dtype = k.cfg.exp_avg_dtype = k.cfg.exp_avg_sq_dtype =
+                                q < nratios ? ZOE_STATE_BF16 : ZOE_STATE_FP32;
                         k.cfg.tp = tp, k.cfg.dp = ranks / tp;
                         k.cfg.micro_batch = batches[b];
                         k.cfg.recompute = rc, k.cfg.dpu = dpu;
-                        k.cfg.offload_ratio = ratios[q];
+                        k.cfg.offload_ratio = ratios[q % nratios];
                         tried++;
                         if (zoe_plan(&k.cfg, &k.r) != ZOE_OK || !k.r.fits) continue;
                         if (n == cap) break;
@@ -229,15 +258,15 @@ static int search(const options *o) {
     }
     printf("zoe-plan --search: %s on %s, %zu of %zu combinations fit; best predicted first\n",
            o->cfg.model.name, o->cfg.hardware.name, n, tried);
-    printf("%4s %4s %6s %9s %4s %7s %9s %9s %9s %10s  %s\n", "tp", "dp", "micro", "recompute",
-           "dpu", "offload", "GPU GiB", "host GiB", "step s", "tokens/s", "binds");
+    printf("%4s %4s %6s %9s %4s %7s %5s %9s %9s %9s %10s  %s\n", "tp", "dp", "micro", "recompute",
+           "dpu", "offload", "state", "GPU GiB", "host GiB", "step s", "tokens/s", "binds");
     for (size_t i = 0; i < n && i < (size_t)o->top; i++) {
         const zoe_plan_config *k = &c[i].cfg;
         const zoe_plan_result *r = &c[i].r;
-        printf("%4d %4d %6d %9s %4s %7.2f %9.1f %9.1f %9.3f %10.0f  %s\n", k->tp, k->dp,
+        printf("%4d %4d %6d %9s %4s %7.2f %5s %9.1f %9.1f %9.3f %10.0f  %s\n", k->tp, k->dp,
                k->micro_batch, k->recompute ? "on" : "off", k->dpu ? "on" : "off",
-               (double)k->offload_ratio, r->gpu.total / (1 << 30), r->host.total / (1 << 30),
-               r->time.step, r->time.tokens_per_second, r->time.bound);
+               (double)k->offload_ratio, state_name(k), r->gpu.total / (1 << 30),
+               r->host.total / (1 << 30), r->time.step, r->time.tokens_per_second, r->time.bound);
     }
     free(c);
     return n ? 0 : 1;
@@ -258,21 +287,21 @@ static int max_model(const options *o) {
     int have_scaled = zoe_plan_max_model(&o->cfg, &scaled, &r) == ZOE_OK;
     const char *run = o->cfg.offload_ratio > 0 ? "with offload" : "without offload";
     if (o->json) {
-        printf("{\"hardware\":\"%s\",\"tp\":%d,\"dp\":%d,\"offload_ratio\":%g,"
+        printf("{\"hardware\":\"%s\",\"tp\":%d,\"dp\":%d,\"offload_ratio\":%g,\"state\":\"%s\","
                "\"largest_preset\":\"%s\",\"largest_preset_params\":%lld,"
                "\"scaled_layers\":%d,\"scaled_hidden\":%d,\"scaled_params\":%lld}\n",
                o->cfg.hardware.name, o->cfg.tp, o->cfg.dp, (double)o->cfg.offload_ratio,
-               best_preset ? best_preset->name : "",
+               state_name(&o->cfg), best_preset ? best_preset->name : "",
                best_preset ? (long long)zoe_model_param_count(best_preset) : 0LL,
                have_scaled ? scaled.layers : 0, have_scaled ? scaled.hidden : 0,
                have_scaled ? (long long)zoe_model_param_count(&scaled) : 0LL);
         return best_preset || have_scaled ? 0 : 1;
     }
     printf("zoe-plan --max-model on %s, TP %d x DP %d, micro-batch %d x %d, %s, recompute %s, "
-           "%s (ratio %g):\n",
+           "%s (ratio %g), %s optimizer state:\n",
            o->cfg.hardware.name, o->cfg.tp, o->cfg.dp, o->cfg.micro_batch, o->cfg.model.seq_len,
            zoe_dtype_name(o->cfg.dtype), o->cfg.recompute ? "on" : "off", run,
-           (double)o->cfg.offload_ratio);
+           (double)o->cfg.offload_ratio, state_name(&o->cfg));
     if (best_preset)
         printf("  largest preset: %s (%.2fB parameters)\n", best_preset->name,
                (double)zoe_model_param_count(best_preset) / 1e9);
