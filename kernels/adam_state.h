@@ -57,7 +57,7 @@ typedef enum zoe_sr_stream {
 } zoe_sr_stream;
 
 /* What the rounding of one step is keyed by: the caller's seed (the run's seed mixed with the
- * rank's grid coordinates, so ranks draw independent bits) and the step number (1-based, the
+ * DP rank, offload/optimizer.c says why not the TP rank) and the step number (1-based, the
  * bias correction's). */
 typedef struct zoe_adam_rounding {
     uint64_t seed;

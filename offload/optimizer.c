@@ -164,10 +164,11 @@ zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *
     opt->dp_size = zoe_grid_dp_size(grid), opt->dp_rank = zoe_grid_dp_rank(grid);
     opt->dtype = compute_dtype;
     opt->esz = zoe_dtype_size(compute_dtype);
-    /* Each rank's partition coordinates start at 0: its coordinates in the grid make its
-     * rounding bits its own. */
-    uint32_t coords = zoe_hash32((uint32_t)zoe_grid_tp_rank(grid) * 0x9e3779b9U ^
-                                 zoe_hash32((uint32_t)opt->dp_rank + 1));
+    /* Each rank's partition coordinates start at 0: its DP rank makes its rounding bits its own.
+     * Not its TP rank: a TP-replicated tensor sits at the same partition coordinates on every TP
+     * rank of a DP rank, and its copies must round alike to stay one tensor (the shards of a split
+     * tensor then share bits at equal coordinates: their errors are correlated, still unbiased). */
+    uint32_t coords = zoe_hash32((uint32_t)opt->dp_rank * 0x9e3779b9U + 1);
     opt->rounding_seed = cfg->rounding_seed ^ ((uint64_t)coords << 32 | coords);
     zoe_status st = create(opt, tensors, num_tensors);
     if (st != ZOE_OK) {

@@ -57,8 +57,8 @@ typedef struct zoe_state_sizes {
      * parameters is an fp32 master; the device share on CUDA is fp32 state. */
     zoe_adam_state_dtypes host_dtypes;
     int compressed;
-    int h_grads;    /* host fp32 gradient partitions: 1, or 2 with dpu_swap */
-    size_t snap;    /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
+    int h_grads; /* host fp32 gradient partitions: 1, or 2 with dpu_swap */
+    size_t snap; /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
     int snap_pinned;
     size_t params;   /* device, compute dtype: the parameter buffer */
     size_t part_out; /* device, compute dtype: the partition buffer (CUDA with DPU or a device
@@ -150,7 +150,7 @@ struct zoe_optimizer {
      * with the master in the parameters; h_grad[1] is h_grad[0] unless sz.dpu_swap. */
     void *h_master, *h_m, *h_v; /* in sz.host_dtypes */
     float *h_grad[2];
-    uint64_t rounding_seed; /* cfg.rounding_seed mixed with the rank's grid coordinates */
+    uint64_t rounding_seed; /* cfg.rounding_seed mixed with the DP rank (optimizer.c) */
     void *h_snap;           /* sz.snap elements of compute dtype, or NULL */
     void *out_ring[2];      /* pinned copy-out ring, or NULL */
     zoe_event *out_done[2]; /* recorded after each slot's copy to the device */

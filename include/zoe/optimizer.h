@@ -177,7 +177,8 @@ typedef struct zoe_optimizer_config {
     /* The dtypes the host holds the state in (Megatron's --main-params-dtype, --exp-avg-dtype,
      * --exp-avg-sq-dtype; docs/offload.md, "Compressed state"): ZOE_F32 (0, the default) or
      * ZOE_BF16, each written by the host Adam with stochastic rounding keyed by (rounding_seed,
-     * the rank's grid coordinates, the step, the element), so every path gives the same bits and
+     * the DP rank, the step, the element), so every path gives the same bits, TP-replicated
+     * tensors round alike on every TP rank, and
      * a resumed run rounds as the uninterrupted one. A bf16 state needs dpu_schedule exact or
      * plain (or no DPU): predict and dc recompute a step from fp32 state. On CUDA the device
      * share of partial offload keeps fp32 state. */

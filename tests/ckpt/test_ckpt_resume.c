@@ -7,21 +7,29 @@
  * every loss, and the bytes of every tensor of model.safetensors and optimizer.safetensors
  * saved at the end, in fp32 and in bf16 (whose master and DPU staging live apart from the
  * weights). The reference run saves nothing until after its last step. */
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include "ckpt_test.h"
 
 enum { STEPS = 8, SAVE_AT = 4 };
 
-static void one_case(const char *corpus, const char *root, int tp, int dpu, zoe_dtype dtype) {
+/* bf16_state: the optimizer state held in bf16 (stochastic rounding keyed by the step, so a
+ * resumed run rounds as the one never stopped); its stale schedule is plain (predict needs fp32
+ * state). */
+static void one_case(const char *corpus, const char *root, int tp, int dpu, zoe_dtype dtype,
+                     int bf16_state) {
     int dp = test_world_size() / tp;
     zoe_train_config c;
     ckpt_test_config(&c, tp, dp, 2, 0.1f, dpu ? 2 : 0);
-    c.dpu_schedule = dpu == 1 ? ZOE_DPU_PREDICT : ZOE_DPU_EXACT; /* dpu: 0 off, 1 stale, 2 exact */
+    /* dpu: 0 off, 1 stale, 2 exact */
+    c.dpu_schedule = dpu != 1 ? ZOE_DPU_EXACT : bf16_state ? ZOE_DPU_PLAIN : ZOE_DPU_PREDICT;
     c.dtype = dtype; /* fp32: the master is the weights; bf16: a separate master (and snapshot) */
+    if (bf16_state) c.main_params_dtype = c.exp_avg_dtype = c.exp_avg_sq_dtype = ZOE_STATE_BF16;
     char ref_dir[512], run_dir[512], res_dir[512], at[600], end_ref[600], end_run[600],
         end_res[600];
-    const char *dt = zoe_dtype_name(dtype);
+    char dt[32];
+    snprintf(dt, sizeof dt, "%s%s", zoe_dtype_name(dtype), bf16_state ? "-bf16state" : "");
     snprintf(ref_dir, sizeof ref_dir, "%s/ref-tp%d-dpu%d-%s", root, tp, dpu, dt);
     snprintf(run_dir, sizeof run_dir, "%s/run-tp%d-dpu%d-%s", root, tp, dpu, dt);
     snprintf(res_dir, sizeof res_dir, "%s/res-tp%d-dpu%d-%s", root, tp, dpu, dt);
@@ -74,11 +82,57 @@ static void one_case(const char *corpus, const char *root, int tp, int dpu, zoe_
         printf("TP=%d x DP=%d, %s, DPU %s, dropout 0.1, grad-accum 2: resumed at step %d, losses "
                "%.4f .. %.4f equal, weights and moments equal\n",
                tp, dp, dt,
-               dpu == 1 ? "predict"
+               dpu == 1 ? (bf16_state ? "plain" : "predict")
                : dpu    ? "exact"
                         : "off",
                SAVE_AT, ref[0], ref[STEPS - 1]);
     }
+}
+
+/* A checkpoint written with one state dtype resumes with another: bf16 state widens exactly to
+ * fp32 (the file holds the widened values), so bf16 -> load as fp32 -> save gives the same
+ * optimizer tensors; fp32 -> load as bf16 rounds to nearest, and the run goes on. At a grid other
+ * than the saving one (TP x DP swapped where the world allows). */
+static void convert_case(const char *corpus, const char *root) {
+    int world = test_world_size();
+    zoe_train_config c16, c32;
+    ckpt_test_config(&c16, 1, world, 1, 0.0f, 2);
+    c16.dtype = ZOE_BF16;
+    c16.main_params_dtype = c16.exp_avg_dtype = c16.exp_avg_sq_dtype = ZOE_STATE_BF16;
+    int tp = world >= 2 ? 2 : 1;
+    ckpt_test_config(&c32, tp, world / tp, 1, 0.0f, 2);
+    c32.dtype = ZOE_BF16;
+    char dir16[512], dir32[512], at16[600], at32[600];
+    snprintf(dir16, sizeof dir16, "%s/convert-bf16", root);
+    snprintf(dir32, sizeof dir32, "%s/convert-fp32", root);
+    float loss[STEPS];
+    ckpt_session s;
+    CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c16, corpus));
+    CHECK_OK(ckpt_session_steps(&s, SAVE_AT, loss));
+    CHECK_OK(zoe_trainer_save(s.tr, dir16, 0, at16, sizeof at16));
+    ckpt_session_close(&s);
+    CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c32, corpus));
+    CHECK_OK(zoe_trainer_load(s.tr, at16, NULL, 0));
+    CHECK_OK(zoe_trainer_save(s.tr, dir32, 0, at32, sizeof at32));
+    CHECK_OK(ckpt_session_steps(&s, STEPS, loss)); /* fp32 state goes on from bf16's */
+    ckpt_session_close(&s);
+    if (test_rank() == 0)
+        for (int f = 0; f < 2; f++) {
+            const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+            CHECK(ckpt_test_same_tensors(at16, at32, files[f]),
+                  "%s: bf16 state saved, loaded as fp32 at TP=%d and saved again differs", files[f],
+                  tp);
+        }
+    /* and back: the fp32 checkpoint into bf16 state, which trains on */
+    CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c16, corpus));
+    CHECK_OK(zoe_trainer_load(s.tr, at32, NULL, 0));
+    CHECK_OK(ckpt_session_steps(&s, STEPS, loss));
+    CHECK(isfinite(loss[STEPS - 1]), "bf16 state resumed from fp32: loss %g", loss[STEPS - 1]);
+    ckpt_session_close(&s);
+    if (test_rank() == 0)
+        printf("bf16 state saved at TP=1 x DP=%d, resumed as fp32 state at TP=%d x DP=%d: the same "
+               "tensors; and back into bf16 state, loss %.4f at step %d\n",
+               world, tp, world / tp, loss[STEPS - 1], STEPS);
 }
 
 int main(int argc, char **argv) {
@@ -92,10 +146,12 @@ int main(int argc, char **argv) {
     for (int tp = 1; tp <= 2; tp++) {
         if (test_world_size() % tp) continue;
         for (int dpu = 0; dpu <= 2; dpu++) {
-            one_case(argv[1], root, tp, dpu, ZOE_F32);
-            one_case(argv[1], root, tp, dpu, ZOE_BF16);
+            one_case(argv[1], root, tp, dpu, ZOE_F32, 0);
+            one_case(argv[1], root, tp, dpu, ZOE_BF16, 0);
+            one_case(argv[1], root, tp, dpu, ZOE_BF16, 1);
         }
     }
+    convert_case(argv[1], root);
     MPI_Barrier(MPI_COMM_WORLD);
     if (test_rank() == 0) {
         char cmd[300];
