@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""zoe's host Adam (kernels/adam.h) against torch.optim.AdamW and torch.optim.Adam.
+"""zoe's host Adam (kernels/adam.h) against torch.optim.AdamW and torch.optim.Adam, and its
+compressed state (kernels/adam_state.h, bf16 with stochastic rounding) against torch's optimizer
+on state held the same way (check_state_case says how and with which tolerances).
 
 usage: test_adam_torch.py HELPER   (HELPER: tests/offload/adam_torch_helper)
 
@@ -37,18 +39,19 @@ except ImportError as e:
           "the environment in build/venv")
     sys.exit(1 if os.environ.get("CI") == "true" else 77)
 
-HEADER = struct.Struct("<4sIQII6f")  # adam_torch_header in tests/offload/adam_torch_helper.c
+HEADER = struct.Struct("<4sIQII6fIIQ")  # adam_torch_header in tests/offload/adam_torch_helper.c
 U = 2.0**-24
 
 
 def run_zoe(helper, w0, grads, *, decoupled, grad_bf16, lr, betas, eps, weight_decay,
-            grad_scale):
+            grad_scale, state_bf16=False, seed=0):
     steps, n = grads.shape
     with tempfile.TemporaryDirectory(prefix="zoe_adam_torch_") as tmp:
         src, dst = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
         with open(src, "wb") as f:
             f.write(HEADER.pack(b"ZADM", steps, n, int(decoupled), int(grad_bf16), lr, betas[0],
-                                betas[1], eps, weight_decay, grad_scale))
+                                betas[1], eps, weight_decay, grad_scale, int(state_bf16), 0,
+                                seed))
             f.write(w0.astype("<f4").tobytes())
             f.write(grads.astype("<f4").tobytes())
         subprocess.run([helper, src, dst], check=True)
@@ -66,6 +69,123 @@ def run_torch(w0, grads, *, decoupled, lr, betas, eps, weight_decay):
         opt.step()
     state = opt.state[p]
     return (p.detach().numpy(), state["exp_avg"].numpy(), state["exp_avg_sq"].numpy())
+
+
+M32 = 0xFFFFFFFF
+
+
+def hash32(x):
+    """kernels/adam_state.h's zoe_hash32, on numpy uint32 arrays or Python ints."""
+    if isinstance(x, int):
+        x &= M32
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & M32
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & M32
+        return x ^ (x >> 16)
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x7FEB352D)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x846CA68B)
+    return x ^ (x >> np.uint32(16))
+
+
+def sr_key(seed, step, stream, hi=0):
+    """zoe_sr_key: the key of one state's rounding at one step."""
+    k = hash32((seed >> 32) ^ stream)
+    k = hash32((seed & M32) ^ k)
+    k = hash32(k ^ (step & M32))
+    k = hash32(k ^ (step >> 32) ^ 0x9E3779B9)
+    return hash32(k ^ hi)
+
+
+def sr_bf16(x, key):
+    """x (fp32 numpy) rounded to bf16 stochastically with element i's bits under key, widened
+    back to fp32: zoe_sr_bf16(x, zoe_sr_bits(key, i))."""
+    with np.errstate(over="ignore"):
+        idx = np.arange(x.size, dtype=np.uint32)
+        bits = hash32(idx ^ np.uint32(key)) >> np.uint32(16)
+        u = x.view(np.uint32)
+        out = ((u + bits) >> np.uint32(16)) << np.uint32(16)
+        quiet = ((u >> np.uint32(16)) | np.uint32(0x40)) << np.uint32(16)
+        return np.where(np.isnan(x), quiet, out).view(np.float32)
+
+
+def run_torch_bf16_state(w0, grads, *, decoupled, lr, betas, eps, weight_decay, seed):
+    """torch.optim.AdamW (or Adam) on state held in bf16: each step starts from the widened bf16
+    master and moments, takes torch's own fp32 step, and stores the three with the stochastic
+    rounding of kernels/adam_state.h (the same keys: master 0, exp_avg 1, exp_avg_sq 2)."""
+    to_bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()
+    w, m, v = to_bf16(w0.copy()), np.zeros_like(w0), np.zeros_like(w0)
+    kind = torch.optim.AdamW if decoupled else torch.optim.Adam
+    for t, g in enumerate(grads, start=1):
+        p = torch.nn.Parameter(torch.from_numpy(w.copy()))
+        opt = kind([p], lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=False)
+        p.grad = torch.from_numpy(g.copy())
+        if t > 1:
+            opt.state[p] = {"step": torch.tensor(float(t - 1)),
+                            "exp_avg": torch.from_numpy(m.copy()),
+                            "exp_avg_sq": torch.from_numpy(v.copy())}
+        opt.step()
+        state = opt.state[p]
+        w = sr_bf16(p.detach().numpy().copy(), sr_key(seed, t, 0))
+        m = sr_bf16(state["exp_avg"].numpy().copy(), sr_key(seed, t, 1))
+        v = sr_bf16(state["exp_avg_sq"].numpy().copy(), sr_key(seed, t, 2))
+    return w, m, v
+
+
+def bf16_unit(x):
+    """One bf16 unit in the last place at |x| (x != 0), as float64."""
+    e = np.frexp(np.abs(x.astype(np.float64)))[1]
+    return np.ldexp(1.0, e - 8)
+
+
+def check_state_case(helper, name, seed, *, decoupled, grad_bf16, weight_decay, n=10007,
+                     steps=20, lr=1e-2, betas=(0.9, 0.999), eps=1e-8):
+    """bf16 state against the torch reference of the same rounding. The two compute each step's
+    fp32 values in other orders (a few fp32 units apart, as above); the stochastic rounding then
+    adds the same 16 random bits to both, and only where their difference straddles a bf16
+    boundary (about 2^-16 of the roundings) do the stored values part, by one bf16 unit, which
+    the moments forget at the rate of beta and the weights keep. So: every element within 3 bf16
+    units of torch's (the moments' and weights' carried differences), and at most 0.2 % of the
+    elements more than one unit apart (2^-16 of 3 x 20 roundings each is 0.1 %)."""
+    rng = np.random.default_rng(seed)
+    w0 = (0.5 * rng.uniform(-1, 1, n)).astype(np.float32)
+    scale = np.exp(rng.uniform(-3, 3, n))
+    grads = (rng.normal(0, 1, (steps, n)) * scale).astype(np.float32)
+    if grad_bf16:
+        grads = torch.from_numpy(grads).to(torch.bfloat16).float().numpy()
+    f32 = lambda x: float(np.float32(x))
+    hp = dict(lr=f32(lr), betas=(f32(betas[0]), f32(betas[1])), eps=f32(eps),
+              weight_decay=f32(weight_decay))
+    sr_seed = 0x5EED0000 + seed
+    z = run_zoe(helper, w0, grads, decoupled=decoupled, grad_bf16=grad_bf16, grad_scale=1.0,
+                state_bf16=True, seed=sr_seed, **hp)
+    t = run_torch_bf16_state(w0, grads, decoupled=decoupled, seed=sr_seed, **hp)
+    report = []
+    for key, zk, tk in zip("wmv", z, t):
+        unit = bf16_unit(np.where(tk == 0, 1e-30, tk))
+        diff = np.abs(zk.astype(np.float64) - tk.astype(np.float64)) / unit
+        far = float(np.mean(diff > 1.0))
+        i = int(np.argmax(diff))
+        if not np.all(np.isfinite(zk)) or diff[i] > 3 or far > 0.002:
+            print(f"FAIL {name}: {key}[{i}] zoe {zk[i]!r} torch {tk[i]!r} ({diff[i]:.2f} bf16 "
+                  f"units); {100 * far:.3f}% of elements more than one unit apart")
+            return False
+        report.append(f"{key} {100 * float(np.mean(diff > 0)):.2f}% differ, worst {diff[i]:.0f} "
+                      f"units")
+    # and the weights moved like fp32 state's (the rounding is unbiased): mean gap < 2 % of the
+    # mean movement
+    tw, _, _ = run_torch(w0, grads, decoupled=decoupled, **hp)
+    moved = np.abs(tw - w0).mean()
+    gap = np.abs(z[0] - tw).mean()
+    if gap > 0.02 * moved + 0.01:  # bf16 holds w to 2^-9 relative (|w| < 0.5: 1e-3 absolute)
+        print(f"FAIL {name}: bf16 state ends {gap:.3g} from fp32 state's weights on average "
+              f"(they moved {moved:.3g})")
+        return False
+    print(f"ok {name}: {'; '.join(report)}; mean gap to fp32 state {gap:.2e} "
+          f"(moved {moved:.2e})")
+    return True
 
 
 def check_case(helper, name, seed, *, decoupled, grad_bf16, grad_scale, weight_decay,
@@ -122,6 +242,13 @@ def main():
          dict(decoupled=False, grad_bf16=False, grad_scale=1.0, weight_decay=0.01)),
     ]
     ok = all([check_case(helper, name, seed, **kw) for name, seed, kw in cases])
+    state_cases = [
+        ("bf16 state, AdamW, fp32 gradient", 4,
+         dict(decoupled=True, grad_bf16=False, weight_decay=0.1)),
+        ("bf16 state, Adam with L2, bf16 gradient", 5,
+         dict(decoupled=False, grad_bf16=True, weight_decay=0.01)),
+    ]
+    ok = all([check_state_case(helper, name, seed, **kw) for name, seed, kw in state_cases]) and ok
     return 0 if ok else 1
 
 
