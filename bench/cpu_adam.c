@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 #include "kernels/adam.h"
+#include "kernels/adam_state.h"
 #include "runtime/cpu.h"
 #include "runtime/host_array.h"
 #include "zoe/dtype.h"
@@ -47,9 +48,11 @@ typedef struct arrays {
     void *out; /* n floats' room: the bf16 weights, or the bf16 snapshot */
 } arrays;
 
-typedef enum { FP32, BF16_WEIGHTS, FP32_DPU, BF16_DPU, NUM_MODES } mode;
-static const char *mode_names[] = {"fp32", "bf16_weights", "fp32_dpu", "bf16_dpu"};
-static const double mode_bytes[] = {28, 30, 28, 28};
+/* BF16_STATE: the compressed state of kernels/adam_state.h (bf16 master, m and v, held in the
+ * first half of each fp32 array), the fp32 gradient and the bf16 weights out. */
+typedef enum { FP32, BF16_WEIGHTS, FP32_DPU, BF16_DPU, BF16_STATE, NUM_MODES } mode;
+static const char *mode_names[] = {"fp32", "bf16_weights", "fp32_dpu", "bf16_dpu", "bf16_state"};
+static const double mode_bytes[] = {28, 30, 28, 28, 18};
 
 static double clock_ms(clockid_t clock) {
     struct timespec ts;
@@ -90,6 +93,14 @@ static void fused_step(const arrays *a, const zoe_adam_consts *c, mode md) {
         case FP32_DPU:
             zoe_adam_host_to(c, w, g, a->m + lo, a->v + lo, g, ZOE_F32, NULL, ZOE_F32, len);
             break;
+        case BF16_STATE: {
+            const zoe_adam_state_dtypes dt = {ZOE_BF16, ZOE_BF16, ZOE_BF16};
+            const zoe_adam_state st = {(zoe_bf16 *)a->master + lo, (zoe_bf16 *)a->m + lo,
+                                       (zoe_bf16 *)a->v + lo};
+            const zoe_adam_rounding r = {.seed = 1, .step = 10};
+            zoe_adam_state_host(c, &r, &dt, &st, lo, g, ZOE_F32, half, ZOE_BF16, len);
+            break;
+        }
         default:
             zoe_adam_host_to(c, w, w, a->m + lo, a->v + lo, half, ZOE_BF16, half, ZOE_BF16, len);
             break;
@@ -109,8 +120,31 @@ static inline float probe_grad(const float *g, const uint16_t *half, mode md, si
     return x;
 }
 
+static inline float widen_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static inline uint16_t truncate_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+
 static void probe_scalar(float *w, float *m, float *v, float *g, uint16_t *half, mode md, size_t lo,
                          size_t len) {
+    if (md == BF16_STATE) { /* the state's 2-byte arrays in the first half of each */
+        uint16_t *w16 = (uint16_t *)w, *m16 = (uint16_t *)m, *v16 = (uint16_t *)v;
+        for (size_t i = lo; i < len; i++) {
+            float x = widen_bf16(w16[i]) + 1e-7f * g[i];
+            w16[i] = truncate_bf16(x), half[i] = truncate_bf16(x);
+            m16[i] = truncate_bf16(widen_bf16(m16[i]) + 1e-7f * g[i]);
+            v16[i] = truncate_bf16(widen_bf16(v16[i]) * 0.999999f + 1e-9f);
+        }
+        return;
+    }
     for (size_t i = lo; i < len; i++) {
         float gi = probe_grad(g, half, md, i), x = w[i] + 1e-7f * gi;
         m[i] += 1e-7f * gi, v[i] = v[i] * 0.999999f + 1e-9f;
@@ -150,6 +184,17 @@ ZOE_TARGET_AVX2 static inline void stream2_bf16_avx2(uint16_t *p, __m256 a, __m2
     _mm256_stream_si256((__m256i *)p, _mm256_permute4x64_epi64(hi, 0xD8));
 }
 
+ZOE_TARGET_AVX2 static inline void store_bf16_avx2(uint16_t *p, __m256 x) {
+    __m256i h = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
+    _mm_storeu_si128((__m128i *)p,
+                     _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+}
+
+ZOE_TARGET_AVX512 static inline void store_bf16_avx512(uint16_t *p, __m512 x) {
+    _mm256_storeu_si256((__m256i *)p,
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x), 16)));
+}
+
 ZOE_TARGET_AVX512 static inline __m512 load_bf16_avx512(const uint16_t *p) {
     __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
@@ -170,6 +215,7 @@ ZOE_TARGET_AVX512 static inline void stream2_bf16_avx512(uint16_t *p, __m512 a, 
 #define P_STORE(p, x)           _mm256_storeu_ps(p, x)
 #define P_LOAD_BF16(p)          load_bf16_avx2(p)
 #define P_STREAM2_BF16(p, a, b) stream2_bf16_avx2(p, a, b)
+#define P_STORE_BF16(p, x)      store_bf16_avx2(p, x)
 #define P_TARGET                ZOE_TARGET_AVX2
 #define PROBE_FN(name)          name##_avx2
 #include "cpu_adam_probe.h"
@@ -183,6 +229,7 @@ ZOE_TARGET_AVX512 static inline void stream2_bf16_avx512(uint16_t *p, __m512 a, 
 #define P_STORE(p, x)           _mm512_storeu_ps(p, x)
 #define P_LOAD_BF16(p)          load_bf16_avx512(p)
 #define P_STREAM2_BF16(p, a, b) stream2_bf16_avx512(p, a, b)
+#define P_STORE_BF16(p, x)      store_bf16_avx512(p, x)
 #define P_TARGET                ZOE_TARGET_AVX512
 #define PROBE_FN(name)          name##_avx512
 #include "cpu_adam_probe.h"

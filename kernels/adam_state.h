@@ -3,32 +3,37 @@
  * --exp-avg-sq-dtype), updated in one pass.
  *
  * Per element the arithmetic is kernels/adam.h's, unchanged, in fp32 on the widened state
- * (bf16 -> fp32 is exact). Only the stores differ: a bf16 state is written with stochastic
- * rounding, so that an update smaller than half a bf16 unit in the last place (2^-9 relative)
- * is not lost on every step but applied with the right probability (unbiased in expectation).
- * That matters for all three: the master's small updates (lr * 1 against |w|), and the second
- * moment, which with beta2 = 0.999 moves by 0.1 % a step and would never move at all under
- * round-to-nearest. The random bits come from a counter-based hash of (seed, step, state,
- * element index), not from a generator with state, so that
- *   - every path (scalar, AVX2, AVX-512, AVX-512-BF16, CUDA) gives the same bits,
+ * (bf16 -> fp32 is exact). Only the stores differ. A bf16 master and a bf16 second moment are
+ * written with stochastic rounding, so that an update smaller than half a bf16 unit in the last
+ * place (2^-9 relative) is not lost on every step but applied with the right probability
+ * (unbiased in expectation): the master's small updates (lr against |w|), and the second moment,
+ * which with beta2 = 0.999 moves by 0.1 % a step and would never move under round-to-nearest. The
+ * first moment moves by (1 - beta1) = 10 % of its distance to the gradient each step, far above
+ * bf16's unit, and is rounded to nearest even. The random bits come from one counter-based hash
+ * of (seed, step, element index) per element, its low 16 bits for the master and its high 16
+ * for the second moment, not from a generator with state, so that
+ *   - every path (scalar, AVX2, AVX-512, AVX-512-BF16) gives the same bits,
  *   - the result does not depend on how a range is split into tiles, threads or calls,
  *   - a run resumed from a checkpoint at step s rounds exactly as the uninterrupted run.
+ * One hash rather than one per state: the multiplies of the hash share a port with the step's
+ * division and square root, and three of them made the step compute-bound (bench_cpu_adam).
  *
  * Per element i (index = index0 + i, a 64-bit count; fma as in kernels/adam.h):
  *
  *     w, m, v = fp32(master[i]), fp32(exp_avg[i]), fp32(exp_avg_sq[i])
- *     g  = grad * grad_scale ;  g = fma(wd, w, g)  (Adam with L2 only)
+ *     g  = grad * grad_scale;  g = fma(wd, w, g)       the second for Adam with L2 only
  *     m' = fma(beta1, m, (1 - beta1) * g)
  *     v' = fma(beta2, v, (1 - beta2) * (g * g))
- *     w' = (AdamW ? w * decay : w) ;  w' = fma(-step_size, m' / fma(sqrt(v'), inv_sqrt_bc2, eps),
- * w') master[i]     = store(w', master_dtype, ZOE_SR_MASTER) exp_avg[i]    = store(m',
- * exp_avg_dtype, ZOE_SR_EXP_AVG) exp_avg_sq[i] = store(v', exp_avg_sq_dtype, ZOE_SR_EXP_AVG_SQ)
- *     out[i]        = out_dtype(fp32(master[i]))   the weights as stored, round to nearest even
+ *     w' = AdamW ? w * decay : w
+ *     w' = fma(-step_size, m' / fma(sqrt(v'), inv_sqrt_bc2, eps), w')
+ *     r  = zoe_sr_random(zoe_sr_key(rounding, index >> 32), index)
+ *     master[i]     = bf16 ? zoe_sr_bf16(w', r & 0xffff) : w'
+ *     exp_avg[i]    = bf16 ? zoe_f32_to_bf16(m')        : m'
+ *     exp_avg_sq[i] = bf16 ? zoe_sr_bf16(v', r >> 16)    : v'
+ *     out[i]        = out_dtype(fp32(master[i]))       the weights as stored, nearest even
  *
- * where store(x, ZOE_F32, s) = x and store(x, ZOE_BF16, s) = zoe_sr_bf16(x, zoe_sr_bits(key,
- * index)) with key = zoe_sr_key(rounding, s, index >> 32). With every state in fp32 the result is
- * bit-identical to zoe_adam_host_to (a test checks it). With a bf16 master, out in bf16 is the
- * master's own bits. */
+ * With every state in fp32 the result is bit-identical to zoe_adam_host_to (a test checks it).
+ * With a bf16 master, out in bf16 is the master's own bits. */
 #ifndef ZOE_KERNELS_ADAM_STATE_H
 #define ZOE_KERNELS_ADAM_STATE_H
 
@@ -49,13 +54,6 @@ typedef struct zoe_adam_state {
     void *exp_avg_sq; /* exp_avg_sq_dtype */
 } zoe_adam_state;
 
-/* Which stream of random bits a state's rounding draws from (independent streams). */
-typedef enum zoe_sr_stream {
-    ZOE_SR_MASTER = 0,
-    ZOE_SR_EXP_AVG = 1,
-    ZOE_SR_EXP_AVG_SQ = 2,
-} zoe_sr_stream;
-
 /* What the rounding of one step is keyed by: the caller's seed (the run's seed mixed with the
  * DP rank, offload/optimizer.c says why not the TP rank) and the step number (1-based, the
  * bias correction's). */
@@ -74,18 +72,18 @@ static inline uint32_t zoe_hash32(uint32_t x) {
     return x;
 }
 
-/* The key of stream s for the elements whose index has high word hi. */
-static inline uint32_t zoe_sr_key(const zoe_adam_rounding *r, zoe_sr_stream s, uint32_t hi) {
-    uint32_t k = zoe_hash32((uint32_t)(r->seed >> 32) ^ (uint32_t)s);
+/* The key of one step for the elements whose index has high word hi. */
+static inline uint32_t zoe_sr_key(const zoe_adam_rounding *r, uint32_t hi) {
+    uint32_t k = zoe_hash32((uint32_t)(r->seed >> 32));
     k = zoe_hash32((uint32_t)r->seed ^ k);
     k = zoe_hash32(k ^ (uint32_t)r->step);
     k = zoe_hash32(k ^ (uint32_t)(r->step >> 32) ^ 0x9e3779b9U);
     return zoe_hash32(k ^ hi);
 }
 
-/* The 16 random bits of element index (low word lo) under key. */
-static inline uint32_t zoe_sr_bits(uint32_t key, uint32_t lo) {
-    return zoe_hash32(lo ^ key) >> 16;
+/* The 32 random bits of element index (low word lo) under key. */
+static inline uint32_t zoe_sr_random(uint32_t key, uint32_t lo) {
+    return zoe_hash32(lo ^ key);
 }
 
 /* x rounded to bf16 stochastically: up (in magnitude) with probability equal to the fraction

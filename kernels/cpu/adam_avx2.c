@@ -91,6 +91,7 @@ static inline void store_low16_avx2(void *p, __m256i r) {
 #define VI_SET1(x)          _mm256_set1_epi32(x)
 #define VI_ADD(a, b)        _mm256_add_epi32(a, b)
 #define VI_XOR(a, b)        _mm256_xor_si256(a, b)
+#define VI_AND(a, b)        _mm256_and_si256(a, b)
 #define VI_MULLO(a, b)      _mm256_mullo_epi32(a, b)
 #define VI_SRLI(a, n)       _mm256_srli_epi32(a, n)
 #define VI_SLLI(a, n)       _mm256_slli_epi32(a, n)

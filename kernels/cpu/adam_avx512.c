@@ -8,6 +8,7 @@
 #define VI_SET1(x)     _mm512_set1_epi32(x)
 #define VI_ADD(a, b)   _mm512_add_epi32(a, b)
 #define VI_XOR(a, b)   _mm512_xor_si512(a, b)
+#define VI_AND(a, b)   _mm512_and_si512(a, b)
 #define VI_MULLO(a, b) _mm512_mullo_epi32(a, b)
 #define VI_SRLI(a, n)  _mm512_srli_epi32(a, n)
 #define VI_SLLI(a, n)  _mm512_slli_epi32(a, n)

@@ -37,7 +37,7 @@ static zoe_status check_call(const zoe_adam_state_dtypes *dt, const zoe_adam_sta
 }
 
 /* The scalar path over [lo, hi) of a call whose element indices share the high word (the
- * dispatcher splits calls there), with the keys of that word. */
+ * dispatcher splits calls there), with the key of that word. */
 void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
                                  const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                                  uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
@@ -48,9 +48,10 @@ void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_
         float m = adam_state_load(st->exp_avg, i, dt->exp_avg);
         float v = adam_state_load(st->exp_avg_sq, i, dt->exp_avg_sq);
         float ww = adam_element(c, c->decoupled, adam_load_scalar(grad, i, gdt), w, &m, &v);
-        float stored = adam_state_store(st->master, i, dt->master, ww, k->master, idx);
-        adam_state_store(st->exp_avg, i, dt->exp_avg, m, k->exp_avg, idx);
-        adam_state_store(st->exp_avg_sq, i, dt->exp_avg_sq, v, k->exp_avg_sq, idx);
+        uint32_t r = zoe_sr_random(k->key, idx);
+        float stored = adam_state_store(st->master, i, dt->master, ww, r & 0xffff, 0);
+        adam_state_store(st->exp_avg, i, dt->exp_avg, m, 0, 1);
+        adam_state_store(st->exp_avg_sq, i, dt->exp_avg_sq, v, r >> 16, 0);
         adam_store_scalar(out, i, odt, stored);
     }
 }
@@ -69,7 +70,7 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
                             zoe_adam_state_esize(dt->exp_avg_sq)};
     const size_t gsz = zoe_dtype_size(grad_dtype), osz = out ? zoe_dtype_size(out_dtype) : 0;
     for (size_t done = 0; done < n;) {
-        /* One call per high word of the index: the keys are per word. */
+        /* One call per high word of the index: the key is per word. */
         uint64_t index = index0 + done;
         uint64_t to_word_end = ((uint64_t)1 << 32) - (uint32_t)index;
         size_t len = n - done < to_word_end ? n - done : (size_t)to_word_end;

@@ -4,7 +4,8 @@
  * A file that instantiates the loop defines, besides adam_simd.h's float macros (VF, W, V_SET1,
  * V_MUL, V_DIV, V_FMA, V_SQRT, V_LOAD_F32, V_STORE_F32, V_LOAD_BF16, V_LOAD_F16):
  *   VI                  the integer vector of W 32-bit lanes
- *   VI_SET1(x) VI_ADD(a,b) VI_XOR(a,b) VI_MULLO(a,b) VI_SRLI(a,n) VI_SLLI(a,n) VI_IOTA()
+ *   VI_SET1(x) VI_ADD(a,b) VI_XOR(a,b) VI_AND(a,b) VI_MULLO(a,b) VI_SRLI(a,n) VI_SLLI(a,n)
+ *   VI_IOTA()
  *   V_AS_I(x) V_AS_F(x) reinterpretations
  *   V_SR_NAN(u, r, x)   r with the lanes where x is NaN replaced by (u >> 16) | 0x40
  *   V_STORE_LOW16(p, r) the low 16 bits of each lane of r to W 16-bit values at p
@@ -18,27 +19,25 @@
 #include "kernels/adam_state.h"
 /* adam_simd.h comes first (its scalar element), included by the including file. */
 
-/* The keys of one step for the elements whose index has one high word. */
+/* The key of one step for the elements whose index has one high word. */
 typedef struct zoe_adam_state_keys {
-    uint32_t master, exp_avg, exp_avg_sq;
+    uint32_t key;
 } zoe_adam_state_keys;
 
 static inline zoe_adam_state_keys zoe_adam_state_keys_of(const zoe_adam_rounding *r, uint32_t hi) {
-    return (zoe_adam_state_keys){.master = zoe_sr_key(r, ZOE_SR_MASTER, hi),
-                                 .exp_avg = zoe_sr_key(r, ZOE_SR_EXP_AVG, hi),
-                                 .exp_avg_sq = zoe_sr_key(r, ZOE_SR_EXP_AVG_SQ, hi)};
+    return (zoe_adam_state_keys){.key = zoe_sr_key(r, hi)};
 }
 
 static inline float adam_state_load(const void *p, size_t i, zoe_dtype dt) {
     return dt == ZOE_BF16 ? zoe_bf16_to_f32(((const zoe_bf16 *)p)[i]) : ((const float *)p)[i];
 }
 
-/* Stores x in dtype dt (bf16: stochastic rounding with the bits of element idx under key) and
- * returns the value as stored. */
-static inline float adam_state_store(void *p, size_t i, zoe_dtype dt, float x, uint32_t key,
-                                     uint32_t idx) {
+/* Stores x in dtype dt (bf16: stochastically with the 16 random bits given, or to nearest even
+ * when nearest) and returns the value as stored. */
+static inline float adam_state_store(void *p, size_t i, zoe_dtype dt, float x, uint32_t bits16,
+                                     int nearest) {
     if (dt != ZOE_BF16) return ((float *)p)[i] = x;
-    zoe_bf16 b = zoe_sr_bf16(x, zoe_sr_bits(key, idx));
+    zoe_bf16 b = nearest ? zoe_f32_to_bf16(x) : zoe_sr_bf16(x, bits16);
     ((zoe_bf16 *)p)[i] = b;
     return zoe_bf16_to_f32(b);
 }
@@ -72,11 +71,10 @@ static inline __attribute__((always_inline)) VI STATE_FN(state_hash)(VI x) {
     return VI_XOR(x, VI_SRLI(x, 16));
 }
 
-/* zoe_sr_bf16 lane-wise into the low 16 bits: idx holds each lane's element index (low word). */
-static inline __attribute__((always_inline)) VI STATE_FN(state_sr_bf16)(VF x, VI idx, VI key) {
-    VI bits = VI_SRLI(STATE_FN(state_hash)(VI_XOR(idx, key)), 16);
+/* zoe_sr_bf16 lane-wise into the low 16 bits, with random bits16 (below 2^16) per lane. */
+static inline __attribute__((always_inline)) VI STATE_FN(state_sr_bf16)(VF x, VI bits16) {
     VI u = V_AS_I(x);
-    return V_SR_NAN(u, VI_SRLI(VI_ADD(u, bits), 16), x);
+    return V_SR_NAN(u, VI_SRLI(VI_ADD(u, bits16), 16), x);
 }
 
 /* W lanes of state at i: loaded widened; stored (and returned as stored, for the output). */
@@ -85,13 +83,14 @@ static inline __attribute__((always_inline)) VF STATE_FN(state_load)(const void 
     return dt == ZOE_BF16 ? V_LOAD_BF16((const zoe_bf16 *)p + i) : V_LOAD_F32((const float *)p + i);
 }
 
+/* As adam_state_store: stochastically with bits16 per lane, or to nearest even. */
 static inline __attribute__((always_inline)) VF
-STATE_FN(state_store)(void *p, size_t i, zoe_dtype dt, VF x, VI idx, VI key) {
+STATE_FN(state_store)(void *p, size_t i, zoe_dtype dt, VF x, VI bits16, int nearest) {
     if (dt != ZOE_BF16) {
         V_STORE_F32((float *)p + i, x);
         return x;
     }
-    VI b = STATE_FN(state_sr_bf16)(x, idx, key);
+    VI b = nearest ? V_ROUND_BF16(x) : STATE_FN(state_sr_bf16)(x, bits16);
     V_STORE_LOW16((zoe_bf16 *)p + i, b);
     return V_AS_F(VI_SLLI(b, 16));
 }
@@ -123,8 +122,7 @@ STATE_FN(state_body)(const zoe_adam_consts *c, const zoe_adam_state_keys *k, zoe
              omb1 = V_SET1(c->one_minus_beta1), b2 = V_SET1(c->beta2),
              omb2 = V_SET1(c->one_minus_beta2), decay = V_SET1(c->decay),
              neg_step = V_SET1(-c->step_size), isb2 = V_SET1(c->inv_sqrt_bc2), eps = V_SET1(c->eps);
-    const VI kw = VI_SET1((int)k->master), km = VI_SET1((int)k->exp_avg),
-             kv = VI_SET1((int)k->exp_avg_sq), lanes = VI_IOTA();
+    const VI key = VI_SET1((int)k->key), lanes = VI_IOTA(), low16 = VI_SET1(0xffff);
     const int dec = c->decoupled;
     size_t i = 0;
     for (; i + W <= n; i += W) {
@@ -136,9 +134,11 @@ STATE_FN(state_body)(const zoe_adam_consts *c, const zoe_adam_state_keys *k, zoe
         VF vv = V_FMA(b2, STATE_FN(state_load)(st->exp_avg_sq, i, sdt), V_MUL(omb2, V_MUL(g, g)));
         if (dec) w = V_MUL(w, decay);
         w = V_FMA(neg_step, V_DIV(mm, V_FMA(V_SQRT(vv), isb2, eps)), w);
-        VF stored = STATE_FN(state_store)(st->master, i, mdt, w, idx, kw);
-        STATE_FN(state_store)(st->exp_avg, i, adt, mm, idx, km);
-        STATE_FN(state_store)(st->exp_avg_sq, i, sdt, vv, idx, kv);
+        /* one hash per element, when a store is stochastic (the dtypes are constants here) */
+        VI r = mdt == ZOE_BF16 || sdt == ZOE_BF16 ? STATE_FN(state_hash)(VI_XOR(idx, key)) : idx;
+        VF stored = STATE_FN(state_store)(st->master, i, mdt, w, VI_AND(r, low16), 0);
+        STATE_FN(state_store)(st->exp_avg, i, adt, mm, r, 1);
+        STATE_FN(state_store)(st->exp_avg_sq, i, sdt, vv, VI_SRLI(r, 16), 0);
         STATE_FN(state_out)(out, i, odt, stored);
     }
     zoe_adam_state_dtypes dt = {.master = mdt, .exp_avg = adt, .exp_avg_sq = sdt};

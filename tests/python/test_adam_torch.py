@@ -90,31 +90,35 @@ def hash32(x):
     return x ^ (x >> np.uint32(16))
 
 
-def sr_key(seed, step, stream, hi=0):
-    """zoe_sr_key: the key of one state's rounding at one step."""
-    k = hash32((seed >> 32) ^ stream)
+def sr_key(seed, step, hi=0):
+    """zoe_sr_key: the key of one step's rounding."""
+    k = hash32(seed >> 32)
     k = hash32((seed & M32) ^ k)
     k = hash32(k ^ (step & M32))
     k = hash32(k ^ (step >> 32) ^ 0x9E3779B9)
     return hash32(k ^ hi)
 
 
-def sr_bf16(x, key):
-    """x (fp32 numpy) rounded to bf16 stochastically with element i's bits under key, widened
-    back to fp32: zoe_sr_bf16(x, zoe_sr_bits(key, i))."""
+def sr_random(key, n):
+    """zoe_sr_random(key, i) for the elements i < n: 32 random bits each."""
+    return hash32(np.arange(n, dtype=np.uint32) ^ np.uint32(key))
+
+
+def sr_bf16(x, bits16):
+    """x (fp32 numpy) rounded to bf16 stochastically with 16 random bits per element, widened
+    back to fp32: zoe_sr_bf16."""
     with np.errstate(over="ignore"):
-        idx = np.arange(x.size, dtype=np.uint32)
-        bits = hash32(idx ^ np.uint32(key)) >> np.uint32(16)
         u = x.view(np.uint32)
-        out = ((u + bits) >> np.uint32(16)) << np.uint32(16)
+        out = ((u + bits16) >> np.uint32(16)) << np.uint32(16)
         quiet = ((u >> np.uint32(16)) | np.uint32(0x40)) << np.uint32(16)
         return np.where(np.isnan(x), quiet, out).view(np.float32)
 
 
 def run_torch_bf16_state(w0, grads, *, decoupled, lr, betas, eps, weight_decay, seed):
     """torch.optim.AdamW (or Adam) on state held in bf16: each step starts from the widened bf16
-    master and moments, takes torch's own fp32 step, and stores the three with the stochastic
-    rounding of kernels/adam_state.h (the same keys: master 0, exp_avg 1, exp_avg_sq 2)."""
+    master and moments, takes torch's own fp32 step, and stores the three as kernels/adam_state.h
+    does: the master and the second moment with the stochastic rounding of the same random bits
+    (low and high 16 of one hash per element), the first moment to nearest even."""
     to_bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()
     w, m, v = to_bf16(w0.copy()), np.zeros_like(w0), np.zeros_like(w0)
     kind = torch.optim.AdamW if decoupled else torch.optim.Adam
@@ -128,9 +132,10 @@ def run_torch_bf16_state(w0, grads, *, decoupled, lr, betas, eps, weight_decay, 
                             "exp_avg_sq": torch.from_numpy(v.copy())}
         opt.step()
         state = opt.state[p]
-        w = sr_bf16(p.detach().numpy().copy(), sr_key(seed, t, 0))
-        m = sr_bf16(state["exp_avg"].numpy().copy(), sr_key(seed, t, 1))
-        v = sr_bf16(state["exp_avg_sq"].numpy().copy(), sr_key(seed, t, 2))
+        r = sr_random(sr_key(seed, t), w.size)
+        w = sr_bf16(p.detach().numpy().copy(), r & np.uint32(0xFFFF))
+        m = to_bf16(state["exp_avg"].numpy().copy())  # to nearest even
+        v = sr_bf16(state["exp_avg_sq"].numpy().copy(), r >> np.uint32(16))
     return w, m, v
 
 
