@@ -14,6 +14,24 @@ static size_t min_size(size_t a, size_t b) {
     return a < b ? a : b;
 }
 
+/* Where the host Adam over partition coordinates [a, ...) of a segment (at flat in the
+ * parameter buffer) writes the compute-dtype weights: block_out is the copy-out slot holding
+ * partition coordinate block_lo (CUDA without DPU), else NULL. NULL: none, the fp32 master is
+ * the weights (CPU, fp32), or the update's w_out holds them. */
+static void *range_output(const zoe_optimizer *opt, size_t a, size_t flat, int in_flight,
+                          void *block_out, size_t block_lo) {
+    const zoe_state_sizes *z = &opt->sz;
+    size_t esz = opt->esz;
+    char *snap = opt->h_snap ? (char *)opt->h_snap + (a - z->h_lo) * esz : NULL;
+    if (z->snap_pinned && snap)
+        return snap; /* CUDA with DPU: the snapshot is the staging buffer of every step */
+    if (block_out) return (char *)block_out + (a - block_lo) * esz;
+    if (in_flight && z->dpu_snapshot) return snap;
+    if (!z->master_in_params)
+        return (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
+    return NULL;
+}
+
 /* adam_range with compressed state (kernels/adam_state.h): the master (a host array, or the
  * fp32 master in the parameters when only the moments are compressed) is updated in place,
  * never into a second array (no dpu_swap); no prediction or compensation (zoe_config_check).
@@ -32,17 +50,7 @@ static zoe_status compressed_range(zoe_optimizer *opt, const zoe_step_consts *c,
                                .exp_avg_sq = zoe_host_state_at(opt, 2, h)};
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
-    void *out;
-    if (z->snap_pinned && snap)
-        out = snap;
-    else if (block_out)
-        out = (char *)block_out + (a - block_lo) * esz;
-    else if (from_snap)
-        out = snap;
-    else if (!z->master_in_params)
-        out = (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
-    else
-        out = NULL; /* the fp32 master is the weights */
+    void *out = range_output(opt, a, flat, in_flight, block_out, block_lo);
     const zoe_step_consts *sc = from_snap ? snap_c : c;
     const zoe_adam_consts *k = zoe_segment_consts(sc, sg);
     if (undo)
@@ -70,33 +78,24 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
     const void *grad = from_snap ? (const void *)snap : (const void *)(opt->h_grad[buf] + h);
-    void *out = NULL; /* the fp32 master is the weights (CPU, fp32), or w_out holds them */
-    if (z->snap_pinned && snap)
-        out = snap; /* CUDA with DPU: the snapshot is the staging buffer of every step */
-    else if (block_out)
-        out = (char *)block_out + (a - block_lo) * esz;
-    else if (from_snap)
-        out = snap;
-    else if (!z->master_in_params)
-        out = (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
+    void *out = range_output(opt, a, flat, in_flight, block_out, block_lo);
     const zoe_adam_consts *k = zoe_segment_consts(from_snap ? snap_c : c, sg);
     if (undo) /* ZOE_DPU_EXACT, whose layout is that of no DPU: the master and fp32 gradient */
         return zoe_adam_undo_host(k, w_in, (float *)opt->h_m + h, (float *)opt->h_v + h,
                                   opt->h_grad[buf] + h, out, opt->dtype, e - a);
     int predict = in_flight && opt->flight_predict;
     if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
-        ZOE_TRY(zoe_adam_compensate_host(zoe_segment_consts(&opt->flight_prev_consts, sg),
-                                         opt->flight_dc_lambda, k->grad_scale, opt->h_grad[buf] + h,
-                                         w_in, (float *)opt->h_m + h, (float *)opt->h_v + h,
-                                         e - a));
+        ZOE_TRY(zoe_adam_compensate_host(
+            zoe_segment_consts(&opt->flight_prev_consts, sg), opt->flight_dc_lambda, k->grad_scale,
+            opt->h_grad[buf] + h, w_in, (float *)opt->h_m + h, (float *)opt->h_v + h, e - a));
     ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)opt->h_m + h, (float *)opt->h_v + h, grad,
                              from_snap ? opt->dtype : ZOE_F32, predict ? NULL : out, opt->dtype,
                              e - a));
     /* The prediction replaces the compute-dtype copy, over the tile the step has just touched. */
-    return predict ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out,
-                                           (float *)opt->h_m + h, (float *)opt->h_v + h, out,
-                                           opt->dtype, e - a)
-                   : ZOE_OK;
+    return predict
+               ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out, (float *)opt->h_m + h,
+                                       (float *)opt->h_v + h, out, opt->dtype, e - a)
+               : ZOE_OK;
 }
 
 /* The host Adam over host coordinates [b0, b1) (a block): OpenMP over its tiles, each thread
@@ -329,8 +328,8 @@ static zoe_status stage_prediction(zoe_optimizer *opt) {
         size_t h = sg->offset - z->h_lo;
         ZOE_TRY(zoe_adam_predict_host(zoe_segment_consts(&c, sg), opt->cfg.dpu_predict_scale,
                                       (float *)opt->h_master + h, (float *)opt->h_m + h,
-                                      (float *)opt->h_v + h,
-                                      (char *)opt->h_snap + h * opt->esz, opt->dtype, sg->len));
+                                      (float *)opt->h_v + h, (char *)opt->h_snap + h * opt->esz,
+                                      opt->dtype, sg->len));
     }
     if (zoe_device_is_host_memory(opt)) return ZOE_OK; /* the due refresh uploads the snapshot */
     ZOE_TRY(zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
