@@ -50,6 +50,18 @@ static zoe_status comm_new(MPI_Comm group, zoe_comm_kind kind, zoe_comm **out) {
     return ZOE_OK;
 }
 
+zoe_nccl_order zoe_nccl_order_choose(int nccl_version, const char *launch_order_implicit) {
+    enum { FIRST_IMPLICIT_ORDER = 22600 }; /* NCCL 2.26 introduced NCCL_LAUNCH_ORDER_IMPLICIT */
+    if (nccl_version < FIRST_IMPLICIT_ORDER) return ZOE_NCCL_ORDER_SERIAL;
+    if (!launch_order_implicit || !*launch_order_implicit) return ZOE_NCCL_ORDER_BY_LAUNCH;
+    return atoi(launch_order_implicit) != 0 ? ZOE_NCCL_ORDER_BY_LAUNCH : ZOE_NCCL_ORDER_SERIAL;
+}
+
+const char *zoe_nccl_order_name(zoe_nccl_order order) {
+    return order == ZOE_NCCL_ORDER_BY_LAUNCH ? "by launch (NCCL_LAUNCH_ORDER_IMPLICIT)"
+                                             : "serial (one collective at a time per GPU)";
+}
+
 zoe_status zoe_comm_create_mpi(MPI_Comm group, zoe_comm **out) {
     return comm_new(group, ZOE_COMM_MPI, out);
 }

@@ -21,13 +21,27 @@ struct zoe_comm {
     void *pack;
     size_t pack_bytes;
     void *nccl;      /* ncclComm_t */
-    zoe_device *dev; /* NCCL: the GPU, whose nccl_order chains the collectives */
+    zoe_device *dev; /* NCCL: the GPU, whose nccl_order chains the collectives when serial */
     int group_depth; /* inside zoe_comm_group_start/end */
 };
 
 /* Test knob: MPI calls of the backend take at most max_count elements each (at least the group
  * size, at most INT_MAX), so that tests reach the chunked paths with small buffers. */
 zoe_status zoe_comm_set_max_count(zoe_comm *comm, size_t max_count);
+
+/* How the NCCL collectives of one GPU keep one order across its communicators (the argument is
+ * at the top of comm_nccl_cuda.c). BY_LAUNCH: NCCL itself (2.26 and later, with
+ * NCCL_LAUNCH_ORDER_IMPLICIT=1) starts each collective's kernel only once the previous one's
+ * has launched, so collectives of different communicators run at the same time. SERIAL: zoe
+ * chains them with an event, each waiting for the previous one to finish: safe with any NCCL,
+ * but a TP all-reduce then waits for the DP reduce-scatter before it. */
+typedef enum { ZOE_NCCL_ORDER_BY_LAUNCH, ZOE_NCCL_ORDER_SERIAL } zoe_nccl_order;
+
+/* The order for an NCCL library of version code nccl_version (ncclGetVersion: 22800 for 2.28.0)
+ * given the value of NCCL_LAUNCH_ORDER_IMPLICIT in the environment (NULL when unset, which zoe
+ * then sets to 1). A user's explicit 0 is kept, and zoe orders the collectives itself. */
+zoe_nccl_order zoe_nccl_order_choose(int nccl_version, const char *launch_order_implicit);
+const char *zoe_nccl_order_name(zoe_nccl_order order);
 
 #ifdef ZOE_HAVE_CUDA
 zoe_status zoe_nccl_init(zoe_comm *comm, zoe_device *device);

@@ -19,10 +19,12 @@ struct zoe_device {
     zoe_allocation *live; /* the allocations not yet freed, in allocation order */
     size_t num_live, cap_live;
     zoe_memory_stats stats;
-    /* CUDA: the NCCL collectives of every communicator on this GPU run one after another, in
-     * the order the host issued them (comm_nccl_cuda.c): the event marks the last one, and the
-     * communicators using it count them (the last one out destroys it). */
-    void *nccl_order; /* cudaEvent_t */
+    /* CUDA: the NCCL collectives of every communicator on this GPU keep the order the host
+     * issued them in (comm_nccl_cuda.c), by NCCL's launch order or, when nccl_serial, one after
+     * another: then the event marks the last one. The communicators count themselves (the last
+     * one out destroys the event). */
+    void *nccl_order; /* cudaEvent_t, when nccl_serial */
+    int nccl_serial;
     int nccl_comms;
 };
 
