@@ -149,9 +149,13 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
         total += runs->runs[i].n * elem_size(file, &runs->runs[i]);
     long long mine = (long long)((total + budget - 1) / budget), rounds = 0;
     MPI_Allreduce(&mine, &rounds, 1, MPI_LONG_LONG, MPI_MAX, io->comm);
-    char *staging = malloc(budget);
+    /* Page-locked on a GPU: the parameter buffer's pieces copy to and from it at the link's
+     * rate, without the driver staging a pageable buffer through its own. */
+    zoe_device *dev = zoe_stream_device(io->stream);
+    void *pinned = NULL;
+    zoe_status st = zoe_host_alloc(dev, budget, &pinned);
+    char *staging = st == ZOE_OK ? pinned : NULL;
     round_plan plan = {0};
-    zoe_status st = staging ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "staging of %zu", budget);
     int ri = 0;
     uint64_t skip = 0; /* elements of runs[ri] already moved */
     for (long long round = 0; round < rounds; round++) {
@@ -229,7 +233,7 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
     }
     free(plan.lens);
     free(plan.disps);
-    free(staging);
+    if (staging) zoe_host_free(dev, staging);
     return st;
 }
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/checkpoint_io.h"
 #include "engine/plan_impl.h"
 #include "engine/trainer_impl.h"
 #include "kernels/kernels.h"
@@ -23,6 +24,7 @@ void zoe_plan_config_init(zoe_plan_config *cfg) {
     cfg->dtype = ZOE_F32;
     cfg->offload_ratio = 1.0f;
     cfg->bucket_mb = 16;
+    cfg->dpu_schedule = ZOE_DPU_EXACT;
 }
 
 zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, const zoe_hardware *hw,
@@ -44,6 +46,9 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     out->main_params_dtype = c->main_params_dtype;
     out->exp_avg_dtype = c->exp_avg_dtype;
     out->exp_avg_sq_dtype = c->exp_avg_sq_dtype;
+    out->dpu_schedule = c->dpu_schedule;
+    out->evaluates = c->val_data[0] != '\0' || c->split_val > 0;
+    out->checkpoints = c->save[0] != '\0' || c->resume[0] != '\0';
     const char *threads = getenv("OMP_NUM_THREADS");
     out->host_threads = threads ? atoi(threads) : 0;
     out->hardware = *hw;
@@ -68,6 +73,7 @@ static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
     c->main_params_dtype = p->main_params_dtype;
     c->exp_avg_dtype = p->exp_avg_dtype;
     c->exp_avg_sq_dtype = p->exp_avg_sq_dtype;
+    c->dpu_schedule = p->dpu_schedule;
 }
 
 static zoe_status check(const zoe_plan_config *p) {
@@ -135,7 +141,12 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     r->gpu.capacity = cpu ? 0 : hw->gpu_bytes;
 
     r->host.optimizer_per_rank = o->host;
-    r->host.pinned_per_rank = o->pinned;
+    /* Besides the optimizer's: an evaluation under a stale DPU schedule keeps the parameter
+     * buffer it must put back (engine/trainer.c), and checkpoint files move through one bounded
+     * staging buffer (engine/checkpoint_io.c). */
+    int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
+    r->host.pinned_per_rank = o->pinned + (p->evaluates && stale ? o->device_params : 0.0) +
+                              (p->checkpoints ? (double)ckpt_round_bytes() : 0.0);
     /* On the CPU backend the device is host memory, and so are the kernels' workspace and the
      * MPI staging of 16-bit collectives. */
     r->host.other_per_rank =

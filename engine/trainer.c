@@ -43,7 +43,7 @@ struct zoe_trainer {
     int eval_restore; /* under DPU: stale_params goes back, the latest weights' refresh due */
     double eval_loss_sum;
     int64_t eval_targets;
-    void *stale_params; /* host copy of the parameter buffer the next forward reads (DPU) */
+    void *stale_params; /* pinned copy of the parameter buffer the next forward reads (stale DPU) */
 };
 
 /* Gradient sink: the optimizer's buffers; the time spent handing them back is the offload. */
@@ -261,11 +261,11 @@ void zoe_trainer_destroy(zoe_trainer *tr) {
     zoe_optimizer_destroy(tr->opt);
     zoe_gpt_destroy(tr->gpt);
     zoe_comm_destroy(tr->tp_comm);
+    if (tr->stale_params) zoe_host_free(tr->dev, tr->stale_params);
     zoe_stream_destroy(tr->stream);
     zoe_device_destroy(tr->dev);
     zoe_grid_destroy(tr->grid);
     free(tr->weight_ptrs);
-    free(tr->stale_params);
     free(tr);
 }
 
@@ -433,10 +433,13 @@ static size_t param_bytes(const zoe_trainer *tr) {
     return zoe_optimizer_params_numel(tr->opt) * zoe_dtype_size(tr->cfg.dtype);
 }
 
-/* Under DPU the parameter buffer holds the weights one step stale and the latest are due at the
- * next step. They are the ones to evaluate, so the stale ones are kept on the host, the update
- * landed (flush), and eval_end puts things back as zoe_trainer_load does for a checkpoint saved
- * in this state: the latest weights staged for the due refresh, the stale ones in the buffer. */
+/* Under DPU an update may be in flight: the latest weights, the ones to evaluate, are not all in
+ * the parameter buffer yet, so the update lands (flush) first. With the exact schedule the next
+ * forward reads those latest weights anyway, so nothing more is needed. With a stale schedule
+ * the next forward reads the buffer as it was (one step stale): those weights are kept in a
+ * pinned host copy, made once and reused, and eval_end puts things back as zoe_trainer_load does
+ * for a checkpoint saved in this state: the latest weights staged for the due refresh, the stale
+ * ones in the buffer. (The plan counts that copy: engine/plan.c, the host's eval copy.) */
 zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
     if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_begin: NULL trainer");
     if (tr->evaluating || tr->micro_batches > 0)
@@ -444,19 +447,24 @@ zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
                         "zoe_trainer_eval_begin %s: evaluate between steps",
                         tr->evaluating ? "twice" : "inside a step");
     zoe_watchdog_at(tr->watchdog, tr->steps_done - 1, 0, ZOE_PHASE_EVALUATION);
-    int due = 0;
+    int due = 0, stale = tr->cfg.dpu_schedule != ZOE_DPU_EXACT;
     ZOE_TRY(zoe_optimizer_settle(tr->opt, &due));
-    if (due) {
-        if (!tr->stale_params && !(tr->stale_params = malloc(param_bytes(tr))))
-            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host copy of the stale weights (%zu bytes)",
-                            param_bytes(tr));
+    if (due && stale) {
+        if (!tr->stale_params) {
+            zoe_status st = zoe_host_alloc(tr->dev, param_bytes(tr), &tr->stale_params);
+            if (st != ZOE_OK) {
+                tr->stale_params = NULL;
+                return zoe_fail(st, "pinned host copy of the stale weights (%zu bytes)",
+                                param_bytes(tr));
+            }
+        }
         ZOE_TRY(zoe_memcpy_async(tr->stale_params, zoe_optimizer_params(tr->opt), param_bytes(tr),
                                  ZOE_COPY_DEVICE_TO_HOST, tr->stream));
         ZOE_TRY(zoe_stream_synchronize(tr->stream));
-        ZOE_TRY(zoe_optimizer_flush(tr->opt));
     }
+    if (due) ZOE_TRY(zoe_optimizer_flush(tr->opt));
     tr->evaluating = 1;
-    tr->eval_restore = due;
+    tr->eval_restore = due && stale;
     tr->eval_micro_batches = 0;
     tr->eval_loss_sum = 0;
     tr->eval_targets = 0;

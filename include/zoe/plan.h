@@ -78,10 +78,17 @@ typedef struct zoe_plan_config {
     /* The host's optimizer state dtypes (zoe_train_state_dtype; zoe_train_config's fields of
      * the same names): fp32 (0) by default. */
     int main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
+    /* The host buffers that a run's options add (each page-locked on a GPU): dpu_schedule
+     * (zoe_dpu_schedule; ZOE_DPU_EXACT, zoe-train's default) with evaluates (a validation set)
+     * adds, on a stale schedule, the copy of the parameter buffer an evaluation keeps; checkpoints
+     * (saving or resuming) the checkpoint files' staging buffer. */
+    int dpu_schedule;
+    int evaluates, checkpoints;
 } zoe_plan_config;
 
 /* Defaults: the demo model, TP=1 x DP=1, micro-batch 4, fp32 (zoe-plan takes the box's own dtype),
- * no recompute, no DPU, offload ratio 1, 16 MiB buckets. hardware is left empty: fill it with
+ * no recompute, no DPU (its schedule exact), offload ratio 1, 16 MiB buckets, no evaluation, no
+ * checkpoints. hardware is left empty: fill it with
  * zoe_hardware_preset. */
 void zoe_plan_config_init(zoe_plan_config *cfg);
 /* The plan configuration of a zoe-train run on world ranks (micro-batch, accumulation, dtype,

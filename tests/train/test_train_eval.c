@@ -1,7 +1,9 @@
 /* Validation loss (zoe_trainer_eval_*), on the demo corpus split 90,10 by documents:
  *  (a) evaluating changes nothing of the run: the loss of every step and the final master
- *      weights are bit for bit those of the same run without evaluation, with and without the
- *      delayed parameter update, with dropout on (so the dropout counter is checked too);
+ *      weights are bit for bit those of the same run without evaluation, without the delayed
+ *      parameter update and with it, on the exact schedule (the next forward reads the weights
+ *      evaluated) and the plain one (the stale weights go back from a pinned copy), with dropout
+ *      on (so the dropout counter is checked too);
  *  (b) the validation loss at the end of a DPU run (an update in flight) is the per-token mean
  *      recomputed in float64 from the logits of the same batches after zoe_trainer_finalize,
  *      i.e. with the latest weights, not the stale ones the next forward would read;
@@ -23,6 +25,7 @@
 #include "runtime/error.h"
 #include "testing.h"
 #include "zoe/data.h"
+#include "zoe/plan.h"
 #include "zoe/train.h"
 
 enum { STEPS = 8, EVAL_EVERY = 2, EVAL_BATCHES = 2, SEQ = 32, GLOBAL_ROWS = 8 };
@@ -30,7 +33,8 @@ enum { STEPS = 8, EVAL_EVERY = 2, EVAL_BATCHES = 2, SEQ = 32, GLOBAL_ROWS = 8 };
 typedef struct run_spec {
     MPI_Comm comm;
     int tp, micro_batch, grad_accum;
-    int dpu_warmup; /* 0: no DPU */
+    int dpu_warmup;   /* 0: no DPU */
+    int dpu_schedule; /* zoe_dpu_schedule: exact keeps no copy, a stale one a pinned copy */
     float dropout;
     int steps;
     int eval_every; /* 0: no evaluation during the run */
@@ -44,6 +48,8 @@ typedef struct run_result {
     double final_ref; /* float64 recomputation after finalize (b) */
     float *master;
     size_t master_numel;
+    size_t pinned_live; /* page-locked bytes held at the end (zoe_device_memory_stats) */
+    double plan_pinned; /* the plan's page-locked bytes per rank for this run */
 } run_result;
 
 static void config(const run_spec *r, zoe_train_config *c) {
@@ -58,6 +64,7 @@ static void config(const run_spec *r, zoe_train_config *c) {
     c->tp = r->tp, c->micro_batch = r->micro_batch, c->grad_accum = r->grad_accum;
     c->steps = r->steps, c->lr = 3e-3f, c->min_lr = 3e-4f, c->warmup = 2, c->seed = 17;
     c->dpu_warmup = r->dpu_warmup;
+    c->dpu_schedule = r->dpu_schedule;
 }
 
 typedef struct datasets {
@@ -165,6 +172,21 @@ static zoe_status run(const run_spec *r, const char *corpus, run_result *out) {
         st = reference_loss(tr, r->comm, r->tp, val, r->micro_batch, r->grad_accum, x, y,
                             &out->final_ref);
     if (st == ZOE_OK) {
+        zoe_memory_stats ms = {0};
+        st = zoe_device_memory_stats(zoe_trainer_device(tr), &ms);
+        out->pinned_live = ms.pinned_bytes;
+        int world = 0;
+        MPI_Comm_size(r->comm, &world);
+        zoe_hardware hw;
+        zoe_plan_config pc;
+        zoe_plan_result plan;
+        if (st == ZOE_OK) st = zoe_hardware_local(0, &hw);
+        if (st == ZOE_OK) st = zoe_plan_config_from_train(&c, world, &hw, &pc);
+        pc.evaluates = r->eval_every > 0 || r->final_eval;
+        if (st == ZOE_OK) st = zoe_plan(&pc, &plan);
+        out->plan_pinned = plan.host.pinned_per_rank;
+    }
+    if (st == ZOE_OK) {
         zoe_optimizer *opt = zoe_trainer_optimizer(tr);
         out->master_numel = zoe_optimizer_partition_numel(opt);
         out->master = malloc(out->master_numel * sizeof(float));
@@ -186,15 +208,22 @@ static int grid_count(void) {
 }
 
 static void check_unchanged(const char *corpus) {
+    static const struct {
+        const char *name;
+        int warmup, schedule;
+    } dpus[] = {
+        {"off", 0, ZOE_DPU_EXACT}, {"exact", 2, ZOE_DPU_EXACT}, {"plain", 2, ZOE_DPU_PLAIN}};
     int world = test_world_size();
     for (int g = 0; g < grid_count(); g++)
-        for (int dpu = 0; dpu < 2; dpu++) {
+        for (size_t k = 0; k < sizeof dpus / sizeof dpus[0]; k++) {
             int tp = g ? 2 : 1, dp = world / tp;
+            const char *dpu = dpus[k].name;
             run_spec plain = {.comm = MPI_COMM_WORLD,
                               .tp = tp,
                               .micro_batch = GLOBAL_ROWS / dp > 0 ? GLOBAL_ROWS / dp : 1,
                               .grad_accum = 1,
-                              .dpu_warmup = dpu ? 2 : 0,
+                              .dpu_warmup = dpus[k].warmup,
+                              .dpu_schedule = dpus[k].schedule,
                               .dropout = 0.1f,
                               .steps = STEPS};
             run_spec evaluated = plain;
@@ -205,11 +234,11 @@ static void check_unchanged(const char *corpus) {
                 return;
             }
             CHECK(memcmp(a.loss, b.loss, sizeof a.loss) == 0,
-                  "TP=%d DPU %s: the losses differ with evaluation (step 8: %.9g vs %.9g)", tp,
-                  dpu ? "on" : "off", (double)a.loss[STEPS - 1], (double)b.loss[STEPS - 1]);
+                  "TP=%d DPU %s: the losses differ with evaluation (step 8: %.9g vs %.9g)", tp, dpu,
+                  (double)a.loss[STEPS - 1], (double)b.loss[STEPS - 1]);
             CHECK(a.master_numel == b.master_numel &&
                       memcmp(a.master, b.master, a.master_numel * sizeof(float)) == 0,
-                  "TP=%d DPU %s: the final weights differ with evaluation", tp, dpu ? "on" : "off");
+                  "TP=%d DPU %s: the final weights differ with evaluation", tp, dpu);
             for (int s = 0; s <= STEPS; s += EVAL_EVERY)
                 CHECK(isfinite(b.val[s]) && b.val[s] > 0,
                       "TP=%d: no validation loss after %d "
@@ -217,6 +246,16 @@ static void check_unchanged(const char *corpus) {
                       tp, s, (double)b.val[s]);
             CHECK(b.val[STEPS] < b.val[0], "TP=%d: validation loss %g after training, %g before",
                   tp, (double)b.val[STEPS], (double)b.val[0]);
+            /* What evaluation adds to the page-locked memory, measured and planned: the stale
+             * schedule's copy of the parameter buffer, nothing otherwise. */
+            double added = (double)b.pinned_live - (double)a.pinned_live,
+                   planned = b.plan_pinned - a.plan_pinned;
+            CHECK(added == planned,
+                  "TP=%d DPU %s: evaluation added %.0f page-locked bytes, the plan %.0f", tp, dpu,
+                  added, planned);
+            CHECK((planned > 0) == (dpus[k].warmup > 0 && dpus[k].schedule != ZOE_DPU_EXACT),
+                  "TP=%d DPU %s: the plan adds %.0f page-locked bytes for evaluation", tp, dpu,
+                  planned);
             free(a.master), free(b.master);
             a.master = b.master = NULL;
         }
