@@ -136,10 +136,18 @@ STATE_FN(state_body)(const zoe_adam_consts *c, const zoe_adam_state_keys *k, zoe
         w = V_FMA(neg_step, V_DIV(mm, V_FMA(V_SQRT(vv), isb2, eps)), w);
         /* one hash per element, when a store is stochastic (the dtypes are constants here) */
         VI r = mdt == ZOE_BF16 || sdt == ZOE_BF16 ? STATE_FN(state_hash)(VI_XOR(idx, key)) : idx;
-        VF stored = STATE_FN(state_store)(st->master, i, mdt, w, VI_AND(r, low16), 0);
+        if (mdt == ZOE_BF16 && odt == ZOE_BF16) {
+            /* The weights out are the bf16 master as stored: rounding it again to nearest would
+             * give the same bits (a quiet NaN stays itself), so its bits are stored twice. */
+            VI b = STATE_FN(state_sr_bf16)(w, VI_AND(r, low16));
+            V_STORE_LOW16((zoe_bf16 *)st->master + i, b);
+            V_STORE_LOW16((zoe_bf16 *)out + i, b);
+        } else {
+            VF stored = STATE_FN(state_store)(st->master, i, mdt, w, VI_AND(r, low16), 0);
+            STATE_FN(state_out)(out, i, odt, stored);
+        }
         STATE_FN(state_store)(st->exp_avg, i, adt, mm, r, 1);
         STATE_FN(state_store)(st->exp_avg_sq, i, sdt, vv, VI_SRLI(r, 16), 0);
-        STATE_FN(state_out)(out, i, odt, stored);
     }
     zoe_adam_state_dtypes dt = {.master = mdt, .exp_avg = adt, .exp_avg_sq = sdt};
     zoe_adam_state_scalar_range(c, k, &dt, st, index_lo, grad, gdt, out, odt, i, n);
