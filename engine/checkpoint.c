@@ -69,10 +69,16 @@ static zoe_status build_table(const ckpt_view *v, int file, zoe_safetensors *tab
     zoe_safetensors_init(table);
     ckpt_source src[2];
     int ns = file_sources(file, src);
-    zoe_st_dtype dt = file == FILE_PARAMS ? st_dtype(v->cfg->dtype) : ZOE_ST_F32;
     char name[ZOE_TP_NAME_MAX + 16];
     for (int s = 0; s < ns; s++)
         for (int t = 0; t < v->num_tensors; t++) {
+            /* The moments as the host holds them; the master in fp32 (exact from bf16), so that
+             * the model file reads as any fp32 safetensors does (exports, peers). */
+            zoe_st_dtype dt =
+                file == FILE_PARAMS ? st_dtype(v->cfg->dtype)
+                : src[s] == CKPT_EXP_AVG || src[s] == CKPT_EXP_AVG_SQ
+                    ? st_dtype(zoe_optimizer_state_dtype(v->opt, (zoe_optimizer_state)src[s]))
+                    : ZOE_ST_F32;
             const zoe_tp_param *p = zoe_gpt_tensor(v->gpt, t);
             int64_t shape[2] = {stored_rows(v, p), p->global_shape[1]};
             snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s]));
@@ -379,15 +385,19 @@ static zoe_status check_run(const ckpt_view *v, const cJSON *root, const char *d
     return ZOE_OK;
 }
 
-/* The file's table against the trainer's: every tensor present with its dtype and shape. */
+/* The file's table against the trainer's: every tensor present with its dtype and shape. The
+ * moments may be in either state dtype, F32 or BF16 (converted on load: a checkpoint of one
+ * state dtype resumes with another). */
 static zoe_status check_table(const zoe_safetensors *file, const zoe_safetensors *want,
-                              const char *path) {
+                              int any_state_dtype, const char *path) {
     for (int i = 0; i < want->count; i++) {
         const zoe_st_tensor *w = &want->tensors[i], *f = zoe_safetensors_find(file, w->name);
         if (!f)
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                             "%s has no tensor %s (a checkpoint of another model?)", path, w->name);
-        int same = f->ndim == w->ndim && f->dtype == w->dtype;
+        int dtype_ok = f->dtype == w->dtype ||
+                       (any_state_dtype && (f->dtype == ZOE_ST_F32 || f->dtype == ZOE_ST_BF16));
+        int same = f->ndim == w->ndim && dtype_ok;
         for (int d = 0; same && d < w->ndim; d++) same = f->shape[d] == w->shape[d];
         if (!same)
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
@@ -419,7 +429,7 @@ static zoe_status load_file(const ckpt_view *v, const cJSON *root, const char *d
     if (st == ZOE_OK && bytes != (int64_t)(got.data_offset + got.data_size))
         st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %llu bytes, trainer.json says %lld", path,
                       (unsigned long long)(got.data_offset + got.data_size), (long long)bytes);
-    if (st == ZOE_OK) st = check_table(&got, &want, path);
+    if (st == ZOE_OK) st = check_table(&got, &want, file == FILE_OPTIMIZER, path);
     ckpt_runs runs = {0};
     if (st == ZOE_OK) st = file_runs(v, file, 1, &got, &runs);
     uint64_t *sums = calloc((size_t)want.count, sizeof *sums);

@@ -117,9 +117,18 @@ static size_t elem_size(const zoe_safetensors *table, const ckpt_run *r) {
     return zoe_st_dtype_size(table->tensors[r->entry].dtype);
 }
 
-/* Moves the run's elements between staging and this rank's memory. */
-static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64_t n, size_t esz,
+/* The dtype of a run's elements in the file. */
+static zoe_dtype file_dtype(const zoe_safetensors *table, const ckpt_run *r) {
+    zoe_st_dtype d = table->tensors[r->entry].dtype;
+    return d == ZOE_ST_BF16 ? ZOE_BF16 : d == ZOE_ST_F16 ? ZOE_F16 : ZOE_F32;
+}
+
+/* Moves the run's elements between staging (in the file's dtype dt) and this rank's memory: the
+ * parameter buffer byte for byte, the optimizer state converted to and from the dtype it is held
+ * in. */
+static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64_t n, zoe_dtype dt,
                            void *staging, int to_memory) {
+    size_t esz = zoe_dtype_size(dt);
     if (r->source == CKPT_PARAMS) {
         char *p = (char *)io->params + (r->mem + skip) * esz;
         ZOE_TRY(zoe_memcpy_async(to_memory ? p : staging, to_memory ? staging : p, n * esz,
@@ -128,8 +137,8 @@ static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64
         return zoe_stream_synchronize(io->stream);
     }
     zoe_optimizer_state which = (zoe_optimizer_state)r->source;
-    return to_memory ? zoe_optimizer_write_state(io->opt, which, r->mem + skip, n, staging)
-                     : zoe_optimizer_read_state(io->opt, which, r->mem + skip, n, staging);
+    return to_memory ? zoe_optimizer_write_state_as(io->opt, which, r->mem + skip, n, dt, staging)
+                     : zoe_optimizer_read_state_as(io->opt, which, r->mem + skip, n, dt, staging);
 }
 
 /* The rounds, for writing (write = 1) or reading. */
@@ -181,7 +190,8 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
             const zoe_st_tensor *t = &file->tensors[r->entry];
             plan.disps[nb] = (MPI_Aint)(file->data_offset + t->begin + (r->gidx + skip) * esz);
             plan.lens[nb++] = (int)(n * esz);
-            if (write && st == ZOE_OK) st = move_run(io, r, skip, n, esz, staging + used, 0);
+            if (write && st == ZOE_OK)
+                st = move_run(io, r, skip, n, file_dtype(file, r), staging + used, 0);
             used += n * esz;
             skip += n;
             if (skip == r->n) ri++, skip = 0;
@@ -227,7 +237,7 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
             if (r->counted)
                 checksums[r->entry] += ckpt_hash_elements(ckpt_salt(file->tensors[r->entry].name),
                                                           r->gidx + s0, staging + at, n, esz);
-            if (!write) st = move_run(io, r, s0, n, esz, staging + at, 1);
+            if (!write) st = move_run(io, r, s0, n, file_dtype(file, r), staging + at, 1);
             at += n * esz;
         }
     }

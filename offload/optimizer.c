@@ -284,14 +284,19 @@ zoe_status zoe_optimizer_progress_set(zoe_optimizer *opt, const zoe_optimizer_pr
     return ZOE_OK;
 }
 
-/* Copies [offset, offset + count) of one state array between the caller's host buffer and the
- * partition, whose first sz.h_lo elements live in device memory (CUDA with partial offload). */
+/* Copies [offset, offset + count) of one state array between the caller's host buffer, of
+ * dtype dt (fp32 or bf16), and the partition, whose first sz.h_lo elements live in device memory
+ * (CUDA with partial offload, always fp32). Into bf16 the values round to nearest even; a state
+ * held in bf16 and read into bf16 or fp32 moves exactly. */
 static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
-                             size_t count, float *host, int write) {
+                             size_t count, void *host, zoe_dtype dt, int write) {
     const char *what = write ? "write_state" : "read_state";
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", what);
     if (which < ZOE_STATE_MASTER || which > ZOE_STATE_EXP_AVG_SQ)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown state %d", what, (int)which);
+    if (dt != ZOE_F32 && dt != ZOE_BF16)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: a buffer of %s (fp32 or bf16)", what,
+                        zoe_dtype_name(dt));
     if (offset > opt->lay.part_numel || count > opt->lay.part_numel - offset)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "%s: range [%zu, %zu) outside the partition of %zu", what, offset,
@@ -302,55 +307,83 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "%s while a delayed update is in flight: call zoe_optimizer_flush first",
                         what);
-    size_t end = offset + count;
+    size_t end = offset + count, esz = zoe_dtype_size(dt);
+    char *buf = host;
     if (which == ZOE_STATE_MASTER && opt->refresh_due && opt->sz.dpu_swap &&
         opt->sz.master_in_params) {
         /* A settled delayed update (zoe_optimizer_settle) left the new master weights in the
          * gradient partition it read; the rank's weight slices hold the previous ones until the
          * due refresh. */
         float *staged = opt->h_grad[opt->flight_buf] + offset;
-        memcpy(write ? staged : host, write ? host : staged, count * sizeof(float));
-        return ZOE_OK;
+        return write ? zoe_convert(staged, ZOE_F32, buf, dt, count)
+                     : zoe_convert(buf, dt, staged, ZOE_F32, count);
     }
     if (which == ZOE_STATE_MASTER && opt->sz.master_in_params) { /* the rank's weight slices */
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, offset, count);
              zoe_slices_next(&it);) {
-            float *w = (float *)opt->params + it.flat, *u = host + (it.x - offset);
-            memcpy(write ? w : u, write ? u : w, it.len * sizeof(float));
+            float *w = (float *)opt->params + it.flat;
+            char *u = buf + (it.x - offset) * esz;
+            ZOE_TRY(write ? zoe_convert(w, ZOE_F32, u, dt, it.len)
+                          : zoe_convert(u, dt, w, ZOE_F32, it.len));
         }
         return ZOE_OK;
     }
     float *dev[] = {opt->d_master, opt->d_m, opt->d_v};
     size_t pd = opt->sz.h_lo; /* the device arrays hold [0, h_lo), the host arrays the rest */
-    if (offset < pd) {
-        size_t n = (end < pd ? end : pd) - offset;
-        float *d = dev[which] + offset;
-        ZOE_TRY(zoe_memcpy_async(
-            write ? (void *)d : host, write ? (void *)host : d, n * sizeof(float),
-            write ? ZOE_COPY_HOST_TO_DEVICE : ZOE_COPY_DEVICE_TO_HOST, opt->update_stream));
+    /* The device share moves as fp32; into another dtype through a small bounce buffer. */
+    enum { BOUNCE = 4096 };
+    float bounce[BOUNCE];
+    for (size_t a = offset; a < (end < pd ? end : pd);) {
+        size_t n = (end < pd ? end : pd) - a, direct = dt == ZOE_F32;
+        if (!direct && n > BOUNCE) n = BOUNCE;
+        float *d = dev[which] + a, *f = direct ? (float *)(buf + (a - offset) * esz) : bounce;
+        if (write && !direct) ZOE_TRY(zoe_convert(f, ZOE_F32, buf + (a - offset) * esz, dt, n));
+        ZOE_TRY(zoe_memcpy_async(write ? (void *)d : f, write ? (void *)f : d, n * sizeof(float),
+                                 write ? ZOE_COPY_HOST_TO_DEVICE : ZOE_COPY_DEVICE_TO_HOST,
+                                 opt->update_stream));
         ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+        if (!write && !direct) ZOE_TRY(zoe_convert(buf + (a - offset) * esz, dt, f, ZOE_F32, n));
+        a += n;
     }
     if (end > pd) {
         size_t a = offset > pd ? offset : pd;
         /* A bf16 state reads back exactly (widened) and is written with round-to-nearest-even:
          * what it read back is written back unchanged. */
         void *h = zoe_host_state_at(opt, (int)which, a - pd);
-        zoe_dtype dt = which == ZOE_STATE_MASTER    ? opt->sz.host_dtypes.master
-                       : which == ZOE_STATE_EXP_AVG ? opt->sz.host_dtypes.exp_avg
-                                                    : opt->sz.host_dtypes.exp_avg_sq;
-        float *u = host + (a - offset);
-        ZOE_TRY(write ? zoe_convert(h, dt, u, ZOE_F32, end - a)
-                      : zoe_convert(u, ZOE_F32, h, dt, end - a));
+        zoe_dtype held = which == ZOE_STATE_MASTER    ? opt->sz.host_dtypes.master
+                         : which == ZOE_STATE_EXP_AVG ? opt->sz.host_dtypes.exp_avg
+                                                      : opt->sz.host_dtypes.exp_avg_sq;
+        char *u = buf + (a - offset) * esz;
+        ZOE_TRY(write ? zoe_convert(h, held, u, dt, end - a)
+                      : zoe_convert(u, dt, h, held, end - a));
     }
     return ZOE_OK;
 }
 
 zoe_status zoe_optimizer_read_state(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
                                     size_t count, float *dst) {
-    return state_copy(opt, which, offset, count, dst, 0);
+    return state_copy(opt, which, offset, count, dst, ZOE_F32, 0);
 }
 
 zoe_status zoe_optimizer_write_state(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
                                      size_t count, const float *src) {
-    return state_copy(opt, which, offset, count, (float *)src, 1);
+    return state_copy(opt, which, offset, count, (void *)src, ZOE_F32, 1);
+}
+
+zoe_status zoe_optimizer_read_state_as(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
+                                       size_t count, zoe_dtype dtype, void *dst) {
+    return state_copy(opt, which, offset, count, dst, dtype, 0);
+}
+
+zoe_status zoe_optimizer_write_state_as(zoe_optimizer *opt, zoe_optimizer_state which,
+                                        size_t offset, size_t count, zoe_dtype dtype,
+                                        const void *src) {
+    return state_copy(opt, which, offset, count, (void *)src, dtype, 1);
+}
+
+zoe_dtype zoe_optimizer_state_dtype(const zoe_optimizer *opt, zoe_optimizer_state which) {
+    if (!opt) return ZOE_F32;
+    return which == ZOE_STATE_MASTER    ? opt->sz.host_dtypes.master
+           : which == ZOE_STATE_EXP_AVG ? opt->sz.host_dtypes.exp_avg
+                                        : opt->sz.host_dtypes.exp_avg_sq;
 }

@@ -292,6 +292,17 @@ zoe_status zoe_optimizer_read_state(zoe_optimizer *opt, zoe_optimizer_state whic
                                     size_t count, float *dst);
 zoe_status zoe_optimizer_write_state(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
                                      size_t count, const float *src);
+/* The same with the caller's buffer in dtype (ZOE_F32 or ZOE_BF16): a checkpoint stores the state
+ * as it is held. Into bf16 the values round to nearest even; a state held in bf16 moves exactly
+ * to and from a bf16 or fp32 buffer. */
+zoe_status zoe_optimizer_read_state_as(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
+                                       size_t count, zoe_dtype dtype, void *dst);
+zoe_status zoe_optimizer_write_state_as(zoe_optimizer *opt, zoe_optimizer_state which,
+                                        size_t offset, size_t count, zoe_dtype dtype,
+                                        const void *src);
+/* The dtype the host holds a state array in (main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
+ * the device share of partial offload holds fp32). */
+zoe_dtype zoe_optimizer_state_dtype(const zoe_optimizer *opt, zoe_optimizer_state which);
 /* The step count (for bias correction) after a restore. */
 zoe_status zoe_optimizer_set_step(zoe_optimizer *opt, long step);
 /* Parameter buffer := compute-dtype copy of the master weights, all-gathered. Collective. */

@@ -108,3 +108,47 @@ int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *fil
     zoe_safetensors_free(&b);
     return same;
 }
+
+/* A tensor's values widened to fp32 (*n elements), from F32 or BF16; NULL otherwise. */
+static float *read_widened(const char *path, const zoe_st_tensor *t, size_t *n) {
+    size_t bytes = 0;
+    void *raw = ckpt_test_read_tensor(path, t->name, &bytes);
+    size_t esz = zoe_st_dtype_size(t->dtype);
+    float *out = raw && (t->dtype == ZOE_ST_F32 || t->dtype == ZOE_ST_BF16)
+                     ? malloc((bytes / esz) * sizeof(float) + 1)
+                     : NULL;
+    if (out) {
+        *n = bytes / esz;
+        zoe_convert(out, ZOE_F32, raw, t->dtype == ZOE_ST_BF16 ? ZOE_BF16 : ZOE_F32, *n);
+    }
+    free(raw);
+    return out;
+}
+
+int ckpt_test_same_values(const char *dir_a, const char *dir_b, const char *file, int *bf16_a,
+                          int *bf16_b) {
+    char pa[1024], pb[1024];
+    snprintf(pa, sizeof pa, "%s/%s", dir_a, file);
+    snprintf(pb, sizeof pb, "%s/%s", dir_b, file);
+    zoe_safetensors a, b;
+    *bf16_a = *bf16_b = 0;
+    if (zoe_safetensors_read_header(pa, &a) != ZOE_OK) return 0;
+    if (zoe_safetensors_read_header(pb, &b) != ZOE_OK) {
+        zoe_safetensors_free(&a);
+        return 0;
+    }
+    int same = a.count == b.count && a.count > 0;
+    for (int i = 0; same && i < a.count; i++) {
+        const zoe_st_tensor *ta = &a.tensors[i], *tb = zoe_safetensors_find(&b, ta->name);
+        size_t na = 0, nb = 0;
+        float *x = read_widened(pa, ta, &na), *y = tb ? read_widened(pb, tb, &nb) : NULL;
+        same = x && y && na == nb && memcmp(x, y, na * sizeof(float)) == 0;
+        if (!same) fprintf(stderr, "%s: tensor %s differs in value\n", file, ta->name);
+        *bf16_a += ta->dtype == ZOE_ST_BF16;
+        *bf16_b += tb && tb->dtype == ZOE_ST_BF16;
+        free(x), free(y);
+    }
+    zoe_safetensors_free(&a);
+    zoe_safetensors_free(&b);
+    return same;
+}

@@ -30,6 +30,11 @@ void ckpt_session_close(ckpt_session *s);
 void ckpt_test_tmpdir(MPI_Comm comm, char *out, size_t cap);
 /* 1 when file in both checkpoint directories holds the same tensors with the same bytes. */
 int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *file);
+/* 1 when file in both directories holds tensors of the same names and values, each widened to
+ * fp32 from its own dtype (F32 or BF16) and compared bit for bit; *bf16_a and *bf16_b count the
+ * tensors stored in BF16 in each. */
+int ckpt_test_same_values(const char *dir_a, const char *dir_b, const char *file, int *bf16_a,
+                          int *bf16_b);
 /* The bytes of one tensor of a checkpoint file (malloc'ed; *n set), or NULL. */
 void *ckpt_test_read_tensor(const char *path, const char *tensor, size_t *n);
 

@@ -89,10 +89,11 @@ static void one_case(const char *corpus, const char *root, int tp, int dpu, zoe_
     }
 }
 
-/* A checkpoint written with one state dtype resumes with another: bf16 state widens exactly to
- * fp32 (the file holds the widened values), so bf16 -> load as fp32 -> save gives the same
- * optimizer tensors; fp32 -> load as bf16 rounds to nearest, and the run goes on. At a grid other
- * than the saving one (TP x DP swapped where the world allows). */
+/* A checkpoint written with one state dtype resumes with another. The file holds the moments as
+ * the host held them (BF16 tensors from bf16 state, F32 from fp32) and the master in fp32; bf16
+ * state widens exactly to fp32, so bf16 -> load as fp32 -> save gives the same values in every
+ * tensor; fp32 -> load as bf16 rounds to nearest, and the run goes on. At a grid other than the
+ * saving one (TP x DP swapped where the world allows). */
 static void convert_case(const char *corpus, const char *root) {
     int world = test_world_size();
     zoe_train_config c16, c32;
@@ -119,9 +120,15 @@ static void convert_case(const char *corpus, const char *root) {
     if (test_rank() == 0)
         for (int f = 0; f < 2; f++) {
             const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-            CHECK(ckpt_test_same_tensors(at16, at32, files[f]),
+            int bf16_in16 = 0, bf16_in32 = 0;
+            CHECK(ckpt_test_same_values(at16, at32, files[f], &bf16_in16, &bf16_in32),
                   "%s: bf16 state saved, loaded as fp32 at TP=%d and saved again differs", files[f],
                   tp);
+            /* the moments as held: every optimizer tensor BF16 from bf16 state, none from fp32;
+             * the master always F32 */
+            CHECK(bf16_in32 == 0, "%s: %d BF16 tensors saved from fp32 state", files[f], bf16_in32);
+            CHECK(f == 0 ? bf16_in16 == 0 : bf16_in16 > 0 && bf16_in16 % 2 == 0,
+                  "%s: %d BF16 tensors saved from bf16 state", files[f], bf16_in16);
         }
     /* and back: the fp32 checkpoint into bf16 state, which trains on */
     CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c16, corpus));
