@@ -128,6 +128,55 @@ void ckpt_previous_hint(const char *ckpt_dir, char *out, size_t cap) {
              name);
 }
 
+/* Whether a directory can be written: a probe subdirectory made and removed (access() says yes
+ * to root where the file system still refuses, as sysfs does). */
+static int dir_writable(const char *dir, int *err) {
+    char probe[ZOE_PATH_MAX + 64];
+    snprintf(probe, sizeof probe, "%s/.zoe-write-check-%ld", dir, (long)getpid());
+    if (mkdir(probe, 0700) != 0) return *err = errno, 0;
+    rmdir(probe);
+    return 1;
+}
+
+zoe_status zoe_checkpoint_dir_check(const char *dir) {
+    if (!dir || !dir[0]) return ZOE_OK;
+    if (strlen(dir) >= ZOE_PATH_MAX)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--save: the path is longer than %d bytes",
+                        ZOE_PATH_MAX - 1);
+    struct stat sb;
+    int err = 0;
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--save: '%s' is not a directory", dir);
+        if (!dir_writable(dir, &err))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--save: cannot write in '%s': %s", dir,
+                            strerror(err));
+        return ZOE_OK;
+    }
+    if (errno != ENOENT)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--save: '%s': %s", dir, strerror(errno));
+    /* A save makes the directory itself, one level: its parent must be a writable directory. */
+    char parent[ZOE_PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", dir);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == parent)
+        parent[1] = '\0';
+    else
+        *slash = '\0';
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--save: cannot create '%s': its parent '%s' is not a directory", dir,
+                        parent);
+    if (!dir_writable(parent, &err))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--save: cannot create '%s' in '%s': %s", dir,
+                        parent, strerror(err));
+    return ZOE_OK;
+}
+
 zoe_status ckpt_read_trainer_json(const char *ckpt_dir, cJSON **out) {
     char path[ZOE_PATH_MAX * 2];
     snprintf(path, sizeof path, "%s/%s", ckpt_dir, CKPT_TRAINER_FILE);

@@ -55,7 +55,7 @@ static const char *const decay_style_names[] = {
 static const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus-sqrt",
                                               NULL}; /* zoe_lr_wsd_style */
 static const char *const dpu_schedule_names[] = {"plain", "predict", "dc", "exact",
-                                                 NULL}; /* zoe_dpu_schedule */
+                                                 NULL};                /* zoe_dpu_schedule */
 static const char *const state_dtype_names[] = {"fp32", "bf16", NULL}; /* zoe_train_state_dtype */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
@@ -729,7 +729,7 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
         !(c->offload_ratio >= 0.0f && c->offload_ratio <= 1.0f))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload-ratio=%g is outside [0, 1]",
                         (double)c->offload_ratio);
-    if (c->min_lr > c->lr)
+    if (c->min_lr > c->lr && c->lr_decay_style != ZOE_LR_CONSTANT) /* constant never reads it */
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--min-lr=%g is above --lr=%g", c->min_lr, c->lr);
     if (c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0 && c->dpu_schedule == ZOE_DPU_EXACT &&
         !(c->beta1 > 0 && c->beta2 > 0))

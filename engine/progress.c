@@ -63,6 +63,21 @@ static int open_metrics(const char *path, int first_step) {
     return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 }
 
+zoe_status zoe_metrics_check(const char *path) {
+    if (!path || !path[0]) return ZOE_OK;
+    /* An existing file opened for appending is left as it is; a new one is made and removed. */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC), made = 0;
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        made = fd >= 0;
+    }
+    if (fd < 0)
+        return zoe_fail(ZOE_ERR_IO, "--metrics: cannot write '%s': %s", path, strerror(errno));
+    close(fd);
+    if (made) unlink(path);
+    return ZOE_OK;
+}
+
 zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
                                const char *metrics_path, zoe_progress **out_p) {
     return zoe_progress_create_at(out, style, total_steps, log_every, metrics_path, 0, out_p);

@@ -42,6 +42,9 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
  * checkpoint's path. */
 zoe_status zoe_trainer_load(zoe_trainer *tr, const char *path, char *loaded, size_t cap);
 
+/* Whether checkpoints can be saved under dir, before a run: an existing writable directory, or
+ * a new one a save can make (its parent a writable directory). Nothing is left behind. No MPI. */
+zoe_status zoe_checkpoint_dir_check(const char *dir);
 /* Resolves path to a checkpoint directory as zoe_trainer_load does. No MPI. */
 zoe_status zoe_checkpoint_resolve(const char *path, char *out, size_t cap);
 /* zoe-ckpt info: step, model shape, the grid it was written at, files and sizes. No MPI. */

@@ -291,6 +291,11 @@ zoe_status zoe_progress_create_at(FILE *out, zoe_progress_style style, int total
                                   zoe_progress **p);
 /* Ends the live line; closes the metrics file. */
 void zoe_progress_destroy(zoe_progress *p);
+/* Whether a metrics file can be written at path ("" or NULL: none wanted), found without
+ * changing anything: an existing file keeps its bytes, a new one is made and removed again. So a
+ * run can refuse an unwritable --metrics before it builds anything, and create the file only
+ * once it knows where a resumed run's lines end. */
+zoe_status zoe_metrics_check(const char *path);
 
 #ifdef __cplusplus
 }

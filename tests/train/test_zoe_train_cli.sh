@@ -70,6 +70,31 @@ expect 2 "--metrics: cannot write '$cfgdir/missing/m.jsonl'" --metrics "$cfgdir/
 readonly_dir="$cfgdir/ro"; mkdir "$readonly_dir"; chmod 555 "$readonly_dir"
 [ "$(id -u)" -eq 0 ] && readonly_dir=/sys # root writes anywhere chmod allows; sysfs refuses
 expect 1 "--metrics: cannot write '$readonly_dir/m.jsonl'" --metrics "$readonly_dir/m.jsonl" --data "$corpus"
-chmod 755 "$cfgdir/ro"; rm -rf "$cfgdir"
+chmod 755 "$cfgdir/ro"
+# --save that cannot be written: refused up front (exit 2), not after the training it was to keep
+printf 'x' >"$cfgdir/afile"
+expect 1 "--save: '$cfgdir/afile' is not a directory" --save "$cfgdir/afile" --data "$corpus"
+expect 2 "--save: cannot create '$cfgdir/no/such/dir': its parent '$cfgdir/no/such' is not a directory" --save "$cfgdir/no/such/dir" --data "$corpus"
+expect 1 "--save: cannot write in '/proc'" --save /proc --data "$corpus"
+# a run refused on the way leaves an existing metrics file as it was, and makes none
+printf '{"step": 1}\n' >"$cfgdir/kept.jsonl"
+expect 1 "is outside the vocabulary" --metrics "$cfgdir/kept.jsonl" --vocab 60 --data "$corpus"
+expect 1 "is outside the vocabulary" --metrics "$cfgdir/new.jsonl" --vocab 60 --data "$corpus"
+check() { # description, command...
+  local what="$1"; shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+check "a refused run truncated the metrics file" test "$(cat "$cfgdir/kept.jsonl")" = '{"step": 1}'
+check "a refused run left a metrics file" test ! -e "$cfgdir/new.jsonl"
+# runs that must go: lr 0 with a constant schedule (min-lr is never read), and a resume at the end
+tiny=(--model demo --layers 1 --hidden 32 --heads 2 --seq-len 16 --micro-batch 2 --data "$corpus")
+out="$("$mpiexec" -np 1 "$train" "${tiny[@]}" --steps 2 --lr 0 --lr-decay-style constant 2>&1)"
+check "--lr 0 --lr-decay-style constant refused: $out" test $? -eq 0
+"$mpiexec" -np 1 "$train" "${tiny[@]}" --steps 2 --save "$cfgdir/ck" >/dev/null 2>&1
+out="$("$mpiexec" -np 1 "$train" "${tiny[@]}" --steps 2 --resume "$cfgdir/ck" 2>&1)"
+rc=$?
+check "resume at the last step: exit $rc, '$out'" test $rc -eq 0
+check "resume at the last step says so: '$out'" grep -q "is already at step 2 (--steps=2): nothing to train" <<<"$out"
+rm -rf "$cfgdir"
 echo "test_zoe_train_cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

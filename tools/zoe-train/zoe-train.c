@@ -256,16 +256,19 @@ int main(int argc, char **argv) {
         return fail(rank, EXIT_USAGE, zoe_last_error());
     int code = plan_run(&cfg, world, rank);
     if (code) return code;
-    /* Rank 0 writes the metrics: it opens the file now, before anything is built, and every
-     * rank learns whether it could. */
+    /* Rank 0 writes the metrics. Whether it can is checked now, before anything is built, and
+     * every rank learns the answer; the file itself is opened (truncated for a new run, cut at
+     * the first step for a resumed one) only once every check has passed and the first step is
+     * known, so a run refused on the way leaves an existing file as it was and makes none. */
     zoe_progress *progress = NULL;
-    int progress_ok = 1;
-    if (rank == 0) /* a resumed run's lines are kept until it knows its first step */
-        progress_ok =
-            zoe_progress_create_at(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
-                                   cfg.resume[0] ? INT_MAX : 0, &progress) == ZOE_OK;
-    MPI_Bcast(&progress_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!progress_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
+    int metrics_ok = rank != 0 || zoe_metrics_check(cfg.metrics) == ZOE_OK;
+    MPI_Bcast(&metrics_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!metrics_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
+    /* The same for --save: a save directory that cannot be written is found now, not after the
+     * training it was to keep. */
+    int save_ok = rank != 0 || zoe_checkpoint_dir_check(cfg.save) == ZOE_OK;
+    MPI_Bcast(&save_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!save_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
 
     zoe_stop_signals_install();
     run_data data;
@@ -293,6 +296,16 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     int first = zoe_trainer_steps_done(tr);
+    if (first >= cfg.steps) {
+        if (rank == 0)
+            printf("zoe-train: %s is already at step %d (--steps=%d): nothing to train; give a "
+                   "larger --steps to go on\n",
+                   ckpt, first, cfg.steps);
+        zoe_trainer_destroy(tr);
+        run_data_destroy(&data);
+        MPI_Finalize();
+        return 0;
+    }
     zoe_loader_config lc = {.seq_len = cfg.model.seq_len,
                             .micro_batch = cfg.micro_batch,
                             .dp_size = zoe_trainer_dp_size(tr),
@@ -314,13 +327,9 @@ int main(int argc, char **argv) {
                                 ? zoe_loader_steps_per_epoch(val_loader)
                                 : cfg.eval_iters);
     float val_loss = 0;
-    if (st == ZOE_OK && rank == 0 && first > 0) {
-        /* The resumed run keeps the metrics of the steps before its first and appends. */
-        zoe_progress_destroy(progress);
-        progress = NULL;
+    if (st == ZOE_OK && rank == 0) /* a resumed run keeps the lines of the steps before first */
         st = zoe_progress_create_at(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
                                     first, &progress);
-    }
     if (st == ZOE_OK && rank == 0) print_banner(&cfg, tr, world);
     if (st == ZOE_OK && rank == 0 && val_loader) {
         char every[64] = "at the end";
