@@ -281,6 +281,29 @@ static zoe_status prepare_dir(const char *dir, const char *name, int *skip) {
     return ZOE_OK;
 }
 
+/* Rank 0, after a save failed on some rank: the partial directory goes (a full disk stays full
+ * otherwise), latest and the complete checkpoints stay, and the message says how much room the
+ * checkpoint's files need. */
+static zoe_status discard_partial(const ckpt_view *v, int files, const char *partial,
+                                  zoe_status failed) {
+    struct stat sb;
+    if (stat(partial, &sb) != 0) return failed; /* committed: the failure came after */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zoe_last_error());
+    double need = 0;
+    for (int f = 0; f < files; f++) {
+        zoe_safetensors t;
+        if (build_table(v, f, &t) != ZOE_OK) continue;
+        need += (double)t.data_size + 4096.0; /* the header, within a page */
+        zoe_safetensors_free(&t);
+    }
+    zoe_status removed = ckpt_remove_tree(partial);
+    int gib = need >= 1024.0 * 1024.0 * 1024.0;
+    return zoe_fail(failed, "%s; %s %s (the checkpoint needs %.2f %s; earlier ones are kept)", msg,
+                    partial, removed == ZOE_OK ? "removed" : "could not be removed",
+                    need / (gib ? 1024.0 * 1024.0 * 1024.0 : 1024.0 * 1024.0), gib ? "GiB" : "MiB");
+}
+
 zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, char *saved,
                             size_t cap) {
     if (!tr || !dir || !*dir) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "save: no directory");
@@ -335,7 +358,9 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
         zoe_safetensors_free(&tables[i]);
         free(sums[i]);
     }
-    return from_root(comm, agree(comm, st));
+    st = agree(comm, st);
+    if (st != ZOE_OK && rank == 0) st = discard_partial(&v, files, partial, st);
+    return from_root(comm, st);
 }
 
 /* ---- load ---- */

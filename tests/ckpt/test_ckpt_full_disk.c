@@ -1,0 +1,76 @@
+/* A save that runs out of room (here: RLIMIT_FSIZE, which fails a write past the limit with
+ * EFBIG as a full disk fails it with ENOSPC) leaves no step-N.partial directory behind, keeps
+ * latest and the complete checkpoint before it, says how much room the checkpoint needs, and a
+ * save after room is made again succeeds. At 1 and 2 ranks (every rank's writes are limited). */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include "ckpt_test.h"
+#include "runtime/error.h"
+
+enum { FIRST_SAVE = 2, FAILED_SAVE = 4 };
+
+static int exists(const char *dir, const char *name) {
+    char p[600];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &sb) == 0;
+}
+
+int main(int argc, char **argv) {
+    test_init(&argc, &argv);
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_ckpt_full_disk CORPUS\n");
+        return 2;
+    }
+    char root[256];
+    ckpt_test_tmpdir(MPI_COMM_WORLD, root, sizeof root);
+    zoe_train_config c;
+    ckpt_test_config(&c, 1, test_world_size(), 1, 0.0f, 0);
+    ckpt_session s;
+    float loss[FAILED_SAVE + 1];
+    if (!CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c, argv[1])))
+        return test_finish("test_ckpt_full_disk");
+    CHECK_OK(ckpt_session_steps(&s, FIRST_SAVE, loss));
+    CHECK_OK(zoe_trainer_save(s.tr, root, 0, NULL, 0));
+    CHECK_OK(ckpt_session_steps(&s, FAILED_SAVE, loss));
+
+    /* 64 KiB: below the model file of this GPT (about 0.5 MB), above everything else. */
+    struct rlimit old, tight;
+    getrlimit(RLIMIT_FSIZE, &old);
+    tight = old;
+    tight.rlim_cur = 64 << 10;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &tight);
+    zoe_status st = zoe_trainer_save(s.tr, root, 0, NULL, 0);
+    setrlimit(RLIMIT_FSIZE, &old);
+    const char *msg = zoe_last_error();
+    CHECK(st != ZOE_OK, "the save past the file-size limit succeeded");
+    CHECK(strstr(msg, "step-00000004.partial removed") && strstr(msg, "the checkpoint needs"),
+          "the message does not say what was removed and how much room is needed: %s", msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank() == 0) {
+        printf("failed save: %s\n", msg);
+        CHECK(!exists(root, "step-00000004.partial"), "step-00000004.partial left behind");
+        CHECK(exists(root, "step-00000002/trainer.json"), "the earlier checkpoint is gone");
+        char latest[600], resolved[600];
+        snprintf(latest, sizeof latest, "%s", root);
+        CHECK_OK(zoe_checkpoint_resolve(latest, resolved, sizeof resolved));
+        CHECK(strstr(resolved, "step-00000002") != NULL, "latest resolves to %s", resolved);
+    }
+    /* room again: the same step saves */
+    CHECK_OK(zoe_trainer_save(s.tr, root, 0, NULL, 0));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank() == 0)
+        CHECK(exists(root, "step-00000004/trainer.json"), "the save after room was made failed");
+    ckpt_session_close(&s);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank() == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+        CHECK(system(cmd) == 0, "cleanup");
+    }
+    return test_finish("test_ckpt_full_disk");
+}
