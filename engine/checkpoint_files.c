@@ -316,9 +316,14 @@ zoe_status zoe_checkpoint_info(const char *path, FILE *out) {
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(root, "dtype");
     fprintf(out, "checkpoint  %s\n", dir);
     fprintf(out, "step        %d (the next step to run)\n", json_int(root, "step"));
-    fprintf(out, "model       %s: %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d\n",
-            cJSON_IsString(name) ? name->valuestring : "?", json_int(model, "layers"),
-            json_int(model, "hidden"), json_int(model, "heads"), json_int(model, "ffn"),
+    const cJSON *family = cJSON_GetObjectItemCaseSensitive(model, "family");
+    int heads = json_int(model, "heads"), kv = json_int(model, "kv_heads");
+    fprintf(out,
+            "model       %s (%s): %d layers, hidden %d, %d heads, %d KV heads, ffn %d, seq %d, "
+            "vocab %d\n",
+            cJSON_IsString(name) ? name->valuestring : "?",
+            cJSON_IsString(family) ? family->valuestring : "gpt", json_int(model, "layers"),
+            json_int(model, "hidden"), heads, kv > 0 ? kv : heads, json_int(model, "ffn"),
             json_int(model, "seq_len"), json_int(model, "vocab"));
     fprintf(out, "written at  %d ranks = TP %d x DP %d, compute %s, zoe %s\n",
             json_int(grid, "world"), json_int(grid, "tp"), json_int(grid, "dp"),

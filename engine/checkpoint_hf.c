@@ -172,6 +172,26 @@ static char *hf_config(const zoe_model_config *m) {
     return text;
 }
 
+/* mkdir -p: every missing directory of path, each 0755. */
+static zoe_status make_dirs(const char *path) {
+    char p[ZOE_PATH_MAX * 2];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1;; c++) {
+        int end = *c == '\0';
+        if (*c == '/' || end) {
+            *c = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                return zoe_fail(ZOE_ERR_IO, "cannot create %s: %s", p, strerror(errno));
+            if (end) break;
+            *c = '/';
+        }
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return zoe_fail(ZOE_ERR_IO, "%s is not a directory", path);
+    return ZOE_OK;
+}
+
 zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir) {
     char dir[ZOE_PATH_MAX], out[ZOE_PATH_MAX * 2];
     cJSON *root = NULL;
@@ -185,8 +205,7 @@ zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir) {
     zoe_safetensors hf;
     zoe_safetensors_init(&hf);
     if (st == ZOE_OK) st = build(&x, &hf);
-    if (st == ZOE_OK && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
-        st = zoe_fail(ZOE_ERR_IO, "cannot create %s: %s", out_dir, strerror(errno));
+    if (st == ZOE_OK) st = make_dirs(out_dir);
     if (st == ZOE_OK) {
         snprintf(out, sizeof out, "%s/model.safetensors", out_dir);
         st = zoe_safetensors_write_stream(out, &hf, fill, &x);

@@ -26,6 +26,13 @@ run 2 "$train" "${small[@]}" --tp 2 --steps 12 --save ck --save-every 3 --keep-l
 [[ "$(cat ck/latest)" == "step-00000012" ]] || fail "latest is '$(cat ck/latest)'"
 "$ckpt" verify ck > verify.out 2>&1 || fail "verify of a good checkpoint: $(cat verify.out)"
 "$ckpt" info ck | grep -q "TP 2 x DP 1" || fail "info does not show the grid"
+"$ckpt" info ck | grep -q "(gpt): 2 layers, hidden 64, 4 heads, 4 KV heads" ||
+    fail "info does not name the family and KV heads: $("$ckpt" info ck | grep model)"
+# export into a directory whose parents do not exist yet (mkdir -p), naming the class it wrote
+"$ckpt" export --hf deep/er/hf ck > export.out 2>&1 || fail "export into deep/er/hf: $(cat export.out)"
+grep -q "wrote a Hugging Face GPT2LMHeadModel to deep/er/hf" export.out ||
+    fail "export says: $(cat export.out)"
+[[ -f deep/er/hf/config.json && -f deep/er/hf/model.safetensors ]] || fail "export wrote: $(ls -R deep)"
 # the uninterrupted reference to 20 steps
 run 2 "$train" "${small[@]}" --tp 2 --steps 20 --metrics full.jsonl > full.out 2>&1 ||
     fail "reference run failed"

@@ -43,7 +43,11 @@ done
 "$mpiexec" -np 4 --oversubscribe --bind-to none "$zoe_train" --init-from "$out/llama_scaled" \
     --tp 2 --seq-len 16 --micro-batch 2 --steps 5 --lr 1e-2 --warmup 1 --dpu-warmup 2 \
     --data "$corpus" --save "$out/ft" --progress lines >/dev/null
-"$zoe_ckpt" export --hf "$out/ft_hf" "$out/ft"
+"$zoe_ckpt" export --hf "$out/ft_hf" "$out/ft" > "$out/export.out"
+grep -q "wrote a Hugging Face LlamaForCausalLM" "$out/export.out" ||
+    { echo "FAIL: a Llama export says: $(cat "$out/export.out")"; exit 1; }
+"$zoe_ckpt" info "$out/ft" | grep -q "(llama): .* KV heads" ||
+    { echo "FAIL: info of a Llama: $("$zoe_ckpt" info "$out/ft" | grep model)"; exit 1; }
 "$py" "$here/make_reference.py" --from "$out/ft_hf" >/dev/null 2>&1
 "$py" - "$out/llama_scaled" "$out/ft_hf" <<'PY'
 import sys

@@ -5,7 +5,9 @@
  *                                model.safetensors)
  * DIR is a checkpoint or a directory of them (its newest complete one). Exit status: 0 ok,
  * 1 a checkpoint failed verification, 2 bad usage or a checkpoint that cannot be read. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "zoe/checkpoint.h"
 #include "zoe/zoe.h"
@@ -21,6 +23,24 @@ static int usage(void) {
 static int failed(int code) {
     fprintf(stderr, "zoe-ckpt: %s\n", zoe_last_error());
     return code;
+}
+
+/* The transformers class the export wrote (config.json's architectures[0]) into cls. */
+static void exported_class(const char *out_dir, char *cls, size_t cap) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", out_dir);
+    snprintf(cls, cap, "the model");
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char text[1 << 14];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *arch =
+        cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "architectures"), 0);
+    if (cJSON_IsString(arch)) snprintf(cls, cap, "%s", arch->valuestring);
+    cJSON_Delete(root);
 }
 
 int main(int argc, char **argv) {
@@ -39,9 +59,11 @@ int main(int argc, char **argv) {
     }
     if (argc == 5 && strcmp(argv[1], "export") == 0 && strcmp(argv[2], "--hf") == 0) {
         if (zoe_checkpoint_export_hf(argv[4], argv[3]) != ZOE_OK) return failed(EXIT_USAGE);
-        printf("zoe-ckpt: wrote a Hugging Face GPT-2 model to %s "
-               "(transformers.GPT2LMHeadModel.from_pretrained(\"%s\"))\n",
-               argv[3], argv[3]);
+        char cls[128];
+        exported_class(argv[3], cls, sizeof cls);
+        printf(
+            "zoe-ckpt: wrote a Hugging Face %s to %s (transformers.%s.from_pretrained(\"%s\"))\n",
+            cls, argv[3], cls, argv[3]);
         return 0;
     }
     return usage();
