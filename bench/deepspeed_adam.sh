@@ -88,7 +88,9 @@ cxx="${CXX:-g++}"
 command -v "$cxx" >/dev/null || fail "no C++ compiler ($cxx)"
 shim="$root/bench/deepspeed_adam"
 harness="$cache/deepspeed_adam_harness"
-stamp="$simd $("$cxx" --version | head -1) $(cat "$shim/harness.cpp" "$shim/torch/extension.h" | cksum)"
+# Rebuilt when the sources, the compiler or the CPU (-march=native) change.
+stamp="$simd $("$cxx" --version | head -1) $(grep -m1 "model name" /proc/cpuinfo)
+$(cat "$shim/harness.cpp" "$shim/torch/extension.h" | cksum)"
 if [ ! -x "$harness" ] || [ "$(cat "$harness.stamp" 2>/dev/null)" != "$stamp" ]; then
   echo "bench deepspeed_adam: compiling DeepSpeed $ds_version's cpu_adam_impl.cpp ($simd)" >&2
   # DeepSpeed's CPU op flags (op_builder/cpu/builder.py), its sources as system headers so that
