@@ -93,8 +93,9 @@ stamp="$simd $("$cxx" --version | head -1) $(grep -m1 "model name" /proc/cpuinfo
 $(cat "$shim/harness.cpp" "$shim/torch/extension.h" | cksum)"
 if [ ! -x "$harness" ] || [ "$(cat "$harness.stamp" 2>/dev/null)" != "$stamp" ]; then
   echo "bench deepspeed_adam: compiling DeepSpeed $ds_version's cpu_adam_impl.cpp ($simd)" >&2
-  # DeepSpeed's CPU op flags (op_builder/cpu/builder.py), its sources as system headers so that
-  # their warnings stay theirs; the harness with -Wall -Wextra.
+  # DeepSpeed's file on its own with its CPU op flags (op_builder/cpu/builder.py; torch's
+  # extension builder would add the -std), so its warnings stay its own; the harness apart, with
+  # -Wall -Wextra.
   "$cxx" -O3 -std=c++17 -g -Wno-reorder -march=native -fopenmp "$simd" -I "$shim" \
     -I "$src/csrc/includes" -c "$src/csrc/adam/cpu_adam_impl.cpp" -o "$cache/cpu_adam_impl.o" \
     || fail "DeepSpeed's csrc/adam/cpu_adam_impl.cpp did not compile against $shim/torch/extension.h"
