@@ -1,6 +1,6 @@
-/* bench_cpu_adam [N] [REPS] [--no-naive]: the fused host Adam step against a streaming probe that
- * moves the same bytes with trivial arithmetic, at 1 and 2 threads, in the layouts of
- * docs/offload.md ("Memory layout"); and a naive scalar AdamW for the factor gained.
+/* bench_cpu_adam [N] [REPS] [--no-naive] [--mode NAME]: the fused host Adam step against a
+ * streaming probe that moves the same bytes with trivial arithmetic, at 1 and 2 threads, in the
+ * layouts of docs/offload.md ("Memory layout"); and a naive scalar AdamW for the factor gained.
  *
  * Bytes per parameter of the step, by mode:
  *   fp32          CPU backend, fp32 weights: the weights are the master. Reads gradient,
@@ -294,7 +294,7 @@ static double median(double *x, int count) {
 typedef struct figures {
     int probe_form;
     double step_ms, step_cpu, probe_min_ms[2], probe_ms, probe_cpu, ratio, cpu_ratio;
-    double paired, paired_order[2], cpu_paired, probe_spread;
+    double paired, paired_order[2], cpu_paired, probe_spread, step_median_ms, step_cpu_median_ms;
 } figures;
 
 static double median_of(const timing *t, int reps, int form) {
@@ -311,10 +311,12 @@ static figures summarize(const timing *t, int reps) {
                  .probe_ms = INFINITY,
                  .probe_cpu = INFINITY};
     const int pf = f.probe_form;
-    double wall[2][MAX_REPS], cpu[2][MAX_REPS], slowest_probe = 0;
+    double wall[2][MAX_REPS], cpu[2][MAX_REPS], steps[MAX_REPS], step_cpus[MAX_REPS],
+        slowest_probe = 0;
     int count[2] = {0, 0};
     for (int r = 0; r < reps; r++) {
         f.step_ms = fmin(f.step_ms, t[r].step_ms), f.step_cpu = fmin(f.step_cpu, t[r].step_cpu);
+        steps[r] = t[r].step_ms, step_cpus[r] = t[r].step_cpu;
         for (int k = 0; k < 2; k++) f.probe_min_ms[k] = fmin(f.probe_min_ms[k], t[r].probe_ms[k]);
         f.probe_ms = fmin(f.probe_ms, t[r].probe_ms[pf]);
         f.probe_cpu = fmin(f.probe_cpu, t[r].probe_cpu[pf]);
@@ -328,6 +330,7 @@ static figures summarize(const timing *t, int reps) {
     f.paired = sqrt(f.paired_order[0] * f.paired_order[1]);
     f.cpu_paired = sqrt(median(cpu[0], count[0]) * median(cpu[1], count[1]));
     f.probe_spread = slowest_probe / f.probe_ms;
+    f.step_median_ms = median(steps, reps), f.step_cpu_median_ms = median(step_cpus, reps);
     return f;
 }
 
@@ -373,11 +376,25 @@ static void free_arrays(arrays *a) {
 int main(int argc, char **argv) {
     size_t n = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : (size_t)16 << 20;
     int reps = argc > 2 ? atoi(argv[2]) : 15;
-    /* --no-naive leaves out the naive AdamW (minutes at 64M parameters). */
-    const int with_naive = argc <= 3;
-    if (n == 0 || reps < 2 || reps > MAX_REPS || (argc > 3 && strcmp(argv[3], "--no-naive") != 0) ||
-        argc > 4) {
-        fprintf(stderr, "usage: bench_cpu_adam [N > 0] [REPS in 2..%d] [--no-naive]\n", MAX_REPS);
+    /* --no-naive leaves out the naive AdamW (minutes at 64M parameters); --mode NAME runs one
+     * mode only (bench/deepspeed_adam.sh: bf16_state). */
+    int with_naive = 1, only = -1, bad = n == 0 || reps < 2 || reps > MAX_REPS;
+    for (int i = 3; i < argc && !bad; i++) {
+        if (strcmp(argv[i], "--no-naive") == 0) {
+            with_naive = 0;
+        } else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
+            for (int mi = 0; mi < NUM_MODES; mi++)
+                if (strcmp(argv[i + 1], mode_names[mi]) == 0) only = mi;
+            bad = only < 0, i++;
+        } else {
+            bad = 1;
+        }
+    }
+    if (bad) {
+        fprintf(stderr,
+                "usage: bench_cpu_adam [N > 0] [REPS in 2..%d] [--no-naive] [--mode fp32|"
+                "bf16_weights|fp32_dpu|bf16_dpu|bf16_state]\n",
+                MAX_REPS);
         return 2;
     }
     zoe_adam_hparams h = {.lr = 1e-4f,
@@ -401,6 +418,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (int mi = 0; mi < NUM_MODES; mi++) {
+            if (only >= 0 && mi != only) continue;
             mode md = (mode)mi;
             double bytes = mode_bytes[md];
             double naive_ms = INFINITY;
@@ -429,11 +447,13 @@ int main(int argc, char **argv) {
                 "\"probe_plain_ms\":%.3f,\"probe_prefetch_ms\":%.3f,\"probe_form\":\"%s\","
                 "\"step_over_probe\":%.3f,\"step_first\":%.3f,\"probe_first\":%.3f,"
                 "\"cpu_step_over_probe\":%.3f,\"fastest_step_over_probe\":%.3f,"
-                "\"fastest_cpu_step_over_probe\":%.3f,\"probe_spread\":%.3f,\"step_gb_s\":%.2f",
+                "\"fastest_cpu_step_over_probe\":%.3f,\"probe_spread\":%.3f,\"step_gb_s\":%.2f,"
+                "\"step_median_ms\":%.3f,\"step_cpu_median_ms\":%.3f",
                 mode_names[md], zoe_cpu_isa_name(zoe_cpu_isa_best()), threads, n, bytes, f.step_ms,
                 f.probe_ms, f.probe_min_ms[0], f.probe_min_ms[1],
                 f.probe_form ? "prefetch" : "plain", f.paired, f.paired_order[0], f.paired_order[1],
-                f.cpu_paired, f.ratio, f.cpu_ratio, f.probe_spread, bytes * n / f.step_ms * 1e-6);
+                f.cpu_paired, f.ratio, f.cpu_ratio, f.probe_spread, bytes * n / f.step_ms * 1e-6,
+                f.step_median_ms, f.step_cpu_median_ms);
             if (naive)
                 printf(",\"naive_ms\":%.3f,\"naive_over_step\":%.2f", naive_ms,
                        naive_ms / f.step_ms);
