@@ -33,8 +33,10 @@
  * ulps (the undo solves the fused step back in float64), which this lr (3e-3 without clipping,
  * where this small model's loss spikes) amplifies over the run (measured: the weights end up to
  * 1e-2 apart after 35 redone steps), so the weights are not compared there, and the losses only
- * up to 10 steps after the first redo. With clipping at 1 (where these steps clip) and TP where
- * the world allows (each TP rank then sees half the norm and speculates further): the same.
+ * up to 5 steps after the first redo (10 were too many: on a Zen 4 CPU, whose BLAS kernels round
+ * otherwise, the clipped TP=2 run's loss 9 steps after its first redo was 1.5e-5 apart; 5 steps
+ * after, every run measured is within 1e-5). With clipping at 1 (where these steps clip) and TP
+ * where the world allows (each TP rank then sees half the norm and speculates further): the same.
  *
  * Tolerance: fp32 throughout, and dpu and reference run the same kernels on the same weights
  * and batches in the same order, so they should agree to the last bit; we allow 1e-5
@@ -284,8 +286,8 @@ static void check_exact(const dpu_case *k, const char *corpus) {
             /* a step's loss is computed before its update: equal up to the first redo */
             if (s <= first_redo && dpu.loss[s] != sync.loss[s]) equal = 0;
         }
-        /* After a redo the trajectories part by ulps, which this lr amplifies: 10 steps on. */
-        int horizon = redo && first_redo + 10 < STEPS ? first_redo + 10 : STEPS;
+        /* After a redo the trajectories part by ulps, which this lr amplifies: 5 steps on. */
+        int horizon = redo && first_redo + 5 < STEPS ? first_redo + 5 : STEPS;
         double worst_loss = 0;
         for (int s = 0; s < STEPS; s++) worst_loss = fmax(worst_loss, fabs(d[s] - y[s]) / y[s]);
         char label[256];
