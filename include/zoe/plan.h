@@ -151,8 +151,8 @@ zoe_status zoe_plan(const zoe_plan_config *cfg, zoe_plan_result *out);
 /* The report, human-readable or as one JSON object. */
 void zoe_plan_print(FILE *out, const zoe_plan_config *cfg, const zoe_plan_result *r);
 zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *cfg, const zoe_plan_result *r);
-/* One line: "plan on dgx2: fits; GPU 19.95 of 32.00 GiB; host 1079.51 of 1382.40 GiB available
- * (16 ranks, up to 67.47 GiB each); step 21.047 s predicted (host adam binds)". */
+/* One line: "plan on dgx2: fits; GPU 20.02 of 32.00 GiB; host 1079.51 of 1382.40 GiB available
+ * (16 ranks, up to 67.47 GiB each); step 21.238 s predicted (host adam binds)". */
 void zoe_plan_summary(const zoe_plan_config *cfg, const zoe_plan_result *r, char *buf, size_t len);
 
 /* --offload-ratio auto: the smallest share of optimizer state on the host (0 to 1 in steps of
