@@ -8,6 +8,7 @@
 #include "engine/checkpoint_io.h"
 #include "engine/plan_impl.h"
 #include "engine/trainer_impl.h"
+#include "kernels/attention_plan.h"
 #include "kernels/kernels.h"
 #include "runtime/error.h"
 #include "zoe/plan.h"
@@ -186,11 +187,58 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
 }
 
 /* Model FLOPs of one token's forward through the layers (matmuls and attention scores, causal
- * attention counted in full as Megatron-LM's formula does) and through the LM head. */
-static void flops_per_token(const zoe_model_config *m, double *layers, double *head) {
+ * attention counted in full as Megatron-LM's formula does), of that the attention scores, and
+ * through the LM head. */
+static void flops_per_token(const zoe_model_config *m, double *layers, double *attention,
+                            double *head) {
     double h = m->hidden, f = m->ffn ? m->ffn : 4.0 * m->hidden, s = m->seq_len;
-    *layers = m->layers * (2.0 * (4.0 * h * h + 2.0 * h * f) + 4.0 * s * h);
+    *attention = m->layers * 4.0 * s * h;
+    *layers = m->layers * 2.0 * (4.0 * h * h + 2.0 * h * f) + *attention;
     *head = 2.0 * h * m->vocab;
+}
+
+/* Seconds of one attention call of cost c on hw: tensor-core FLOPs at the share of peak the
+ * rest of the step reaches, the GEMM path's score traffic at the device memory's rate, the
+ * flash kernels' FLOPs at their share of the fp32 peak. */
+static double attention_call_seconds(const zoe_hardware *hw, const zoe_attention_cost *c) {
+    double s = c->tensor_flops / (hw->gpu_peak_flops * hw->gpu_fraction);
+    if (c->bytes > 0) s += c->bytes / hw->gpu_memory_bandwidth;
+    if (c->cuda_flops > 0)
+        s += c->cuda_flops /
+             (hw->gpu_fp32_flops * zoe_attention_flash_efficiency(c->rows, hw->gpu_cc));
+    return s;
+}
+
+/* Seconds per step of attention on one rank as the CUDA kernels will run it (the path, tiles
+ * and grid kernels/attention_plan.h chooses for this rank's heads on this GPU), forward,
+ * backward and the recomputed forward of every layer of every micro-batch; -1 where the box
+ * does not say what its GPU is (attention is then priced with the other matmuls). */
+static double attention_seconds(const zoe_plan_config *p, char *path, size_t path_len) {
+    const zoe_hardware *hw = &p->hardware;
+    const zoe_model_config *m = &p->model;
+    if (hw->backend != ZOE_BACKEND_CUDA || hw->gpu_cc <= 0 || hw->gpu_fp32_flops <= 0 ||
+        hw->gpu_memory_bandwidth <= 0 || m->heads <= 0)
+        return -1.0;
+    /* this rank's heads: KV heads are split while there are as many as ranks, then replicate */
+    const int64_t kv = m->family == ZOE_MODEL_LLAMA && m->kv_heads > 0 ? m->kv_heads : m->heads;
+    const int64_t shards = p->tp < kv ? p->tp : kv;
+    const zoe_attention_shape shape = {.dt = p->dtype,
+                                       .B = p->micro_batch,
+                                       .T = m->seq_len,
+                                       .NH = m->heads / p->tp,
+                                       .NKV = kv / shards,
+                                       .HS = m->hidden / m->heads};
+    const zoe_attention_gpu gpu = {
+        .cc = hw->gpu_cc, .sms = hw->gpu_sms, .smem_optin = (int64_t)hw->gpu_smem_per_block};
+    const zoe_attention_cost f = zoe_attention_cost_of(ZOE_ATTN_FORWARD, &shape, &gpu, 0);
+    const zoe_attention_cost b = zoe_attention_cost_of(ZOE_ATTN_BACKWARD, &shape, &gpu, 0);
+    if (f.path == ZOE_ATTN_PATH_GEMM)
+        snprintf(path, path_len, "tensor cores (cuBLAS GEMMs)");
+    else
+        snprintf(path, path_len, "fp32 flash kernels, %d/%d-row tiles", f.rows, b.rows);
+    const double per_layer = attention_call_seconds(hw, &f) * (p->recompute ? 2.0 : 1.0) +
+                             attention_call_seconds(hw, &b);
+    return per_layer * m->layers * p->grad_accum;
 }
 
 static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe_plan_result *r) {
@@ -203,12 +251,23 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     int t = p->tp, d = p->dp, k = p->grad_accum, cpu = hw->backend == ZOE_BACKEND_CPU;
     double esz = (double)zoe_dtype_size(p->dtype);
     double tokens_rank = (double)p->micro_batch * m->seq_len * k;
-    double layers, head;
-    flops_per_token(m, &layers, &head);
+    double layers, attention, head;
+    flops_per_token(m, &layers, &attention, &head);
     /* forward, backward (twice the forward), and the recomputed forward of the layers */
     double passes = 3.0 + (p->recompute ? 1.0 : 0.0);
     r->time.flops_per_gpu = tokens_rank * (layers * passes + head * 3.0) / t;
     r->time.compute = r->time.flops_per_gpu / (hw->gpu_peak_flops * hw->gpu_fraction);
+    /* Attention as its kernels run, in place of its share of the model FLOPs at the matmuls'
+     * rate: the tensor-core path does more than the causal FLOPs and moves its scores through
+     * memory, the flash kernels do fewer on the CUDA cores. */
+    const double attention_s =
+        attention_seconds(p, r->time.attention_path, sizeof r->time.attention_path);
+    if (attention_s >= 0) {
+        const double attention_flops = tokens_rank * attention * passes / t;
+        r->time.compute -= attention_flops / (hw->gpu_peak_flops * hw->gpu_fraction);
+        r->time.compute += attention_s;
+        r->time.attention = attention_s;
+    }
     /* TP: per layer two all-reduces of [B*T, hidden] forward, two backward, two more when
      * recomputing; the embedding's forward and the LM head's input gradient. */
     double ar_bytes = (double)p->micro_batch * m->seq_len * m->hidden * esz;

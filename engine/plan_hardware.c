@@ -22,6 +22,9 @@
 /* A GPU rank's host memory before its first allocation: the CUDA context, cuBLAS, NCCL and MPI
  * (an estimate; a CUDA context alone takes a few hundred MiB of host memory). */
 #define GPU_RANK_BASE (1.0 * GIB)
+/* A streaming kernel reaches about 80% of a GPU's device-memory peak (BabelStream on V100,
+ * A100 and H100). */
+#define HBM_SHARE 0.80
 
 #define V100_FRACTION_SOURCE                                                                       \
     "Megatron-LM (Shoeybi et al. 2019): one V100 sustains 39 TFLOPS training a 1.2B GPT-2, 30% "   \
@@ -43,6 +46,12 @@ static const zoe_hardware presets[] = {
      .gpu_peak_flops = 125e12,
      .gpu_fraction = 39.0 / 125.0,
      .gpu_fraction_source = V100_FRACTION_SOURCE,
+     /* V100 datasheet: 15.7 TFLOPS fp32, 900 GB/s HBM2 */
+     .gpu_cc = 70,
+     .gpu_sms = 80,
+     .gpu_smem_per_block = 96 * 1024.0,
+     .gpu_fp32_flops = 15.7e12,
+     .gpu_memory_bandwidth = HBM_SHARE * 900e9,
      .host_bytes = 1.5 * TIB,
      .host_reserve = 0.10,
      .host_cores = 48,
@@ -63,6 +72,12 @@ static const zoe_hardware presets[] = {
      .gpu_fraction = 0.52,
      .gpu_fraction_source = "Narayanan et al. 2021 (Megatron-LM on 3072 A100s): 163 TFLOPS per "
                             "GPU, 52% of peak",
+     /* A100 datasheet: 19.5 TFLOPS fp32, 2039 GB/s HBM2e */
+     .gpu_cc = 80,
+     .gpu_sms = 108,
+     .gpu_smem_per_block = 163 * 1024.0,
+     .gpu_fp32_flops = 19.5e12,
+     .gpu_memory_bandwidth = HBM_SHARE * 2039e9,
      .host_bytes = 2.0 * TIB,
      .host_reserve = 0.10,
      .host_cores = 128,
@@ -83,6 +98,12 @@ static const zoe_hardware presets[] = {
      .gpu_peak_flops = 989e12,
      .gpu_fraction = 0.40,
      .gpu_fraction_source = H100_FRACTION_SOURCE,
+     /* H100 SXM datasheet: 67 TFLOPS fp32, 3.35 TB/s HBM3 */
+     .gpu_cc = 90,
+     .gpu_sms = 132,
+     .gpu_smem_per_block = 227 * 1024.0,
+     .gpu_fp32_flops = 67e12,
+     .gpu_memory_bandwidth = HBM_SHARE * 3350e9,
      .host_bytes = 2.0 * TIB,
      .host_reserve = 0.10,
      .host_cores = 112,
@@ -102,6 +123,12 @@ static const zoe_hardware presets[] = {
      .gpu_peak_flops = 989e12,
      .gpu_fraction = 0.40,
      .gpu_fraction_source = H100_FRACTION_SOURCE " (the H200 is the same GH100 chip)",
+     /* H200 datasheet: 67 TFLOPS fp32, 4.8 TB/s HBM3e */
+     .gpu_cc = 90,
+     .gpu_sms = 132,
+     .gpu_smem_per_block = 227 * 1024.0,
+     .gpu_fp32_flops = 67e12,
+     .gpu_memory_bandwidth = HBM_SHARE * 4800e9,
      .host_bytes = 128 * GIB,
      .host_reserve = 0.10,
      .host_cores = 16,

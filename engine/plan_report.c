@@ -71,6 +71,9 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
             "(%s)\n",
             r->time.compute, r->time.flops_per_gpu / 1e12, 100.0 * hw->gpu_fraction,
             hw->gpu_peak_flops / 1e12, hw->gpu_fraction_source);
+    if (r->time.attention > 0)
+        fprintf(out, "    of which attention      %9.3f   as its kernels run: %s\n",
+                r->time.attention, r->time.attention_path);
     fprintf(out, "  TP all-reduces            %9.3f   at %.0f GB/s bus bandwidth\n",
             r->time.tp_comm, hw->nvlink_bandwidth / 1e9);
     fprintf(out, "  DP reduce-scatter         %9.3f   (overlaps backward)\n",
@@ -193,6 +196,8 @@ zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *c, const zoe_pl
     cJSON_AddNumberToObject(host, "available", r->host.available);
     cJSON *t = add_object(root, "step_seconds");
     cJSON_AddNumberToObject(t, "compute", r->time.compute);
+    cJSON_AddNumberToObject(t, "attention", r->time.attention);
+    cJSON_AddStringToObject(t, "attention_path", r->time.attention_path);
     cJSON_AddNumberToObject(t, "tp_all_reduce", r->time.tp_comm);
     cJSON_AddNumberToObject(t, "dp_reduce_scatter", r->time.dp_reduce_scatter);
     cJSON_AddNumberToObject(t, "dp_all_gather", r->time.dp_all_gather);

@@ -4,6 +4,7 @@
  * `cuda` slot and a branch to DISPATCH. */
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/attention_plan.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 #ifdef ZOE_HAVE_CUDA
@@ -168,12 +169,16 @@ size_t zoe_kernels_workspace_bytes(zoe_backend backend, const zoe_kernel_plan *p
                                    int host_threads) {
     if (backend == ZOE_BACKEND_CPU) return zoe_cpu_workspace_bytes(plan, host_threads);
     /* kernels/cuda/context.cu's regions: cuBLAS's 32 MiB, the column-sum partials (64 groups x
-     * 2 outputs x max_dim floats), attention's row deltas, the embedding sort's keys and cub
-     * scratch (bounded by the keys again), the row losses; each region 256-byte aligned. */
+     * 2 outputs x max_dim floats), attention's row deltas, its tensor-core scores and its dk/dv
+     * partial sums, the embedding sort's keys and cub scratch (bounded by the keys again), the
+     * row losses; each region 256-byte aligned. */
     size_t rows = (size_t)plan->max_rows;
     size_t regions[] = {(size_t)32 << 20,
                         64 * 2 * (size_t)plan->max_dim * sizeof(float),
                         rows * (size_t)plan->max_heads * sizeof(float),
+                        (size_t)zoe_attention_gemm_scratch_bytes(plan->max_seq, plan->max_heads),
+                        (size_t)zoe_attention_dkv_partial_bytes(plan->max_rows, plan->max_heads,
+                                                                plan->max_head_dim),
                         4 * rows * sizeof(int32_t),
                         4 * rows * sizeof(int32_t) + ((size_t)1 << 20),
                         2 * rows * sizeof(float)};

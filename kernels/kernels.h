@@ -36,6 +36,12 @@ typedef struct zoe_kernel_plan {
      * tensor cores, about 8x the fp32 rate at about 1e-3 relative error per product; 0 keeps
      * full fp32. Ignored by the CPU backend and by 16-bit storage. */
     int tf32;
+    /* CUDA, 16-bit storage: 1 keeps attention on the fp32 flash kernels (CUDA cores) where it
+     * would take the tensor cores (kernels/attention_plan.h), to compare the two. */
+    int attention_flash;
+    /* CUDA: 0, or a cap in bytes on the flash kernels' shared memory per block below the GPU's,
+     * so that any GPU runs the smaller tiles another takes (96 KiB: V100's). */
+    int64_t attention_smem_limit;
 } zoe_kernel_plan;
 
 zoe_status zoe_kernels_create(zoe_device *dev, zoe_stream *stream, const zoe_kernel_plan *plan,

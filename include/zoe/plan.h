@@ -33,8 +33,15 @@ typedef struct zoe_hardware {
     double gpu_peak_flops;   /* dense fp16/bf16 tensor-core peak per GPU (local: measured) */
     double gpu_fraction;     /* share of peak GPT training reaches, from a published figure */
     const char *gpu_fraction_source;
-    double host_bytes;   /* host memory of the box */
-    double host_reserve; /* share of host memory left to the OS and everything else */
+    /* What attention's kernels depend on (kernels/attention_plan.h: the path, tiles and grid
+     * they choose); gpu_cc 0 (local) prices attention as the other matmuls. */
+    int gpu_cc;                  /* compute capability, major * 10 + minor */
+    int gpu_sms;                 /* multiprocessors */
+    double gpu_smem_per_block;   /* shared memory one block may opt in to, bytes */
+    double gpu_fp32_flops;       /* fp32 peak of the CUDA cores (no tensor cores) */
+    double gpu_memory_bandwidth; /* achievable bytes/s of device memory */
+    double host_bytes;           /* host memory of the box */
+    double host_reserve;         /* share of host memory left to the OS and everything else */
     int host_cores;
     double host_bandwidth;   /* achievable streaming bytes/s of the box's host memory */
     double pcie_bandwidth;   /* achievable bytes/s each way of one host link */
@@ -128,9 +135,11 @@ typedef struct zoe_plan_result {
 
     /* One step, in seconds. */
     struct {
-        double flops_per_gpu; /* model FLOPs a GPU executes per step (recompute included) */
-        double compute;       /* at the stated share of peak */
-        double tp_comm;       /* TP all-reduces (not overlapped) */
+        double flops_per_gpu;    /* model FLOPs a GPU executes per step (recompute included) */
+        double compute;          /* at the stated share of peak; attention as its kernels run */
+        double attention;        /* of compute: attention's kernels (0: priced as matmuls) */
+        char attention_path[64]; /* which kernels run it: "tensor cores", "fp32 flash ..." */
+        double tp_comm;          /* TP all-reduces (not overlapped) */
         double dp_reduce_scatter, dp_all_gather;
         double pcie_out, pcie_in; /* gradients device -> host, weights host -> device */
         double host_adam;
@@ -149,8 +158,8 @@ zoe_status zoe_plan(const zoe_plan_config *cfg, zoe_plan_result *out);
 /* The report, human-readable or as one JSON object. */
 void zoe_plan_print(FILE *out, const zoe_plan_config *cfg, const zoe_plan_result *r);
 zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *cfg, const zoe_plan_result *r);
-/* One line: "plan on dgx2: fits; GPU 19.95 of 32.00 GiB; host 1079.51 of 1382.40 GiB available
- * (16 ranks, up to 67.47 GiB each); step 21.047 s predicted (host adam binds)". */
+/* One line: "plan on dgx2: fits; GPU 20.02 of 32.00 GiB; host 1079.51 of 1382.40 GiB available
+ * (16 ranks, up to 67.47 GiB each); step 21.238 s predicted (host adam binds)". */
 void zoe_plan_summary(const zoe_plan_config *cfg, const zoe_plan_result *r, char *buf, size_t len);
 
 /* --offload-ratio auto: the smallest share of optimizer state on the host (0 to 1 in steps of

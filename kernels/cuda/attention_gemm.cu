@@ -1,52 +1,43 @@
-/* Causal attention for bf16/fp16 on the tensor cores, through cuBLAS strided-batched GEMMs.
+/* Causal attention for bf16/fp16 on the tensor cores, through cuBLAS strided-batched GEMMs, for
+ * both layouts (GPT's interleaved qkv and Llama's grouped-query q beside kv).
  *
- * For each batch element and each pass over a group of heads (as many as the workspace holds):
+ * The scores are computed a block at a time, as large as the workspace holds
+ * (zoe_attention_gemm_pass_of): `heads` consecutive query heads by `rows` consecutive query
+ * rows [i0, i0 + rows) against the keys [0, i0 + rows) causality lets them see. A whole
+ * sequence's rows go in one pass where a head's T x T scores fit the workspace (256 MiB:
+ * T up to about 4700), else one head and fewer rows per pass, so any sequence runs here.
  *   forward   S = scale Q K^T (fp32)  ->  P = softmax(causal S), lse (one block per row)
  *             O = P V                  (P rounded to the storage dtype, fp32 accumulation)
  *   backward  S = scale Q K^T, dP = dO V^T (fp32)  ->  P = exp(S - lse),
  *             dS = P (dP - delta)      (both rounded to the storage dtype)
  *             dV += P^T dO, dQ += scale dS K, dK += scale dS^T Q
  * Every GEMM has 16-bit inputs and fp32 accumulation (CUBLAS_COMPUTE_32F), so cuBLAS runs it on
- * the tensor cores; the T x T scores of the group live in the workspace. The group's T x T
- * products include the masked upper triangle (twice the causal work, still far faster than the
- * CUDA-core kernel for these dtypes). Used where the workspace holds one head's scores
- * (zoe_cuda_attention_gemm_heads); longer sequences use the flash kernel of attention.cu.
+ * the tensor cores. A pass's products include the masked upper triangle of its block (up to
+ * twice the causal work, still far faster than the CUDA-core kernels for these dtypes).
+ *
+ * Grouped-query attention: query head h reads KV head h / group. A pass holds query heads of
+ * one group, or whole groups. The GEMMs per query head (S, O, dP, dQ) are batched over a run of
+ * heads at fixed strides: the pass's heads against their one KV head at stride 0, or, across
+ * groups, the j-th head of each group against successive KV heads. dK and dV sum over a group's
+ * heads, so their GEMMs are batched only over distinct KV heads (the j-th head of each group),
+ * one after another over j with beta = 1: a fixed order, deterministic.
  *
  * cuBLAS is column-major: a row-major [R, C] matrix with row stride ld is its column-major
  * transpose [C, R] (ld), and each product below is written as the product of transposes. */
 #include <type_traits>
-#include "kernels/cuda/cuda_util.cuh"
+#include "kernels/cuda/attention.cuh"
 
-/* Bytes of workspace per head: S and dP in fp32, P and dS in the 16-bit storage dtype. */
-static size_t bytes_per_head(int64_t T) {
-    const int64_t ld = (T + 7) / 8 * 8;
-    return (size_t)T * (size_t)ld * (2 * sizeof(float) + 2 * sizeof(uint16_t));
-}
-
-/* The workspace the GEMM path gets at most; beyond it attention uses the flash kernel. */
-static const size_t GEMM_ATTENTION_BUDGET = (size_t)256 << 20;
-
-extern "C" int64_t zoe_cuda_attention_gemm_heads(const zoe_kernel_plan *plan) {
-    if (plan->max_seq <= 0 || plan->max_heads <= 0) return 0;
-    int64_t heads = (int64_t)(GEMM_ATTENTION_BUDGET / bytes_per_head(plan->max_seq));
-    return heads < plan->max_heads ? heads : plan->max_heads;
-}
-
-extern "C" size_t zoe_cuda_attention_gemm_bytes(const zoe_kernel_plan *plan) {
-    return (size_t)zoe_cuda_attention_gemm_heads(plan) * bytes_per_head(plan->max_seq);
-}
-
-/* The group's scratch: [heads][T][ld] each. */
+/* The pass's scratch: [heads][rows][ld] each. */
 struct attn_scratch {
     float *s, *dp;
     void *p, *ds;
     int64_t ld, stride; /* row stride, and elements per head */
 };
 
-static attn_scratch scratch_for(const zoe_cuda_kernels *ck, int64_t T) {
-    const int64_t ld = (T + 7) / 8 * 8, stride = T * ld, heads = ck->attn_gemm_heads;
+static attn_scratch scratch_for(const zoe_cuda_kernels *ck, const zoe_attention_gemm_pass &pass) {
+    const int64_t stride = pass.rows * pass.ld, heads = pass.heads;
     attn_scratch a;
-    a.ld = ld, a.stride = stride;
+    a.ld = pass.ld, a.stride = stride;
     a.s = (float *)ck->attn_gemm;
     a.dp = a.s + heads * stride;
     a.p = a.dp + heads * stride;
@@ -70,124 +61,205 @@ static zoe_status batched(zoe_cuda_kernels *ck, cublasOperation_t ta, cublasOper
     return ZOE_OK;
 }
 
-/* S[h][i][j] = scale q_i . k_j for the group's heads (all i, j; the mask is applied later). */
+/* Forward softmax of local row blockIdx.x (query i0 + blockIdx.x) of pass head blockIdx.y over
+ * `keys` keys: P = exp(S - lse) for keys j <= the query, else 0. */
 template <typename T>
-static zoe_status scores(zoe_cuda_kernels *ck, zoe_dtype dt, const T *q, const T *k, int64_t seq,
-                         int64_t ld_qkv, int64_t HS, float scale, float *s, int64_t ld,
-                         int64_t stride, int64_t heads) {
-    /* S^T [T_k, T_q] = K [T_k, HS] . Q^T [HS, T_q]: K stored as K^T (HS x T, ld_qkv), so op T. */
-    return batched(ck, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, HS, scale, k, blas16(dt), ld_qkv, 3 * HS,
-                   q, blas16(dt), ld_qkv, 3 * HS, 0.0f, s, CUDA_R_32F, ld, stride, heads);
-}
-
-/* Forward softmax of row (blockIdx.x) of head (blockIdx.y): P = exp(S - lse) for j <= i, else 0. */
-template <typename T>
-__global__ void softmax_rows_kernel(T *p, float *lse, const float *s, int64_t seq, int64_t ld,
-                                    int64_t stride, int64_t lse_head_stride) {
+__global__ void softmax_rows_kernel(T *p, float *lse, const float *s, int64_t i0, int64_t keys,
+                                    int64_t ld, int64_t stride, int64_t lse_head_stride) {
     __shared__ float scratch[32];
-    const int64_t i = blockIdx.x, h = blockIdx.y;
+    const int64_t i = blockIdx.x, h = blockIdx.y, qi = i0 + i;
     const float *row = s + h * stride + i * ld;
     float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) m = fmaxf(m, row[j]);
+    for (int64_t j = threadIdx.x; j <= qi; j += blockDim.x) m = fmaxf(m, row[j]);
     m = zoe_block_reduce(m, true, scratch);
     float l = 0.0f;
-    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) l += expf(row[j] - m);
+    for (int64_t j = threadIdx.x; j <= qi; j += blockDim.x) l += expf(row[j] - m);
     l = zoe_block_reduce(l, false, scratch);
     const float row_lse = m + logf(l);
     T *out = p + h * stride + i * ld;
-    for (int64_t j = threadIdx.x; j < seq; j += blockDim.x)
-        out[j] = zoe_from_f32<T>(j <= i ? expf(row[j] - row_lse) : 0.0f);
+    for (int64_t j = threadIdx.x; j < keys; j += blockDim.x)
+        out[j] = zoe_from_f32<T>(j <= qi ? expf(row[j] - row_lse) : 0.0f);
     if (threadIdx.x == 0) lse[h * lse_head_stride + i] = row_lse;
 }
 
-/* Backward: P = exp(S - lse) and dS = P (dP - delta) for j <= i, both 0 above the diagonal. */
+/* Backward: P = exp(S - lse) and dS = P (dP - delta) for keys j <= the query, both 0 beyond. */
 template <typename T>
 __global__ void softmax_grad_rows_kernel(T *p, T *ds, const float *s, const float *dp,
-                                         const float *lse, const float *delta, int64_t seq,
-                                         int64_t ld, int64_t stride, int64_t stat_head_stride) {
-    const int64_t i = blockIdx.x, h = blockIdx.y, off = h * stride + i * ld;
+                                         const float *lse, const float *delta, int64_t i0,
+                                         int64_t keys, int64_t ld, int64_t stride,
+                                         int64_t stat_head_stride) {
+    const int64_t i = blockIdx.x, h = blockIdx.y, qi = i0 + i, off = h * stride + i * ld;
     const float row_lse = lse[h * stat_head_stride + i],
                 row_delta = delta[h * stat_head_stride + i];
-    for (int64_t j = threadIdx.x; j < seq; j += blockDim.x) {
-        const float pj = j <= i ? expf(s[off + j] - row_lse) : 0.0f;
+    for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
+        const float pj = j <= qi ? expf(s[off + j] - row_lse) : 0.0f;
         p[off + j] = zoe_from_f32<T>(pj);
         ds[off + j] = zoe_from_f32<T>(pj * (dp[off + j] - row_delta));
     }
 }
 
-/* Calls f(tag, b, h0, heads) for every batch element b and every group [h0, h0 + heads) of heads
- * the workspace holds, tag naming the 16-bit storage type. */
+/* A run of `count` query heads h, h + step, ... for one batched GEMM, their KV heads
+ * kv_step apart (0: one KV head for all) and their scratch slots `step` apart from slot
+ * h - h0. */
+struct head_run {
+    int64_t h, count, step, kv_step;
+};
+
+/* Calls f(run) for runs covering the pass's query heads [h0, h0 + n): with distinct_kv, runs
+ * whose KV heads differ (for the GEMMs that write dK and dV). */
 template <typename F>
-static zoe_status for_each_pass(const zoe_cuda_kernels *ck, zoe_dtype dt, int64_t B, int64_t NH,
-                                F &&f) {
+static zoe_status for_each_run(int64_t h0, int64_t n, int64_t group, bool distinct_kv, F &&f) {
+    if (h0 / group == (h0 + n - 1) / group) { /* inside one group */
+        if (!distinct_kv) return f(head_run{h0, n, 1, 0});
+        for (int64_t j = 0; j < n; j++) ZOE_TRY(f(head_run{h0 + j, 1, 1, 0}));
+        return ZOE_OK;
+    }
+    for (int64_t j = 0; j < group; j++) ZOE_TRY(f(head_run{h0 + j, n / group, group, 1}));
+    return ZOE_OK;
+}
+
+/* One pass's operands: batch element b, query heads [h0, h0 + heads), query rows
+ * [i0, i0 + rows) against keys [0, keys). */
+struct pass_block {
+    int64_t b, h0, heads, i0, rows, keys;
+};
+
+/* Calls f(tag, block) for every pass over B x NH x T, tag naming the 16-bit storage type. */
+template <typename F>
+static zoe_status for_each_pass(zoe_dtype dt, int64_t B, const attn_layout &L,
+                                const zoe_attention_gemm_pass &pass, F &&f) {
+    if (pass.heads <= 0 || pass.rows <= 0)
+        return zoe_fail(ZOE_ERR_INTERNAL, "GEMM attention: T=%lld does not fit the workspace",
+                        (long long)L.seq);
     return zoe_cuda_with_dtype(dt, [&](auto tag) -> zoe_status {
         using E = typename decltype(tag)::type;
         if constexpr (std::is_same_v<E, float>) {
             return zoe_fail(ZOE_ERR_INTERNAL, "GEMM attention is for 16-bit storage");
         } else {
+            const int64_t NH = L.NH, group = L.group, T = L.seq;
             for (int64_t b = 0; b < B; b++)
-                for (int64_t h0 = 0; h0 < NH; h0 += ck->attn_gemm_heads) {
-                    const int64_t left = NH - h0;
-                    ZOE_TRY(f(tag, b, h0, left < ck->attn_gemm_heads ? left : ck->attn_gemm_heads));
+                for (int64_t h0 = 0, n = 0; h0 < NH; h0 += n) {
+                    /* whole groups, or what is left of the group h0 is in */
+                    const int64_t left = pass.heads >= group ? NH - h0 : group - h0 % group;
+                    n = pass.heads < left ? pass.heads : left;
+                    for (int64_t i0 = 0; i0 < T; i0 += pass.rows) {
+                        const int64_t rows = pass.rows < T - i0 ? pass.rows : T - i0;
+                        ZOE_TRY(f(tag, pass_block{b, h0, n, i0, rows, i0 + rows}));
+                    }
                 }
             return ZOE_OK;
         }
     });
 }
 
-extern "C" zoe_status zoe_cuda_attention_gemm_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out,
-                                                      float *lse, const void *qkv, int64_t B,
-                                                      int64_t T, int64_t NH, int64_t HS) {
-    const float scale = 1.0f / sqrtf((float)HS);
-    const attn_scratch w = scratch_for(ck, T);
-    const int64_t ld_qkv = NH * 3 * HS, ld_out = NH * HS;
-    return for_each_pass(ck, dt, B, NH, [&](auto tag, int64_t b, int64_t h0, int64_t heads) {
-        using E = typename decltype(tag)::type;
-        const E *q = (const E *)qkv + b * T * ld_qkv + h0 * 3 * HS;
-        ZOE_TRY(scores(ck, dt, q, q + HS, T, ld_qkv, HS, scale, w.s, w.ld, w.stride, heads));
-        softmax_rows_kernel<E><<<dim3((unsigned)T, (unsigned)heads), 256, 0, ck->stream>>>(
-            (E *)w.p, lse + (b * NH + h0) * T, w.s, T, w.ld, w.stride, T);
-        ZOE_TRY(zoe_cuda_launched("softmax_rows_kernel"));
-        /* O^T [HS, T_q] = V^T [HS, T_k] . P^T [T_k, T_q]. */
-        E *o = (E *)out + b * T * ld_out + h0 * HS;
-        ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, 1.0f, q + 2 * HS, blas16(dt),
-                        ld_qkv, 3 * HS, w.p, blas16(dt), w.ld, w.stride, 0.0f, o, blas16(dt),
-                        ld_out, HS, heads));
-        return ZOE_OK;
+/* Where a block's operands start: query head h's rows from i0, KV head g's rows from 0, and
+ * out/dout's [B, T, NH, HS] rows of head h from i0. */
+template <typename E> struct operands {
+    const attn_layout &L;
+    int64_t b;
+    E *q_at(const void *q, int64_t h, int64_t i0) const {
+        return (E *)q + (b * L.seq + i0) * L.q_ld + h * L.q_hs;
+    }
+    E *kv_at(const void *kv, int64_t g, int64_t off) const {
+        return (E *)kv + b * L.seq * L.kv_ld + g * L.kv_hs + off;
+    }
+    E *out_at(const void *o, int64_t h, int64_t i0) const {
+        return (E *)o + ((b * L.seq + i0) * L.NH + h) * L.HS;
+    }
+};
+
+/* S for the block's query heads: S^T [keys, rows] = K [keys, HS] . Q^T [HS, rows]. */
+template <typename E>
+static zoe_status block_scores(zoe_cuda_kernels *ck, zoe_dtype dt, const operands<E> &o,
+                               const pass_block &pb, const attn_scratch &w, const void *q,
+                               const void *kv, float scale) {
+    const attn_layout &L = o.L;
+    return for_each_run(pb.h0, pb.heads, L.group, false, [&](const head_run &r) {
+        return batched(ck, CUBLAS_OP_T, CUBLAS_OP_N, pb.keys, pb.rows, L.HS, scale,
+                       o.kv_at(kv, r.h / L.group, L.k_off), blas16(dt), L.kv_ld,
+                       r.kv_step * L.kv_hs, o.q_at(q, r.h, pb.i0), blas16(dt), L.q_ld,
+                       r.step * L.q_hs, 0.0f, w.s + (r.h - pb.h0) * w.stride, CUDA_R_32F, w.ld,
+                       r.step * w.stride, r.count);
     });
 }
 
-extern "C" zoe_status zoe_cuda_attention_gemm_backward(zoe_cuda_kernels *ck, zoe_dtype dt,
-                                                       void *dqkv, const void *dout,
-                                                       const void *qkv, const float *lse,
-                                                       const float *delta, int64_t B, int64_t T,
-                                                       int64_t NH, int64_t HS) {
-    const float scale = 1.0f / sqrtf((float)HS);
-    const attn_scratch w = scratch_for(ck, T);
-    const int64_t ld_qkv = NH * 3 * HS, ld_out = NH * HS;
-    const cudaDataType_t t16 = blas16(dt);
-    return for_each_pass(ck, dt, B, NH, [&](auto tag, int64_t b, int64_t h0, int64_t heads) {
+zoe_status zoe_cuda_attention_gemm_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out,
+                                           float *lse, const void *q, const void *kv, int64_t B,
+                                           const attn_layout &L) {
+    const float scale = 1.0f / sqrtf((float)L.HS);
+    const zoe_attention_gemm_pass pass =
+        zoe_attention_gemm_pass_of(L.seq, L.NH, L.group, ck->attn_gemm_bytes);
+    const attn_scratch w = scratch_for(ck, pass);
+    const int64_t ld_out = (int64_t)L.NH * L.HS;
+    return for_each_pass(dt, B, L, pass, [&](auto tag, const pass_block &pb) {
         using E = typename decltype(tag)::type;
-        const E *q = (const E *)qkv + b * T * ld_qkv + h0 * 3 * HS, *k = q + HS, *v = q + 2 * HS;
-        const E *go = (const E *)dout + b * T * ld_out + h0 * HS;
-        E *dq = (E *)dqkv + b * T * ld_qkv + h0 * 3 * HS, *dk = dq + HS, *dv = dq + 2 * HS;
-        ZOE_TRY(scores(ck, dt, q, k, T, ld_qkv, HS, scale, w.s, w.ld, w.stride, heads));
-        /* dP^T [T_k, T_q] = V [T_k, HS] . dO^T [HS, T_q]. */
-        ZOE_TRY(batched(ck, CUBLAS_OP_T, CUBLAS_OP_N, T, T, HS, 1.0f, v, t16, ld_qkv, 3 * HS, go,
-                        t16, ld_out, HS, 0.0f, w.dp, CUDA_R_32F, w.ld, w.stride, heads));
-        const int64_t stats = (b * NH + h0) * T;
-        softmax_grad_rows_kernel<E><<<dim3((unsigned)T, (unsigned)heads), 256, 0, ck->stream>>>(
-            (E *)w.p, (E *)w.ds, w.s, w.dp, lse + stats, delta + stats, T, w.ld, w.stride, T);
+        const operands<E> o{L, pb.b};
+        ZOE_TRY(block_scores(ck, dt, o, pb, w, q, kv, scale));
+        softmax_rows_kernel<E><<<dim3((unsigned)pb.rows, (unsigned)pb.heads), 256, 0, ck->stream>>>(
+            (E *)w.p, lse + (pb.b * L.NH + pb.h0) * L.seq + pb.i0, w.s, pb.i0, pb.keys, w.ld,
+            w.stride, L.seq);
+        ZOE_TRY(zoe_cuda_launched("softmax_rows_kernel"));
+        /* O^T [HS, rows] = V^T [HS, keys] . P^T [keys, rows]. */
+        return for_each_run(pb.h0, pb.heads, L.group, false, [&](const head_run &r) {
+            return batched(ck, CUBLAS_OP_N, CUBLAS_OP_N, L.HS, pb.rows, pb.keys, 1.0f,
+                           o.kv_at(kv, r.h / L.group, L.v_off), blas16(dt), L.kv_ld,
+                           r.kv_step * L.kv_hs, (E *)w.p + (r.h - pb.h0) * w.stride, blas16(dt),
+                           w.ld, r.step * w.stride, 0.0f, o.out_at(out, r.h, pb.i0), blas16(dt),
+                           ld_out, r.step * L.HS, r.count);
+        });
+    });
+}
+
+zoe_status zoe_cuda_attention_gemm_backward(zoe_cuda_kernels *ck, zoe_dtype dt, void *dq, void *dkv,
+                                            const void *dout, const void *q, const void *kv,
+                                            const float *lse, const float *delta, int64_t B,
+                                            const attn_layout &L) {
+    const float scale = 1.0f / sqrtf((float)L.HS);
+    const zoe_attention_gemm_pass pass =
+        zoe_attention_gemm_pass_of(L.seq, L.NH, L.group, ck->attn_gemm_bytes);
+    const attn_scratch w = scratch_for(ck, pass);
+    const int64_t ld_out = (int64_t)L.NH * L.HS;
+    const cudaDataType_t t16 = blas16(dt);
+    return for_each_pass(dt, B, L, pass, [&](auto tag, const pass_block &pb) {
+        using E = typename decltype(tag)::type;
+        const operands<E> o{L, pb.b};
+        ZOE_TRY(block_scores(ck, dt, o, pb, w, q, kv, scale));
+        /* dP^T [keys, rows] = V [keys, HS] . dO^T [HS, rows]. */
+        ZOE_TRY(for_each_run(pb.h0, pb.heads, L.group, false, [&](const head_run &r) {
+            return batched(ck, CUBLAS_OP_T, CUBLAS_OP_N, pb.keys, pb.rows, L.HS, 1.0f,
+                           o.kv_at(kv, r.h / L.group, L.v_off), t16, L.kv_ld, r.kv_step * L.kv_hs,
+                           o.out_at(dout, r.h, pb.i0), t16, ld_out, r.step * L.HS, 0.0f,
+                           w.dp + (r.h - pb.h0) * w.stride, CUDA_R_32F, w.ld, r.step * w.stride,
+                           r.count);
+        }));
+        const int64_t stats = (pb.b * L.NH + pb.h0) * L.seq + pb.i0;
+        softmax_grad_rows_kernel<E>
+            <<<dim3((unsigned)pb.rows, (unsigned)pb.heads), 256, 0, ck->stream>>>(
+                (E *)w.p, (E *)w.ds, w.s, w.dp, lse + stats, delta + stats, pb.i0, pb.keys, w.ld,
+                w.stride, L.seq);
         ZOE_TRY(zoe_cuda_launched("softmax_grad_rows_kernel"));
-        /* dV^T [HS, T_k] += dO^T [HS, T_q] . P [T_q, T_k] (P^T stored: op T). */
-        ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, 1.0f, go, t16, ld_out, HS, w.p, t16,
-                        w.ld, w.stride, 1.0f, dv, t16, ld_qkv, 3 * HS, heads));
-        /* dQ^T [HS, T_q] += scale K^T [HS, T_k] . dS^T [T_k, T_q]. */
-        ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_N, HS, T, T, scale, k, t16, ld_qkv, 3 * HS, w.ds,
-                        t16, w.ld, w.stride, 1.0f, dq, t16, ld_qkv, 3 * HS, heads));
-        /* dK^T [HS, T_k] += scale Q^T [HS, T_q] . dS [T_q, T_k] (dS^T stored). */
-        ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_T, HS, T, T, scale, q, t16, ld_qkv, 3 * HS, w.ds,
-                        t16, w.ld, w.stride, 1.0f, dk, t16, ld_qkv, 3 * HS, heads));
-        return ZOE_OK;
+        if (dq) /* dQ^T [HS, rows] += scale K^T [HS, keys] . dS^T [keys, rows]. */
+            ZOE_TRY(for_each_run(pb.h0, pb.heads, L.group, false, [&](const head_run &r) {
+                return batched(ck, CUBLAS_OP_N, CUBLAS_OP_N, L.HS, pb.rows, pb.keys, scale,
+                               o.kv_at(kv, r.h / L.group, L.k_off), t16, L.kv_ld,
+                               r.kv_step * L.kv_hs, (E *)w.ds + (r.h - pb.h0) * w.stride, t16, w.ld,
+                               r.step * w.stride, 1.0f, o.q_at(dq, r.h, pb.i0), t16, L.q_ld,
+                               r.step * L.q_hs, r.count);
+            }));
+        if (!dkv) return ZOE_OK;
+        return for_each_run(pb.h0, pb.heads, L.group, true, [&](const head_run &r) {
+            const E *p = (E *)w.p + (r.h - pb.h0) * w.stride,
+                    *ds = (E *)w.ds + (r.h - pb.h0) * w.stride;
+            /* dV^T [HS, keys] += dO^T [HS, rows] . P [rows, keys] (P^T stored: op T). */
+            ZOE_TRY(batched(ck, CUBLAS_OP_N, CUBLAS_OP_T, L.HS, pb.keys, pb.rows, 1.0f,
+                            o.out_at(dout, r.h, pb.i0), t16, ld_out, r.step * L.HS, p, t16, w.ld,
+                            r.step * w.stride, 1.0f, o.kv_at(dkv, r.h / L.group, L.v_off), t16,
+                            L.kv_ld, r.kv_step * L.kv_hs, r.count));
+            /* dK^T [HS, keys] += scale Q^T [HS, rows] . dS [rows, keys] (dS^T stored). */
+            return batched(ck, CUBLAS_OP_N, CUBLAS_OP_T, L.HS, pb.keys, pb.rows, scale,
+                           o.q_at(q, r.h, pb.i0), t16, L.q_ld, r.step * L.q_hs, ds, t16, w.ld,
+                           r.step * w.stride, 1.0f, o.kv_at(dkv, r.h / L.group, L.k_off), t16,
+                           L.kv_ld, r.kv_step * L.kv_hs, r.count);
+        });
     });
 }

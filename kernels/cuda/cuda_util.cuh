@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <initializer_list>
+#include "kernels/attention_plan.h"
 #include "kernels/cuda/cuda_ops.h"
 
 extern "C" {
@@ -22,7 +23,8 @@ struct zoe_cuda_kernels {
     zoe_kernel_plan plan;
     cudaStream_t stream; /* every op runs here; never the default stream */
     cublasHandle_t blas;
-    int sms; /* multiprocessors, to size grid-stride launches */
+    int sms;                    /* multiprocessors, to size grid-stride launches */
+    zoe_attention_gpu attn_gpu; /* what attention's choices read of the GPU */
     /* One cudaMalloc carved into disjoint regions, so ops never share scratch. */
     void *workspace;
     void *blas_ws; /* handed to cuBLAS with cublasSetWorkspace */
@@ -30,8 +32,10 @@ struct zoe_cuda_kernels {
     float *partials; /* column-sum partials [groups, outputs, cols] */
     size_t partial_floats;
     float *attn_delta;       /* attention backward: rowsum(dout * out) [B, NH, T] */
-    void *attn_gemm;         /* tensor-core attention: scores of attn_gemm_heads heads */
-    int64_t attn_gemm_heads; /* 0: the plan's sequences are too long for the GEMM path */
+    void *attn_gemm;         /* tensor-core attention: the scores of one pass */
+    int64_t attn_gemm_bytes; /* zoe_attention_gemm_scratch_bytes of the plan */
+    float *attn_dkv;         /* flash dk/dv: the slices' partial sums */
+    int64_t attn_dkv_bytes;  /* zoe_attention_dkv_partial_bytes of the plan */
     int32_t *sort_keys;      /* embedding backward: 4 x max_rows ids, then CUB's temp storage */
     void *sort_temp;
     size_t sort_temp_bytes;
@@ -184,17 +188,5 @@ static inline unsigned zoe_grid_for(const zoe_cuda_kernels *ck, int64_t items, i
 
 /* The workspace each op family needs, for zoe_cuda_kernels_create. */
 zoe_status zoe_cuda_embedding_sort_bytes(const zoe_kernel_plan *plan, size_t *bytes);
-/* Tensor-core attention (attention_gemm.cu): heads per pass the workspace holds (0: none, use
- * the flash kernel), its bytes, and the two passes for bf16/fp16 storage. */
-extern "C" int64_t zoe_cuda_attention_gemm_heads(const zoe_kernel_plan *plan);
-extern "C" size_t zoe_cuda_attention_gemm_bytes(const zoe_kernel_plan *plan);
-extern "C" zoe_status zoe_cuda_attention_gemm_forward(zoe_cuda_kernels *ck, zoe_dtype dt, void *out,
-                                                      float *lse, const void *qkv, int64_t B,
-                                                      int64_t T, int64_t NH, int64_t HS);
-extern "C" zoe_status zoe_cuda_attention_gemm_backward(zoe_cuda_kernels *ck, zoe_dtype dt,
-                                                       void *dqkv, const void *dout,
-                                                       const void *qkv, const float *lse,
-                                                       const float *delta, int64_t B, int64_t T,
-                                                       int64_t NH, int64_t HS);
 
 #endif

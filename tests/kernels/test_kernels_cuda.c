@@ -405,7 +405,15 @@ static void test_gqa(env *e, test_rng *rng, zoe_dtype dt, int64_t B, int64_t T, 
                                         out2.gpu, lse2.gpu, B, T, NH, NKV, HS));
     compare(e, &dq, REDUCTION, what);
     compare(e, &dkv, REDUCTION, what);
-    tensor *all[] = {&q, &kv, &out, &lse, &out2, &lse2, &dout, &dq, &dkv};
+    /* dK and dV sum over a group's heads (a split dk/dv grid's slices, or successive GEMMs):
+     * in a fixed order, so two runs agree bit for bit. */
+    tensor z1 = t_from(e, dt, kt_vec(n_kv), n_kv), z2 = t_from(e, dt, kt_vec(n_kv), n_kv);
+    CHECK_OK(zoe_attention_gqa_backward(e->gpu, dt, NULL, z1.gpu, dout.gpu, q.gpu, kv.gpu, out2.gpu,
+                                        lse2.gpu, B, T, NH, NKV, HS));
+    CHECK_OK(zoe_attention_gqa_backward(e->gpu, dt, NULL, z2.gpu, dout.gpu, q.gpu, kv.gpu, out2.gpu,
+                                        lse2.gpu, B, T, NH, NKV, HS));
+    compare_bits(e, &z1, &z2, what);
+    tensor *all[] = {&q, &kv, &out, &lse, &out2, &lse2, &dout, &dq, &dkv, &z1, &z2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) t_free(e, all[i]);
 }
 
@@ -649,6 +657,8 @@ int main(int argc, char **argv) {
         test_gqa(&e, &rng, dt, 2, 77, 4, 2, 64);
         test_gqa(&e, &rng, dt, 1, 40, 4, 1, 128);
         test_gqa(&e, &rng, dt, 3, 33, 3, 3, 16);
+        test_gqa(&e, &rng, dt, 2, 50, 4, 2, 144); /* the GPT presets' head size */
+        test_gqa(&e, &rng, dt, 1, 70, 4, 1, 256);
         test_rmsnorm(&e, &rng, dt, 200, 256);
         test_rmsnorm(&e, &rng, dt, 37, 77);
         test_rope(&e, &rng, dt, 2, 37, 3, 64);
@@ -663,20 +673,43 @@ int main(int argc, char **argv) {
         test_xent(&e, &rng, dt, 9, 333, 333);
     }
 
-    /* bf16/fp16 attention runs on the tensor cores (cuBLAS) where the workspace holds a head's
-     * T x T scores, as in the context above; a context planned for sequences too long for that
-     * takes the flash kernel, which is checked here for the same dtypes. */
-    zoe_kernels *tensor_core = e.gpu, *flash = NULL;
-    zoe_kernel_plan long_plan = plan;
-    long_plan.max_seq = 8192;
-    CHECK_OK(zoe_kernels_create(e.gpu_dev, e.gpu_stream, &long_plan, &flash));
-    e.gpu = flash;
-    for (int d = 1; d < 3 && flash; d++) {
-        test_attention(&e, &rng, dts[d], 2, 77, 3, 64);
+    /* Attention's other configurations, each in a context of its own:
+     *  - bf16/fp16 on the fp32 flash kernels (where the tensor cores would serve them);
+     *  - the flash tiles a V100 takes (96 KiB of shared memory per block: 16- and 8-row tiles
+     *    at head size 256, 16-row backward at 192), on whatever GPU this is;
+     *  - the tensor-core path in row blocks: at T = 4800 a head's T x T scores exceed the
+     *    256 MiB scratch, so each pass takes one head and 4608 query rows. */
+    zoe_kernels *main_ctx = e.gpu;
+    zoe_kernel_plan flash_plan = plan, v100_plan = plan, long_plan = plan;
+    flash_plan.attention_flash = 1;
+    v100_plan.attention_smem_limit = 96 * 1024;
+    long_plan.max_rows = long_plan.max_seq = 4800;
+    long_plan.max_heads = 2;
+    zoe_kernels *ctx[3] = {NULL, NULL, NULL};
+    CHECK_OK(zoe_kernels_create(e.gpu_dev, e.gpu_stream, &flash_plan, &ctx[0]));
+    CHECK_OK(zoe_kernels_create(e.gpu_dev, e.gpu_stream, &v100_plan, &ctx[1]));
+    CHECK_OK(zoe_kernels_create(e.gpu_dev, e.gpu_stream, &long_plan, &ctx[2]));
+    for (int d = 0; d < 3 && ctx[0] && ctx[1] && ctx[2]; d++) {
+        e.gpu = ctx[0];
+        if (d > 0) {
+            test_attention(&e, &rng, dts[d], 2, 77, 3, 64);
+            test_attention(&e, &rng, dts[d], 1, 70, 1, 256);
+            test_gqa(&e, &rng, dts[d], 1, 40, 4, 1, 128);
+            test_gqa(&e, &rng, dts[d], 1, 70, 4, 1, 256);
+        }
+        e.gpu = ctx[1];
         test_attention(&e, &rng, dts[d], 1, 70, 1, 256);
+        test_attention(&e, &rng, dts[d], 1, 45, 2, 192);
+        test_gqa(&e, &rng, dts[d], 1, 70, 4, 1, 256);
+        test_gqa(&e, &rng, dts[d], 2, 50, 4, 2, 144);
+        e.gpu = ctx[2];
+        if (d > 0) {
+            test_attention(&e, &rng, dts[d], 1, 4800, 1, 64);
+            test_gqa(&e, &rng, dts[d], 1, 4800, 2, 1, 64);
+        }
     }
-    zoe_kernels_destroy(flash);
-    e.gpu = tensor_core;
+    for (int i = 0; i < 3; i++) zoe_kernels_destroy(ctx[i]);
+    e.gpu = main_ctx;
 
     zoe_kernels_destroy(e.gpu);
     zoe_stream_destroy(e.gpu_stream);

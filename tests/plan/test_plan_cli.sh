@@ -19,7 +19,7 @@ check() { # check NAME EXPECTED_EXIT PATTERN -- command...
         echo "ok   $name"
     fi
 }
-check headline 0 "The run fits: GPU 19.9. of 32.00 GiB" -- "$plan" --model 70b --hardware dgx2 --tp 16
+check headline 0 "The run fits: GPU 20.0. of 32.00 GiB" -- "$plan" --model 70b --hardware dgx2 --tp 16
 check headline-why 0 "host adam binds" -- "$plan" --model 70b --hardware dgx2 --tp 16
 check no-offload 0 "does not fit: GPU: .* > 32.0 GiB" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-ratio 0
 check json 0 '^\{"model":\{"name":"70b".*"fits":true' -- "$plan" --model 70b --hardware dgx2 --tp 16 --json
