@@ -85,30 +85,6 @@ void *ckpt_test_read_tensor(const char *path, const char *tensor, size_t *n) {
     return buf;
 }
 
-int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *file) {
-    char pa[1024], pb[1024];
-    snprintf(pa, sizeof pa, "%s/%s", dir_a, file);
-    snprintf(pb, sizeof pb, "%s/%s", dir_b, file);
-    zoe_safetensors a, b;
-    if (zoe_safetensors_read_header(pa, &a) != ZOE_OK) return 0;
-    if (zoe_safetensors_read_header(pb, &b) != ZOE_OK) {
-        zoe_safetensors_free(&a);
-        return 0;
-    }
-    int same = a.count == b.count && a.count > 0;
-    for (int i = 0; same && i < a.count; i++) {
-        size_t na = 0, nb = 0;
-        void *x = ckpt_test_read_tensor(pa, a.tensors[i].name, &na);
-        void *y = ckpt_test_read_tensor(pb, a.tensors[i].name, &nb);
-        same = x && y && na == nb && memcmp(x, y, na) == 0;
-        if (!same) fprintf(stderr, "%s: tensor %s differs\n", file, a.tensors[i].name);
-        free(x), free(y);
-    }
-    zoe_safetensors_free(&a);
-    zoe_safetensors_free(&b);
-    return same;
-}
-
 /* A tensor's values widened to fp32 (*n elements), from F32 or BF16; NULL otherwise. */
 static float *read_widened(const char *path, const zoe_st_tensor *t, size_t *n) {
     size_t bytes = 0;
@@ -125,8 +101,10 @@ static float *read_widened(const char *path, const zoe_st_tensor *t, size_t *n) 
     return out;
 }
 
-int ckpt_test_same_values(const char *dir_a, const char *dir_b, const char *file, int *bf16_a,
-                          int *bf16_b) {
+/* file in both directories: the same tensor names and, widen 0, the same bytes, or, widen 1,
+ * the same values each widened to fp32 from its own dtype; the BF16 tensors of each counted. */
+static int compare_files(const char *dir_a, const char *dir_b, const char *file, int widen,
+                         int *bf16_a, int *bf16_b) {
     char pa[1024], pb[1024];
     snprintf(pa, sizeof pa, "%s/%s", dir_a, file);
     snprintf(pb, sizeof pb, "%s/%s", dir_b, file);
@@ -140,10 +118,14 @@ int ckpt_test_same_values(const char *dir_a, const char *dir_b, const char *file
     int same = a.count == b.count && a.count > 0;
     for (int i = 0; same && i < a.count; i++) {
         const zoe_st_tensor *ta = &a.tensors[i], *tb = zoe_safetensors_find(&b, ta->name);
-        size_t na = 0, nb = 0;
-        float *x = read_widened(pa, ta, &na), *y = tb ? read_widened(pb, tb, &nb) : NULL;
-        same = x && y && na == nb && memcmp(x, y, na * sizeof(float)) == 0;
-        if (!same) fprintf(stderr, "%s: tensor %s differs in value\n", file, ta->name);
+        size_t na = 0, nb = 0, esz = widen ? sizeof(float) : 1;
+        void *x =
+            widen ? (void *)read_widened(pa, ta, &na) : ckpt_test_read_tensor(pa, ta->name, &na);
+        void *y = !tb     ? NULL
+                  : widen ? (void *)read_widened(pb, tb, &nb)
+                          : ckpt_test_read_tensor(pb, tb->name, &nb);
+        same = x && y && na == nb && memcmp(x, y, na * esz) == 0;
+        if (!same) fprintf(stderr, "%s: tensor %s differs\n", file, ta->name);
         *bf16_a += ta->dtype == ZOE_ST_BF16;
         *bf16_b += tb && tb->dtype == ZOE_ST_BF16;
         free(x), free(y);
@@ -151,4 +133,14 @@ int ckpt_test_same_values(const char *dir_a, const char *dir_b, const char *file
     zoe_safetensors_free(&a);
     zoe_safetensors_free(&b);
     return same;
+}
+
+int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *file) {
+    int bf16_a, bf16_b;
+    return compare_files(dir_a, dir_b, file, 0, &bf16_a, &bf16_b);
+}
+
+int ckpt_test_same_values(const char *dir_a, const char *dir_b, const char *file, int *bf16_a,
+                          int *bf16_b) {
+    return compare_files(dir_a, dir_b, file, 1, bf16_a, bf16_b);
 }
