@@ -1,7 +1,8 @@
 /* GPU (skipped, exit 77, without one): the CUDA half of the optimizer.
  *  - The device Adam (kernels/cuda/adam.cu) against the host path: bit-identical master
- *    weights, moments and bf16/fp16 weights (the same operations with _rn intrinsics, no FMA),
- *    for AdamW and Adam+L2; the device gradient accumulation bit-identical to the host's.
+ *    weights, moments and bf16/fp16 weights (the same operations with _rn intrinsics and the
+ *    same four fused multiply-adds), for AdamW and Adam+L2; the device gradient accumulation
+ *    bit-identical to the host's.
  *  - The optimizer on CUDA against the same run on the CPU backend: 10 steps of
  *    g_r = a_r * w - c_r, fp32 weights within 2e-5 (NCCL and MPI sum the ranks in different
  *    orders; the rest is fp32 arithmetic, as in test_optimizer_dp). Two setups: device Adam for

@@ -1,5 +1,5 @@
 /* zoe-train refuses a run the plan says does not fit, before it allocates: the 13b preset on
- * this machine (about 600 GiB on the CPU backend) exits 2 with the plan's binding figure, and
+ * this machine (about 300 GiB on the CPU backend) exits 2 with the plan's binding figure, and
  * the process never grows past a small resident size (measured by wait4 as the child's peak
  * RSS). Arguments: the zoe-train binary and a data file. */
 #include <stdio.h>
