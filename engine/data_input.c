@@ -133,13 +133,49 @@ static int has_escaped_nul(const char *line, size_t len) {
     return 0;
 }
 
-/* The string under key in one JSON line, copied into the batch. */
+static int blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!memchr(" \t\r\n\f\v", s[i], 6)) return 0;
+    return 1;
+}
+
+/* What cJSON accepts and Python's json.loads (which Megatron's preprocess_data reads with)
+ * refuses, or reads otherwise: a raw control character (a NUL byte included) inside a string,
+ * a NUL byte anywhere. NULL when the line has none. */
+static const char *json_strictness_problem(const char *line, size_t len, unsigned *byte) {
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)line[i];
+        if (in_string && c < 0x20) return *byte = c, "a raw control character in a string";
+        if (!in_string && c == 0) return *byte = c, "a NUL byte";
+        if (in_string && c == '\\')
+            i++; /* the escaped character */
+        else if (c == '"')
+            in_string = !in_string;
+    }
+    return NULL;
+}
+
+/* The string under key in one JSON line, copied into the batch. A key given twice takes its
+ * last value, as json.loads does. */
 static zoe_status json_document(batch *b, const char *line, size_t len, const char *key,
                                 int64_t line_no, const char *name, doc_ref *doc) {
-    cJSON *obj = cJSON_ParseWithLength(line, len);
-    const cJSON *v = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    const char *end = NULL;
+    unsigned byte = 0;
+    const char *problem = json_strictness_problem(line, len, &byte);
+    cJSON *obj = problem ? NULL : cJSON_ParseWithLengthOpts(line, len, &end, 0);
+    const cJSON *v = NULL, *item = NULL;
+    if (cJSON_IsObject(obj))
+        cJSON_ArrayForEach(item, obj) if (item->string && strcmp(item->string, key) == 0) v = item;
     zoe_status st = ZOE_OK;
-    if (!obj)
+    if (problem)
+        st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                      "'%s' line %lld: %s (0x%02x; JSON, and Python's json.loads, refuse it)", name,
+                      (long long)line_no, problem, byte);
+    else if (obj && !blank(end, len - (size_t)(end - line)))
+        st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s' line %lld: text after the JSON object", name,
+                      (long long)line_no);
+    else if (!obj)
         st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "'%s' line %lld: not valid JSON", name,
                       (long long)line_no);
     else if (!cJSON_IsObject(obj))
@@ -170,12 +206,6 @@ static zoe_status json_document(batch *b, const char *line, size_t len, const ch
     }
     cJSON_Delete(obj);
     return st;
-}
-
-static int blank(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!memchr(" \t\r\n\f\v", s[i], 6)) return 0;
-    return 1;
 }
 
 zoe_status zoe_dataset_writer_add_input(zoe_dataset_writer *w, const zoe_tokenizer *tok,

@@ -294,6 +294,17 @@ def check_zoe_data(zoe_data, work, corpus_path):
                 bins.append(open(prefix + ".bin", "rb").read())
             if len(bins) == 2 and bins[0] != bins[1]:
                 fail("%s %s: output differs between 1 and 2 threads" % (kind, name))
+    # a key given twice: json.loads keeps the last value, and so does zoe-data
+    tok, path = made["gpt2"]
+    dup = os.path.join(work, "dup.jsonl")
+    line = '{"text": "the first words", "id": 1, "text": "the second words"}'
+    with open(dup, "w") as f:
+        f.write(line + "\n")
+    r = run_zoe_data(zoe_data, ["--tokenizer", path, "--input", dup, "--output-prefix", dup + "-out"])
+    got, _ = read_dataset(dup + "-out") if r.returncode == 0 else ([], 0)
+    want = [tok.encode(json.loads(line)["text"], add_special_tokens=False).ids]
+    if r.returncode != 0 or got != want:
+        fail("duplicated key: exit %d, zoe %s, json.loads' last value %s" % (r.returncode, got, want))
     # int32 on request, and auto picks int32 when ids pass 65535
     tok, path = made["gpt2"]
     prefix = os.path.join(work, "int32")
@@ -386,9 +397,25 @@ def check_bad_input(zoe_data, work, corpus_path):
     nul = os.path.join(work, "nul.jsonl")
     with open(nul, "w") as f:
         f.write('{"text": "ok"}\n{"text": "a\\u0000b"}\n')
+    # what json.loads (Megatron's preprocess_data) refuses, zoe-data refuses, naming the line
+    strict_cases = (("raw tab", b'{"text": "ok"}\n{"text": "a\tb"}\n', "line 2: a raw control character in a string (0x09"),
+                    ("raw nul", b'{"text": "a\x00b"}\n', "line 1: a raw control character in a string (0x00"),
+                    ("trailing text", b'{"text": "ok"} and more\n', "line 1: text after the JSON object"))
+    strict = []
+    for name, data, want in strict_cases:
+        path = os.path.join(work, name.replace(" ", "-") + ".jsonl")
+        with open(path, "wb") as f:
+            f.write(data)
+        last = data.rstrip(b"\n").split(b"\n")[-1].decode("latin-1")
+        try:
+            json.loads(last)
+            fail("%s: json.loads accepts %r, so zoe-data should too" % (name, last))
+        except ValueError:
+            pass
+        strict.append((name, path, want))
     for name, path, want in (("bad json line", bad_jsonl, "line 3: not valid JSON"),
                              ("escaped nul", nul, "line 2: \\u0000 in a string"),
-                             ("missing key", missing_key, 'line 2: no string under key "text"')):
+                             ("missing key", missing_key, 'line 2: no string under key "text"')) + tuple(strict):
         prefix = os.path.join(work, "out-" + name.replace(" ", "-"))
         r = run_zoe_data(zoe_data, ["--tokenizer", made["gpt2"][1], "--input", path, "--output-prefix", prefix])
         err = r.stderr.decode()
