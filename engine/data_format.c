@@ -187,13 +187,13 @@ zoe_status zoe_index_parse(const unsigned char *idx, size_t idx_len, size_t bin_
     return ZOE_OK;
 }
 
-size_t zoe_index_image_size(int64_t sequences) {
-    return ZOE_IDX_HEADER_LEN + (size_t)sequences * 12 + ((size_t)sequences + 1) * 8;
+size_t zoe_index_image_size(int64_t sequences, int64_t documents) {
+    return ZOE_IDX_HEADER_LEN + (size_t)sequences * 12 + ((size_t)documents + 1) * 8;
 }
 
 void zoe_index_image_write(unsigned char *dst, zoe_token_dtype dtype, const int32_t *sizes,
-                           int64_t sequences) {
-    uint64_t version = 1, seqs = (uint64_t)sequences, docs = seqs + 1;
+                           int64_t sequences, const int64_t *doc_ends, int64_t documents) {
+    uint64_t version = 1, seqs = (uint64_t)sequences, docs = (uint64_t)documents + 1;
     memcpy(dst, idx_magic, ZOE_IDX_MAGIC_LEN);
     memcpy(dst + 9, &version, 8);
     dst[17] = (unsigned char)dtype;
@@ -207,5 +207,11 @@ void zoe_index_image_write(unsigned char *dst, zoe_token_dtype dtype, const int3
         memcpy(p, &byte, 8);
         byte += (int64_t)sizes[s] * (int64_t)zoe_token_size(dtype);
     }
-    for (int64_t d = 0; d <= sequences; d++, p += 8) memcpy(p, &d, 8);
+    int64_t zero = 0;
+    memcpy(p, &zero, 8);
+    p += 8;
+    for (int64_t d = 0; d < documents; d++, p += 8) {
+        int64_t end = doc_ends ? doc_ends[d] : d + 1;
+        memcpy(p, &end, 8);
+    }
 }

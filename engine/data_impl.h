@@ -34,11 +34,13 @@ size_t zoe_token_size(zoe_token_dtype dtype);
 /* Checks idx (idx_len bytes) against a .bin of bin_len bytes; messages name `prefix`.idx. */
 zoe_status zoe_index_parse(const unsigned char *idx, size_t idx_len, size_t bin_len,
                            const char *prefix, zoe_index_view *out);
-/* The .idx image for S sequences with the given sizes, one document per sequence, tokens
- * stored back to back. */
-size_t zoe_index_image_size(int64_t sequences);
+/* The .idx image for S sequences with the given sizes, tokens stored back to back, in D
+ * documents: doc_ends[d] is the sequence count at the end of document d (an empty document ends
+ * where the one before it did, as in Megatron's IndexedDatasetBuilder); doc_ends NULL: one
+ * document per sequence (D = S). */
+size_t zoe_index_image_size(int64_t sequences, int64_t documents);
 void zoe_index_image_write(unsigned char *dst, zoe_token_dtype dtype, const int32_t *sizes,
-                           int64_t sequences);
+                           int64_t sequences, const int64_t *doc_ends, int64_t documents);
 int64_t zoe_index_load_i64(const unsigned char *array, int64_t i);
 int32_t zoe_index_load_i32(const unsigned char *array, int64_t i);
 

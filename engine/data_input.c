@@ -84,7 +84,9 @@ static zoe_status encode_one(const zoe_tokenizer *tok, batch *b, size_t i, int t
     size_t n = 0;
     ZOE_TRY(
         zoe_encoder_encode(o->enc, b->docs[i].text, b->docs[i].len, o->tokens + o->len, need, &n));
-    if (eod >= 0) o->tokens[o->len + n++] = eod;
+    /* An empty document gets no end-of-document token either, as in Megatron's preprocess_data
+     * (which appends it only to a document with tokens). */
+    if (eod >= 0 && n > 0) o->tokens[o->len + n++] = eod;
     b->thread[i] = t;
     b->offset[i] = o->len;
     b->count[i] = n;

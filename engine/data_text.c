@@ -73,7 +73,7 @@ static zoe_status build_images(zoe_dataset *ds, const char *text, size_t len, zo
         tokens += n + 1;
         docs++;
     }
-    size_t idx_len = zoe_index_image_size(docs), bin_len = tokens * sizeof(uint16_t);
+    size_t idx_len = zoe_index_image_size(docs, docs), bin_len = tokens * sizeof(uint16_t);
     int32_t *sizes = malloc(docs ? (size_t)docs * sizeof *sizes : 1);
     ds->idx_image = malloc(idx_len);
     ds->bin_image = malloc(bin_len ? bin_len : 1);
@@ -83,7 +83,7 @@ static zoe_status build_images(zoe_dataset *ds, const char *text, size_t len, zo
     }
     cur.pos = 0;
     tokenise_documents(cur, (uint16_t *)(void *)ds->bin_image, sizes);
-    zoe_index_image_write(ds->idx_image, ZOE_TOKENS_UINT16, sizes, docs);
+    zoe_index_image_write(ds->idx_image, ZOE_TOKENS_UINT16, sizes, docs, NULL, docs);
     free(sizes);
     ds->bin = ds->bin_image;
     return zoe_index_parse(ds->idx_image, idx_len, bin_len, ds->name, &ds->index);

@@ -20,8 +20,9 @@ struct zoe_dataset_writer {
     zoe_token_dtype dtype;
     char *bin_path, *idx_path, *bin_tmp, *idx_tmp;
     FILE *bin;
-    int32_t *sizes; /* one per document */
-    int64_t documents, capacity, tokens;
+    int32_t *sizes;    /* one per sequence: a document that is not empty is one sequence */
+    int64_t *doc_ends; /* per document, the sequence count at its end */
+    int64_t documents, sequences, capacity, tokens;
     int finished;
     unsigned char chunk[WRITE_CHUNK * 4];
 };
@@ -117,6 +118,7 @@ void zoe_dataset_writer_destroy(zoe_dataset_writer *w) {
     free(w->bin_tmp);
     free(w->idx_tmp);
     free(w->sizes);
+    free(w->doc_ends);
     free(w);
 }
 
@@ -178,23 +180,28 @@ zoe_status zoe_dataset_writer_add_document(zoe_dataset_writer *w, const int32_t 
     if (w->documents == w->capacity) {
         int64_t cap = w->capacity ? 2 * w->capacity : 1024;
         int32_t *sizes = realloc(w->sizes, (size_t)cap * sizeof *sizes);
-        if (!sizes)
+        if (sizes) w->sizes = sizes;
+        int64_t *ends = realloc(w->doc_ends, (size_t)cap * sizeof *ends);
+        if (ends) w->doc_ends = ends;
+        if (!sizes || !ends)
             return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "'%s': index of %lld documents", w->idx_path,
                             (long long)cap);
-        w->sizes = sizes;
         w->capacity = cap;
     }
     ZOE_TRY(write_tokens(w, tokens, n));
-    w->sizes[w->documents++] = (int32_t)n;
+    /* An empty document holds no sequence, only its place among the documents (Megatron's
+     * builder adds one with no sequence lengths alike). */
+    if (n > 0) w->sizes[w->sequences++] = (int32_t)n;
+    w->doc_ends[w->documents++] = w->sequences;
     w->tokens += n;
     return ZOE_OK;
 }
 
 static zoe_status write_index(const zoe_dataset_writer *w) {
-    size_t len = zoe_index_image_size(w->documents);
+    size_t len = zoe_index_image_size(w->sequences, w->documents);
     unsigned char *image = malloc(len);
     if (!image) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "'%s': %zu bytes", w->idx_path, len);
-    zoe_index_image_write(image, w->dtype, w->sizes, w->documents);
+    zoe_index_image_write(image, w->dtype, w->sizes, w->sequences, w->doc_ends, w->documents);
     FILE *f = fopen(w->idx_tmp, "wb");
     int ok = f && fwrite(image, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int err = errno;

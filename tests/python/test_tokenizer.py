@@ -294,6 +294,43 @@ def check_zoe_data(zoe_data, work, corpus_path):
                 bins.append(open(prefix + ".bin", "rb").read())
             if len(bins) == 2 and bins[0] != bins[1]:
                 fail("%s %s: output differs between 1 and 2 threads" % (kind, name))
+    # empty documents: Megatron's preprocess_data gives one no tokens and no EOD, and its
+    # IndexedDatasetBuilder records it as a document of no sequences (document_indices repeats
+    # the count). The expected .bin and .idx are built here from that layout: byte for byte.
+    tok, path = made["gpt2"]
+    eod = tok.token_to_id("<|endoftext|>")
+    texts_e = ["first document", "", "third one", "", ""]
+    src = os.path.join(work, "empty-docs.jsonl")
+    with open(src, "w") as f:
+        for t in texts_e:
+            f.write(json.dumps({"text": t}) + "\n")
+    prefix = os.path.join(work, "empty-docs")
+    r = run_zoe_data(zoe_data, ["--tokenizer", path, "--input", src, "--output-prefix", prefix, "--append-eod"])
+    docs_ids = [tok.encode(t, add_special_tokens=False).ids for t in texts_e]
+    docs_ids = [ids + [eod] if ids else [] for ids in docs_ids]
+    sizes = [len(ids) for ids in docs_ids if ids]
+    doc_index = [0]
+    for ids in docs_ids:
+        doc_index.append(doc_index[-1] + (1 if ids else 0))
+    pointers, at = [], 0
+    for n in sizes:
+        pointers.append(at)
+        at += 2 * n
+    want_idx = (b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8)
+                + struct.pack("<Q", len(sizes)) + struct.pack("<Q", len(doc_index))
+                + struct.pack("<%di" % len(sizes), *sizes) + struct.pack("<%dq" % len(pointers), *pointers)
+                + struct.pack("<%dq" % len(doc_index), *doc_index))
+    want_bin = b"".join(struct.pack("<%dH" % len(ids), *ids) for ids in docs_ids)
+    if r.returncode != 0:
+        fail("empty documents: exit %d: %s" % (r.returncode, r.stderr.decode()))
+    else:
+        got_idx, got_bin = open(prefix + ".idx", "rb").read(), open(prefix + ".bin", "rb").read()
+        if got_idx != want_idx or got_bin != want_bin:
+            fail("empty documents: .idx %s, .bin %s the Megatron layout (idx %d vs %d bytes)"
+                 % ("equals" if got_idx == want_idx else "differs from", "equals" if got_bin == want_bin else "differs from",
+                    len(got_idx), len(want_idx)))
+        print("empty documents: .idx and .bin as Megatron's builder writes them (%d documents, %d sequences)"
+              % (len(texts_e), len(sizes)))
     # a key given twice: json.loads keeps the last value, and so does zoe-data
     tok, path = made["gpt2"]
     dup = os.path.join(work, "dup.jsonl")
