@@ -55,7 +55,7 @@ static const char *const decay_style_names[] = {
 static const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus-sqrt",
                                               NULL}; /* zoe_lr_wsd_style */
 static const char *const dpu_schedule_names[] = {"plain", "predict", "dc", "exact",
-                                                 NULL}; /* zoe_dpu_schedule */
+                                                 NULL};                /* zoe_dpu_schedule */
 static const char *const state_dtype_names[] = {"fp32", "bf16", NULL}; /* zoe_train_state_dtype */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
@@ -92,7 +92,9 @@ static const option_spec options[] = {
     {"beta2", OPT_FLOAT, CFG(beta2), 0, 0.999999, "Adam beta2"},
     {"eps", OPT_FLOAT, CFG(eps), 1e-30, 1, "Adam epsilon"},
     {"clip-grad", OPT_FLOAT, CFG(clip_grad), 0, 1e9, "clip the global gradient norm (0: off)"},
-    {"dtype", OPT_DTYPE, CFG(dtype), 0, 0, "compute dtype: fp32, bf16 or fp16"},
+    {"dtype", OPT_DTYPE, CFG(dtype), 0, 0,
+     "compute dtype: fp32, bf16 or fp16 (zoe-train on CUDA, when not given: bf16 from sm_80, "
+     "fp16 with loss scaling before)"},
     {"offload", OPT_OFFLOAD, CFG(offload), 0, 0, "optimizer on the host (cpu) or device (none)"},
     {"dpu-warmup", OPT_INT, CFG(dpu_warmup), 0, 1e9,
      "synchronous steps before the delayed parameter update (0: no DPU)"},
