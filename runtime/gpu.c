@@ -21,8 +21,9 @@ const char *zoe_gpu_built_archs(void) {
 /* One entry of an architecture list: "90", "90-real", "90-virtual", "90a-real". */
 typedef struct arch_entry {
     int capability;
-    int sass, ptx;  /* machine code, PTX */
-    int exact_only; /* 'a' (and 'f') code: features of that capability alone */
+    int sass, ptx;   /* machine code, PTX */
+    int exact_only;  /* 'a' code: features of that capability alone */
+    int family_only; /* 'f' code: of its major's later minors */
 } arch_entry;
 
 /* 0 when the text is not a capability (CMake's "all", "all-major", "native"). */
@@ -32,7 +33,8 @@ static int parse_entry(const char *t, size_t len, arch_entry *e) {
     while (i < len && isdigit((unsigned char)t[i]) && cap < 10000) cap = 10 * cap + (t[i++] - '0');
     if (i == 0) return 0;
     *e = (arch_entry){.capability = cap, .sass = 1, .ptx = 1};
-    if (i < len && (t[i] == 'a' || t[i] == 'f')) e->exact_only = 1, i++;
+    if (i < len && t[i] == 'a') e->exact_only = 1, i++;
+    if (i < len && t[i] == 'f') e->family_only = 1, i++;
     if (len - i == 5 && strncmp(t + i, "-real", 5) == 0)
         e->ptx = 0;
     else if (len - i == 8 && strncmp(t + i, "-virtual", 8) == 0)
@@ -43,10 +45,11 @@ static int parse_entry(const char *t, size_t len, arch_entry *e) {
 }
 
 static int entry_runs(const arch_entry *e, int cap) {
+    const int same_major = e->capability / 10 == cap / 10 && e->capability <= cap;
     if (e->exact_only) return e->capability == cap;
+    if (e->family_only) return same_major;
     /* machine code runs on its major's later minors; PTX is compiled for any later GPU */
-    if (e->sass && e->capability / 10 == cap / 10 && e->capability <= cap) return 1;
-    return e->ptx && e->capability <= cap;
+    return (e->sass && same_major) || (e->ptx && e->capability <= cap);
 }
 
 int zoe_gpu_code_check(int capability, const char *built, char *why, size_t n) {

@@ -64,10 +64,10 @@ zoe_status zoe_gpu_check_dtype(const zoe_gpu_spec *spec, zoe_dtype dtype, int tf
 const char *zoe_gpu_built_archs(void);
 /* Whether code built for `built` (CMake's CUDA architectures, ',' or ';' between entries: "80"
  * is machine code and PTX, "80-real" machine code only, "80-virtual" PTX only; "90a" code for
- * 9.0 alone) runs on a GPU of this capability: machine code of the same major and a minor at
- * most the GPU's, or PTX of a capability at most the GPU's (which the driver compiles). Returns
- * 1 when it runs (or when `built` says nothing checkable: "all", "native"); 0 with *why a line
- * saying what was built and how to build for this GPU. */
+ * 9.0 alone, "100f" for 10.x) runs on a GPU of this capability: machine code of the same major and
+ * a minor at most the GPU's, or PTX of a capability at most the GPU's (which the driver compiles).
+ * Returns 1 when it runs (or when `built` says nothing checkable: "all", "native"); 0 with *why a
+ * line saying what was built and how to build for this GPU. */
 int zoe_gpu_code_check(int capability, const char *built, char *why, size_t n);
 
 /* zoe_gpu_code_check of this build for this GPU: ZOE_OK, or ZOE_ERR_UNSUPPORTED with one line

@@ -31,6 +31,9 @@ static void check_code(void) {
     /* arch-specific code ('a') runs on its own capability alone */
     expect_code(90, "90a-real", 1, NULL);
     expect_code(100, "90a", 0, "sm_90a");
+    /* family code ('f') on its major's later minors alone */
+    expect_code(103, "100f-real", 1, NULL);
+    expect_code(120, "100f", 0, "sm_100f");
     /* lists nvcc resolves, or nothing: not refused */
     expect_code(70, "all", 1, NULL);
     expect_code(70, "native", 1, NULL);
