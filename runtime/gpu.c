@@ -234,6 +234,11 @@ static zoe_status assign_on_node(MPI_Comm world, zoe_gpu_rank_view *mine, int *o
 zoe_status zoe_gpu_choose(MPI_Comm world, zoe_gpu_choice *out) {
     if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_gpu_choose: out is NULL");
     *out = (zoe_gpu_choice){.ordinal = -1};
+#ifndef ZOE_HAVE_CUDA
+    (void)world; /* every rank runs this binary: all stop alike without a word */
+    return zoe_fail(ZOE_ERR_UNSUPPORTED, "--backend=cuda: this zoe was built without CUDA "
+                                         "(ZOE_CUDA=OFF, or no CUDA toolkit at configure time)");
+#endif
     int rank = 0;
     int rc = MPI_Comm_rank(world, &rank);
     if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "zoe_gpu_choose: MPI_Comm_rank");

@@ -248,8 +248,9 @@ static void check_choose(void) {
     MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     CHECK(lo == hi, "zoe_gpu_choose: statuses %d..%d across ranks", lo, hi);
     if (zoe_cuda_device_count() == 0)
-        CHECK(st != ZOE_OK && strstr(zoe_last_error(), "GPU"), "no GPU here, but: %d %s", (int)st,
-              zoe_last_error());
+        CHECK(st != ZOE_OK && (strstr(zoe_last_error(), "sees no GPU") ||
+                               strstr(zoe_last_error(), "built without CUDA")),
+              "no GPU here, but: %d %s", (int)st, zoe_last_error());
     else if (st == ZOE_OK)
         CHECK(c.ordinal >= 0 && c.gpu.capability >= 30 && c.node_gpus >= 1 && c.node_index >= 0 &&
                   c.node_index < c.node_gpus && c.weakest.capability <= c.gpu.capability,
