@@ -8,12 +8,14 @@
  *    with the delayed parameter update (DPU), whose host step overlaps the next step's compute;
  *  - no offload (optimizer on the device), at the same model, when it fits.
  * Per run: tokens/s, model FLOPs utilisation (6 N + 12 L h T FLOPs per token, the PaLM count,
- * over --peak-tflops), the split of a step (forward, backward, gradient offload, host Adam,
- * refresh) and, with DPU, the share of the host step it hides:
- *     hidden = 1 - (time the step waits for the overlapped update) / (host Adam time).
+ * over the GPU's peak in the dtype, from zoe_gpu_spec_of, or --peak-tflops), the split of a step
+ * (forward, backward, gradient offload, host Adam, refresh) and, with DPU, the share of the host
+ * step it hides: hidden = 1 - (time the step waits for the overlapped update) / (host Adam time).
+ * The dtype is the GPU's (bf16, or fp16 before sm_80) unless --dtype names one; bf16 on the CPU.
  * One JSON object per line, the last a summary. Ratios come from one process on one GPU.
  * Usage: bench_gpu_step [--backend cuda|cpu] [--model auto|NAME] [--micro N] [--steps N]
- *                       [--peak-tflops X]   (defaults: cuda, auto, 8, 4, 989 = H100/H200 bf16) */
+ *                       [--dtype bf16|fp16|fp32] [--peak-tflops X]
+ *        (defaults: cuda, auto, 8, 4, the GPU's dtype and its peak) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +28,9 @@ typedef struct bench_args {
     zoe_backend backend;
     char model[32];
     int micro, steps;
-    double peak_tflops;
+    zoe_dtype dtype;    /* ZOE_DTYPE_COUNT: the GPU's */
+    double peak_tflops; /* 0: the GPU's in dtype */
+    char gpu[288];      /* what the peak is of: the name and sm_XY */
 } bench_args;
 
 typedef struct phase_sums {
@@ -46,8 +50,11 @@ static double available_host_bytes(void) {
 }
 
 static int parse_args(int argc, char **argv, bench_args *a) {
-    *a = (bench_args){
-        .backend = ZOE_BACKEND_CUDA, .model = "auto", .micro = 8, .steps = 4, .peak_tflops = 989};
+    *a = (bench_args){.backend = ZOE_BACKEND_CUDA,
+                      .model = "auto",
+                      .micro = 8,
+                      .steps = 4,
+                      .dtype = ZOE_DTYPE_COUNT};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) goto bad;
@@ -57,6 +64,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(argv[i], "--micro") && (a->micro = atoi(v)) > 0) {
         } else if (!strcmp(argv[i], "--steps") && (a->steps = atoi(v)) > 0) {
         } else if (!strcmp(argv[i], "--peak-tflops") && (a->peak_tflops = atof(v)) >= 0) {
+        } else if (!strcmp(argv[i], "--dtype") && zoe_dtype_parse(v, &a->dtype) == ZOE_OK &&
+                   a->dtype != ZOE_I32) {
         } else {
             goto bad;
         }
@@ -74,12 +83,38 @@ static void config_for(const bench_args *a, const zoe_model_config *m, zoe_offlo
     zoe_train_config_defaults(c);
     c->model = *m;
     c->backend = a->backend;
-    c->dtype = ZOE_BF16;
+    c->dtype = a->dtype;
     c->micro_batch = a->micro;
     c->offload = offload;
     c->dpu_warmup = dpu_warmup;
     c->steps = 1000;
     c->progress = ZOE_PROGRESS_LINES;
+}
+
+/* The dtype and the peak of the GPU this rank takes (one table: zoe_gpu_spec_of), unless the
+ * arguments name them. 0 after a message when the GPU cannot run. */
+static int pick_gpu(bench_args *a) {
+    snprintf(a->gpu, sizeof a->gpu, "cpu");
+    if (a->backend != ZOE_BACKEND_CUDA) {
+        if (a->dtype == ZOE_DTYPE_COUNT) a->dtype = ZOE_BF16;
+        return 1;
+    }
+    zoe_gpu_choice c;
+    zoe_gpu_spec spec;
+    char warning[256];
+    if (zoe_gpu_choose(MPI_COMM_WORLD, &c) != ZOE_OK) {
+        fprintf(stderr, "bench_gpu_step: %s\n", zoe_last_error());
+        return 0;
+    }
+    zoe_gpu_spec_of(c.weakest.capability, c.weakest.name, &spec);
+    if (a->dtype == ZOE_DTYPE_COUNT) a->dtype = zoe_gpu_default_dtype(&spec);
+    if (zoe_gpu_check_dtype(&spec, a->dtype, 0, warning, sizeof warning) != ZOE_OK) {
+        fprintf(stderr, "bench_gpu_step: %s\n", zoe_last_error());
+        return 0;
+    }
+    if (a->peak_tflops == 0) a->peak_tflops = zoe_gpu_spec_peak_tflops(&spec, a->dtype, 0);
+    snprintf(a->gpu, sizeof a->gpu, "%s (sm_%d)", c.gpu.name, c.gpu.capability);
+    return 1;
 }
 
 /* `count` steps from step `first`, summed into *out. */
@@ -103,20 +138,24 @@ static zoe_status run_steps(zoe_trainer *tr, const zoe_train_config *c, const in
     return ZOE_OK;
 }
 
-static void print_run(const char *run, const zoe_model_config *m, int64_t params, int micro,
-                      double peak_tflops, const phase_sums *p, double hidden, double *tokens_s) {
+static void print_run(const char *run, const zoe_model_config *m, int64_t params,
+                      const bench_args *a, const phase_sums *p, double hidden, double *tokens_s) {
+    const int micro = a->micro;
+    const double peak_tflops = a->peak_tflops;
     const double n = p->steps, tokens = (double)micro * m->seq_len, ms = p->total / n;
     const double flops =
         (6.0 * (double)params + 12.0 * m->layers * m->hidden * m->seq_len) * tokens / (ms / 1e3);
     *tokens_s = tokens / (ms / 1e3);
     printf("{\"bench\":\"gpu_step\",\"run\":\"%s\",\"model\":\"%s\",\"params\":%lld,"
-           "\"micro_batch\":%d,\"seq\":%d,\"dtype\":\"bf16\",\"steps\":%d,\"ms_step\":%.1f,"
+           "\"gpu\":\"%s\",\"peak_tflops\":%.1f,"
+           "\"micro_batch\":%d,\"seq\":%d,\"dtype\":\"%s\",\"steps\":%d,\"ms_step\":%.1f,"
            "\"tokens_per_s\":%.0f,\"tflops\":%.1f,\"mfu\":%.3f,\"ms_forward\":%.1f,"
            "\"ms_backward\":%.1f,\"ms_grad_offload\":%.1f,\"ms_host_adam\":%.1f,"
            "\"ms_refresh\":%.1f,\"ms_wait_update\":%.1f,\"dpu_hidden\":%.3f}\n",
-           run, m->name, (long long)params, micro, m->seq_len, p->steps, ms, *tokens_s,
-           flops / 1e12, peak_tflops > 0 ? flops / 1e12 / peak_tflops : 0.0, p->forward / n,
-           p->backward / n, p->offload / n, p->host_step / n, p->refresh / n, p->wait / n, hidden);
+           run, m->name, (long long)params, a->gpu, peak_tflops, micro, m->seq_len,
+           zoe_dtype_name(a->dtype), p->steps, ms, *tokens_s, flops / 1e12,
+           peak_tflops > 0 ? flops / 1e12 / peak_tflops : 0.0, p->forward / n, p->backward / n,
+           p->offload / n, p->host_step / n, p->refresh / n, p->wait / n, hidden);
     fflush(stdout);
 }
 
@@ -124,6 +163,10 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     bench_args a;
     if (!parse_args(argc, argv, &a)) return 2;
+    if (!pick_gpu(&a)) {
+        MPI_Finalize();
+        return 2;
+    }
     const double host = available_host_bytes();
     int n = zoe_model_preset_count(), order[64], count = 0;
     for (int i = 0; i < n && count < 64; i++) {
@@ -183,9 +226,8 @@ int main(int argc, char **argv) {
     }
     const double host_adam = sync.host_step / sync.steps;
     const double hidden = host_adam > 0 ? 1.0 - (dpu.wait / dpu.steps) / host_adam : 0.0;
-    print_run("offload", m, params, a.micro, a.peak_tflops, &sync, 0.0, &tps_sync);
-    print_run("offload+dpu", m, params, a.micro, a.peak_tflops, &dpu, hidden < 0 ? 0 : hidden,
-              &tps_dpu);
+    print_run("offload", m, params, &a, &sync, 0.0, &tps_sync);
+    print_run("offload+dpu", m, params, &a, &dpu, hidden < 0 ? 0 : hidden, &tps_dpu);
 
     /* No offload at the same model, when it fits on the device. */
     config_for(&a, m, ZOE_OFFLOAD_NONE, 0, &c);
@@ -194,8 +236,7 @@ int main(int argc, char **argv) {
         st = run_steps(tr, &c, tokens, targets, 0, warm, &skip);
         if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm, a.steps, &none);
         zoe_trainer_destroy(tr);
-        if (st == ZOE_OK)
-            print_run("no-offload", m, params, a.micro, a.peak_tflops, &none, 0.0, &tps_none);
+        if (st == ZOE_OK) print_run("no-offload", m, params, &a, &none, 0.0, &tps_none);
     }
     if (!tr || st != ZOE_OK)
         printf("{\"bench\":\"gpu_step\",\"run\":\"no-offload\",\"model\":\"%s\",\"fits\":false,"

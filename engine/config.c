@@ -92,7 +92,9 @@ static const option_spec options[] = {
     {"beta2", OPT_FLOAT, CFG(beta2), 0, 0.999999, "Adam beta2"},
     {"eps", OPT_FLOAT, CFG(eps), 1e-30, 1, "Adam epsilon"},
     {"clip-grad", OPT_FLOAT, CFG(clip_grad), 0, 1e9, "clip the global gradient norm (0: off)"},
-    {"dtype", OPT_DTYPE, CFG(dtype), 0, 0, "compute dtype: fp32, bf16 or fp16"},
+    {"dtype", OPT_DTYPE, CFG(dtype), 0, 0,
+     "compute dtype: fp32, bf16 or fp16 (zoe-train on CUDA, when not given: bf16 from sm_80, "
+     "fp16 with loss scaling before)"},
     {"offload", OPT_OFFLOAD, CFG(offload), 0, 0, "optimizer on the host (cpu) or device (none)"},
     {"dpu-warmup", OPT_INT, CFG(dpu_warmup), 0, 1e9,
      "synchronous steps before the delayed parameter update (0: no DPU)"},

@@ -12,6 +12,7 @@
 #include "models/gpt.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
+#include "zoe/gpu.h"
 #include "zoe/grid.h"
 #include "zoe/log.h"
 #include "zoe/optimizer.h"
@@ -85,20 +86,17 @@ static void bind_threads(const zoe_trainer *tr) {
 static zoe_status create_device(zoe_trainer *tr) {
     int ordinal = 0;
     if (tr->cfg.backend == ZOE_BACKEND_CUDA) {
-        /* Two ranks on one GPU would fail inside ncclCommInitRank ("duplicate GPU"). Decided
-         * over the world, so that every rank stops alike when any node is short of GPUs. */
-        int n = zoe_cuda_device_count(), local = zoe_grid_local_size(tr->grid);
-        int fits = n > 0 && local <= n, all_fit = 0;
-        int rc = MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, zoe_grid_world_comm(tr->grid));
-        if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the GPU check");
-        if (!all_fit && n == 0)
-            return zoe_fail(ZOE_ERR_UNSUPPORTED, "--backend=cuda but no GPU is visible");
-        if (!all_fit)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                            "--backend=cuda: a node runs more ranks than it has GPUs (here %d "
-                            "ranks, %d GPU(s)); each rank needs its own GPU",
-                            local, n);
-        ordinal = zoe_grid_local_rank(tr->grid);
+        /* Decided over the world, so that every rank stops alike: two ranks on one GPU would
+         * fail inside ncclCommInitRank ("duplicate GPU"), a GPU without code at its first kernel
+         * launch, bf16 on a GPU without bf16 tensor cores in its first matmul. */
+        zoe_gpu_choice gc;
+        ZOE_TRY(zoe_gpu_choose(zoe_grid_world_comm(tr->grid), &gc));
+        zoe_gpu_spec spec;
+        zoe_gpu_spec_of(gc.weakest.capability, gc.weakest.name, &spec);
+        char warning[256];
+        ZOE_TRY(zoe_gpu_check_dtype(&spec, tr->cfg.dtype, tr->cfg.tf32, warning, sizeof warning));
+        if (warning[0] && zoe_grid_rank(tr->grid) == 0) zoe_log(ZOE_LOG_WARN, "%s", warning);
+        ordinal = gc.ordinal;
     }
     ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
     return zoe_stream_create(tr->dev, &tr->stream);

@@ -30,6 +30,20 @@ int zoe_cuda_device_count(void) {
 #endif
 }
 
+zoe_status zoe_gpu_info_of(int ordinal, zoe_gpu_info *out) {
+    if (!out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_gpu_info_of: out is NULL");
+#ifdef ZOE_HAVE_CUDA
+    int count = zoe_cuda_count();
+    if (ordinal < 0 || ordinal >= count)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "GPU %d does not exist (%d visible)", ordinal,
+                        count);
+    return zoe_cuda_info(ordinal, out);
+#else
+    (void)ordinal;
+    return zoe_fail(ZOE_ERR_UNSUPPORTED, "this zoe was built without CUDA (ZOE_CUDA=OFF)");
+#endif
+}
+
 #ifdef ZOE_HAVE_CUDA
 static inline int is_cuda(const zoe_device *dev) {
     return dev && dev->backend == ZOE_BACKEND_CUDA;
@@ -43,10 +57,11 @@ zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "unknown backend %d", (int)backend);
     if (backend == ZOE_BACKEND_CUDA) {
 #ifdef ZOE_HAVE_CUDA
-        int count = zoe_cuda_count();
-        if (ordinal < 0 || ordinal >= count)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "GPU %d does not exist (%d visible)", ordinal,
-                            count);
+        /* Before anything is allocated: without code for this GPU the run would fail only at
+         * its first kernel launch, after minutes of set-up. */
+        zoe_gpu_info gpu;
+        ZOE_TRY(zoe_gpu_info_of(ordinal, &gpu));
+        ZOE_TRY(zoe_gpu_check_build(&gpu));
         ZOE_TRY(zoe_cuda_set_device(ordinal));
 #else
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "this zoe was built without CUDA (ZOE_CUDA=OFF)");

@@ -1,4 +1,5 @@
 /* The CUDA half of the device layer: plain CUDA runtime calls, errors turned into statuses. */
+#include <stdio.h>
 #include <cuda_runtime.h>
 #include "runtime/device_impl.h"
 #include "runtime/error.h"
@@ -17,6 +18,18 @@ int zoe_cuda_count(void) {
         return 0;
     }
     return n;
+}
+
+zoe_status zoe_cuda_info(int ordinal, zoe_gpu_info *out) {
+    struct cudaDeviceProp prop;
+    CUDA_TRY(cudaGetDeviceProperties(&prop, ordinal));
+    *out = (zoe_gpu_info){.ordinal = ordinal,
+                          .capability = 10 * prop.major + prop.minor,
+                          .memory_bytes = (double)prop.totalGlobalMem,
+                          .multiprocessors = prop.multiProcessorCount};
+    snprintf(out->name, sizeof out->name, "%s", prop.name);
+    CUDA_TRY(cudaDeviceGetPCIBusId(out->bus_id, (int)sizeof out->bus_id, ordinal));
+    return ZOE_OK;
 }
 
 zoe_status zoe_cuda_set_device(int ordinal) {

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include "zoe/device.h"
+#include "zoe/gpu.h"
 
 /* One live allocation, for the accounting (zoe_device_memory_stats). */
 typedef struct zoe_allocation {
@@ -40,6 +41,7 @@ struct zoe_event {
 
 #ifdef ZOE_HAVE_CUDA
 int zoe_cuda_count(void);
+zoe_status zoe_cuda_info(int ordinal, zoe_gpu_info *out);
 zoe_status zoe_cuda_set_device(int ordinal);
 zoe_status zoe_cuda_alloc(size_t bytes, void **out);
 void zoe_cuda_free(void *ptr);

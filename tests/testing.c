@@ -142,31 +142,15 @@ int test_finish(const char *name) {
     return total_fail == 0 ? 0 : 1;
 }
 
-/* Ranks on this node and this rank's place among them. */
-static void node_place(int *local_rank, int *local_size) {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, local_rank);
-    MPI_Comm_size(node, local_size);
-    MPI_Comm_free(&node);
-}
-
 int test_gpu_ordinal(void) {
-    int local_rank, local_size;
-    node_place(&local_rank, &local_size);
-    return local_rank;
+    zoe_gpu_choice c;
+    return zoe_gpu_choose(MPI_COMM_WORLD, &c) == ZOE_OK ? c.ordinal : -1;
 }
 
 int test_skip_without_gpus(const char *name) {
-    int local_rank, local_size;
-    node_place(&local_rank, &local_size);
-    int gpus = zoe_cuda_device_count(), mine = gpus >= local_size, all = 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (all) return 0;
-    if (test_rank() == 0)
-        printf("%s: skipped: %d rank(s) on this node but %d GPU(s) visible (each rank needs "
-               "its own GPU)\n",
-               name, local_size, gpus);
+    zoe_gpu_choice c;
+    if (zoe_gpu_choose(MPI_COMM_WORLD, &c) == ZOE_OK) return 0;
+    if (test_rank() == 0) printf("%s: skipped: %s\n", name, zoe_last_error());
     MPI_Finalize();
     return 1;
 }

@@ -33,10 +33,11 @@ void test_init(int *argc, char ***argv);
 int test_rank(void);
 int test_world_size(void);
 
-/* GPU tests: whether every rank of this node has a GPU of its own (NCCL refuses two ranks on
- * one GPU, "duplicate GPU"). When not, on every rank alike, rank 0 prints why, MPI is finalised
- * and the test returns 77 (ctest: skipped):  if (test_skip_without_gpus("name")) return 77;
- * test_gpu_ordinal() is then the rank's GPU (its rank on the node). */
+/* GPU tests: whether every rank has a GPU of its own that this build has code for
+ * (zoe_gpu_choose: NCCL refuses two ranks on one GPU, "duplicate GPU"). When not, on every rank
+ * alike, rank 0 prints why, MPI is finalised and the test returns 77 (ctest: skipped):
+ *     if (test_skip_without_gpus("name")) return 77;
+ * test_gpu_ordinal() is then the rank's GPU (collective, as zoe_gpu_choose). */
 int test_skip_without_gpus(const char *name);
 int test_gpu_ordinal(void);
 

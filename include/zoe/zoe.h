@@ -6,6 +6,7 @@
 #include "zoe/log.h"
 #include "zoe/dtype.h"
 #include "zoe/device.h"
+#include "zoe/gpu.h"
 #include "zoe/comm.h"
 #include "zoe/grid.h"
 #include "zoe/topology.h"

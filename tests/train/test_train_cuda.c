@@ -81,11 +81,12 @@ static void run_case(const shape_case *sc, int tp, zoe_dtype dt, int dpu, const 
 /* Bit-reproducible on the GPU: the same run twice gives the same losses to the bit, with the
  * optimizer on the device (the device Adam over its run table and the fixed-order device norm
  * feed every step) and with ZeRO-Offload. */
-static void check_reproducible(const shape_case *sc, zoe_offload_mode offload, const char *corpus) {
+static void check_reproducible(const shape_case *sc, zoe_offload_mode offload, zoe_dtype dtype,
+                               const char *corpus) {
     train_run r = {.comm = MPI_COMM_WORLD,
                    .model = sc->model,
                    .backend = ZOE_BACKEND_CUDA,
-                   .dtype = ZOE_BF16,
+                   .dtype = dtype,
                    .tp = 1,
                    .micro_batch = 4,
                    .steps = 8,
@@ -100,7 +101,7 @@ static void check_reproducible(const shape_case *sc, zoe_offload_mode offload, c
           offload == ZOE_OFFLOAD_NONE ? "none" : "cpu");
 }
 
-/* Fewer GPUs than ranks on this node: the trainer must refuse before NCCL fails. */
+/* Two ranks that would share a GPU: the trainer must refuse before NCCL fails. */
 static void check_refusal(const char *corpus) {
     zoe_model_config demo;
     CHECK_OK(zoe_model_preset("demo", &demo));
@@ -125,9 +126,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_train_cuda CORPUS\n");
         return 2;
     }
-    int gpus = zoe_cuda_device_count(), any = 0;
+    /* Every rank sees the same GPUs (rank 0's first among them), fewer than the ranks. */
+    int gpus = zoe_cuda_device_count(), any = 0, same = 0;
+    zoe_gpu_info first_gpu = {.bus_id = ""}, rank0_gpu;
+    if (gpus > 0) zoe_gpu_info_of(0, &first_gpu);
+    rank0_gpu = first_gpu;
+    MPI_Bcast(rank0_gpu.bus_id, sizeof rank0_gpu.bus_id, MPI_CHAR, 0, MPI_COMM_WORLD);
+    same = strcmp(rank0_gpu.bus_id, first_gpu.bus_id) == 0;
+    MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&gpus, &any, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (any > 0 && any < test_world_size()) {
+    if (any > 0 && any < test_world_size() && same) {
         check_refusal(argv[1]);
         int failed = test_failures(), all = 0;
         MPI_Allreduce(&failed, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -144,12 +152,17 @@ int main(int argc, char **argv) {
                                     .seq_len = 128,
                                     .vocab = ZOE_BYTE_VOCAB_SIZE};
     const int world = test_world_size(), tp = world >= 4 ? 2 : 1;
+    /* bf16 where the GPU has bf16 tensor cores (the trainer refuses it on a V100) */
+    zoe_gpu_choice gpu;
+    zoe_gpu_spec spec;
+    CHECK_OK(zoe_gpu_choose(MPI_COMM_WORLD, &gpu));
+    zoe_gpu_spec_of(gpu.weakest.capability, gpu.weakest.name, &spec);
     if (world == 1) {
-        check_reproducible(&demo, ZOE_OFFLOAD_NONE, argv[1]);
-        check_reproducible(&demo, ZOE_OFFLOAD_CPU, argv[1]);
+        check_reproducible(&demo, ZOE_OFFLOAD_NONE, zoe_gpu_default_dtype(&spec), argv[1]);
+        check_reproducible(&demo, ZOE_OFFLOAD_CPU, zoe_gpu_default_dtype(&spec), argv[1]);
     }
-    const zoe_dtype dts[] = {ZOE_BF16, ZOE_F16};
-    for (int d = 0; d < 2; d++)
+    const zoe_dtype dts[] = {ZOE_F16, ZOE_BF16};
+    for (int d = 0; d < (spec.has_bf16 ? 2 : 1); d++)
         for (int dpu = 0; dpu < 2; dpu++) {
             run_case(&demo, tp, dts[d], dpu, argv[1]);
             if (world == 1) run_case(&deep, tp, dts[d], dpu, argv[1]);

@@ -28,6 +28,11 @@ expect 1 "'gpu' is not cpu or none" --offload gpu --data "$corpus"
 expect 1 "'/nonexistent/corpus' is neither a file" --data /nonexistent/corpus
 expect 1 "--data is required"
 expect 1 "unknown model 'gpt9'" --model gpt9 --data "$corpus"
+# --backend cuda where no GPU is (or in a build without CUDA): every rank stops alike, before
+# the plan
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect 2 "--backend=cuda: " --backend cuda --data "$corpus"
+fi
 # data checks, before the model is built
 tmp="$(mktemp -d)"
 : > "$tmp/empty.txt"

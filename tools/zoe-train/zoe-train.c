@@ -86,16 +86,17 @@ static int ranks_per_node(void) {
  * logs the plan's summary, and refuses a run that does not fit (unless --no-plan-check). Every
  * rank plans from rank 0's measurements, so all decide alike. Returns 0 to go on, or the exit
  * code after a message. */
-static int plan_run(zoe_train_config *cfg, int world, int rank) {
+static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus) {
     zoe_hardware hw;
     zoe_status st = strcmp(cfg->hardware, "local") == 0 ? zoe_hardware_local(0, &hw)
                                                         : zoe_hardware_preset(cfg->hardware, &hw);
     if (st == ZOE_OK && hw.backend == ZOE_BACKEND_CPU) st = zoe_hardware_measure_rank_base(&hw);
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
     if (cfg->backend == ZOE_BACKEND_CUDA && hw.backend == ZOE_BACKEND_CPU) {
-        /* this machine's GPUs: their count; their memory is not known here, so not checked */
+        /* this machine's GPUs: their count (all a node's ranks see, whatever each rank sees);
+         * their memory is not known here, so not checked */
         hw.backend = ZOE_BACKEND_CUDA;
-        hw.gpus = zoe_cuda_device_count();
+        hw.gpus = node_gpus;
         hw.dtype = cfg->dtype;
     }
     double measured[3] = {hw.host_bytes, hw.rank_base_bytes, hw.host_free_bytes};
@@ -151,6 +152,34 @@ static int plan_run(zoe_train_config *cfg, int world, int rank) {
                  r.verdict);
         return fail(rank, EXIT_USAGE, msg);
     }
+    return 0;
+}
+
+/* --backend=cuda: the GPUs every rank takes (zoe_gpu_choose), and the compute dtype they train
+ * in: without --dtype, the one the weakest GPU of the job computes fastest (bf16, or fp16 with
+ * dynamic loss scaling before sm_80; fp32 with --tf32); --dtype bf16 on a GPU without bf16
+ * refused. Sets *node_gpus for the plan. Returns 0 to go on, or the exit code after a message. */
+static int choose_gpus(zoe_train_config *cfg, int dtype_given, int rank, int *node_gpus) {
+    *node_gpus = 0;
+    if (cfg->backend != ZOE_BACKEND_CUDA) return 0;
+    zoe_gpu_choice c;
+    if (zoe_gpu_choose(MPI_COMM_WORLD, &c) != ZOE_OK)
+        return fail(rank, EXIT_USAGE, zoe_last_error());
+    zoe_gpu_spec spec;
+    zoe_gpu_spec_of(c.weakest.capability, c.weakest.name, &spec);
+    *node_gpus = c.node_gpus;
+    if (!dtype_given) {
+        cfg->dtype = cfg->tf32 ? ZOE_F32 : zoe_gpu_default_dtype(&spec);
+        if (rank == 0)
+            printf("zoe-train: --dtype %s, the default on the %s (sm_%d)%s\n",
+                   zoe_dtype_name(cfg->dtype), c.weakest.name, c.weakest.capability,
+                   cfg->dtype == ZOE_F16 ? ": no bf16 tensor cores, so fp16 with dynamic loss "
+                                           "scaling (--loss-scale)"
+                                         : "");
+    }
+    char warning[256]; /* the trainer logs it */
+    if (zoe_gpu_check_dtype(&spec, cfg->dtype, cfg->tf32, warning, sizeof warning) != ZOE_OK)
+        return fail(rank, EXIT_USAGE, zoe_last_error());
     return 0;
 }
 
@@ -238,8 +267,12 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     zoe_train_config cfg;
     zoe_train_config_defaults(&cfg);
+    /* Not a dtype: tells whether --dtype (or a config's "dtype") was given. */
+    cfg.dtype = ZOE_DTYPE_COUNT;
     int help = 0, models = 0;
     zoe_status st = zoe_train_config_parse_args(&cfg, argc, argv, &help, &models);
+    const int dtype_given = cfg.dtype != ZOE_DTYPE_COUNT;
+    if (!dtype_given) cfg.dtype = ZOE_F32;
     if (help || models) {
         if (rank == 0 && help) zoe_train_config_print_help(stdout, "zoe-train");
         if (rank == 0 && models && !help) list_models();
@@ -251,10 +284,12 @@ int main(int argc, char **argv) {
         return fail(
             rank, EXIT_USAGE,
             "--data is required (a .txt file, or an indexed dataset prefix made by zoe-data)");
+    int node_gpus = 0, code = choose_gpus(&cfg, dtype_given, rank, &node_gpus);
+    if (code) return code;
     if (zoe_train_config_validate(&cfg, world) != ZOE_OK ||
         zoe_train_schedule_validate(&cfg) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
-    int code = plan_run(&cfg, world, rank);
+    code = plan_run(&cfg, world, rank, node_gpus);
     if (code) return code;
     /* Rank 0 writes the metrics. Whether it can is checked now, before anything is built, and
      * every rank learns the answer; the file itself is opened (truncated for a new run, cut at
