@@ -23,6 +23,7 @@ struct zoe_trainer {
     zoe_train_config cfg;
     zoe_grid *grid;
     zoe_device *dev;
+    int gpu_node_index; /* CUDA: the GPU's place among the node's, hwloc's numbering; -1 on CPU */
     zoe_stream *stream;
     zoe_comm *tp_comm;
     zoe_gpt *gpt;
@@ -75,7 +76,8 @@ static void bind_threads(const zoe_trainer *tr) {
         return;
     }
     zoe_placement p;
-    int gpu = zoe_device_backend(tr->dev) == ZOE_BACKEND_CUDA ? zoe_device_ordinal(tr->dev) : -1;
+    /* Not the CUDA ordinal: with CUDA_VISIBLE_DEVICES set per rank every rank's is 0. */
+    int gpu = tr->gpu_node_index;
     if (gpu >= zoe_topology_num_gpus(topo)) gpu = -1;
     if (zoe_topology_place(topo, zoe_grid_local_rank(tr->grid), zoe_grid_local_size(tr->grid), gpu,
                            &p) == ZOE_OK)
@@ -85,6 +87,7 @@ static void bind_threads(const zoe_trainer *tr) {
 
 static zoe_status create_device(zoe_trainer *tr) {
     int ordinal = 0;
+    tr->gpu_node_index = -1;
     if (tr->cfg.backend == ZOE_BACKEND_CUDA) {
         /* Decided over the world, so that every rank stops alike: two ranks on one GPU would
          * fail inside ncclCommInitRank ("duplicate GPU"), a GPU without code at its first kernel
@@ -97,6 +100,7 @@ static zoe_status create_device(zoe_trainer *tr) {
         ZOE_TRY(zoe_gpu_check_dtype(&spec, tr->cfg.dtype, tr->cfg.tf32, warning, sizeof warning));
         if (warning[0] && zoe_grid_rank(tr->grid) == 0) zoe_log(ZOE_LOG_WARN, "%s", warning);
         ordinal = gc.ordinal;
+        tr->gpu_node_index = gc.node_index;
     }
     ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
     return zoe_stream_create(tr->dev, &tr->stream);
