@@ -6,6 +6,7 @@
 #include "runtime/clock.h"
 #include "runtime/proc_file.h"
 #include "runtime/error.h"
+#include "zoe/gpu.h"
 #include "zoe/plan.h"
 #include "zoe/topology.h"
 
@@ -43,14 +44,10 @@ static const zoe_hardware presets[] = {
      .dtype = ZOE_F16,
      .gpus = 16,
      .gpu_bytes = 32 * GIB,
-     .gpu_peak_flops = 125e12,
      .gpu_fraction = 39.0 / 125.0,
      .gpu_fraction_source = V100_FRACTION_SOURCE,
-     /* V100 datasheet: 15.7 TFLOPS fp32, 900 GB/s HBM2 */
+     /* V100 datasheet: 900 GB/s HBM2; the chip's peaks: runtime/gpu_spec.c */
      .gpu_cc = 70,
-     .gpu_sms = 80,
-     .gpu_smem_per_block = 96 * 1024.0,
-     .gpu_fp32_flops = 15.7e12,
      .gpu_memory_bandwidth = HBM_SHARE * 900e9,
      .host_bytes = 1.5 * TIB,
      .host_reserve = 0.10,
@@ -68,15 +65,11 @@ static const zoe_hardware presets[] = {
      .dtype = ZOE_BF16,
      .gpus = 8,
      .gpu_bytes = 80 * GIB,
-     .gpu_peak_flops = 312e12,
      .gpu_fraction = 0.52,
      .gpu_fraction_source = "Narayanan et al. 2021 (Megatron-LM on 3072 A100s): 163 TFLOPS per "
                             "GPU, 52% of peak",
-     /* A100 datasheet: 19.5 TFLOPS fp32, 2039 GB/s HBM2e */
+     /* A100 datasheet: 2039 GB/s HBM2e */
      .gpu_cc = 80,
-     .gpu_sms = 108,
-     .gpu_smem_per_block = 163 * 1024.0,
-     .gpu_fp32_flops = 19.5e12,
      .gpu_memory_bandwidth = HBM_SHARE * 2039e9,
      .host_bytes = 2.0 * TIB,
      .host_reserve = 0.10,
@@ -95,14 +88,10 @@ static const zoe_hardware presets[] = {
      .dtype = ZOE_BF16,
      .gpus = 8,
      .gpu_bytes = 80 * GIB,
-     .gpu_peak_flops = 989e12,
      .gpu_fraction = 0.40,
      .gpu_fraction_source = H100_FRACTION_SOURCE,
-     /* H100 SXM datasheet: 67 TFLOPS fp32, 3.35 TB/s HBM3 */
+     /* H100 SXM datasheet: 3.35 TB/s HBM3 */
      .gpu_cc = 90,
-     .gpu_sms = 132,
-     .gpu_smem_per_block = 227 * 1024.0,
-     .gpu_fp32_flops = 67e12,
      .gpu_memory_bandwidth = HBM_SHARE * 3350e9,
      .host_bytes = 2.0 * TIB,
      .host_reserve = 0.10,
@@ -120,14 +109,10 @@ static const zoe_hardware presets[] = {
      .dtype = ZOE_BF16,
      .gpus = 1,
      .gpu_bytes = 140 * GIB,
-     .gpu_peak_flops = 989e12,
      .gpu_fraction = 0.40,
      .gpu_fraction_source = H100_FRACTION_SOURCE " (the H200 is the same GH100 chip)",
-     /* H200 datasheet: 67 TFLOPS fp32, 4.8 TB/s HBM3e */
+     /* H200 datasheet: 4.8 TB/s HBM3e */
      .gpu_cc = 90,
-     .gpu_sms = 132,
-     .gpu_smem_per_block = 227 * 1024.0,
-     .gpu_fp32_flops = 67e12,
      .gpu_memory_bandwidth = HBM_SHARE * 4800e9,
      .host_bytes = 128 * GIB,
      .host_reserve = 0.10,
@@ -255,15 +240,28 @@ zoe_status zoe_hardware_local(int probe, zoe_hardware *hw) {
     return ZOE_OK;
 }
 
+/* A box's GPU figures that belong to its chip (peaks, SMs, shared memory) come from the one
+ * table of GPU specs (runtime/gpu_spec.c) by the preset's compute capability; the box keeps
+ * what is its own (memory, links, bandwidth, the published share of peak). */
+static zoe_hardware with_chip(zoe_hardware hw) {
+    zoe_gpu_spec spec;
+    zoe_gpu_spec_of(hw.gpu_cc, NULL, &spec);
+    hw.gpu_peak_flops = zoe_gpu_spec_peak_tflops(&spec, hw.dtype, 0) * 1e12;
+    hw.gpu_fp32_flops = spec.fp32_tflops * 1e12;
+    hw.gpu_sms = spec.sms;
+    hw.gpu_smem_per_block = spec.smem_per_block;
+    return hw;
+}
+
 zoe_status zoe_hardware_preset(const char *name, zoe_hardware *out) {
     if (!name || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "hardware preset: NULL argument");
     for (int i = 0; i < NUM_PRESETS; i++)
         if (strcmp(presets[i].name, name) == 0) {
-            *out = presets[i];
+            *out = with_chip(presets[i]);
             return ZOE_OK;
         }
     if (strcmp(name, "v100-32g") == 0) {
-        *out = v100_32g();
+        *out = with_chip(v100_32g());
         return ZOE_OK;
     }
     if (strcmp(name, "local") == 0) return zoe_hardware_local(1, out);

@@ -6,50 +6,73 @@
 
 /* A row applies to a GPU of its capability whose name contains `variant` (NULL: any name); the
  * first row that applies wins, so variants come before their capability's default. Figures:
- * NVIDIA's datasheets, dense tensor-core peaks with fp32 accumulation. */
+ * NVIDIA's datasheets, dense tensor-core peaks with fp32 accumulation; SMs and the opt-in shared
+ * memory per block from the CUDA programming guide's table of compute capabilities. */
 typedef struct spec_row {
     const char *variant;
     zoe_gpu_spec spec;
 } spec_row;
 
 static const spec_row rows[] = {
-    {NULL, {.capability = 70, .name = "V100-SXM2", .fp16_tflops = 125, .fp32_tflops = 15.7}},
-    {NULL, {.capability = 75, .name = "T4", .fp16_tflops = 65, .fp32_tflops = 8.1}},
+    {NULL,
+     {.capability = 70,
+      .name = "V100-SXM2",
+      .fp16_tflops = 125,
+      .fp32_tflops = 15.7,
+      .sms = 80,
+      .smem_per_block = 96 * 1024}},
+    {NULL,
+     {.capability = 75,
+      .name = "T4",
+      .fp16_tflops = 65,
+      .fp32_tflops = 8.1,
+      .sms = 40,
+      .smem_per_block = 64 * 1024}},
     {NULL,
      {.capability = 80,
       .name = "A100-SXM4",
       .fp16_tflops = 312,
       .bf16_tflops = 312,
       .tf32_tflops = 156,
-      .fp32_tflops = 19.5}},
+      .fp32_tflops = 19.5,
+      .sms = 108,
+      .smem_per_block = 163 * 1024}},
     {NULL,
      {.capability = 86,
       .name = "A40",
       .fp16_tflops = 149.7,
       .bf16_tflops = 149.7,
       .tf32_tflops = 74.8,
-      .fp32_tflops = 37.4}},
+      .fp32_tflops = 37.4,
+      .sms = 84,
+      .smem_per_block = 99 * 1024}},
     {NULL,
      {.capability = 89,
       .name = "L40S",
       .fp16_tflops = 362,
       .bf16_tflops = 362,
       .tf32_tflops = 183,
-      .fp32_tflops = 91.6}},
+      .fp32_tflops = 91.6,
+      .sms = 142,
+      .smem_per_block = 99 * 1024}},
     {"PCIe",
      {.capability = 90,
       .name = "H100-PCIe",
       .fp16_tflops = 756,
       .bf16_tflops = 756,
       .tf32_tflops = 378,
-      .fp32_tflops = 51}},
+      .fp32_tflops = 51,
+      .sms = 114,
+      .smem_per_block = 227 * 1024}},
     {NULL, /* the H200 is the same GH100 chip at the same clocks */
      {.capability = 90,
       .name = "H100-SXM5/H200",
       .fp16_tflops = 989,
       .bf16_tflops = 989,
       .tf32_tflops = 494,
-      .fp32_tflops = 67}},
+      .fp32_tflops = 67,
+      .sms = 132,
+      .smem_per_block = 227 * 1024}},
 };
 enum { NUM_ROWS = sizeof rows / sizeof rows[0] };
 

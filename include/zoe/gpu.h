@@ -41,6 +41,8 @@ typedef struct zoe_gpu_spec {
     double bf16_tflops; /* 0: no bf16 tensor cores */
     double tf32_tflops; /* 0: no TF32 */
     double fp32_tflops; /* CUDA cores */
+    int sms;            /* streaming multiprocessors */
+    int smem_per_block; /* bytes of shared memory a block may opt into */
     int has_bf16, has_tf32;
 } zoe_gpu_spec;
 
