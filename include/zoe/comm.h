@@ -74,10 +74,15 @@ zoe_status zoe_comm_barrier(zoe_comm *comm, zoe_stream *stream);
 zoe_status zoe_comm_group_start(zoe_comm *comm, zoe_stream *stream);
 zoe_status zoe_comm_group_end(zoe_comm *comm, zoe_stream *stream);
 
-/* NCCL communicators on one GPU (one zoe_device) run their collectives one at a time, in the
- * order the host issued them, so that two communicators on one GPU cannot deadlock provided
- * every rank issues the same sequence of collectives from one host thread (the argument is in
- * runtime/comm_nccl_cuda.c). */
+/* NCCL communicators on one GPU (one zoe_device) keep their collectives in the order the host
+ * issued them, so that two communicators on one GPU cannot deadlock provided every rank issues
+ * the same sequence of collectives from one host thread (the argument is in
+ * runtime/comm_nccl_cuda.c). With NCCL 2.26 or later NCCL keeps that order by launch
+ * (NCCL_LAUNCH_ORDER_IMPLICIT, which zoe sets to 1 before the process's first NCCL call of its
+ * own) and the collectives of different communicators overlap; otherwise, or with the variable
+ * set to 0, zoe runs them one at a time. NCCL reads its variables once: a program that runs NCCL
+ * collectives of its own before it creates zoe's first NCCL communicator must set
+ * NCCL_LAUNCH_ORDER_IMPLICIT itself, to 1 (overlap) or 0 (zoe's serial order). */
 
 #ifdef __cplusplus
 }
