@@ -30,6 +30,7 @@ check local 0 "^on local: this machine" -- "$plan" --model demo
 check bad-hardware 2 "unknown hardware 'nope'" -- "$plan" --hardware nope
 check bad-tp 2 "exceeds the 16 GPUs" -- "$plan" --model 70b --hardware dgx2 --tp 32
 check bad-ratio 2 "offload-ratio=2" -- "$plan" --offload-ratio 2
+check missing-value 2 "^zoe-plan: --model needs a value" -- "$plan" --model
 run=("$train" --model demo --data "$data" --steps 2 --warmup 0 --progress lines)
 check ratio-half 0 "optimizer on the host for 50%" -- "${run[@]}" --offload-ratio 0.5
 check ratio-auto 0 "offload-ratio auto: 0 of the optimizer state on the host" -- "${run[@]}" --offload-ratio auto

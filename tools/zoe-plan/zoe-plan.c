@@ -94,8 +94,12 @@ static int parse_options(int argc, char **argv, options *o) {
             o->cfg.recompute = 0, o->recompute_given = 1;
             continue;
         }
-        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
+        if (strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "zoe-plan: unexpected argument '%s' (see --help)\n", a);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "zoe-plan: %s needs a value (see --help)\n", a);
             return 0;
         }
         const char *name = a + 2, *v = argv[++i];
