@@ -236,11 +236,38 @@ static int is_decimal(const char *t) {
     return *t == '\0';
 }
 
-static zoe_status parse_number(const option_spec *o, const char *text, double *out) {
+int zoe_parse_number(const char *text, double *out) {
+    if (!text || !is_decimal(text)) return 0;
     char *end;
     errno = 0;
-    double v = is_decimal(text) ? strtod(text, &end) : NAN;
-    if (!is_decimal(text) || *end || errno || !isfinite(v))
+    double v = strtod(text, &end);
+    if (*end || errno || !isfinite(v)) return 0;
+    *out = v;
+    return 1;
+}
+
+int zoe_parse_u64(const char *text, uint64_t *out) {
+    if (!text || !*text) return 0;
+    int digits = 1;
+    for (const char *t = text; *t; t++) digits &= isdigit((unsigned char)*t) != 0;
+    if (digits) { /* exact: a seed above 2^53 survives trainer.json, which writes it so */
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (*end || errno) return 0; /* ERANGE: above 2^64 - 1 */
+        *out = (uint64_t)v;
+        return 1;
+    }
+    /* otherwise a number that is an integer a double holds exactly ("1e3", JSON's 1234.0) */
+    double v = 0;
+    if (!zoe_parse_number(text, &v) || v != floor(v) || v < 0 || v > 9007199254740992.0) return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+static zoe_status parse_number(const option_spec *o, const char *text, double *out) {
+    double v = 0;
+    if (!zoe_parse_number(text, &v))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: '%s' is not a number", o->name, text);
     if ((o->kind == OPT_INT || o->kind == OPT_INT64 || o->kind == OPT_U64) && v != floor(v))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: '%s' is not an integer", o->name, text);
@@ -379,19 +406,11 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         ZOE_TRY(parse_number(o, text, &v));
         *(int64_t *)base = (int64_t)v;
         return ZOE_OK;
-    case OPT_U64: {
-        /* all digits: exact (a seed above 2^53 survives trainer.json, which writes it so) */
-        char *end;
-        errno = 0;
-        unsigned long long u = isdigit((unsigned char)text[0]) ? strtoull(text, &end, 10) : 0;
-        if (isdigit((unsigned char)text[0]) && *end == '\0' && errno == 0) {
-            *(uint64_t *)base = (uint64_t)u;
-            return ZOE_OK;
-        }
-        ZOE_TRY(parse_number(o, text, &v));
-        *(uint64_t *)base = (uint64_t)v;
+    case OPT_U64:
+        if (!zoe_parse_u64(text, (uint64_t *)(void *)base))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--%s: '%s' is not an integer in [0, 2^64 - 1]", o->name, text);
         return ZOE_OK;
-    }
     case OPT_FLOAT:
         ZOE_TRY(parse_number(o, text, &v));
         *(float *)base = (float)v;

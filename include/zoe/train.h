@@ -278,6 +278,14 @@ struct zoe_step_stats {
     int redone;
 };
 
+/* Numbers as every zoe program reads them from its command line: a decimal number as JSON writes
+ * one (-?digits[.digits][e[+-]digits], finite), so " 5", "+2", "0x10", "inf" and "1e999" are not
+ * numbers; and an unsigned 64-bit integer: decimal digits, at most 2^64 - 1 (" -1" is not
+ * 2^64 - 1), or such a number that is a whole one up to 2^53 ("1e3"). 1 and *out set when text
+ * is one, else 0 and *out untouched. */
+int zoe_parse_number(const char *text, double *out);
+int zoe_parse_u64(const char *text, uint64_t *out);
+
 typedef struct zoe_progress zoe_progress;
 /* Progress on out (a live bar or plain lines every log_every steps, as style says) and, when
  * metrics_path is not "", one JSON object per step written to that file. */

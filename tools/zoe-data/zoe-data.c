@@ -3,6 +3,7 @@
  * datasets. Every failure prints one line naming the
  * bad value and exits 2; a failed conversion leaves no output files behind. */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "zoe/data.h"
+#include "zoe/train.h"
 
 #define EXIT_BAD 2
 
@@ -127,9 +129,8 @@ static int parse(int argc, char **argv, options *o) {
             if (o->format < 0)
                 return fail("--input-format '%s' unknown (expected auto, text or jsonl)", v);
         } else if ((v = option_value(argc, argv, &i, "--threads", &missing))) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*v == '\0' || *end || n < 1 || n > 4096)
+            double n = 0;
+            if (!zoe_parse_number(v, &n) || n != floor(n) || n < 1 || n > 4096)
                 return fail("--threads '%s' is not a count in [1, 4096]", v);
             o->threads = (int)n;
         } else if (strcmp(argv[i], "--append-eod") == 0) {

@@ -90,7 +90,7 @@ static void print_help(void) {
 
 /* One value into its field; a message naming the option and the value when it does not fit. */
 static int set_value(options *o, const opt_spec *s, const char *v, char *err, size_t cap) {
-    char *base = (char *)o + s->offset, *end = NULL;
+    char *base = (char *)o + s->offset;
     if (s->kind == OPT_PATH || s->kind == OPT_WORD) {
         size_t size = s->kind == OPT_PATH ? ZOE_PATH_MAX : sizeof o->backend;
         if (strlen(v) >= size) return snprintf(err, cap, "--%s: value too long", s->name), -1;
@@ -99,14 +99,14 @@ static int set_value(options *o, const opt_spec *s, const char *v, char *err, si
     }
     if (s->kind == OPT_TEXT) return *(const char **)base = v, 0;
     if (s->kind == OPT_U64) {
-        unsigned long long u = strtoull(v, &end, 10);
-        if (!*v || *end || *v == '-')
-            return snprintf(err, cap, "--%s %s: not a non-negative integer", s->name, v), -1;
+        uint64_t u = 0;
+        if (!zoe_parse_u64(v, &u))
+            return snprintf(err, cap, "--%s '%s': not an integer in [0, 2^64 - 1]", s->name, v), -1;
         *(uint64_t *)base = u;
         return 0;
     }
-    double x = strtod(v, &end);
-    if (!*v || *end || !isfinite(x) || (s->kind == OPT_INT && x != floor(x)))
+    double x = 0;
+    if (!zoe_parse_number(v, &x) || (s->kind == OPT_INT && x != floor(x)))
         return snprintf(err, cap, "--%s %s: not a%s number", s->name, v,
                         s->kind == OPT_INT ? "n integer" : ""),
                -1;

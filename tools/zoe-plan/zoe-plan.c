@@ -3,6 +3,7 @@
  *   zoe-plan --model 70b --hardware dgx2 --tp 16
  *   zoe-plan --search --model 70b --hardware dgx2
  *   zoe-plan --max-model --hardware v100-32g --offload-ratio 0 */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +53,8 @@ static void usage(FILE *out) {
 }
 
 static int parse_int(const char *name, const char *text, int min, int *out) {
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (!*text || *end || v < min || v > (1 << 24)) {
+    double v = 0;
+    if (!zoe_parse_number(text, &v) || v != floor(v) || v < min || v > (1 << 24)) {
         fprintf(stderr, "zoe-plan: --%s=%s is not an integer >= %d\n", name, text, min);
         return 0;
     }
@@ -150,10 +150,9 @@ static int parse_options(int argc, char **argv, options *o) {
             if (all || strcmp(name, "exp-avg-dtype") == 0) o->cfg.exp_avg_dtype = d;
             if (all || strcmp(name, "exp-avg-sq-dtype") == 0) o->cfg.exp_avg_sq_dtype = d;
         } else if (strcmp(name, "offload-ratio") == 0) {
-            char *end;
-            double q = strtod(v, &end);
+            double q = 0;
             o->ratio_auto = strcmp(v, "auto") == 0;
-            ok = o->ratio_auto || (*v && !*end && q >= 0 && q <= 1);
+            ok = o->ratio_auto || (zoe_parse_number(v, &q) && q >= 0 && q <= 1);
             if (!ok) fprintf(stderr, "zoe-plan: --offload-ratio=%s is not auto or in [0, 1]\n", v);
             o->cfg.offload_ratio = (float)q;
         } else {
