@@ -52,10 +52,6 @@ static const char *suffix_of(ckpt_source s) {
     return s == CKPT_EXP_AVG ? ".exp_avg" : s == CKPT_EXP_AVG_SQ ? ".exp_avg_sq" : "";
 }
 
-static zoe_st_dtype st_dtype(zoe_dtype d) {
-    return d == ZOE_BF16 ? ZOE_ST_BF16 : d == ZOE_F16 ? ZOE_ST_F16 : ZOE_ST_F32;
-}
-
 /* The sources of a file, in its tensor order: the model's tensors once per source. */
 static int file_sources(int file, ckpt_source out[2]) {
     if (file == FILE_MODEL) return out[0] = CKPT_MASTER, 1;
@@ -74,11 +70,11 @@ static zoe_status build_table(const ckpt_view *v, int file, zoe_safetensors *tab
         for (int t = 0; t < v->num_tensors; t++) {
             /* The moments as the host holds them; the master in fp32 (exact from bf16), so that
              * the model file reads as any fp32 safetensors does (exports, peers). */
-            zoe_st_dtype dt =
-                file == FILE_PARAMS ? st_dtype(v->cfg->dtype)
-                : src[s] == CKPT_EXP_AVG || src[s] == CKPT_EXP_AVG_SQ
-                    ? st_dtype(zoe_optimizer_state_dtype(v->opt, (zoe_optimizer_state)src[s]))
-                    : ZOE_ST_F32;
+            zoe_st_dtype dt = file == FILE_PARAMS ? zoe_st_dtype_from_zoe(v->cfg->dtype)
+                              : src[s] == CKPT_EXP_AVG || src[s] == CKPT_EXP_AVG_SQ
+                                  ? zoe_st_dtype_from_zoe(zoe_optimizer_state_dtype(
+                                        v->opt, (zoe_optimizer_state)src[s]))
+                                  : ZOE_ST_F32;
             const zoe_tp_param *p = zoe_gpt_tensor(v->gpt, t);
             int64_t shape[2] = {stored_rows(v, p), p->global_shape[1]};
             snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s]));

@@ -119,8 +119,7 @@ static size_t elem_size(const zoe_safetensors *table, const ckpt_run *r) {
 
 /* The dtype of a run's elements in the file. */
 static zoe_dtype file_dtype(const zoe_safetensors *table, const ckpt_run *r) {
-    zoe_st_dtype d = table->tensors[r->entry].dtype;
-    return d == ZOE_ST_BF16 ? ZOE_BF16 : d == ZOE_ST_F16 ? ZOE_F16 : ZOE_F32;
+    return zoe_st_dtype_to_zoe(table->tensors[r->entry].dtype);
 }
 
 /* Moves the run's elements between staging (in the file's dtype dt) and this rank's memory: the

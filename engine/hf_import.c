@@ -491,10 +491,6 @@ static zoe_status map_file(hf_file *f) {
     return ZOE_OK;
 }
 
-static zoe_dtype zoe_dtype_of(zoe_st_dtype d) {
-    return d == ZOE_ST_BF16 ? ZOE_BF16 : d == ZOE_ST_F16 ? ZOE_F16 : ZOE_F32;
-}
-
 /* Shard rows [0, local rows) of p as fp32 in out, each read from its HF row or column. */
 static zoe_status read_shard(const zoe_model_config *m, hf_dir *d, const zoe_tp_param *p,
                              float *out) {
@@ -520,7 +516,7 @@ static zoe_status read_shard(const zoe_model_config *m, hf_dir *d, const zoe_tp_
         const unsigned char *base = files[which]->map + files[which]->st.data_offset + t->begin;
         const size_t es = zoe_st_dtype_size(t->dtype);
         const int64_t hcols = t->ndim == 2 ? t->shape[1] : 1;
-        const zoe_dtype dt = zoe_dtype_of(t->dtype);
+        const zoe_dtype dt = zoe_st_dtype_to_zoe(t->dtype);
         if (!transposed) {
             ZOE_TRY(zoe_convert(row, ZOE_F32,
                                 base + (size_t)(index * hcols + p->local_offset[1]) * es, dt,

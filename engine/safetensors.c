@@ -30,6 +30,12 @@ const char *zoe_st_dtype_name(zoe_st_dtype dtype) {
 size_t zoe_st_dtype_size(zoe_st_dtype dtype) {
     return dtype >= 0 && dtype < ZOE_ST_DTYPE_COUNT ? dtypes[dtype].size : 0;
 }
+zoe_dtype zoe_st_dtype_to_zoe(zoe_st_dtype dtype) {
+    return dtype == ZOE_ST_BF16 ? ZOE_BF16 : dtype == ZOE_ST_F16 ? ZOE_F16 : ZOE_F32;
+}
+zoe_st_dtype zoe_st_dtype_from_zoe(zoe_dtype dtype) {
+    return dtype == ZOE_BF16 ? ZOE_ST_BF16 : dtype == ZOE_F16 ? ZOE_ST_F16 : ZOE_ST_F32;
+}
 zoe_status zoe_st_dtype_parse(const char *name, zoe_st_dtype *out) {
     for (int d = 0; d < ZOE_ST_DTYPE_COUNT; d++)
         if (strcmp(name, dtypes[d].name) == 0) {

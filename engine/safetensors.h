@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "zoe/dtype.h"
 #include "zoe/status.h"
 
 typedef enum zoe_st_dtype {
@@ -36,6 +37,10 @@ typedef enum zoe_st_dtype {
 const char *zoe_st_dtype_name(zoe_st_dtype dtype);
 size_t zoe_st_dtype_size(zoe_st_dtype dtype);
 zoe_status zoe_st_dtype_parse(const char *name, zoe_st_dtype *out);
+/* zoe's dtype of an F32, BF16 or F16 tensor (any other: ZOE_F32, which callers refuse before),
+ * and the safetensors dtype of zoe's fp32, bf16 or fp16. */
+zoe_dtype zoe_st_dtype_to_zoe(zoe_st_dtype dtype);
+zoe_st_dtype zoe_st_dtype_from_zoe(zoe_dtype dtype);
 
 #define ZOE_ST_MAX_DIMS 8
 /* Headers longer than this are refused (the reference implementation's limit). */

@@ -95,7 +95,7 @@ static float *read_widened(const char *path, const zoe_st_tensor *t, size_t *n) 
                      : NULL;
     if (out) {
         *n = bytes / esz;
-        zoe_convert(out, ZOE_F32, raw, t->dtype == ZOE_ST_BF16 ? ZOE_BF16 : ZOE_F32, *n);
+        zoe_convert(out, ZOE_F32, raw, zoe_st_dtype_to_zoe(t->dtype), *n);
     }
     free(raw);
     return out;
