@@ -350,9 +350,7 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         /* A bf16 state reads back exactly (widened) and is written with round-to-nearest-even:
          * what it read back is written back unchanged. */
         void *h = zoe_host_state_at(opt, (int)which, a - pd);
-        zoe_dtype held = which == ZOE_STATE_MASTER    ? opt->sz.host_dtypes.master
-                         : which == ZOE_STATE_EXP_AVG ? opt->sz.host_dtypes.exp_avg
-                                                      : opt->sz.host_dtypes.exp_avg_sq;
+        zoe_dtype held = zoe_optimizer_state_dtype(opt, which);
         char *u = buf + (a - offset) * esz;
         ZOE_TRY(write ? zoe_convert(h, held, u, dt, end - a)
                       : zoe_convert(u, dt, h, held, end - a));

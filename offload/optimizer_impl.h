@@ -208,9 +208,8 @@ struct zoe_optimizer {
  * dtype: the address of the state of host coordinate h. */
 static inline void *zoe_host_state_at(const zoe_optimizer *opt, int which, size_t h) {
     void *base[] = {opt->h_master, opt->h_m, opt->h_v};
-    zoe_dtype dt[] = {opt->sz.host_dtypes.master, opt->sz.host_dtypes.exp_avg,
-                      opt->sz.host_dtypes.exp_avg_sq};
-    return base[which] ? (char *)base[which] + h * zoe_adam_state_esize(dt[which]) : NULL;
+    zoe_dtype dt = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);
+    return base[which] ? (char *)base[which] + h * zoe_adam_state_esize(dt) : NULL;
 }
 
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */
