@@ -259,6 +259,14 @@ static zoe_status evaluate(zoe_trainer *tr, const zoe_loader *val, int batches, 
     return st == ZOE_OK ? zoe_trainer_eval_end(tr, loss) : st;
 }
 
+/* A check of a path that rank 0 makes (it writes the metrics; checkpoints' directories are
+ * shared), its answer on every rank. */
+static int rank0_agrees(int rank, zoe_status (*check)(const char *), const char *path) {
+    int ok = rank != 0 || check(path) == ZOE_OK;
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     ensure_passive_openmp_wait(argv);
     MPI_Init(&argc, &argv);
@@ -296,14 +304,12 @@ int main(int argc, char **argv) {
      * the first step for a resumed one) only once every check has passed and the first step is
      * known, so a run refused on the way leaves an existing file as it was and makes none. */
     zoe_progress *progress = NULL;
-    int metrics_ok = rank != 0 || zoe_metrics_check(cfg.metrics) == ZOE_OK;
-    MPI_Bcast(&metrics_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!metrics_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
+    if (!rank0_agrees(rank, zoe_metrics_check, cfg.metrics))
+        return fail(rank, EXIT_USAGE, zoe_last_error());
     /* The same for --save: a save directory that cannot be written is found now, not after the
      * training it was to keep. */
-    int save_ok = rank != 0 || zoe_checkpoint_dir_check(cfg.save) == ZOE_OK;
-    MPI_Bcast(&save_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!save_ok) return fail(rank, EXIT_USAGE, zoe_last_error());
+    if (!rank0_agrees(rank, zoe_checkpoint_dir_check, cfg.save))
+        return fail(rank, EXIT_USAGE, zoe_last_error());
 
     zoe_stop_signals_install();
     run_data data;
