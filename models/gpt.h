@@ -58,7 +58,7 @@ void zoe_gpt_destroy(zoe_gpt *g);
 /* The model described for TP rank tp_rank of tp_size but not built: its tensors (no data),
  * element counts, activation size and kernel plan, from the same code zoe_gpt_create sizes
  * its allocations with, and no device memory. Only the queries below the next line and
- * zoe_gpt_destroy may be called on it. The plan (engine/plan.c) sizes a run with it. */
+ * zoe_gpt_destroy may be called on it. The plan (engine/plan/plan.c) sizes a run with it. */
 zoe_status zoe_gpt_describe(const zoe_gpt_config *cfg, int tp_size, int tp_rank, zoe_gpt **out);
 
 /* The tensors in their fixed order. GPT: wte, wpe, h.0.* ... h.{L-1}.*, ln_f.weight, ln_f.bias.

@@ -56,7 +56,7 @@ zoe_status zoe_checkpoint_verify(const char *path, FILE *progress);
  * checkpoint's family from its fp32 master weights: GPT2LMHeadModel (Conv1D [in, out] weights,
  * q/k/v split per head, the tied head) or LlamaForCausalLM (q/k/v/o, gate/up/down, its RoPE
  * theta and scaling, lm_head unless tied), transformers' names and layouts through the same
- * mapping as the import (engine/hf.h). out_dir is created; existing files in it are replaced. */
+ * mapping as the import (engine/hf/hf.h). out_dir is created; existing files in it are replaced. */
 zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir);
 
 /* Stop requests for training loops: zoe_stop_signals_install() makes SIGTERM, SIGINT and

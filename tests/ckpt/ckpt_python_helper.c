@@ -9,8 +9,8 @@
  * Run as: mpirun -np 2 ckpt_python_helper OUT CORPUS */
 #include <stdlib.h>
 #include "ckpt_test.h"
-#include "engine/safetensors.h"
-#include "engine/trainer_impl.h"
+#include "engine/formats/safetensors.h"
+#include "engine/train/trainer_impl.h"
 #include "models/gpt.h"
 #include "tensor_parallel/param.h"
 

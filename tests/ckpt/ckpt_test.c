@@ -2,7 +2,7 @@
 #include "ckpt_test.h"
 #include <stdlib.h>
 #include <string.h>
-#include "engine/safetensors.h"
+#include "engine/formats/safetensors.h"
 #include "runtime/error.h"
 
 void ckpt_test_config(zoe_train_config *c, int tp, int dp, int grad_accum, float dropout,

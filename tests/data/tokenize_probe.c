@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "data_util.h"
-#include "engine/tokenizer_impl.h"
+#include "engine/tokenizer/tokenizer_impl.h"
 #include "zoe/status.h"
 
 static int fail(void) {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include "engine/safetensors.h"
+#include "engine/formats/safetensors.h"
 #include "testing.h"
 
 static void roundtrip(const char *dir, test_rng *rng) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "engine/data_impl.h"
+#include "engine/data/data_impl.h"
 
 static void check_view(const zoe_index_view *v, size_t bin_len) {
     int64_t at = 0;

@@ -3,7 +3,7 @@
  * (tests/fuzz/CMakeLists.txt): build-clang/tests/fuzz/fuzz_safetensors -max_total_time=60 */
 #include <stddef.h>
 #include <stdint.h>
-#include "engine/safetensors.h"
+#include "engine/formats/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,5 @@
-/* The generator (engine/generate.c) on checkpoints saved here, GPT and Llama, at TP = world size:
+/* The generator (engine/generate/generate.c) on checkpoints saved here, GPT and Llama, at TP =
+ * world size:
  *  - zoe_generator_logits of a sequence (prefill chunks through the KV cache, the vocabulary
  *    shards gathered) equal zoe_trainer_logits (the training forward, no cache) of the trainer
  *    that saved it, within 1e-4 + 1e-4 |x| (fp32, sums in other orders; see

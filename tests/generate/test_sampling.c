@@ -1,4 +1,4 @@
-/* The sampler (engine/sample.c) on fixed logit vectors against a float64 reference written
+/* The sampler (engine/generate/sample.c) on fixed logit vectors against a float64 reference written
  * here another way (a selection of the kept set by counting, not by sorting): the distribution
  * for temperature, top-k and top-p; greedy ties to the lowest id; top-k = 1 is greedy for any
  * draw; a draw u picks the token where the cumulative distribution passes u, and 20000 draws

@@ -3,7 +3,7 @@
  * Llama with a tied head), zoe loads config.json and model.safetensors at TP = world size
  * (each rank reading its own shard) and reproduces transformers' logits and loss on the same
  * tokens, and the gradients of that loss match torch's autograd, tensor by tensor through the
- * name and layout mapping (engine/hf.h).
+ * name and layout mapping (engine/hf/hf.h).
  *
  * Tolerances: both compute in fp32 but in other orders (BLAS blocking, the online softmax
  * against torch's two-pass one, zoe's polynomial exp in GELU, SiLU and softmax, RoPE angles
@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "../tp/stack.h"
-#include "engine/hf.h"
-#include "engine/safetensors.h"
+#include "engine/hf/hf.h"
+#include "engine/formats/safetensors.h"
 #include "testing.h"
 
 /* A reference tensor as float64 (F32 or I32 in the file). */

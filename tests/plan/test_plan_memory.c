@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "engine/trainer_impl.h"
+#include "engine/train/trainer_impl.h"
 #include "runtime/proc_file.h"
 #include "testing.h"
 #include "zoe/plan.h"

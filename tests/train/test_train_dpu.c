@@ -46,7 +46,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
-#include "engine/trainer_impl.h"
+#include "engine/train/trainer_impl.h"
 #include "kernels/adam.h"
 #include "runtime/error.h"
 #include "testing.h"

@@ -21,7 +21,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "engine/trainer_impl.h"
+#include "engine/train/trainer_impl.h"
 #include "runtime/error.h"
 #include "testing.h"
 #include "zoe/data.h"

@@ -1,0 +1,542 @@
+/* Saving and loading a trainer: the files' tables from the model's tensor descriptors (global
+ * shapes, unpadded vocabulary), each rank's runs (its TP shard cut by its DP partition, in
+ * global element indices), trainer.json, and the DPU rule of docs/checkpoint.md. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "engine/checkpoint/directory.h"
+#include "engine/checkpoint/mpi_io.h"
+#include "engine/formats/json_file.h"
+#include "engine/train/trainer_impl.h"
+#include "models/gpt.h"
+#include "runtime/error.h"
+#include "zoe/zoe.h"
+
+enum { FILE_MODEL = 0, FILE_OPTIMIZER, FILE_PARAMS, NUM_FILES };
+static const char *const file_names[NUM_FILES] = {CKPT_MODEL_FILE, CKPT_OPTIMIZER_FILE,
+                                                  CKPT_PARAMS_FILE};
+
+/* What a trainer's tensors look like in a checkpoint. */
+typedef struct ckpt_view {
+    zoe_trainer *tr;
+    zoe_gpt *gpt;
+    zoe_optimizer *opt;
+    zoe_grid *grid;
+    const zoe_train_config *cfg;
+    int num_tensors, tp_rank, dp_rank;
+} ckpt_view;
+
+static ckpt_view view_of(zoe_trainer *tr) {
+    ckpt_view v = {.tr = tr,
+                   .gpt = zoe_trainer_gpt(tr),
+                   .opt = zoe_trainer_optimizer(tr),
+                   .grid = zoe_trainer_grid(tr),
+                   .cfg = zoe_trainer_config(tr)};
+    v.num_tensors = zoe_gpt_num_tensors(v.gpt);
+    v.tp_rank = zoe_grid_tp_rank(v.grid);
+    v.dp_rank = zoe_grid_dp_rank(v.grid);
+    return v;
+}
+
+/* Rows a tensor keeps in the file: the embedding and an untied head drop the vocabulary
+ * padding. */
+static int64_t stored_rows(const ckpt_view *v, const zoe_tp_param *p) {
+    const zoe_tp_embedding *e = zoe_gpt_embedding(v->gpt);
+    return p == &e->wte || (e->untied && p == &e->head) ? e->vocab.vocab : p->global_shape[0];
+}
+
+static const char *suffix_of(ckpt_source s) {
+    return s == CKPT_EXP_AVG ? ".exp_avg" : s == CKPT_EXP_AVG_SQ ? ".exp_avg_sq" : "";
+}
+
+/* The sources of a file, in its tensor order: the model's tensors once per source. */
+static int file_sources(int file, ckpt_source out[2]) {
+    if (file == FILE_MODEL) return out[0] = CKPT_MASTER, 1;
+    if (file == FILE_PARAMS) return out[0] = CKPT_PARAMS, 1;
+    out[0] = CKPT_EXP_AVG, out[1] = CKPT_EXP_AVG_SQ;
+    return 2;
+}
+
+/* The table this trainer writes for a file (and expects when loading). */
+static zoe_status build_table(const ckpt_view *v, int file, zoe_safetensors *table) {
+    zoe_safetensors_init(table);
+    ckpt_source src[2];
+    int ns = file_sources(file, src);
+    char name[ZOE_TP_NAME_MAX + 16];
+    for (int s = 0; s < ns; s++)
+        for (int t = 0; t < v->num_tensors; t++) {
+            /* The moments as the host holds them; the master in fp32 (exact from bf16), so that
+             * the model file reads as any fp32 safetensors does (exports, peers). */
+            zoe_st_dtype dt = file == FILE_PARAMS ? zoe_st_dtype_from_zoe(v->cfg->dtype)
+                              : src[s] == CKPT_EXP_AVG || src[s] == CKPT_EXP_AVG_SQ
+                                  ? zoe_st_dtype_from_zoe(zoe_optimizer_state_dtype(
+                                        v->opt, (zoe_optimizer_state)src[s]))
+                                  : ZOE_ST_F32;
+            const zoe_tp_param *p = zoe_gpt_tensor(v->gpt, t);
+            int64_t shape[2] = {stored_rows(v, p), p->global_shape[1]};
+            snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s]));
+            zoe_status st = zoe_safetensors_add(table, name, dt, p->ndim, shape);
+            if (st != ZOE_OK) {
+                zoe_safetensors_free(table);
+                return st;
+            }
+        }
+    return ZOE_OK;
+}
+
+/* This rank's runs of tensor t: local elements [first, first + count), which sit at mem, as
+ * stretches of consecutive global indices (a row of a column shard, or whole rows). */
+static zoe_status shard_runs(const ckpt_view *v, const zoe_tp_param *p, int entry, ckpt_source src,
+                             size_t first, size_t count, uint64_t mem, int counted,
+                             ckpt_runs *out) {
+    int64_t lc = p->local_shape[1], gc = p->global_shape[1], rows = stored_rows(v, p);
+    for (size_t k = first; k < first + count;) {
+        int64_t i = (int64_t)k / lc, j = (int64_t)k % lc, grow = p->local_offset[0] + i;
+        size_t n = (size_t)(lc - j) < first + count - k ? (size_t)(lc - j) : first + count - k;
+        if (grow < rows) {
+            ckpt_run r = {.entry = entry,
+                          .source = src,
+                          .mem = mem + (k - first),
+                          .gidx = (uint64_t)(grow * gc + p->local_offset[1] + j),
+                          .n = n,
+                          .counted = counted};
+            ZOE_TRY(ckpt_runs_add(out, &r));
+        }
+        k += n;
+    }
+    return ZOE_OK;
+}
+
+/* The runs of a file on this rank. Writing, a TP-replicated tensor is written by tp_rank 0
+ * only, and a sharded one (KV heads replicated over TP, param.h) by the first rank of each
+ * replica group; reading, every TP rank reads it, and the checksum counts it once. The optimizer
+ * state is the rank's DP partition; the parameter buffer (compute dtype) is written from that
+ * partition too, but read whole (every DP rank holds all of it). file_table maps names to the
+ * entries of the file being read (NULL: the trainer's own table, in its order). */
+static zoe_status file_runs(const ckpt_view *v, int file, int reading,
+                            const zoe_safetensors *file_table, ckpt_runs *out) {
+    ckpt_source src[2];
+    int ns = file_sources(file, src);
+    char name[ZOE_TP_NAME_MAX + 16];
+    memset(out, 0, sizeof *out);
+    for (int s = 0; s < ns; s++)
+        for (int t = 0; t < v->num_tensors; t++) {
+            const zoe_tp_param *p = zoe_gpt_tensor(v->gpt, t);
+            int entry = s * v->num_tensors + t;
+            if (file_table) {
+                snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s]));
+                entry = (int)(zoe_safetensors_find(file_table, name) - file_table->tensors);
+            }
+            int once = v->tp_rank % p->replicas == 0;
+            if (!reading && !once) continue;
+            size_t first, count, part, flat;
+            ZOE_TRY(zoe_optimizer_tensor_shard(v->opt, t, &first, &count, &part));
+            ZOE_TRY(zoe_optimizer_tensor_offset(v->opt, t, &flat));
+            zoe_status st;
+            if (src[s] == CKPT_PARAMS && reading)
+                st = shard_runs(v, p, entry, src[s], 0, (size_t)p->local_numel, flat,
+                                once && v->dp_rank == 0, out);
+            else
+                st = shard_runs(v, p, entry, src[s], first, count,
+                                src[s] == CKPT_PARAMS ? flat + first : part, once, out);
+            if (st != ZOE_OK) {
+                ckpt_runs_free(out);
+                return st;
+            }
+        }
+    return ZOE_OK;
+}
+
+static ckpt_io io_of(const ckpt_view *v) {
+    return (ckpt_io){.comm = zoe_grid_world_comm(v->grid),
+                     .opt = v->opt,
+                     .params = zoe_optimizer_params(v->opt),
+                     .stream = zoe_trainer_stream(v->tr),
+                     .round_bytes = ckpt_round_bytes()};
+}
+
+/* Every rank learns whether any failed; the failing rank keeps its message. */
+static zoe_status agree(MPI_Comm comm, zoe_status st) {
+    int failed = st != ZOE_OK, any = 0;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm);
+    if (any && st == ZOE_OK) return zoe_fail(ZOE_ERR_IO, "checkpoint: another rank failed");
+    return st;
+}
+
+/* Rank 0's status and message, on every rank. */
+static zoe_status from_root(MPI_Comm comm, zoe_status st) {
+    char msg[1024] = "";
+    int code = (int)st, rank;
+    MPI_Comm_rank(comm, &rank);
+    if (rank == 0 && st != ZOE_OK) snprintf(msg, sizeof msg, "%s", zoe_last_error());
+    MPI_Bcast(&code, 1, MPI_INT, 0, comm);
+    MPI_Bcast(msg, sizeof msg, MPI_CHAR, 0, comm);
+    if (code == ZOE_OK) return ZOE_OK;
+    return zoe_fail((zoe_status)code, "%s", msg);
+}
+
+/* ---- trainer.json ---- */
+
+static void add_hex(cJSON *obj, const char *key, uint64_t v) {
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016" PRIx64, v);
+    cJSON_AddStringToObject(obj, key, hex);
+}
+
+static char *trainer_json(const ckpt_view *v, const zoe_optimizer_progress *op, int refresh_due,
+                          int files, zoe_safetensors *tables, uint64_t **sums) {
+    const zoe_train_config *c = v->cfg;
+    int step = zoe_trainer_steps_done(v->tr), dp = zoe_grid_dp_size(v->grid);
+    cJSON *root = cJSON_CreateObject();
+    char text[64];
+    cJSON_AddStringToObject(root, "format", CKPT_FORMAT);
+    cJSON_AddNumberToObject(root, "format_version", CKPT_FORMAT_VERSION);
+    snprintf(text, sizeof text, "%d.%d.%d", ZOE_VERSION_MAJOR, ZOE_VERSION_MINOR,
+             ZOE_VERSION_PATCH);
+    cJSON_AddStringToObject(root, "zoe_version", text);
+    cJSON_AddNumberToObject(root, "step", step);
+    cJSON_AddNumberToObject(root, "next_lr", zoe_train_lr_at(c, step));
+    cJSON *o = cJSON_AddObjectToObject(root, "optimizer");
+    cJSON_AddNumberToObject(o, "iteration", (double)op->iteration);
+    cJSON_AddNumberToObject(o, "step", (double)op->step);
+    cJSON_AddNumberToObject(o, "skipped_total", (double)op->skipped_total);
+    cJSON_AddNumberToObject(o, "loss_scale", op->loss_scale);
+    cJSON_AddNumberToObject(o, "clean_steps", op->clean_steps);
+    cJSON_AddNumberToObject(o, "last_lr", op->last_lr);
+    cJSON_AddBoolToObject(o, "refresh_due", refresh_due);
+    cJSON *d = cJSON_AddObjectToObject(root, "data");
+    cJSON_AddNumberToObject(d, "next_step", step);
+    snprintf(text, sizeof text, "%" PRIu64, c->seed);
+    cJSON_AddStringToObject(d, "seed", text);
+    cJSON_AddNumberToObject(d, "global_batch", (double)dp * c->grad_accum * c->micro_batch);
+    cJSON_AddNumberToObject(root, "dropout_forward_count", (double)zoe_gpt_forward_count(v->gpt));
+    cJSON *g = cJSON_AddObjectToObject(root, "grid");
+    cJSON_AddNumberToObject(g, "world", zoe_grid_world_size(v->grid));
+    cJSON_AddNumberToObject(g, "tp", zoe_grid_tp_size(v->grid));
+    cJSON_AddNumberToObject(g, "dp", dp);
+    cJSON *m = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(m, "name", c->model.name);
+    cJSON_AddNumberToObject(m, "layers", c->model.layers);
+    cJSON_AddNumberToObject(m, "hidden", c->model.hidden);
+    cJSON_AddNumberToObject(m, "heads", c->model.heads);
+    cJSON_AddNumberToObject(m, "ffn", c->model.ffn ? c->model.ffn : 4 * c->model.hidden);
+    cJSON_AddNumberToObject(m, "seq_len", c->model.seq_len);
+    cJSON_AddNumberToObject(m, "vocab", c->model.vocab);
+    cJSON_AddNumberToObject(m, "dropout", c->model.dropout);
+    cJSON_AddStringToObject(m, "family", zoe_model_family_name(c->model.family));
+    if (c->model.family == ZOE_MODEL_LLAMA) {
+        cJSON_AddNumberToObject(m, "kv_heads",
+                                c->model.kv_heads ? c->model.kv_heads : c->model.heads);
+        cJSON_AddNumberToObject(m, "rope_theta", c->model.rope_theta);
+        cJSON_AddNumberToObject(m, "norm_eps", c->model.norm_eps);
+        cJSON_AddBoolToObject(m, "tie_embeddings", c->model.tie_embeddings);
+        const zoe_rope_scaling *rs = &c->model.rope_scaling;
+        if (rs->factor > 0) {
+            cJSON *r = cJSON_AddObjectToObject(m, "rope_scaling");
+            cJSON_AddNumberToObject(r, "factor", rs->factor);
+            cJSON_AddNumberToObject(r, "low_freq_factor", rs->low_freq_factor);
+            cJSON_AddNumberToObject(r, "high_freq_factor", rs->high_freq_factor);
+            cJSON_AddNumberToObject(r, "original_max_position", rs->original_max_position);
+        }
+    }
+    cJSON_AddStringToObject(root, "dtype", zoe_dtype_name(c->dtype));
+    char *config = zoe_train_config_json(c);
+    cJSON_AddItemToObject(root, "config", config ? cJSON_Parse(config) : cJSON_CreateNull());
+    free(config);
+    cJSON *f = cJSON_AddObjectToObject(root, "files");
+    for (int i = 0; i < files; i++) {
+        cJSON *e = cJSON_AddObjectToObject(f, file_names[i]);
+        cJSON_AddNumberToObject(e, "bytes", (double)(tables[i].data_offset + tables[i].data_size));
+        cJSON *s = cJSON_AddObjectToObject(e, "checksums");
+        for (int t = 0; t < tables[i].count; t++) add_hex(s, tables[i].tensors[t].name, sums[i][t]);
+    }
+    char *out = cJSON_Print(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+/* ---- save ---- */
+
+/* Rank 0: the partial directory, fresh. *skip when the step is already saved. */
+static zoe_status prepare_dir(const char *dir, const char *name, int *skip) {
+    char p[ZOE_PATH_MAX * 2];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return zoe_fail(ZOE_ERR_IO, "cannot create checkpoint directory %s: %s", dir,
+                        strerror(errno));
+    snprintf(p, sizeof p, "%s/%s/%s", dir, name, CKPT_TRAINER_FILE);
+    struct stat sb;
+    *skip = stat(p, &sb) == 0;
+    if (*skip) return ZOE_OK;
+    snprintf(p, sizeof p, "%s/%s.partial", dir, name);
+    ZOE_TRY(ckpt_remove_tree(p)); /* a crashed save of the same step */
+    if (mkdir(p, 0755) != 0)
+        return zoe_fail(ZOE_ERR_IO, "cannot create %s: %s", p, strerror(errno));
+    return ZOE_OK;
+}
+
+/* Rank 0, after a save failed on some rank: the partial directory goes (a full disk stays full
+ * otherwise), latest and the complete checkpoints stay, and the message says how much room the
+ * checkpoint's files need. */
+static zoe_status discard_partial(const ckpt_view *v, int files, const char *partial,
+                                  zoe_status failed) {
+    struct stat sb;
+    if (stat(partial, &sb) != 0) return failed; /* committed: the failure came after */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zoe_last_error());
+    double need = 0;
+    for (int f = 0; f < files; f++) {
+        zoe_safetensors t;
+        if (build_table(v, f, &t) != ZOE_OK) continue;
+        need += (double)t.data_size + 4096.0; /* the header, within a page */
+        zoe_safetensors_free(&t);
+    }
+    zoe_status removed = ckpt_remove_tree(partial);
+    int gib = need >= 1024.0 * 1024.0 * 1024.0;
+    return zoe_fail(failed, "%s; %s %s (the checkpoint needs %.2f %s; earlier ones are kept)", msg,
+                    partial, removed == ZOE_OK ? "removed" : "could not be removed",
+                    need / (gib ? 1024.0 * 1024.0 * 1024.0 : 1024.0 * 1024.0), gib ? "GiB" : "MiB");
+}
+
+zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, char *saved,
+                            size_t cap) {
+    if (!tr || !dir || !*dir) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "save: no directory");
+    ckpt_view v = view_of(tr);
+    MPI_Comm comm = zoe_grid_world_comm(v.grid);
+    int rank = zoe_grid_rank(v.grid), skip = 0, refresh_due = 0;
+    char name[32], partial[ZOE_PATH_MAX * 2], path[ZOE_PATH_MAX * 3];
+    ckpt_step_name(zoe_trainer_steps_done(tr), name, sizeof name);
+    snprintf(partial, sizeof partial, "%s/%s.partial", dir, name);
+    if (saved) snprintf(saved, cap, "%s/%s", dir, name);
+    zoe_status st = ZOE_OK;
+    if (rank == 0) st = prepare_dir(dir, name, &skip);
+    ZOE_TRY(from_root(comm, st));
+    MPI_Bcast(&skip, 1, MPI_INT, 0, comm);
+    if (skip) return ZOE_OK;
+    ZOE_TRY(agree(comm, zoe_optimizer_settle(v.opt, &refresh_due)));
+    zoe_optimizer_progress op;
+    ZOE_TRY(zoe_optimizer_progress_get(v.opt, &op));
+    zoe_safetensors tables[NUM_FILES];
+    uint64_t *sums[NUM_FILES] = {0};
+    int files = refresh_due ? 3 : 2, built = 0;
+    ckpt_io io = io_of(&v);
+    for (; st == ZOE_OK && built < files; built++) {
+        ckpt_runs runs;
+        st = build_table(&v, built, &tables[built]);
+        if (st != ZOE_OK) break;
+        sums[built] = calloc((size_t)tables[built].count, sizeof(uint64_t));
+        st = sums[built] ? file_runs(&v, built, 0, NULL, &runs)
+                         : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
+        st = agree(comm, st);
+        if (st != ZOE_OK) {
+            built++;
+            break;
+        }
+        snprintf(path, sizeof path, "%s/%s", partial, file_names[built]);
+        st = ckpt_file_write(&io, path, &tables[built], &runs, sums[built]);
+        ckpt_runs_free(&runs);
+    }
+    if (st == ZOE_OK && rank == 0) {
+        char *json = trainer_json(&v, &op, refresh_due, files, tables, sums);
+        snprintf(path, sizeof path, "%s/%s", partial, CKPT_TRAINER_FILE);
+        st = json ? ckpt_write_text(path, json) : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "trainer.json");
+        free(json);
+        if (st == ZOE_OK) {
+            char partial_name[64];
+            snprintf(partial_name, sizeof partial_name, "%s.partial", name);
+            st = ckpt_commit(dir, partial_name, name);
+        }
+        if (st == ZOE_OK) st = ckpt_prune(dir, keep_last, name);
+    }
+    for (int i = 0; i < built; i++) {
+        zoe_safetensors_free(&tables[i]);
+        free(sums[i]);
+    }
+    st = agree(comm, st);
+    if (st != ZOE_OK && rank == 0) st = discard_partial(&v, files, partial, st);
+    return from_root(comm, st);
+}
+
+/* ---- load ---- */
+
+static int64_t json_num(const cJSON *obj, const char *key, int64_t fallback) {
+    int64_t n = fallback;
+    zoe_json_int64(cJSON_GetObjectItemCaseSensitive(obj, key), &n);
+    return n;
+}
+
+/* The run it was written by must be compatible with this trainer's: the same data order and
+ * global batch (the loader then continues at the step), the same sequence length. */
+static zoe_status check_run(const ckpt_view *v, const cJSON *root, const char *dir) {
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(data, "seed");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const zoe_train_config *c = v->cfg;
+    int64_t global = (int64_t)zoe_grid_dp_size(v->grid) * c->grad_accum * c->micro_batch;
+    int64_t saved_global = json_num(data, "global_batch", -1);
+    if (saved_global != global)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s was written with a global batch of %lld sequences, this run has %lld "
+                        "(dp %d x --grad-accum %d x --micro-batch %d): keep dp x grad-accum x "
+                        "micro-batch the same to resume",
+                        dir, (long long)saved_global, (long long)global, zoe_grid_dp_size(v->grid),
+                        c->grad_accum, c->micro_batch);
+    char mine[32];
+    snprintf(mine, sizeof mine, "%" PRIu64, c->seed);
+    if (!cJSON_IsString(seed) || strcmp(seed->valuestring, mine) != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s was written with --seed %s, this run has %s",
+                        dir, cJSON_IsString(seed) ? seed->valuestring : "?", mine);
+    /* --split chooses the training documents: another split is another data order */
+    const cJSON *split =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"), "split");
+    char split_now[32] = "none";
+    if (c->split_train)
+        snprintf(split_now, sizeof split_now, "%d,%d", c->split_train, c->split_val);
+    if (cJSON_IsString(split) && strcmp(split->valuestring, split_now) != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s was written with --split %s, this run has %s: the training documents "
+                        "would differ",
+                        dir, split->valuestring, split_now);
+    if (json_num(model, "seq_len", -1) != c->model.seq_len)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s was written with --seq-len %lld, this run has %d", dir,
+                        (long long)json_num(model, "seq_len", -1), c->model.seq_len);
+    return ZOE_OK;
+}
+
+/* The file's table against the trainer's: every tensor present with its dtype and shape. The
+ * moments may be in either state dtype, F32 or BF16 (converted on load: a checkpoint of one
+ * state dtype resumes with another). */
+static zoe_status check_table(const zoe_safetensors *file, const zoe_safetensors *want,
+                              int any_state_dtype, const char *path) {
+    for (int i = 0; i < want->count; i++) {
+        const zoe_st_tensor *w = &want->tensors[i], *f = zoe_safetensors_find(file, w->name);
+        if (!f)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "%s has no tensor %s (a checkpoint of another model?)", path, w->name);
+        int dtype_ok = f->dtype == w->dtype ||
+                       (any_state_dtype && (f->dtype == ZOE_ST_F32 || f->dtype == ZOE_ST_BF16));
+        int same = f->ndim == w->ndim && dtype_ok;
+        for (int d = 0; same && d < w->ndim; d++) same = f->shape[d] == w->shape[d];
+        if (!same)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "%s: tensor %s is %s [%lld, %lld] in the file but %s [%lld, %lld] in "
+                            "this model (a checkpoint of another model shape?)",
+                            path, w->name, zoe_st_dtype_name(f->dtype), (long long)f->shape[0],
+                            (long long)(f->ndim > 1 ? f->shape[1] : 1), zoe_st_dtype_name(w->dtype),
+                            (long long)w->shape[0], (long long)(w->ndim > 1 ? w->shape[1] : 1));
+    }
+    if (file->count != want->count)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s holds %d tensors, this model %d", path,
+                        file->count, want->count);
+    return ZOE_OK;
+}
+
+/* Reads one file into the trainer and verifies its checksums. */
+static zoe_status load_file(const ckpt_view *v, const cJSON *root, const char *dir, int file,
+                            const char *hint) {
+    char path[ZOE_PATH_MAX * 2];
+    snprintf(path, sizeof path, "%s/%s", dir, file_names[file]);
+    MPI_Comm comm = zoe_grid_world_comm(v->grid);
+    zoe_safetensors want, got;
+    zoe_safetensors_init(&got);
+    ZOE_TRY(build_table(v, file, &want));
+    zoe_status st = zoe_safetensors_read_header(path, &got);
+    const cJSON *entry = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "files"), file_names[file]);
+    int64_t bytes = json_num(entry, "bytes", -1);
+    if (st == ZOE_OK && bytes != (int64_t)(got.data_offset + got.data_size))
+        st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %llu bytes, trainer.json says %lld", path,
+                      (unsigned long long)(got.data_offset + got.data_size), (long long)bytes);
+    if (st == ZOE_OK) st = check_table(&got, &want, file == FILE_OPTIMIZER, path);
+    ckpt_runs runs = {0};
+    if (st == ZOE_OK) st = file_runs(v, file, 1, &got, &runs);
+    uint64_t *sums = calloc((size_t)want.count, sizeof *sums);
+    if (st == ZOE_OK && !sums) st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
+    st = agree(comm, st);
+    ckpt_io io = io_of(v);
+    if (st == ZOE_OK) st = ckpt_file_read(&io, path, &got, &runs, sums);
+    for (int i = 0; st == ZOE_OK && i < got.count; i++) {
+        uint64_t recorded;
+        st = ckpt_recorded_checksum(root, dir, file_names[file], got.tensors[i].name, &recorded);
+        if (st == ZOE_OK && recorded != sums[i])
+            st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                          "%s: tensor %s: checksum %016" PRIx64
+                          " but trainer.json records %016" PRIx64 " (corrupted)",
+                          path, got.tensors[i].name, sums[i], recorded);
+    }
+    free(sums);
+    ckpt_runs_free(&runs);
+    zoe_safetensors_free(&got);
+    zoe_safetensors_free(&want);
+    if (st != ZOE_OK && hint[0]) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zoe_last_error());
+        return zoe_fail(st, "%s%s", msg, hint);
+    }
+    return st;
+}
+
+static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
+    MPI_Comm comm = zoe_grid_world_comm(v->grid);
+    char hint[ZOE_PATH_MAX * 3];
+    ckpt_previous_hint(dir, hint, sizeof hint);
+    cJSON *root = NULL;
+    zoe_status st = ckpt_read_trainer_json(dir, &root);
+    if (st == ZOE_OK) st = check_run(v, root, dir);
+    st = from_root(comm, agree(comm, st));
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    int refresh_due = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "refresh_due"));
+    /* The stale weights are in the compute dtype of the run that saved; another dtype cannot
+     * continue its trajectory exactly anyway, so it starts from the latest weights instead. */
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(root, "dtype");
+    if (refresh_due && (!cJSON_IsString(dtype) ||
+                        strcmp(dtype->valuestring, zoe_dtype_name(v->cfg->dtype)) != 0)) {
+        zoe_log(ZOE_LOG_INFO,
+                "%s: saved in another compute dtype: the pending delayed update is "
+                "applied at once",
+                dir);
+        refresh_due = 0;
+    }
+    for (int file = 0; st == ZOE_OK && file < FILE_PARAMS; file++)
+        st = from_root(comm, agree(comm, load_file(v, root, dir, file, hint)));
+    zoe_optimizer_progress op = {.iteration = json_num(o, "iteration", -1),
+                                 .step = json_num(o, "step", -1),
+                                 .skipped_total = json_num(o, "skipped_total", -1),
+                                 .loss_scale = -1,
+                                 .clean_steps = (int)json_num(o, "clean_steps", -1)};
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "loss_scale");
+    if (cJSON_IsNumber(ls)) op.loss_scale = (float)ls->valuedouble;
+    const cJSON *last_lr = cJSON_GetObjectItemCaseSensitive(o, "last_lr");
+    if (cJSON_IsNumber(last_lr)) op.last_lr = (float)last_lr->valuedouble; /* older: none */
+    if (st == ZOE_OK) st = agree(comm, zoe_optimizer_progress_set(v->opt, &op));
+    double t0 = MPI_Wtime();
+    if (st == ZOE_OK) st = agree(comm, zoe_optimizer_refresh_params(v->opt));
+    zoe_log(ZOE_LOG_DEBUG, "load: refresh of the parameters %.3f s", MPI_Wtime() - t0);
+    /* Under DPU the next forward reads the stale weights; the latest are refreshed at the next
+     * step, as in the run that saved. */
+    if (st == ZOE_OK && refresh_due) st = agree(comm, zoe_optimizer_defer_refresh(v->opt));
+    if (st == ZOE_OK && refresh_due)
+        st = from_root(comm, agree(comm, load_file(v, root, dir, FILE_PARAMS, hint)));
+    if (st == ZOE_OK) {
+        zoe_gpt_set_forward_count(v->gpt, (uint64_t)json_num(root, "dropout_forward_count", 0));
+        zoe_trainer_set_steps_done(v->tr, (int)json_num(root, "step", 0));
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+zoe_status zoe_trainer_load(zoe_trainer *tr, const char *path, char *loaded, size_t cap) {
+    if (!tr || !path) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "load: NULL argument");
+    ckpt_view v = view_of(tr);
+    MPI_Comm comm = zoe_grid_world_comm(v.grid);
+    char dir[ZOE_PATH_MAX] = "";
+    zoe_status st = ZOE_OK;
+    if (zoe_grid_rank(v.grid) == 0) st = zoe_checkpoint_resolve(path, dir, sizeof dir);
+    ZOE_TRY(from_root(comm, st));
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm);
+    if (loaded) snprintf(loaded, cap, "%s", dir);
+    return load_resolved(&v, dir);
+}

@@ -1,0 +1,76 @@
+/* Internal to engine/: collective MPI-IO of one safetensors file whose tensors are in global
+ * layout, each rank moving its own pieces, and the grid-independent per-tensor checksum.
+ *
+ * A rank's share of a file is a list of runs, each a stretch of consecutive global elements of
+ * one tensor that is also consecutive in the rank's memory (its optimizer partition or its
+ * parameter buffer). Runs are moved in rounds through one bounded staging buffer: each round is
+ * a file view (an hindexed type of the round's runs) and one MPI_File_write_all / read_all, so
+ * no rank ever holds more than the staging buffer besides its own state. */
+#ifndef ZOE_ENGINE_CHECKPOINT_IO_H
+#define ZOE_ENGINE_CHECKPOINT_IO_H
+
+#include <mpi.h>
+#include <stdint.h>
+#include "engine/formats/safetensors.h"
+#include "zoe/device.h"
+#include "zoe/optimizer.h"
+
+/* Where a run's elements live on this rank. */
+typedef enum ckpt_source {
+    CKPT_MASTER = 0,     /* the optimizer partition's fp32 master weights */
+    CKPT_EXP_AVG = 1,    /* ... Adam's first moment */
+    CKPT_EXP_AVG_SQ = 2, /* ... Adam's second moment */
+    CKPT_PARAMS = 3,     /* the device parameter buffer (compute dtype) */
+} ckpt_source;
+
+typedef struct ckpt_run {
+    int entry; /* index of the tensor in the file's table */
+    ckpt_source source;
+    uint64_t mem;  /* element offset in the partition (state) or the parameter buffer */
+    uint64_t gidx; /* global element index of the first element within its tensor */
+    uint64_t n;    /* elements */
+    int counted;   /* 1: enters the checksum on this rank */
+} ckpt_run;
+
+typedef struct ckpt_runs {
+    ckpt_run *runs;
+    int count, capacity;
+} ckpt_runs;
+
+void ckpt_runs_free(ckpt_runs *r);
+/* Appends a run, merging it into the previous one when both continue each other. */
+zoe_status ckpt_runs_add(ckpt_runs *r, const ckpt_run *run);
+
+/* What the rounds move between the file and this rank's memory. */
+typedef struct ckpt_io {
+    MPI_Comm comm;      /* every rank of the run */
+    zoe_optimizer *opt; /* state sources */
+    void *params;       /* the parameter buffer (device) */
+    zoe_stream *stream; /* orders copies to and from the parameter buffer */
+    size_t round_bytes; /* staging buffer size */
+    uint64_t written;   /* bytes this rank wrote so far (the crash hook counts them) */
+} ckpt_io;
+
+/* The checksum of a tensor: the wrapping sum over its elements of a hash of (the tensor's
+ * salt, the element's global index, its bits), so any set of ranks holding disjoint pieces
+ * that cover the tensor computes the same value. */
+uint64_t ckpt_salt(const char *name);
+uint64_t ckpt_hash_elements(uint64_t salt, uint64_t gidx, const void *data, uint64_t n,
+                            size_t elem_size);
+
+/* Creates path and writes table's header (rank 0) and every rank's runs collectively, then
+ * syncs. checksums[table->count] receives the all-reduced checksums of the file's tensors. */
+zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table,
+                           const ckpt_runs *runs, uint64_t *checksums);
+/* Reads every rank's runs from path, whose header file (parsed by the caller) gives the
+ * offsets, and all-reduces the checksums of the file's tensors. */
+zoe_status ckpt_file_read(ckpt_io *io, const char *path, const zoe_safetensors *file,
+                          const ckpt_runs *runs, uint64_t *checksums);
+
+/* Test-only hooks, from the environment (documented in docs/checkpoint.md):
+ * ZOE_CKPT_TEST_ROUND_BYTES sets the staging size, ZOE_CKPT_TEST_SLOW_MS sleeps before every
+ * round, ZOE_CKPT_TEST_CRASH_AT kills the rank (SIGKILL) when its bytes written in this process
+ * would pass that count in one save. */
+size_t ckpt_round_bytes(void);
+
+#endif

@@ -1,0 +1,61 @@
+/* The optimizer's side of a plan: zoe_optimizer_footprint_of, the code that sizes the
+ * optimizer's allocations, asked about the tensors and configuration the trainer would give
+ * zoe_optimizer_create. */
+#include <stdlib.h>
+#include "engine/plan/plan_impl.h"
+#include "engine/train/trainer_impl.h"
+#include "runtime/error.h"
+
+zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, int dp,
+                                 zoe_plan_optimizer *out) {
+    int n = zoe_gpt_num_tensors(g);
+    zoe_param_tensor *tensors = calloc((size_t)n, sizeof *tensors);
+    size_t *numel = calloc((size_t)n, sizeof *numel);
+    if (!tensors || !numel) {
+        free(tensors), free(numel);
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "plan: tensor table of %d", n);
+    }
+    zoe_trainer_param_tensors(g, 0, tensors);
+    for (int t = 0; t < n; t++) numel[t] = tensors[t].numel;
+    free(tensors);
+    zoe_optimizer_config oc;
+    zoe_trainer_optimizer_config(c, g, &oc);
+    zoe_optimizer_footprint f;
+    zoe_optimizer_footprint_args args = {.backend = c->backend,
+                                         .compute_dtype = c->dtype,
+                                         .numel = numel,
+                                         .num_tensors = n,
+                                         .dp_size = dp,
+                                         .config = &oc};
+    zoe_status st = zoe_optimizer_footprint_of(&args, &f);
+    /* one ring slot: dp x the largest bucket partition, as the same sizing code says */
+    zoe_optimizer_config one_slot = oc;
+    one_slot.bucket_ring = 1;
+    args.config = &one_slot;
+    zoe_optimizer_footprint slot;
+    if (st == ZOE_OK) st = zoe_optimizer_footprint_of(&args, &slot);
+    free(numel);
+    ZOE_TRY(st);
+    size_t esz = zoe_dtype_size(c->dtype);
+    int cpu = c->backend == ZOE_BACKEND_CPU;
+    out->device_params = (double)(f.params_numel * esz);
+    out->device_ring = (double)f.device_ring_bytes;
+    out->device_other = (double)f.device_bytes - out->device_params - out->device_ring;
+    out->host = (double)f.host_bytes;
+    out->pinned = (double)f.pinned_bytes;
+    /* The CPU backend's reduce-scatter of a bucket runs in place, so runtime/comm.c stages it
+     * in fp32: the whole bucket and the rank's partition of it. Open MPI reduces to DP rank 0
+     * and scatters, and that rank holds an fp32 temporary of the whole bucket besides
+     * (measured: the DP root of a 2-rank gpt2-350m run peaks that much above the other rank). */
+    double bucket = (double)slot.device_ring_bytes / (double)esz, part = bucket / dp;
+    out->comm_staging = cpu && dp > 1 ? (bucket + part) * sizeof(float) : 0.0;
+    out->comm_root = cpu && dp > 1 ? bucket * sizeof(float) : 0.0;
+    out->part_numel = f.partition_numel;
+    /* On CPU the whole partition is the host's; on a GPU the device keeps partial_ratio. */
+    out->host_numel =
+        cpu ? f.partition_numel : (size_t)((double)f.partition_numel * (1.0 - oc.partial_ratio));
+    /* The host Adam reads and writes master, m and v in their dtypes, reads the fp32 gradient
+     * and writes the compute-dtype weights (offload/memory.c says which arrays exist). */
+    out->adam_bytes_per_param = (double)f.step_bytes_per_element;
+    return ZOE_OK;
+}

@@ -1,0 +1,438 @@
+/* zoe_plan: the memory of a run from the code that sizes its allocations (the model's
+ * description, the kernels' workspace plan, the optimizer's footprint) and a time model of one
+ * step. See include/zoe/plan.h. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine/checkpoint/mpi_io.h"
+#include "engine/plan/plan_impl.h"
+#include "engine/train/trainer_impl.h"
+#include "kernels/attention_plan.h"
+#include "kernels/kernels.h"
+#include "runtime/error.h"
+#include "zoe/plan.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+void zoe_plan_config_init(zoe_plan_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->version = ZOE_PLAN_CONFIG_VERSION;
+    zoe_model_preset("demo", &cfg->model);
+    cfg->tp = cfg->dp = 1;
+    cfg->micro_batch = 4;
+    cfg->grad_accum = 1;
+    cfg->dtype = ZOE_F32;
+    cfg->offload_ratio = 1.0f;
+    cfg->bucket_mb = 16;
+    cfg->dpu_schedule = ZOE_DPU_EXACT;
+}
+
+zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, const zoe_hardware *hw,
+                                      zoe_plan_config *out) {
+    if (!c || !hw || !out || world <= 0 || c->tp <= 0 || world % c->tp != 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: %d ranks do not divide by tp=%d", world,
+                        c ? c->tp : 0);
+    zoe_plan_config_init(out);
+    out->model = c->model;
+    out->tp = c->tp;
+    out->dp = world / c->tp;
+    out->micro_batch = c->micro_batch;
+    out->grad_accum = c->grad_accum;
+    out->dtype = c->dtype;
+    out->recompute = c->recompute;
+    out->dpu = c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0;
+    out->offload_ratio = zoe_train_offload_ratio(c);
+    out->bucket_mb = c->bucket_mb;
+    out->main_params_dtype = c->main_params_dtype;
+    out->exp_avg_dtype = c->exp_avg_dtype;
+    out->exp_avg_sq_dtype = c->exp_avg_sq_dtype;
+    out->dpu_schedule = c->dpu_schedule;
+    out->evaluates = c->val_data[0] != '\0' || c->split_val > 0;
+    out->checkpoints = c->save[0] != '\0' || c->resume[0] != '\0';
+    const char *threads = getenv("OMP_NUM_THREADS");
+    out->host_threads = threads ? atoi(threads) : 0;
+    out->hardware = *hw;
+    return ZOE_OK;
+}
+
+/* The trainer's configuration for the plan's run, so that the model and optimizer are
+ * described exactly as zoe_trainer_create will build them. */
+static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
+    zoe_train_config_defaults(c);
+    c->model = p->model;
+    c->backend = p->hardware.backend;
+    c->tp = p->tp;
+    c->micro_batch = p->micro_batch;
+    c->grad_accum = p->grad_accum;
+    c->dtype = p->dtype;
+    c->recompute = p->recompute;
+    c->dpu_warmup = p->dpu ? (c->dpu_warmup > 0 ? c->dpu_warmup : 1) : 0;
+    c->offload = ZOE_OFFLOAD_CPU;
+    c->offload_ratio = p->offload_ratio;
+    c->bucket_mb = p->bucket_mb;
+    c->main_params_dtype = p->main_params_dtype;
+    c->exp_avg_dtype = p->exp_avg_dtype;
+    c->exp_avg_sq_dtype = p->exp_avg_sq_dtype;
+    c->dpu_schedule = p->dpu_schedule;
+}
+
+static zoe_status check(const zoe_plan_config *p) {
+    if (p->version != ZOE_PLAN_CONFIG_VERSION)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan config version %d (this zoe knows %d: zoe_plan_config_init)",
+                        p->version, ZOE_PLAN_CONFIG_VERSION);
+    if (!p->hardware.name[0])
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: no hardware (zoe_hardware_preset)");
+    if (p->tp <= 0 || p->dp <= 0 || p->micro_batch <= 0 || p->grad_accum <= 0 || p->bucket_mb <= 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan: tp=%d dp=%d micro-batch=%d grad-accum=%d bucket-mb=%lld must be "
+                        "positive",
+                        p->tp, p->dp, p->micro_batch, p->grad_accum, (long long)p->bucket_mb);
+    if (!(p->offload_ratio >= 0.0f && p->offload_ratio <= 1.0f))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: offload ratio %g outside [0, 1]",
+                        (double)p->offload_ratio);
+    if (p->hardware.backend == ZOE_BACKEND_CUDA && p->hardware.gpus > 0 && p->tp > p->hardware.gpus)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan: --tp=%d exceeds the %d GPUs of %s (TP stays inside a box)", p->tp,
+                        p->hardware.gpus, p->hardware.name);
+    zoe_train_config c;
+    train_config_of(p, &c);
+    return zoe_train_config_validate(&c, p->tp * p->dp);
+}
+
+/* Activation bytes of the model with recompute on or off. */
+static zoe_status activation_bytes(const zoe_train_config *c, int recompute, double *bytes) {
+    zoe_gpt_config gc = zoe_trainer_gpt_config(c);
+    gc.recompute = recompute;
+    zoe_gpt *g = NULL;
+    ZOE_TRY(zoe_gpt_describe(&gc, c->tp, 0, &g));
+    *bytes = (double)zoe_gpt_activation_bytes(g);
+    zoe_gpt_destroy(g);
+    return ZOE_OK;
+}
+
+static int host_threads(const zoe_plan_config *p, int ranks_per_node) {
+    if (p->host_threads > 0) return p->host_threads;
+    int t = p->hardware.host_cores / (ranks_per_node > 0 ? ranks_per_node : 1);
+    return t > 0 ? t : 1;
+}
+
+/* NCCL's buffers per communicator of more than one rank: NCCL_BUFFSIZE (4 MiB, NCCL's
+ * documented default) for each of the 2 ring neighbours on each of 16 channels (an estimate
+ * for NVSwitch boxes; NCCL picks the count at run time). */
+static double nccl_bytes(int group) {
+    return group > 1 ? 16.0 * 2.0 * 4.0 * 1024 * 1024 : 0.0;
+}
+
+static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_plan_optimizer *o,
+                   zoe_plan_result *r) {
+    const zoe_hardware *hw = &p->hardware;
+    int cpu = hw->backend == ZOE_BACKEND_CPU;
+    r->gpu.weights = o->device_params;
+    r->gpu.grad_ring = o->device_ring;
+    r->gpu.optimizer = o->device_other;
+    r->gpu.activations = p->recompute ? m->act_recompute : m->act_full;
+    r->gpu.activations_recompute = m->act_recompute;
+    r->gpu.activations_full = m->act_full;
+    r->gpu.workspace = cpu ? 0 : m->workspace;
+    r->gpu.comm = cpu ? 0 : nccl_bytes(p->tp) + nccl_bytes(p->dp);
+    r->gpu.total = r->gpu.weights + r->gpu.grad_ring + r->gpu.optimizer + r->gpu.activations +
+                   r->gpu.workspace + r->gpu.comm;
+    r->gpu.capacity = cpu ? 0 : hw->gpu_bytes;
+
+    r->host.optimizer_per_rank = o->host;
+    /* Besides the optimizer's: an evaluation under a stale DPU schedule keeps the parameter
+     * buffer it must put back (engine/train/trainer.c), and checkpoint files move through one
+     * bounded staging buffer (engine/checkpoint/mpi_io.c). */
+    int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
+    r->host.pinned_per_rank = o->pinned + (p->evaluates && stale ? o->device_params : 0.0) +
+                              (p->checkpoints ? (double)ckpt_round_bytes() : 0.0);
+    /* On the CPU backend the device is host memory, and so are the kernels' workspace and the
+     * MPI staging of 16-bit collectives. */
+    r->host.other_per_rank =
+        hw->rank_base_bytes + m->host_other +
+        (cpu ? r->gpu.total + m->workspace + o->comm_staging + o->comm_root : 0);
+    r->host.per_rank =
+        r->host.optimizer_per_rank + r->host.pinned_per_rank + r->host.other_per_rank;
+    /* per_rank is the fullest rank, a DP root; the other ranks of the box hold no root
+     * temporary. Ranks are placed by node, so the first box holds the tp roots. */
+    int roots = p->tp < r->ranks_per_node ? p->tp : r->ranks_per_node;
+    r->host.total =
+        r->host.per_rank * r->ranks_per_node - o->comm_root * (r->ranks_per_node - roots);
+    r->host.capacity = hw->host_bytes;
+    r->host.reserve = hw->host_bytes * hw->host_reserve;
+    r->host.available = r->host.capacity - r->host.reserve;
+
+    /* a capacity of 0 is unknown (zoe-train on a GPU it cannot size): not checked */
+    r->fits_gpu = cpu || r->gpu.capacity <= 0 || r->gpu.total <= r->gpu.capacity;
+    r->fits_host = r->host.total <= r->host.available;
+    r->fits = r->fits_gpu && r->fits_host;
+    int alike = fabs(r->host.per_rank * r->ranks_per_node - r->host.total) < 1.0;
+    if (!r->fits_host)
+        snprintf(r->verdict, sizeof r->verdict,
+                 "host: %d rank%s x %s%.2f GiB = %.1f GiB > %.1f GiB available (%.1f GiB less "
+                 "%.0f%% for the OS)",
+                 r->ranks_per_node, r->ranks_per_node == 1 ? "" : "s", alike ? "" : "up to ",
+                 r->host.per_rank / GIB, r->host.total / GIB, r->host.available / GIB,
+                 r->host.capacity / GIB, 100.0 * hw->host_reserve);
+    else if (!r->fits_gpu)
+        snprintf(r->verdict, sizeof r->verdict,
+                 "GPU: %.1f GiB > %.1f GiB (weights %.1f, gradient ring %.1f, optimizer %.1f, "
+                 "activations %.1f GiB)",
+                 r->gpu.total / GIB, r->gpu.capacity / GIB, r->gpu.weights / GIB,
+                 r->gpu.grad_ring / GIB, r->gpu.optimizer / GIB, r->gpu.activations / GIB);
+    else
+        snprintf(r->verdict, sizeof r->verdict, "fits");
+}
+
+/* Model FLOPs of one token's forward through the layers (matmuls and attention scores, causal
+ * attention counted in full as Megatron-LM's formula does), of that the attention scores, and
+ * through the LM head. */
+static void flops_per_token(const zoe_model_config *m, double *layers, double *attention,
+                            double *head) {
+    double h = m->hidden, f = m->ffn ? m->ffn : 4.0 * m->hidden, s = m->seq_len;
+    *attention = m->layers * 4.0 * s * h;
+    *layers = m->layers * 2.0 * (4.0 * h * h + 2.0 * h * f) + *attention;
+    *head = 2.0 * h * m->vocab;
+}
+
+/* Seconds of one attention call of cost c on hw: tensor-core FLOPs at the share of peak the
+ * rest of the step reaches, the GEMM path's score traffic at the device memory's rate, the
+ * flash kernels' FLOPs at their share of the fp32 peak. */
+static double attention_call_seconds(const zoe_hardware *hw, const zoe_attention_cost *c) {
+    double s = c->tensor_flops / (hw->gpu_peak_flops * hw->gpu_fraction);
+    if (c->bytes > 0) s += c->bytes / hw->gpu_memory_bandwidth;
+    if (c->cuda_flops > 0)
+        s += c->cuda_flops /
+             (hw->gpu_fp32_flops * zoe_attention_flash_efficiency(c->rows, hw->gpu_cc));
+    return s;
+}
+
+/* Seconds per step of attention on one rank as the CUDA kernels will run it (the path, tiles
+ * and grid kernels/attention_plan.h chooses for this rank's heads on this GPU), forward,
+ * backward and the recomputed forward of every layer of every micro-batch; -1 where the box
+ * does not say what its GPU is (attention is then priced with the other matmuls). */
+static double attention_seconds(const zoe_plan_config *p, char *path, size_t path_len) {
+    const zoe_hardware *hw = &p->hardware;
+    const zoe_model_config *m = &p->model;
+    if (hw->backend != ZOE_BACKEND_CUDA || hw->gpu_cc <= 0 || hw->gpu_fp32_flops <= 0 ||
+        hw->gpu_memory_bandwidth <= 0 || m->heads <= 0)
+        return -1.0;
+    /* this rank's heads: KV heads are split while there are as many as ranks, then replicate */
+    const int64_t kv = m->family == ZOE_MODEL_LLAMA && m->kv_heads > 0 ? m->kv_heads : m->heads;
+    const int64_t shards = p->tp < kv ? p->tp : kv;
+    const zoe_attention_shape shape = {.dt = p->dtype,
+                                       .B = p->micro_batch,
+                                       .T = m->seq_len,
+                                       .NH = m->heads / p->tp,
+                                       .NKV = kv / shards,
+                                       .HS = m->hidden / m->heads};
+    const zoe_attention_gpu gpu = {
+        .cc = hw->gpu_cc, .sms = hw->gpu_sms, .smem_optin = (int64_t)hw->gpu_smem_per_block};
+    const zoe_attention_cost f = zoe_attention_cost_of(ZOE_ATTN_FORWARD, &shape, &gpu, 0);
+    const zoe_attention_cost b = zoe_attention_cost_of(ZOE_ATTN_BACKWARD, &shape, &gpu, 0);
+    if (f.path == ZOE_ATTN_PATH_GEMM)
+        snprintf(path, path_len, "tensor cores (cuBLAS GEMMs)");
+    else
+        snprintf(path, path_len, "fp32 flash kernels, %d/%d-row tiles", f.rows, b.rows);
+    const double per_layer = attention_call_seconds(hw, &f) * (p->recompute ? 2.0 : 1.0) +
+                             attention_call_seconds(hw, &b);
+    return per_layer * m->layers * p->grad_accum;
+}
+
+static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe_plan_result *r) {
+    const zoe_hardware *hw = &p->hardware;
+    if (hw->gpu_peak_flops <= 0 || hw->host_bandwidth <= 0 || hw->gpu_fraction <= 0) {
+        snprintf(r->time.bound, sizeof r->time.bound, "not probed");
+        return;
+    }
+    const zoe_model_config *m = &p->model;
+    int t = p->tp, d = p->dp, k = p->grad_accum, cpu = hw->backend == ZOE_BACKEND_CPU;
+    double esz = (double)zoe_dtype_size(p->dtype);
+    double tokens_rank = (double)p->micro_batch * m->seq_len * k;
+    double layers, attention, head;
+    flops_per_token(m, &layers, &attention, &head);
+    /* forward, backward (twice the forward), and the recomputed forward of the layers */
+    double passes = 3.0 + (p->recompute ? 1.0 : 0.0);
+    r->time.flops_per_gpu = tokens_rank * (layers * passes + head * 3.0) / t;
+    r->time.compute = r->time.flops_per_gpu / (hw->gpu_peak_flops * hw->gpu_fraction);
+    /* Attention as its kernels run, in place of its share of the model FLOPs at the matmuls'
+     * rate: the tensor-core path does more than the causal FLOPs and moves its scores through
+     * memory, the flash kernels do fewer on the CUDA cores. */
+    const double attention_s =
+        attention_seconds(p, r->time.attention_path, sizeof r->time.attention_path);
+    if (attention_s >= 0) {
+        const double attention_flops = tokens_rank * attention * passes / t;
+        r->time.compute -= attention_flops / (hw->gpu_peak_flops * hw->gpu_fraction);
+        r->time.compute += attention_s;
+        r->time.attention = attention_s;
+    }
+    /* TP: per layer two all-reduces of [B*T, hidden] forward, two backward, two more when
+     * recomputing; the embedding's forward and the LM head's input gradient. */
+    double ar_bytes = (double)p->micro_batch * m->seq_len * m->hidden * esz;
+    double n_ar = k * (m->layers * (4.0 + (p->recompute ? 2.0 : 0.0)) + 2.0);
+    r->time.tp_comm = t > 1 ? n_ar * ar_bytes * 2.0 * (t - 1) / t / hw->nvlink_bandwidth : 0.0;
+    double shard_bytes = (double)r->rank_params * esz;
+    r->time.dp_reduce_scatter = d > 1 ? k * shard_bytes * (d - 1) / d / hw->nvlink_bandwidth : 0.0;
+    r->time.dp_all_gather = d > 1 ? shard_bytes * (d - 1) / d / hw->nvlink_bandwidth : 0.0;
+    /* PCIe: the host part of the partition's gradients out (each micro-batch) and its new
+     * weights in, each link carrying the ranks that share it. No copies on the CPU backend. */
+    int sharing = hw->gpus_per_link < r->ranks_per_node ? hw->gpus_per_link : r->ranks_per_node;
+    if (sharing < 1) sharing = 1;
+    double host_part = (double)o->host_numel;
+    r->time.pcie_out = cpu ? 0.0 : k * host_part * esz * sharing / hw->pcie_bandwidth;
+    r->time.pcie_in = cpu ? 0.0 : host_part * esz * sharing / hw->pcie_bandwidth;
+    /* Host Adam: every rank of the box streams its partition at once, sharing the bandwidth;
+     * the accumulation of micro-batches beyond the first reads and writes the fp32 sum. */
+    double node_params = host_part * r->ranks_per_node;
+    double accumulate = (k - 1) * (esz + 8.0);
+    r->time.host_adam = node_params * (o->adam_bytes_per_param + accumulate) / hw->host_bandwidth;
+
+    double backward_mb = r->time.compute / k * (2.0 / passes);
+    double out = fmax(r->time.pcie_out, r->time.dp_reduce_scatter) / k;
+    double exposed_out = k * fmax(0.0, out - backward_mb);
+    double device = r->time.compute + r->time.tp_comm + exposed_out;
+    double host = r->time.host_adam + r->time.pcie_in;
+    double sync = device + host + r->time.dp_all_gather;
+    r->time.host_stall = host;
+    r->time.stall_share = sync > 0 ? host / sync : 0.0;
+    /* DPU, zoe-train's exact schedule: the host update and the copy back of each bucket run
+     * while the backward of the step's last micro-batch goes on, and what is left when it ends
+     * during the next forward, in the forward's order; exposed is what outlasts both, and at
+     * least the embedding's share (its gradient is final last, and the forward reads it
+     * first). On the CPU backend both run on the same cores: it hides nothing. */
+    double forward_mb = r->time.compute / k * (1.0 / passes);
+    double embedding_share =
+        r->rank_params > 0 ? (double)m->vocab * m->hidden / t / (double)r->rank_params : 0.0;
+    double exposed_host = fmax(host - backward_mb - forward_mb, host * fmin(1.0, embedding_share));
+    double dpu = cpu ? sync : device + exposed_host + r->time.dp_all_gather;
+    r->time.step = p->dpu ? dpu : sync;
+    r->time.hidden_by_dpu = sync - dpu;
+    r->time.tokens = tokens_rank * d;
+    r->time.tokens_per_second = r->time.step > 0 ? r->time.tokens / r->time.step : 0.0;
+    r->time.tflops_per_gpu = r->time.step > 0 ? r->time.flops_per_gpu / r->time.step / 1e12 : 0.0;
+    /* What binds: the largest term on the critical path. */
+    const char *names[] = {"gpu compute", "tp all-reduce", "pcie", "host adam", "dp all-gather"};
+    double exposed_share = host > 0 ? exposed_host / host : 0.0;
+    double terms[] = {r->time.compute, r->time.tp_comm,
+                      (p->dpu && !cpu ? exposed_share : 1.0) * r->time.pcie_in + exposed_out,
+                      (p->dpu && !cpu ? exposed_share : 1.0) * r->time.host_adam,
+                      r->time.dp_all_gather};
+    int best = 0;
+    for (int i = 1; i < 5; i++)
+        if (terms[i] > terms[best]) best = i;
+    if (cpu && best == 0) names[0] = "cpu compute";
+    snprintf(r->time.bound, sizeof r->time.bound, "%s", names[best]);
+}
+
+zoe_status zoe_plan(const zoe_plan_config *p, zoe_plan_result *r) {
+    if (!p || !r) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_plan: NULL argument");
+    memset(r, 0, sizeof *r);
+    ZOE_TRY(check(p));
+    const zoe_hardware *hw = &p->hardware;
+    r->ranks = p->tp * p->dp;
+    if (p->ranks_per_node > 0) {
+        r->ranks_per_node = p->ranks_per_node < r->ranks ? p->ranks_per_node : r->ranks;
+        r->nodes = (r->ranks + r->ranks_per_node - 1) / r->ranks_per_node;
+    } else if (hw->backend == ZOE_BACKEND_CPU || hw->gpus <= 0) {
+        r->ranks_per_node = r->ranks, r->nodes = 1;
+    } else {
+        r->ranks_per_node = r->ranks < hw->gpus ? r->ranks : hw->gpus;
+        r->nodes = (r->ranks + hw->gpus - 1) / hw->gpus;
+    }
+    r->params = zoe_model_param_count(&p->model);
+
+    zoe_train_config c;
+    train_config_of(p, &c);
+    zoe_plan_model m = {0};
+    zoe_plan_optimizer o = {0};
+    zoe_gpt_config gc = zoe_trainer_gpt_config(&c);
+    zoe_gpt *g = NULL;
+    ZOE_TRY(zoe_gpt_describe(&gc, p->tp, 0, &g));
+    r->rank_params = zoe_gpt_local_numel(g);
+    m.workspace = (double)zoe_kernels_workspace_bytes(hw->backend, zoe_gpt_kernel_plan(g),
+                                                      host_threads(p, r->ranks_per_node));
+    /* the model's own host tables: the loss of every token */
+    double tokens = (double)p->micro_batch * p->model.seq_len;
+    m.host_other = tokens * sizeof(float);
+    /* The CPU backend's TP all-reduces of [B*T, hidden]: Open MPI's temporary as large as the
+     * input (see optimizer_footprint.c), and runtime/comm.c's fp32 staging of 16-bit ones. */
+    if (hw->backend == ZOE_BACKEND_CPU && p->tp > 1)
+        m.host_other += tokens * p->model.hidden * sizeof(float) * (p->dtype == ZOE_F32 ? 1 : 2);
+    zoe_status st = zoe_plan_optimizer_of(&c, g, p->dp, &o);
+    zoe_gpt_destroy(g);
+    ZOE_TRY(st);
+    ZOE_TRY(activation_bytes(&c, 1, &m.act_recompute));
+    ZOE_TRY(activation_bytes(&c, 0, &m.act_full));
+    r->state_params = (int64_t)o.part_numel;
+    memory(p, &m, &o, r);
+    step_time(p, &o, r);
+    return ZOE_OK;
+}
+
+int zoe_plan_dpu_pays(const zoe_plan_result *r) {
+    return r->time.stall_share > ZOE_PLAN_DPU_STALL_SHARE && r->time.hidden_by_dpu > 0.0;
+}
+
+zoe_status zoe_plan_auto_offload_ratio(const zoe_plan_config *cfg, float *ratio) {
+    if (!cfg || !ratio) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "auto offload: NULL argument");
+    zoe_plan_config p = *cfg;
+    zoe_plan_result r;
+    /* The device's share grows as the offloaded share shrinks: the smallest ratio that fits. */
+    for (int step = 0; step <= 64; step++) {
+        p.offload_ratio = (float)step / 64.0f;
+        ZOE_TRY(zoe_plan(&p, &r));
+        if (r.fits) {
+            *ratio = p.offload_ratio;
+            return ZOE_OK;
+        }
+    }
+    return zoe_fail(ZOE_ERR_OUT_OF_MEMORY,
+                    "--offload-ratio auto: does not fit even fully offloaded (%s)", r.verdict);
+}
+
+zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
+                              zoe_plan_result *best_plan) {
+    if (!cfg || !best) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "max model: NULL argument");
+    zoe_plan_config p = *cfg;
+    zoe_plan_result r;
+    int64_t best_params = 0;
+    /* GPT shapes with 128-wide heads, their count a multiple of tp; for each width the most
+     * layers that fit (memory grows with layers, so a bisection finds it). Past the widest that
+     * fits a single layer nothing wider will. */
+    int tp = cfg->tp, step = 128 * (tp > 4 ? tp : 4);
+    for (int h = step; h <= 65536; h += step) {
+        int heads = h / 128;
+        if (heads % tp != 0) continue;
+        p.model = cfg->model;
+        snprintf(p.model.name, sizeof p.model.name, "scaled");
+        p.model.source = "a GPT scaled to fit (zoe_plan_max_model)";
+        p.model.hidden = h, p.model.heads = heads, p.model.ffn = 0;
+        memset(p.model.grids, 0, sizeof p.model.grids);
+        /* at most hidden / 64 layers, the deepest ratio of the GPT-2/GPT-3 family and the
+         * presets (gpt2-124m: 12 at 768), so the answer stays a GPT anyone would train */
+        int lo = 0, hi = h / 64;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            p.model.layers = mid;
+            ZOE_TRY(zoe_plan(&p, &r));
+            if (r.fits)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        if (lo == 0) break;
+        p.model.layers = lo;
+        int64_t params = zoe_model_param_count(&p.model);
+        if (params > best_params) {
+            best_params = params;
+            *best = p.model;
+            if (best_plan) ZOE_TRY(zoe_plan(&p, best_plan));
+        }
+    }
+    if (!best_params)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "max model: not even one layer fits on %s",
+                        cfg->hardware.name);
+    return ZOE_OK;
+}

@@ -1,0 +1,574 @@
+/* The trainer: one configuration in, a grid, a device, the GPT and the offload optimizer out,
+ * wired so that backward hands every finished gradient to the optimizer (bucketed
+ * reduce-scatter and offload while backward goes on) and each step runs on the DPU schedule. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine/hf/hf.h"
+#include "engine/train/trainer_impl.h"
+#include "engine/train/watchdog.h"
+#include "zoe/checkpoint.h"
+#include "models/gpt.h"
+#include "runtime/clock.h"
+#include "runtime/error.h"
+#include "zoe/gpu.h"
+#include "zoe/grid.h"
+#include "zoe/log.h"
+#include "zoe/optimizer.h"
+#include "zoe/topology.h"
+#include "zoe/train.h"
+
+struct zoe_trainer {
+    zoe_train_config cfg;
+    zoe_grid *grid;
+    zoe_device *dev;
+    int gpu_node_index; /* CUDA: the GPU's place among the node's, hwloc's numbering; -1 on CPU */
+    zoe_stream *stream;
+    zoe_comm *tp_comm;
+    zoe_gpt *gpt;
+    zoe_optimizer *opt;
+    zoe_watchdog *watchdog; /* with --stall-timeout */
+    void **weight_ptrs;
+    /* since the last step */
+    double loss_sum;        /* sum of token losses (micro-batch mean x counted targets) */
+    int64_t loss_tokens;    /* targets counted (not ignored) */
+    int64_t step_targets;   /* zoe_trainer_begin_step: this rank's declared count, or -1 */
+    int64_t global_targets; /* ... and the global batch's */
+    int micro_batches;
+    double ms_forward, ms_backward, ms_offload;
+    double step_started;
+    int steps_done;
+    double tp_seconds_at_reset;
+    /* between zoe_trainer_eval_begin and _end */
+    int evaluating, eval_micro_batches;
+    int eval_restore; /* under DPU: stale_params goes back, the latest weights' refresh due */
+    double eval_loss_sum;
+    int64_t eval_targets;
+    void *stale_params; /* pinned copy of the parameter buffer the next forward reads (stale DPU) */
+};
+
+/* Gradient sink: the optimizer's buffers; the time spent handing them back is the offload. */
+static zoe_status sink_acquire(void *user, int t, void **grad) {
+    zoe_trainer *tr = user;
+    return zoe_optimizer_grad_buffer(tr->opt, t, grad);
+}
+
+/* The forward's weight gate: the exact DPU schedule's settling, bucket by bucket. */
+static zoe_status gate_ready(void *user, int first, int n) {
+    zoe_trainer *tr = user;
+    return zoe_optimizer_weights_ready(tr->opt, first, n);
+}
+
+static zoe_status sink_release(void *user, int t) {
+    zoe_trainer *tr = user;
+    double t0 = zoe_clock_ms();
+    zoe_status st = zoe_optimizer_grad_ready(tr->opt, t);
+    tr->ms_offload += zoe_clock_ms() - t0;
+    return st;
+}
+
+/* Each rank's host threads on its share of the node's cores, near its GPU if it has one. */
+static void bind_threads(const zoe_trainer *tr) {
+    zoe_topology *topo = NULL;
+    if (zoe_topology_load_host(&topo) != ZOE_OK) {
+        zoe_log(ZOE_LOG_WARN, "no topology (%s); threads left unbound", zoe_last_error());
+        return;
+    }
+    zoe_placement p;
+    /* Not the CUDA ordinal: with CUDA_VISIBLE_DEVICES set per rank every rank's is 0. */
+    int gpu = tr->gpu_node_index;
+    if (gpu >= zoe_topology_num_gpus(topo)) gpu = -1;
+    if (zoe_topology_place(topo, zoe_grid_local_rank(tr->grid), zoe_grid_local_size(tr->grid), gpu,
+                           &p) == ZOE_OK)
+        zoe_topology_bind(topo, &p);
+    zoe_topology_destroy(topo);
+}
+
+static zoe_status create_device(zoe_trainer *tr) {
+    int ordinal = 0;
+    tr->gpu_node_index = -1;
+    if (tr->cfg.backend == ZOE_BACKEND_CUDA) {
+        /* Decided over the world, so that every rank stops alike: two ranks on one GPU would
+         * fail inside ncclCommInitRank ("duplicate GPU"), a GPU without code at its first kernel
+         * launch, bf16 on a GPU without bf16 tensor cores in its first matmul. */
+        zoe_gpu_choice gc;
+        ZOE_TRY(zoe_gpu_choose(zoe_grid_world_comm(tr->grid), &gc));
+        zoe_gpu_spec spec;
+        zoe_gpu_spec_of(gc.weakest.capability, gc.weakest.name, &spec);
+        char warning[256];
+        ZOE_TRY(zoe_gpu_check_dtype(&spec, tr->cfg.dtype, tr->cfg.tf32, warning, sizeof warning));
+        if (warning[0] && zoe_grid_rank(tr->grid) == 0) zoe_log(ZOE_LOG_WARN, "%s", warning);
+        ordinal = gc.ordinal;
+        tr->gpu_node_index = gc.node_index;
+    }
+    ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
+    return zoe_stream_create(tr->dev, &tr->stream);
+}
+
+zoe_gpt_config zoe_trainer_gpt_config(const zoe_train_config *c) {
+    return (zoe_gpt_config){.shape = c->model,
+                            .micro_batch = c->micro_batch,
+                            .dtype = c->dtype,
+                            .seed = c->seed,
+                            .recompute = c->recompute,
+                            .tf32 = c->tf32};
+}
+
+static zoe_status create_model(zoe_trainer *tr) {
+    zoe_gpt_config gc = zoe_trainer_gpt_config(&tr->cfg);
+    ZOE_TRY(zoe_comm_create_for_device(zoe_grid_tp_comm(tr->grid), tr->dev, &tr->tp_comm));
+    return zoe_gpt_create(&gc, tr->dev, tr->stream, tr->tp_comm, &tr->gpt);
+}
+
+void zoe_trainer_param_tensors(const zoe_gpt *g, int tp_rank, zoe_param_tensor *tensors) {
+    for (int t = 0; t < zoe_gpt_num_tensors(g); t++) {
+        const zoe_tp_param *p = zoe_gpt_tensor(g, t);
+        /* GPT practice: biases and LayerNorm weights (the 1-D tensors) take no weight decay.
+         * The norm counts a tensor held by several TP ranks once: replicated ones on TP rank 0
+         * (tp_replicated), a sharded block on the first of its replicas, so the others mark
+         * theirs replicated too (tp_rank % replicas != 0 is never rank 0). */
+        tensors[t] =
+            (zoe_param_tensor){.name = p->name,
+                               .numel = (size_t)p->local_numel,
+                               .tp_replicated = p->replicated || tp_rank % p->replicas != 0,
+                               .no_weight_decay = p->ndim == 1};
+    }
+}
+
+zoe_dtype zoe_train_state_dtype_of(int state_dtype) {
+    return state_dtype == ZOE_STATE_BF16 ? ZOE_BF16 : ZOE_F32;
+}
+
+float zoe_train_offload_ratio(const zoe_train_config *c) {
+    return c->offload == ZOE_OFFLOAD_NONE ? 0.0f : c->offload_ratio;
+}
+
+void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
+                                  zoe_optimizer_config *oc) {
+    zoe_optimizer_config_default(oc);
+    oc->beta1 = c->beta1, oc->beta2 = c->beta2, oc->eps = c->eps;
+    oc->weight_decay = c->weight_decay;
+    oc->adamw = 1;
+    oc->clip_norm = c->clip_grad;
+    oc->dynamic_loss_scale = c->dtype == ZOE_F16;
+    oc->loss_scale = c->dtype == ZOE_F16 ? c->loss_scale : 1.0f;
+    oc->bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
+    /* Every ring slot is as large as the largest bucket, and a tensor is never split, so
+     * buckets smaller than the largest tensor (wte) only add slots: --bucket-mb is a floor.
+     * (On the 10b preset 16 MiB buckets made a ring of 27 wte-sized slots, 10.8 GiB.) */
+    for (int t = 0; t < zoe_gpt_num_tensors(g); t++)
+        if ((size_t)zoe_gpt_tensor(g, t)->local_numel > oc->bucket_numel)
+            oc->bucket_numel = (size_t)zoe_gpt_tensor(g, t)->local_numel;
+    /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
+     * buckets of one block, and the one it shares with the block before. */
+    size_t block = (size_t)zoe_gpt_block_local_numel(g);
+    oc->bucket_ring = 3 + (int)((block + oc->bucket_numel - 1) / oc->bucket_numel);
+    oc->dpu_warmup = c->dpu_warmup;
+    oc->dpu_schedule = (zoe_dpu_schedule)c->dpu_schedule;
+    /* The device Adam of a GPU's device share does not predict (not built): the paper's
+     * schedule there, rather than a refusal of zoe-train's default. */
+    if (oc->dpu_schedule == ZOE_DPU_PREDICT && c->backend == ZOE_BACKEND_CUDA &&
+        zoe_train_offload_ratio(c) < 1.0f)
+        oc->dpu_schedule = ZOE_DPU_PLAIN;
+    oc->dpu_dc_kappa = c->dpu_dc_kappa;
+    oc->dpu_predict_scale = c->dpu_predict_scale;
+    oc->gated_forward = 1; /* the model's forward calls the gate (gate_ready) */
+    /* the optimizer keeps partial_ratio of the state on the device; the rest is offloaded */
+    oc->partial_ratio = 1.0f - zoe_train_offload_ratio(c);
+    oc->main_params_dtype = zoe_train_state_dtype_of(c->main_params_dtype);
+    oc->exp_avg_dtype = zoe_train_state_dtype_of(c->exp_avg_dtype);
+    oc->exp_avg_sq_dtype = zoe_train_state_dtype_of(c->exp_avg_sq_dtype);
+    oc->rounding_seed = c->seed;
+}
+
+static zoe_status create_optimizer(zoe_trainer *tr) {
+    const zoe_train_config *c = &tr->cfg;
+    int n = zoe_gpt_num_tensors(tr->gpt);
+    zoe_param_tensor *tensors = calloc((size_t)n, sizeof *tensors);
+    tr->weight_ptrs = calloc((size_t)n, sizeof(void *));
+    if (!tensors || !tr->weight_ptrs) {
+        free(tensors);
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor table of %d entries (%zu bytes)", n,
+                        (size_t)n * (sizeof *tensors + sizeof(void *)));
+    }
+    zoe_trainer_param_tensors(tr->gpt, zoe_grid_tp_rank(tr->grid), tensors);
+    zoe_optimizer_config oc;
+    zoe_trainer_optimizer_config(c, tr->gpt, &oc);
+    zoe_status st =
+        zoe_optimizer_create(tr->grid, tr->dev, tr->stream, c->dtype, tensors, n, &oc, &tr->opt);
+    free(tensors);
+    ZOE_TRY(st);
+    char *base = zoe_optimizer_params(tr->opt);
+    for (int t = 0; t < n; t++) {
+        size_t off;
+        ZOE_TRY(zoe_optimizer_tensor_offset(tr->opt, t, &off));
+        tr->weight_ptrs[t] = base + off * zoe_dtype_size(c->dtype);
+    }
+    ZOE_TRY(zoe_gpt_bind_weights(tr->gpt, tr->weight_ptrs));
+    zoe_gpt_set_weight_gate(tr->gpt, &(zoe_gpt_weight_gate){.user = tr, .ready = gate_ready});
+    if (c->init_from[0])
+        ZOE_TRY(zoe_hf_load(tr->gpt, c->init_from));
+    else
+        ZOE_TRY(zoe_gpt_init_weights(tr->gpt));
+    return zoe_optimizer_init_from_params(tr->opt);
+}
+
+zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_trainer **out) {
+    if (!out || !cfg)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: NULL argument");
+    *out = NULL;
+    if (world == MPI_COMM_NULL)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: world is MPI_COMM_NULL");
+    int world_size = 0, rc = MPI_Comm_size(world, &world_size);
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "zoe_trainer_create: MPI_Comm_size of world");
+    ZOE_TRY(zoe_train_config_validate(cfg, world_size));
+    if (cfg->dpu == ZOE_DPU_AUTO || cfg->offload_ratio == ZOE_OFFLOAD_RATIO_AUTO)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_create: --dpu auto and --offload-ratio auto are the plan's to "
+                        "resolve first (zoe_plan_dpu_pays, zoe_plan_auto_offload_ratio)");
+    zoe_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "trainer struct");
+    tr->cfg = *cfg;
+    if (tr->cfg.dpu == ZOE_DPU_OFF) tr->cfg.dpu_warmup = 0;
+    zoe_status st = zoe_grid_create(world, cfg->tp, &tr->grid);
+    if (st == ZOE_OK) st = create_device(tr);
+    if (st == ZOE_OK) bind_threads(tr);
+    if (st == ZOE_OK) st = create_model(tr);
+    if (st == ZOE_OK) st = create_optimizer(tr);
+    if (st == ZOE_OK && cfg->stall_timeout > 0)
+        st = zoe_watchdog_create(zoe_grid_world_comm(tr->grid), cfg->stall_timeout,
+                                 zoe_grid_rank(tr->grid), zoe_grid_tp_rank(tr->grid),
+                                 zoe_grid_dp_rank(tr->grid), &tr->watchdog);
+    if (st != ZOE_OK) {
+        zoe_trainer_destroy(tr);
+        return st;
+    }
+    tr->step_started = zoe_clock_ms();
+    tr->step_targets = -1;
+    *out = tr;
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_finalize(zoe_trainer *tr) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_finalize: NULL trainer");
+    return zoe_optimizer_flush(tr->opt);
+}
+
+/* Local: the optimizer's destroy only joins a delayed update still in flight (its refresh, the
+ * collective part, is finalize's), so a rank on an error path never waits for the others. */
+void zoe_trainer_destroy(zoe_trainer *tr) {
+    if (!tr) return;
+    zoe_watchdog_destroy(tr->watchdog);
+    zoe_optimizer_destroy(tr->opt);
+    zoe_gpt_destroy(tr->gpt);
+    zoe_comm_destroy(tr->tp_comm);
+    if (tr->stale_params) zoe_host_free(tr->dev, tr->stale_params);
+    zoe_stream_destroy(tr->stream);
+    zoe_device_destroy(tr->dev);
+    zoe_grid_destroy(tr->grid);
+    free(tr->weight_ptrs);
+    free(tr);
+}
+
+int64_t zoe_trainer_param_count(const zoe_trainer *tr) {
+    return tr ? zoe_gpt_global_numel(tr->gpt) : -1;
+}
+zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr) {
+    return tr ? tr->opt : NULL;
+}
+zoe_device *zoe_trainer_device(zoe_trainer *tr) {
+    return tr->dev;
+}
+zoe_gpt *zoe_trainer_gpt(zoe_trainer *tr) {
+    return tr->gpt;
+}
+zoe_grid *zoe_trainer_grid(zoe_trainer *tr) {
+    return tr->grid;
+}
+zoe_stream *zoe_trainer_stream(zoe_trainer *tr) {
+    return tr->stream;
+}
+const zoe_train_config *zoe_trainer_config(const zoe_trainer *tr) {
+    return &tr->cfg;
+}
+int zoe_trainer_steps_done(const zoe_trainer *tr) {
+    return tr->steps_done;
+}
+void zoe_trainer_set_steps_done(zoe_trainer *tr, int steps) {
+    tr->steps_done = steps;
+}
+int zoe_trainer_rank(const zoe_trainer *tr) {
+    return tr ? zoe_grid_rank(tr->grid) : -1;
+}
+int zoe_trainer_dp_rank(const zoe_trainer *tr) {
+    return tr ? zoe_grid_dp_rank(tr->grid) : -1;
+}
+int zoe_trainer_dp_size(const zoe_trainer *tr) {
+    return tr ? zoe_grid_dp_size(tr->grid) : -1;
+}
+
+int64_t zoe_count_targets(const int32_t *targets, size_t n) {
+    int64_t count = 0;
+    for (size_t i = 0; i < n; i++) count += targets[i] != ZOE_GPT_IGNORE_INDEX;
+    return count;
+}
+
+zoe_status zoe_trainer_begin_step(zoe_trainer *tr, int64_t counted_targets) {
+    if (!tr || counted_targets < 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_begin_step: %s",
+                        tr ? "negative target count" : "NULL trainer");
+    if (tr->micro_batches > 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_begin_step after %d micro-batches of the step",
+                        tr->micro_batches);
+    int64_t global = counted_targets;
+    int rc =
+        MPI_Allreduce(MPI_IN_PLACE, &global, 1, MPI_INT64_T, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the step's counted targets");
+    tr->step_targets = counted_targets;
+    tr->global_targets = global;
+    return ZOE_OK;
+}
+
+/* The factor on the gradient of a micro-batch's summed token losses. The optimizer averages
+ * the micro-batches of a step and the DP ranks, so the per-token mean over the global batch
+ * (N targets) takes grad_accum x dp / N; without a declared count, each micro-batch's own
+ * mean (1 / its count). */
+static float token_scale(const zoe_trainer *tr, float loss_scale, int64_t count) {
+    if (tr->step_targets < 0) return count > 0 ? loss_scale / (float)count : 0.0f;
+    if (tr->global_targets == 0) return 0.0f;
+    double k = (double)tr->cfg.grad_accum * (double)zoe_grid_dp_size(tr->grid);
+    return (float)((double)loss_scale * k / (double)tr->global_targets);
+}
+
+zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
+                                   float *loss) {
+    if (!tr || !tokens || !targets)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_micro_batch: NULL argument");
+    zoe_optimizer_stats os;
+    ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
+    ZOE_TRY(zoe_optimizer_begin_micro_batch(tr->opt));
+    /* The step's last micro-batch: under the exact DPU schedule the host update of each bucket
+     * starts during its backward, with the schedule's learning rate (a caller's other lr is
+     * redone, still exact). */
+    if (tr->micro_batches + 1 == tr->cfg.grad_accum)
+        ZOE_TRY(zoe_optimizer_expect_step(tr->opt, zoe_train_lr_at(&tr->cfg, tr->steps_done)));
+    double t0 = zoe_clock_ms();
+    float l = 0;
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_FORWARD);
+    ZOE_TRY(zoe_gpt_forward(tr->gpt, tokens, targets, &l));
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_BACKWARD);
+    double t1 = zoe_clock_ms(), offload_before = tr->ms_offload;
+    zoe_gpt_grad_sink sink = {tr, sink_acquire, sink_release};
+    int64_t count = zoe_gpt_loss_count(tr->gpt);
+    ZOE_TRY(zoe_gpt_backward_scaled(tr->gpt, token_scale(tr, (float)os.loss_scale, count), &sink));
+    double t2 = zoe_clock_ms();
+    ZOE_TRY(zoe_optimizer_end_micro_batch(tr->opt));
+    double t3 = zoe_clock_ms();
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches + 1, ZOE_PHASE_BETWEEN);
+    tr->ms_forward += t1 - t0;
+    tr->ms_backward += (t2 - t1) - (tr->ms_offload - offload_before);
+    tr->ms_offload += t3 - t2;
+    tr->loss_sum += (double)l * (double)count;
+    tr->loss_tokens += count;
+    tr->micro_batches++;
+    if (loss) *loss = l;
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step: NULL trainer");
+    if (tr->micro_batches == 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_step before any micro-batch");
+    if (tr->step_targets >= 0 &&
+        (tr->step_targets != tr->loss_tokens || tr->micro_batches != tr->cfg.grad_accum))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_step: the step declared %lld targets over %d micro-batches, "
+                        "but its micro-batches held %lld over %d",
+                        (long long)tr->step_targets, tr->cfg.grad_accum, (long long)tr->loss_tokens,
+                        tr->micro_batches);
+    double t0 = zoe_clock_ms();
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, tr->micro_batches, ZOE_PHASE_OPTIMIZER);
+    ZOE_TRY(zoe_optimizer_step(tr->opt, lr));
+    double t1 = zoe_clock_ms();
+    zoe_optimizer_stats os;
+    ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
+    /* Every TP rank has the same loss; the mean over the global batch's counted targets. */
+    double sums[3] = {tr->loss_sum, (double)tr->micro_batches, (double)tr->loss_tokens};
+    int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the step's loss over DP");
+    if (stats) {
+        const zoe_train_config *c = &tr->cfg;
+        memset(stats, 0, sizeof *stats);
+        stats->step = tr->steps_done;
+        stats->loss = sums[2] > 0 ? (float)(sums[0] / sums[2]) : 0.0f;
+        stats->lr = lr;
+        stats->grad_norm = (float)os.grad_norm;
+        stats->loss_scale = (float)os.loss_scale;
+        stats->skipped = os.skipped;
+        stats->tokens = (int64_t)sums[1] * c->micro_batch * c->model.seq_len;
+        stats->ms_forward = tr->ms_forward;
+        stats->ms_backward = tr->ms_backward;
+        stats->ms_offload = tr->ms_offload;
+        /* Under DPU the host update ran overlapped: the step only waited for it. */
+        stats->ms_host_step = os.ms_update;
+        stats->ms_refresh = os.ms_refresh;
+        stats->ms_optimizer = t1 - t0;
+        stats->overlapped = c->dpu_warmup > 0 && tr->steps_done >= c->dpu_warmup && !os.skipped;
+        if (c->dpu_schedule == ZOE_DPU_EXACT) stats->overlapped = os.speculated || os.deferred;
+        stats->redone = os.redone;
+        stats->ms_total = t1 - tr->step_started;
+    }
+    tr->steps_done++;
+    zoe_watchdog_step_done(tr->watchdog, tr->steps_done);
+    tr->loss_sum = 0;
+    tr->loss_tokens = 0;
+    tr->step_targets = -1;
+    tr->micro_batches = 0;
+    tr->ms_forward = tr->ms_backward = tr->ms_offload = 0;
+    tr->step_started = zoe_clock_ms();
+    return ZOE_OK;
+}
+
+static size_t param_bytes(const zoe_trainer *tr) {
+    return zoe_optimizer_params_numel(tr->opt) * zoe_dtype_size(tr->cfg.dtype);
+}
+
+/* Under DPU an update may be in flight: the latest weights, the ones to evaluate, are not all in
+ * the parameter buffer yet, so the update lands (flush) first. With the exact schedule the next
+ * forward reads those latest weights anyway, so nothing more is needed. With a stale schedule
+ * the next forward reads the buffer as it was (one step stale): those weights are kept in a
+ * pinned host copy, made once and reused, and eval_end puts things back as zoe_trainer_load does
+ * for a checkpoint saved in this state: the latest weights staged for the due refresh, the stale
+ * ones in the buffer. (The plan counts that copy: engine/plan/plan.c, the host's eval copy.) */
+zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_begin: NULL trainer");
+    if (tr->evaluating || tr->micro_batches > 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_eval_begin %s: evaluate between steps",
+                        tr->evaluating ? "twice" : "inside a step");
+    zoe_watchdog_at(tr->watchdog, tr->steps_done - 1, 0, ZOE_PHASE_EVALUATION);
+    int due = 0, stale = tr->cfg.dpu_schedule != ZOE_DPU_EXACT;
+    ZOE_TRY(zoe_optimizer_settle(tr->opt, &due));
+    if (due && stale) {
+        if (!tr->stale_params) {
+            zoe_status st = zoe_host_alloc(tr->dev, param_bytes(tr), &tr->stale_params);
+            if (st != ZOE_OK) {
+                tr->stale_params = NULL;
+                return zoe_fail(st, "pinned host copy of the stale weights (%zu bytes)",
+                                param_bytes(tr));
+            }
+        }
+        ZOE_TRY(zoe_memcpy_async(tr->stale_params, zoe_optimizer_params(tr->opt), param_bytes(tr),
+                                 ZOE_COPY_DEVICE_TO_HOST, tr->stream));
+        ZOE_TRY(zoe_stream_synchronize(tr->stream));
+    }
+    if (due) ZOE_TRY(zoe_optimizer_flush(tr->opt));
+    tr->evaluating = 1;
+    tr->eval_restore = due && stale;
+    tr->eval_micro_batches = 0;
+    tr->eval_loss_sum = 0;
+    tr->eval_targets = 0;
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_eval_micro_batch(zoe_trainer *tr, const int32_t *tokens,
+                                        const int32_t *targets) {
+    if (!tr || !tokens || !targets)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_micro_batch: NULL argument");
+    if (!tr->evaluating)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_eval_micro_batch without zoe_trainer_eval_begin");
+    zoe_watchdog_at(tr->watchdog, tr->steps_done - 1, tr->eval_micro_batches, ZOE_PHASE_EVALUATION);
+    float loss = 0;
+    ZOE_TRY(zoe_gpt_forward_eval(tr->gpt, tokens, targets, &loss));
+    int64_t count = zoe_gpt_loss_count(tr->gpt);
+    tr->eval_loss_sum += (double)loss * (double)count;
+    tr->eval_targets += count;
+    tr->eval_micro_batches++;
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_eval_end(zoe_trainer *tr, float *loss) {
+    if (!tr || !loss)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_end: NULL argument");
+    if (!tr->evaluating)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_trainer_eval_end without zoe_trainer_eval_begin");
+    tr->evaluating = 0;
+    /* Every TP rank of a DP group holds the same sums. */
+    double sums[2] = {tr->eval_loss_sum, (double)tr->eval_targets};
+    int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the validation loss over DP");
+    *loss = sums[1] > 0 ? (float)(sums[0] / sums[1]) : 0.0f;
+    if (tr->eval_restore) {
+        ZOE_TRY(zoe_optimizer_defer_refresh(tr->opt));
+        ZOE_TRY(zoe_memcpy_async(zoe_optimizer_params(tr->opt), tr->stale_params, param_bytes(tr),
+                                 ZOE_COPY_HOST_TO_DEVICE, tr->stream));
+        ZOE_TRY(zoe_stream_synchronize(tr->stream));
+    }
+    /* An evaluation is progress: the stall timer starts again; and it is no part of the next
+     * step's time. */
+    zoe_watchdog_step_done(tr->watchdog, tr->steps_done);
+    tr->step_started = zoe_clock_ms();
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_logits(zoe_trainer *tr, const int32_t *tokens, float *logits) {
+    if (!tr || !tokens || !logits)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_logits: NULL argument");
+    const zoe_tp_embedding *e = zoe_gpt_embedding(tr->gpt);
+    size_t n = (size_t)tr->cfg.micro_batch * (size_t)tr->cfg.model.seq_len;
+    size_t local = (size_t)e->vocab.local, vocab = (size_t)e->vocab.vocab;
+    int tp = zoe_grid_tp_size(tr->grid);
+    size_t es = zoe_dtype_size(tr->cfg.dtype);
+    void *raw = malloc(n * local * es);
+    float *mine = malloc(n * local * sizeof(float)), *all = malloc(n * local * tp * sizeof(float));
+    zoe_status st =
+        raw && mine && all ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "logits of %zu tokens", n);
+    uint64_t count = zoe_gpt_forward_count(tr->gpt);
+    float loss;
+    /* the tokens as targets: any valid ones do, the loss is not used */
+    if (st == ZOE_OK) st = zoe_gpt_forward(tr->gpt, tokens, tokens, &loss);
+    zoe_gpt_set_forward_count(tr->gpt, count);
+    if (st == ZOE_OK)
+        st = zoe_memcpy_async(raw, zoe_gpt_logits(tr->gpt), n * local * es, ZOE_COPY_DEVICE_TO_HOST,
+                              tr->stream);
+    if (st == ZOE_OK) st = zoe_stream_synchronize(tr->stream);
+    if (st == ZOE_OK) st = zoe_convert(mine, ZOE_F32, raw, tr->cfg.dtype, n * local);
+    /* Rank r of the TP group holds vocabulary rows [r * local, (r + 1) * local). */
+    if (st == ZOE_OK && MPI_Allgather(mine, (int)(n * local), MPI_FLOAT, all, (int)(n * local),
+                                      MPI_FLOAT, zoe_grid_tp_comm(tr->grid)) != MPI_SUCCESS)
+        st = zoe_fail(ZOE_ERR_MPI, "all-gather of the logits failed");
+    for (size_t i = 0; st == ZOE_OK && i < n; i++)
+        for (size_t c = 0; c < vocab; c++)
+            logits[i * vocab + c] = all[(c / local) * n * local + i * local + c % local];
+    free(raw), free(mine), free(all);
+    return st;
+}
+
+zoe_status zoe_trainer_flush(zoe_trainer *tr) {
+    if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_flush: NULL trainer");
+    return zoe_optimizer_flush(tr->opt);
+}
+
+zoe_status zoe_trainer_profile(zoe_trainer *tr, zoe_profile *out, int reset) {
+    if (!tr || !out)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_profile: NULL argument");
+    zoe_kernel_profile kp;
+    zoe_gpt_kernel_profile(tr->gpt, &kp, reset);
+    memset(out, 0, sizeof *out);
+    for (int op = 0; op < ZOE_KOP_COUNT && out->count < ZOE_PROFILE_MAX - 1; op++) {
+        if (!kp.calls[op]) continue;
+        snprintf(out->entries[out->count].name, sizeof out->entries[0].name, "%s",
+                 zoe_kernel_op_name((zoe_kernel_op)op));
+        out->entries[out->count].ms = kp.seconds[op] * 1e3;
+        out->entries[out->count++].calls = kp.calls[op];
+    }
+    double tp_seconds = zoe_comm_seconds(tr->tp_comm);
+    snprintf(out->entries[out->count].name, sizeof out->entries[0].name, "tp_collectives");
+    out->entries[out->count++].ms = (tp_seconds - tr->tp_seconds_at_reset) * 1e3;
+    if (reset) tr->tp_seconds_at_reset = tp_seconds;
+    return ZOE_OK;
+}
