@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The program outputs that README.md and docs/ quote, where the program is deterministic and
+# quick: each row names the file, the text it quotes and the command that prints it. The test
+# fails when the file no longer quotes the text or the program no longer prints it, so a figure
+# that moves is corrected in the docs in the same change. (The demo's final loss is deterministic
+# too, but its 600 steps take a minute or more on 2 cores; `scripts/demo` prints it.)
+set -u
+root="${1:?usage: test_quoted_outputs.sh REPO_ROOT BUILD_DIR}"
+build="$(cd "${2:?usage: test_quoted_outputs.sh REPO_ROOT BUILD_DIR}" && pwd)"
+plan="$build/tools/zoe-plan/zoe-plan"
+paper="$build/tests/plan/test_plan_paper"
+state="$build/tests/plan/test_plan_state"
+# file | quoted text | command
+rows=(
+  "README.md|host 1079.5 of 1382.4 GiB available (29.7% of host memory spare); a step takes 21.24 s, host adam binds.|$plan --model 70b --hardware dgx2 --tp 16"
+  "README.md|GPU 20.02 of 32|$plan --model 70b --hardware dgx2 --tp 16"
+  "README.md|91.01B|$plan --max-model --hardware dgx2 --tp 16 --state fp32"
+  "README.md|145.98B|$plan --max-model --hardware dgx2 --tp 16 --state bf16"
+  "README.md|122.32B|$plan --max-model --hardware dgx-a100-80g --tp 8 --state fp32"
+  "README.md|196.32B|$plan --max-model --hardware dgx-a100-80g --tp 8 --state bf16"
+  "docs/plan.md|32.3 TFLOPS predicted|$paper"
+  "docs/plan.md|1.47B (17 x 2560|$paper"
+  "docs/plan.md|fits, host 1080 of 1536 GiB (29.7% spare)|$paper"
+  "docs/plan.md|90.6B with offload|$paper"
+  "docs/plan.md|22.4B with TP alone|$paper"
+  "docs/offload.md|DGX-2 TP=16 91.0B -> 146.0B, DGX A100-80GB TP=8 122.3B -> 196.3B|$state"
+  "docs/offload.md|host Adam 11.10 s -> 6.66 s (0.600)|$state"
+)
+fails=0
+for row in "${rows[@]}"; do
+  IFS='|' read -r file quote cmd <<<"$row"
+  if ! grep -qF -- "$quote" "$root/$file"; then
+    echo "FAIL $file no longer quotes: $quote"
+    fails=$((fails + 1))
+    continue
+  fi
+  out="$($cmd 2>&1)"
+  if ! grep -qF -- "$quote" <<<"$out"; then
+    echo "FAIL $file quotes '$quote' but '$cmd' prints:"
+    echo "$out" | tail -5
+    fails=$((fails + 1))
+  fi
+done
+n=${#rows[@]}
+echo "test_quoted_outputs: $((n - fails)) passed, $fails failed"
+exit $((fails > 0))
