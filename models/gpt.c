@@ -1,7 +1,9 @@
 /* The model of models/gpt.h, GPT or Llama: composition of the tensor_parallel layers, one planned
  * activation allocation, and the backward that hands each tensor's gradient to the sink as it
  * completes. The two families differ in their blocks, the final norm, positions (learned or
- * rotary) and the LM head (tied, or for Llama optionally its own); the rest is shared. */
+ * rotary) and the LM head (tied, or for Llama optionally its own); the rest is shared.
+ *
+ * Explained in docs/architecture.md, "One step, following the data". */
 #include "models/gpt.h"
 #include "models/gpt_impl.h"
 #include <math.h>

@@ -10,7 +10,9 @@
  * not its weights or gradients: the caller binds each tensor's weight pointer (the optimizer's
  * flat buffer) and gives backward a gradient sink that hands out each tensor's gradient buffer
  * and takes it back once final, so an optimizer can reduce and offload buckets while backward
- * goes on (DESIGN.md, step 3). */
+ * goes on (DESIGN.md, step 3).
+ *
+ * Explained in docs/architecture.md, "One step, following the data"; docs/hf.md. */
 #ifndef ZOE_MODELS_GPT_H
 #define ZOE_MODELS_GPT_H
 

@@ -8,7 +8,9 @@
  *   GPT    qkv cache [max_tokens, NH/t, 3, HS]: linear_qkv's output rows (q is kept too; it is
  *          a third of the cache and saves a strided copy per step)
  *   Llama  kv cache  [max_tokens, KV_local, 2, HS]: linear_kv's output rows, keys rotated in
- *          place at their positions. */
+ *          place at their positions.
+ *
+ * Explained in docs/generate.md, "The key-value cache". */
 #include <stdlib.h>
 #include <string.h>
 #include "models/gpt.h"

@@ -1,5 +1,7 @@
 /* Internal to models/: the model's struct, shared by the training path (gpt.c) and the
- * incremental decoding path (gpt_decode.c). */
+ * incremental decoding path (gpt_decode.c).
+ *
+ * Explained in docs/architecture.md, "One step, following the data". */
 #ifndef ZOE_MODELS_GPT_IMPL_H
 #define ZOE_MODELS_GPT_IMPL_H
 

@@ -1,5 +1,7 @@
 /* The named model shapes, one table: docs and `zoe-train --list-models` print from it, and
- * each row names the TP x DP grids it is documented to run at (tests/plan validates them). */
+ * each row names the TP x DP grids it is documented to run at (tests/plan validates them).
+ *
+ * Explained in docs/train.md, "A run on your own text"; docs/plan.md. */
 #include <string.h>
 #include "runtime/error.h"
 #include "zoe/model.h"

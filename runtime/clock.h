@@ -1,4 +1,6 @@
-/* Internal: the one clock every layer times its work with (monotonic, wall time). */
+/* Internal: the one clock every layer times its work with (monotonic, wall time).
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_RUNTIME_CLOCK_H
 #define ZOE_RUNTIME_CLOCK_H
 

@@ -11,7 +11,9 @@
  * Counts: NCCL takes size_t counts and gets them unchanged. MPI takes int counts, so the MPI
  * paths run a call whose count (or total count, size x count, for reduce-scatter and
  * all-gather, whose implementations add up the blocks in int) is above the limit in chunks of
- * at most max_count elements; tests lower the limit with zoe_comm_set_max_count. */
+ * at most max_count elements; tests lower the limit with zoe_comm_set_max_count.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,6 @@
-/* Internal: the communicator struct and the NCCL half's entry points (comm_nccl_cuda.c). */
+/* Internal: the communicator struct and the NCCL half's entry points (comm_nccl_cuda.c).
+ *
+ * Explained in docs/gpus.md, "Collectives and host copies". */
 #ifndef ZOE_RUNTIME_COMM_IMPL_H
 #define ZOE_RUNTIME_COMM_IMPL_H
 

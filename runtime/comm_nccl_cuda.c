@@ -28,7 +28,9 @@
  * (by launch) or start before k ends (serial), nothing of a later collective holds the GPU
  * before k launches. So every member runs k, and k finishes. (A host that waits, on an event or
  * in an MPI call such as the norm's all-reduce, waits only for work issued before that point,
- * all of which finishes, so it goes on to issue k.) By induction every collective finishes. */
+ * all of which finishes, so it goes on to issue k.) By induction every collective finishes.
+ *
+ * Explained in docs/gpus.md, "Collectives and host copies". */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>

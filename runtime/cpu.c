@@ -1,6 +1,8 @@
 /* The CPU-feature probe: CPUID for the instructions, XGETBV for the operating system's
  * support of the wider registers. gcc's and clang's __builtin_cpu_supports know different
- * feature names (clang 14 has no "f16c"), so the probe reads the bits itself. */
+ * feature names (clang 14 has no "f16c"), so the probe reads the bits itself.
+ *
+ * Explained in docs/train.md, "Threads" (ZOE_CPU_ISA). */
 #include "runtime/cpu.h"
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,6 +1,8 @@
 /* Internal: the one CPU-feature probe of the project. Every SIMD path (the kernels' inner
  * loops, the host Adam, the dtype conversions, the benchmarks) asks here which instruction set
- * this CPU runs, so a level means the same everywhere. */
+ * this CPU runs, so a level means the same everywhere.
+ *
+ * Explained in docs/train.md, "Threads" (ZOE_CPU_ISA). */
 #ifndef ZOE_RUNTIME_CPU_H
 #define ZOE_RUNTIME_CPU_H
 

@@ -1,5 +1,7 @@
 /* The device interface and its CPU backend. On CPU a stream executes work as it is submitted,
- * which is a valid in-order stream: every later op sees every earlier one complete. */
+ * which is a valid in-order stream: every later op sees every earlier one complete.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>

@@ -1,4 +1,6 @@
-/* The CUDA half of the device layer: plain CUDA runtime calls, errors turned into statuses. */
+/* The CUDA half of the device layer: plain CUDA runtime calls, errors turned into statuses.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #include <stdio.h>
 #include <cuda_runtime.h>
 #include "runtime/device_impl.h"

@@ -1,4 +1,6 @@
-/* Internal: the device structs and the CUDA half's entry points (device_cuda.c). */
+/* Internal: the device structs and the CUDA half's entry points (device_cuda.c).
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_RUNTIME_DEVICE_IMPL_H
 #define ZOE_RUNTIME_DEVICE_IMPL_H
 

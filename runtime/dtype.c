@@ -1,3 +1,7 @@
+/* The dtypes: sizes, names, parsing, and the conversions between fp32 and bf16/fp16 (round to
+ * nearest even), vectorised where runtime/cpu.h says the CPU can.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #include <immintrin.h>
 #include <strings.h>
 #include "runtime/cpu.h"

@@ -1,5 +1,7 @@
 /* Internal: recording failures. zoe_fail() stores the message for zoe_last_error() and returns
- * the status so a failing path reads `return zoe_fail(ZOE_ERR_..., "tp=%d ...", tp);`. */
+ * the status so a failing path reads `return zoe_fail(ZOE_ERR_..., "tp=%d ...", tp);`.
+ *
+ * Explained in docs/architecture.md, "Where errors go". */
 #ifndef ZOE_RUNTIME_ERROR_H
 #define ZOE_RUNTIME_ERROR_H
 

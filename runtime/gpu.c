@@ -1,5 +1,8 @@
 /* Whether this build runs on a GPU, which GPU each rank of a node takes, and the two decided
- * for a whole job. */
+ * for a whole job.
+ *
+ * Explained in docs/gpus.md, "Does this build run on the GPU?" and "Which GPU does a rank take?".
+ */
 #include <ctype.h>
 #include <limits.h>
 #include <stdio.h>

@@ -1,4 +1,6 @@
-/* The one table of GPU specs by compute capability, and the compute dtype each GPU trains in. */
+/* The one table of GPU specs by compute capability, and the compute dtype each GPU trains in.
+ *
+ * Explained in docs/gpus.md, "The dtype". */
 #include <stdio.h>
 #include <string.h>
 #include "runtime/error.h"

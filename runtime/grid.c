@@ -1,3 +1,7 @@
+/* The TP x DP process grid: rank = tp_rank + tp * dp_rank, the TP, DP and node communicators
+ * split from the world one.
+ *
+ * Explained in docs/architecture.md, "The grid". */
 #include <stdlib.h>
 #include "runtime/error.h"
 #include "zoe/grid.h"

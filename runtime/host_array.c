@@ -1,3 +1,6 @@
+/* Host memory for the large streamed arrays (runtime/host_array.h says why huge pages).
+ *
+ * Explained in docs/offload.md, "Memory layout". */
 #include "runtime/host_array.h"
 #include <stdlib.h>
 #if defined(__linux__)

@@ -1,3 +1,7 @@
+/* The process-wide logger: the level from ZOE_LOG, each line tagged with the rank and its (tp,
+ * dp), written whole under a lock so threads never interleave.
+ *
+ * Explained in docs/train.md, "Threads" (ZOE_LOG). */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>

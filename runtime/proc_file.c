@@ -1,3 +1,6 @@
+/* Reading one "Key: value kB" figure of a Linux /proc file.
+ *
+ * Explained in docs/plan.md, "Memory: from the code that allocates". */
 #include "runtime/proc_file.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,3 +1,7 @@
+/* Status codes, the per-thread last error, struct-version checks, MPI errors and the errors of
+ * OpenMP workers carried back to the calling thread.
+ *
+ * Explained in docs/architecture.md, "Where errors go". */
 #include <stdarg.h>
 #include <mpi.h>
 #include <stdio.h>

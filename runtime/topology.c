@@ -1,5 +1,7 @@
 /* Thread placement with hwloc. The placement rule is pure arithmetic over "domains" (sets of
- * cores: one per NUMA node, or the whole node), so it is tested on synthetic machines. */
+ * cores: one per NUMA node, or the whole node), so it is tested on synthetic machines.
+ *
+ * Explained in docs/gpus.md, "Which GPU does a rank take?". */
 #include <hwloc.h>
 #include <omp.h>
 #include <stdio.h>

@@ -1,4 +1,6 @@
-/* The tensor-parallel transformer block: forward, backward, activation layout. */
+/* The tensor-parallel transformer block: forward, backward, activation layout.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #include "tensor_parallel/block.h"
 #include <stdio.h>
 #include "runtime/error.h"

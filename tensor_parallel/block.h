@@ -12,7 +12,9 @@
  * Parameter names, with the caller's prefix (e.g. "h.0."): ln_1.weight, ln_1.bias,
  * attn.linear_qkv.weight/.bias, attn.linear_proj.weight/.bias, ln_2.weight, ln_2.bias,
  * mlp.linear_fc1.weight/.bias, mlp.linear_fc2.weight/.bias. Replicated: the LayerNorms and the
- * biases of linear_proj and linear_fc2. */
+ * biases of linear_proj and linear_fc2.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #ifndef ZOE_TP_BLOCK_H
 #define ZOE_TP_BLOCK_H
 

@@ -1,6 +1,8 @@
 /* TP-invariant hidden dropout. The mask of element e depends on (seed, site, step, e) only, so
  * every TP rank, and a TP=1 run, drop the same elements of the replicated hidden state, on
- * either backend (the kernels' zoe_dropout draws the same Philox mask on CPU and CUDA). */
+ * either backend (the kernels' zoe_dropout draws the same Philox mask on CPU and CUDA).
+ *
+ * Explained in docs/tensor_parallel.md, "TP-invariant randomness". */
 #include "runtime/error.h"
 #include "tensor_parallel/layers.h"
 #include "tensor_parallel/philox.h"

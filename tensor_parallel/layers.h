@@ -2,7 +2,9 @@
  * with the tied LM head, the vocab-parallel cross-entropy, and TP-invariant hidden dropout.
  *
  * Shapes: rows = B * T tokens. `x`/`y` are activations, `dx`/`dy` their gradients. Weight and
- * bias gradients ACCUMULATE (+=) into the bound grad buffers, as in kernels.h. */
+ * bias gradients ACCUMULATE (+=) into the bound grad buffers, as in kernels.h.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #ifndef ZOE_TP_LAYERS_H
 #define ZOE_TP_LAYERS_H
 

@@ -1,4 +1,6 @@
-/* ColumnParallelLinear and RowParallelLinear. */
+/* ColumnParallelLinear and RowParallelLinear.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #include <stdio.h>
 #include "runtime/error.h"
 #include "tensor_parallel/layers.h"

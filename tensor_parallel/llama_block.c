@@ -1,4 +1,6 @@
-/* The tensor-parallel Llama block: forward, backward, activation layout. */
+/* The tensor-parallel Llama block: forward, backward, activation layout.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #include "tensor_parallel/llama_block.h"
 #include <stdio.h>
 #include "runtime/error.h"

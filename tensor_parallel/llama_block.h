@@ -17,7 +17,9 @@
  *
  * Parameter names, with the caller's prefix (e.g. "h.0."): ln_1.weight, attn.linear_q.weight,
  * attn.linear_kv.weight, attn.linear_proj.weight, ln_2.weight, mlp.linear_fc1.weight,
- * mlp.linear_fc2.weight. Replicated: the two RMSNorm weights. */
+ * mlp.linear_fc2.weight. Replicated: the two RMSNorm weights.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #ifndef ZOE_TP_LLAMA_BLOCK_H
 #define ZOE_TP_LLAMA_BLOCK_H
 

@@ -1,4 +1,6 @@
-/* Parameter descriptors, TP-invariant initialisation and gathering to global layout. */
+/* Parameter descriptors, TP-invariant initialisation and gathering to global layout.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers" and "Replicated parameters stay identical". */
 #include "tensor_parallel/param.h"
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,7 +21,9 @@
  * parameters, the replicas' gradient inputs differ (each rank's query heads use the block), so
  * the owning layer sums the gradient over exactly those ranks before the weight gradient is
  * formed; afterwards every replica holds the identical full gradient, and a gradient norm
- * counts it on one rank of each replica group (tp_rank % replicas == 0). */
+ * counts it on one rank of each replica group (tp_rank % replicas == 0).
+ *
+ * Explained in docs/tensor_parallel.md, "Layers" and "Replicated parameters stay identical". */
 #ifndef ZOE_TP_PARAM_H
 #define ZOE_TP_PARAM_H
 

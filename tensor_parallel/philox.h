@@ -6,7 +6,9 @@
  * values of four consecutive elements. Element e of a stream therefore uses block e / 4, lane
  * e % 4, whoever computes it: a TP rank generates exactly its shard of the tensor a TP=1 run
  * would draw, without materialising the rest. Streams name what is drawn (a parameter, one
- * dropout site at one step) so that different tensors never share numbers. */
+ * dropout site at one step) so that different tensors never share numbers.
+ *
+ * Explained in docs/tensor_parallel.md, "TP-invariant randomness". */
 #ifndef ZOE_TP_PHILOX_H
 #define ZOE_TP_PHILOX_H
 

@@ -1,7 +1,9 @@
 /* The TP context and the region mappings. The column slicing of scatter_to / gather_from is a
  * strided copy issued as one device copy per (row, rank) block: the mappings are off the
  * training hot path (a GPT keeps activations split and uses the vocab-parallel loss), so this
- * stays on the generic device interface instead of needing a dedicated kernel. */
+ * stays on the generic device interface instead of needing a dedicated kernel.
+ *
+ * Explained in docs/tensor_parallel.md, "Region mappings". */
 #include "tensor_parallel/tp.h"
 #include "runtime/error.h"
 

@@ -9,7 +9,9 @@
  *  - With t == 1 the collectives are skipped (they would be identities), so a TP=1 run moves
  *    no bytes and pays no MPI call.
  *  - Layers do not allocate: parameters are described (param.h) and bound by the caller, and
- *    activations/scratch are caller buffers whose sizes the layers report. */
+ *    activations/scratch are caller buffers whose sizes the layers report.
+ *
+ * Explained in docs/tensor_parallel.md, "Region mappings". */
 #ifndef ZOE_TP_TP_H
 #define ZOE_TP_TP_H
 

@@ -1,4 +1,6 @@
-/* VocabParallelEmbedding, the tied LM head and the vocab-parallel cross-entropy. */
+/* VocabParallelEmbedding, the tied LM head and the vocab-parallel cross-entropy.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #include <stdio.h>
 #include "runtime/error.h"
 #include "tensor_parallel/layers.h"
