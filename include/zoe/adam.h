@@ -38,17 +38,20 @@ typedef struct zoe_adam_config {
     }
 
 /* Per element i < n, with g = grad[i] * grad_scale (+ weight_decay * w for Adam):
- *   exp_avg[i]    = beta1 * exp_avg[i] + (1 - beta1) * g
- *   exp_avg_sq[i] = beta2 * exp_avg_sq[i] + (1 - beta2) * g * g
- *   master[i]     = master[i] * (AdamW: 1 - lr * wd)
- *                   - lr / (1 - beta1^step) * exp_avg[i] / (sqrt(exp_avg_sq[i] / (1 - beta2^step))
- * + eps) param[i]      = param_dtype(master[i]), rounded to nearest even, when param is not NULL
+ *
+ *     exp_avg[i]    = beta1 * exp_avg[i] + (1 - beta1) * g
+ *     exp_avg_sq[i] = beta2 * exp_avg_sq[i] + (1 - beta2) * g * g
+ *     master[i]     = master[i] * (AdamW: 1 - lr * wd)
+ *                     - lr / (1 - beta1^step) * exp_avg[i]
+ *                       / (sqrt(exp_avg_sq[i] / (1 - beta2^step)) + eps)
+ *     param[i]      = param_dtype(master[i]), nearest even, when param is not NULL
+ *
  * (kernels/adam.h gives the exact operations and their order.) master, exp_avg and exp_avg_sq
  * are fp32, updated in place; grad is ZOE_F32, ZOE_BF16 or ZOE_F16; param (optional) is
  * ZOE_F32, ZOE_BF16 or ZOE_F16. In place: element i is read completely before anything of it is
  * written, so param may be grad itself (the same buffer and dtype: the new weights over the
  * gradient they were computed from); no other two arrays may overlap, which is checked. Local
- * (no MPI); the calling thread's last error names a bad argument. */
+ * (no MPI); the calling thread's last error names a bad argument. Explained in docs/python.md. */
 zoe_status zoe_adam_step(const zoe_adam_config *cfg, float *master, float *exp_avg,
                          float *exp_avg_sq, const void *grad, zoe_dtype grad_dtype, void *param,
                          zoe_dtype param_dtype, size_t n);
