@@ -342,10 +342,34 @@ static float token_scale(const zoe_trainer *tr, float loss_scale, int64_t count)
     return (float)((double)loss_scale * k / (double)tr->global_targets);
 }
 
+/* A caller's batch against the model's vocabulary [0, vocab) (targets may also be -1): no TP
+ * rank's vocabulary shard holds a token outside it, so the vocab-parallel embedding and loss
+ * would take it silently as a zero embedding and a zero target logit (or, below the padded
+ * vocabulary, as a padding row): it is refused before the forward, naming its position. targets may
+ * be NULL (logits). Every rank of a TP group checks the same batch and so fails alike. */
+static zoe_status check_batch(const zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
+                              const char *what) {
+    const int32_t vocab = tr->cfg.model.vocab, seq = tr->cfg.model.seq_len;
+    const size_t n = (size_t)tr->cfg.micro_batch * (size_t)seq;
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= vocab)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "%s: token %d at [%zu, %zu] is outside the vocabulary [0, %d)", what,
+                            tokens[i], i / (size_t)seq, i % (size_t)seq, vocab);
+        if (targets && (targets[i] < -1 || targets[i] >= vocab))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "%s: target %d at [%zu, %zu] is outside the vocabulary [0, %d) (-1: "
+                            "ignored)",
+                            what, targets[i], i / (size_t)seq, i % (size_t)seq, vocab);
+    }
+    return ZOE_OK;
+}
+
 zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const int32_t *targets,
                                    float *loss) {
     if (!tr || !tokens || !targets)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_micro_batch: NULL argument");
+    ZOE_TRY(check_batch(tr, tokens, targets, "zoe_trainer_micro_batch"));
     zoe_optimizer_stats os;
     ZOE_TRY(zoe_optimizer_stats_get(tr->opt, &os));
     ZOE_TRY(zoe_optimizer_begin_micro_batch(tr->opt));
@@ -480,6 +504,7 @@ zoe_status zoe_trainer_eval_micro_batch(zoe_trainer *tr, const int32_t *tokens,
     if (!tr->evaluating)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "zoe_trainer_eval_micro_batch without zoe_trainer_eval_begin");
+    ZOE_TRY(check_batch(tr, tokens, targets, "zoe_trainer_eval_micro_batch"));
     zoe_watchdog_at(tr->watchdog, tr->steps_done - 1, tr->eval_micro_batches, ZOE_PHASE_EVALUATION);
     float loss = 0;
     ZOE_TRY(zoe_gpt_forward_eval(tr->gpt, tokens, targets, &loss));
@@ -518,6 +543,7 @@ zoe_status zoe_trainer_eval_end(zoe_trainer *tr, float *loss) {
 zoe_status zoe_trainer_logits(zoe_trainer *tr, const int32_t *tokens, float *logits) {
     if (!tr || !tokens || !logits)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_logits: NULL argument");
+    ZOE_TRY(check_batch(tr, tokens, NULL, "zoe_trainer_logits"));
     const zoe_tp_embedding *e = zoe_gpt_embedding(tr->gpt);
     size_t n = (size_t)tr->cfg.micro_batch * (size_t)tr->cfg.model.seq_len;
     size_t local = (size_t)e->vocab.local, vocab = (size_t)e->vocab.vocab;

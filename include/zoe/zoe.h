@@ -11,6 +11,7 @@
 #include "zoe/grid.h"
 #include "zoe/topology.h"
 #include "zoe/optimizer.h"
+#include "zoe/adam.h"
 #include "zoe/data.h"
 #include "zoe/model.h"
 #include "zoe/train.h"

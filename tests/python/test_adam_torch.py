@@ -193,6 +193,18 @@ def check_state_case(helper, name, seed, *, decoupled, grad_bf16, weight_decay, 
     return True
 
 
+def fp32_tolerances(grads, lr, tw, tv):
+    """The fp32 tolerances of the module docstring for T = len(grads) steps, per element, given
+    torch's final weights tw and second moment tv (tests/python/test_host_adam.py uses them too)."""
+    steps = len(grads)
+    gmax = np.abs(grads).max(axis=0).astype(np.float64)
+    return {
+        "w": steps * (4 * U * np.abs(tw.astype(np.float64)) + 1e-4 * lr),
+        "m": 1e-5 * gmax,
+        "v": 1e-5 * np.abs(tv.astype(np.float64)),
+    }
+
+
 def check_case(helper, name, seed, *, decoupled, grad_bf16, grad_scale, weight_decay,
                n=10007, steps=20, lr=1e-2, betas=(0.9, 0.999), eps=1e-8):
     rng = np.random.default_rng(seed)
@@ -210,12 +222,7 @@ def check_case(helper, name, seed, *, decoupled, grad_bf16, grad_scale, weight_d
     zw, zm, zv = run_zoe(helper, w0, grads, decoupled=decoupled, grad_bf16=grad_bf16,
                          grad_scale=grad_scale, **hp)
     tw, tm, tv = run_torch(w0, grads, decoupled=decoupled, **hp)
-    gmax = np.abs(grads).max(axis=0).astype(np.float64)
-    tol = {
-        "w": steps * (4 * U * np.abs(tw.astype(np.float64)) + 1e-4 * lr),
-        "m": 1e-5 * gmax,
-        "v": 1e-5 * np.abs(tv.astype(np.float64)),
-    }
+    tol = fp32_tolerances(grads, lr, tw, tv)
     worst = {}
     for key, z, t in (("w", zw, tw), ("m", zm, tm), ("v", zv, tv)):
         err = np.abs(z.astype(np.float64) - t.astype(np.float64))

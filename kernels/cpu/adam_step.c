@@ -1,0 +1,120 @@
+/* zoe_adam_step (zoe/adam.h): the public face of the host Adam kernel over a caller's arrays,
+ * tiled over OpenMP threads as the offload optimizer tiles its partition. */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include "kernels/adam.h"
+#include "runtime/error.h"
+#include "zoe/adam.h"
+
+static int is_float_dtype(zoe_dtype dt) {
+    return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
+}
+
+/* Whether the byte ranges [a, a + na) and [b, b + nb) share a byte. */
+static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+static zoe_status check_config(const zoe_adam_config *cfg) {
+    if (!cfg) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_adam_step: cfg is NULL");
+    ZOE_TRY(zoe_check_struct_version("zoe_adam_config", cfg->struct_size, cfg->api_version,
+                                     sizeof *cfg));
+    if (!(cfg->lr >= 0 && isfinite(cfg->lr)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_adam_step: lr=%g is not >= 0",
+                        (double)cfg->lr);
+    if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_adam_step: betas (%g, %g) are not both in [0, 1)", (double)cfg->beta1,
+                        (double)cfg->beta2);
+    if (!(cfg->eps > 0 && isfinite(cfg->eps)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_adam_step: eps=%g is not > 0",
+                        (double)cfg->eps);
+    if (!(cfg->weight_decay >= 0 && isfinite(cfg->weight_decay)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_adam_step: weight_decay=%g is not >= 0",
+                        (double)cfg->weight_decay);
+    if (!isfinite(cfg->grad_scale))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_adam_step: grad_scale=%g is not finite",
+                        (double)cfg->grad_scale);
+    if (cfg->step < 1)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_adam_step: step=%ld is not >= 1", cfg->step);
+    if (cfg->threads < 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_adam_step: threads=%d is not >= 0",
+                        cfg->threads);
+    return ZOE_OK;
+}
+
+static zoe_status check_arrays(float *master, float *exp_avg, float *exp_avg_sq, const void *grad,
+                               zoe_dtype grad_dtype, void *param, zoe_dtype param_dtype, size_t n) {
+    if (!is_float_dtype(grad_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_adam_step: gradient dtype %s is not fp32, bf16 or fp16",
+                        zoe_dtype_name(grad_dtype));
+    if (param && !is_float_dtype(param_dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_adam_step: parameter dtype %s is not fp32, bf16 or fp16",
+                        zoe_dtype_name(param_dtype));
+    if (!master || !exp_avg || !exp_avg_sq || !grad)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_adam_step: NULL array for %zu elements", n);
+    const size_t f32 = n * sizeof(float), g = n * zoe_dtype_size(grad_dtype),
+                 p = param ? n * zoe_dtype_size(param_dtype) : 0;
+    const struct {
+        const char *name;
+        const void *at;
+        size_t bytes;
+    } arrays[] = {{"master", master, f32},
+                  {"exp_avg", exp_avg, f32},
+                  {"exp_avg_sq", exp_avg_sq, f32},
+                  {"grad", grad, g},
+                  {"param", param, p}};
+    enum { ARRAYS = sizeof arrays / sizeof arrays[0] };
+    for (int i = 0; i < ARRAYS; i++)
+        for (int j = i + 1; j < ARRAYS; j++) {
+            /* the one in-place form: the new weights over their gradient, same dtype */
+            int param_over_grad =
+                arrays[i].at == grad && arrays[j].at == param && param_dtype == grad_dtype;
+            if (!param_over_grad &&
+                overlaps(arrays[i].at, arrays[i].bytes, arrays[j].at, arrays[j].bytes))
+                return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                                "zoe_adam_step: %s and %s overlap (only param may be grad, in "
+                                "grad's dtype)",
+                                arrays[i].name, arrays[j].name);
+        }
+    return ZOE_OK;
+}
+
+zoe_status zoe_adam_step(const zoe_adam_config *cfg, float *master, float *exp_avg,
+                         float *exp_avg_sq, const void *grad, zoe_dtype grad_dtype, void *param,
+                         zoe_dtype param_dtype, size_t n) {
+    ZOE_TRY(check_config(cfg));
+    if (n == 0) return ZOE_OK;
+    ZOE_TRY(check_arrays(master, exp_avg, exp_avg_sq, grad, grad_dtype, param, param_dtype, n));
+    zoe_adam_consts c;
+    zoe_adam_consts_init(&c, &(zoe_adam_hparams){.lr = cfg->lr,
+                                                 .beta1 = cfg->beta1,
+                                                 .beta2 = cfg->beta2,
+                                                 .eps = cfg->eps,
+                                                 .weight_decay = cfg->weight_decay,
+                                                 .decoupled = cfg->decoupled,
+                                                 .grad_scale = cfg->grad_scale,
+                                                 .step = cfg->step});
+    const zoe_cpu_isa isa = zoe_cpu_isa_best();
+    const size_t g_size = zoe_dtype_size(grad_dtype),
+                 p_size = param ? zoe_dtype_size(param_dtype) : 0;
+    const long tiles = (long)((n + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
+    const int threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
+    zoe_worker_error failure = {0};
+#pragma omp parallel for schedule(static) num_threads(threads) if (tiles > 1)
+    for (long t = 0; t < tiles; t++) {
+        size_t first = (size_t)t * ZOE_ADAM_TILE,
+               count = n - first < ZOE_ADAM_TILE ? n - first : ZOE_ADAM_TILE;
+        zoe_worker_error_record(
+            &failure,
+            zoe_adam_host_to_isa(isa, &c, master + first, master + first, exp_avg + first,
+                                 exp_avg_sq + first, (const char *)grad + first * g_size,
+                                 grad_dtype, param ? (char *)param + first * p_size : NULL,
+                                 param ? param_dtype : ZOE_F32, count));
+    }
+    return zoe_worker_error_raise(&failure, "zoe_adam_step");
+}
