@@ -25,7 +25,9 @@
  * Host paths are single-threaded over the range they are given; callers split work into tiles
  * of ZOE_ADAM_TILE elements and run the tiles on OpenMP threads with a static schedule, the same
  * tiling that first-touched the arrays. The *_stream variants run on a device stream: the host
- * path on the CPU backend (whose device memory is host memory), CUDA kernels on a CUDA stream. */
+ * path on the CPU backend (whose device memory is host memory), CUDA kernels on a CUDA stream.
+ *
+ * Explained in docs/offload.md, "Host Adam speed". */
 #ifndef ZOE_KERNELS_ADAM_H
 #define ZOE_KERNELS_ADAM_H
 

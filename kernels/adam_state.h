@@ -33,7 +33,9 @@
  *     out[i]        = out_dtype(fp32(master[i]))       the weights as stored, nearest even
  *
  * With every state in fp32 the result is bit-identical to zoe_adam_host_to (a test checks it).
- * With a bf16 master, out in bf16 is the master's own bits. */
+ * With a bf16 master, out in bf16 is the master's own bits.
+ *
+ * Explained in docs/offload.md, "Compressed state". */
 #ifndef ZOE_KERNELS_ADAM_STATE_H
 #define ZOE_KERNELS_ADAM_STATE_H
 

@@ -1,4 +1,6 @@
-/* The CUDA attention choices as arithmetic (kernels/attention_plan.h). */
+/* The CUDA attention choices as arithmetic (kernels/attention_plan.h).
+ *
+ * Explained in docs/attention.md, "Which path runs where". */
 #include "kernels/attention_plan.h"
 
 static int64_t ceil_div(int64_t a, int64_t b) {

@@ -3,7 +3,9 @@
  * architecture, the dk/dv grid's split, the GEMM path's passes, the workspace all of it needs
  * and the work it executes. The dispatcher (kernels/cuda/attention*.cu), the workspace plan
  * (kernels.c, context.cu) and the plan's time model (engine/plan/plan.c) all read these functions,
- * so that what the plan prices is what runs. Built on every backend: the CPU tests check it. */
+ * so that what the plan prices is what runs. Built on every backend: the CPU tests check it.
+ *
+ * Explained in docs/attention.md, "Which path runs where". */
 #ifndef ZOE_KERNELS_ATTENTION_PLAN_H
 #define ZOE_KERNELS_ATTENTION_PLAN_H
 

@@ -1,7 +1,9 @@
 /* The op table's front: the context, argument validation (once, here, for every backend) and
  * dispatch to the backend's implementation. A backend implements zoe_<backend>_<op>(ctx, <the
  * public op's arguments after k>); DISPATCH picks it. The CUDA half adds its context in the
- * `cuda` slot and a branch to DISPATCH. */
+ * `cuda` slot and a branch to DISPATCH.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/attention_plan.h"

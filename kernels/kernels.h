@@ -13,7 +13,8 @@
  *  - Scratch comes from the workspace planned at create time: no allocation inside an op.
  *    So a context serves one host thread at a time; threads that issue ops concurrently
  *    each need their own context.
- */
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_KERNELS_H
 #define ZOE_KERNELS_H
 

@@ -2,7 +2,9 @@
  * X(name, (parameters after the backend context)): kernels.h numbers the ops from it for the
  * profile, and each backend declares zoe_<backend>_<name>(context, parameters) from it, so a
  * new op is one row here plus its documented public prototype in kernels.h and one function per
- * backend. The public zoe_<name>(zoe_kernels *k, parameters) takes the same parameters. */
+ * backend. The public zoe_<name>(zoe_kernels *k, parameters) takes the same parameters.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_KERNELS_OP_LIST_H
 #define ZOE_KERNELS_OP_LIST_H
 

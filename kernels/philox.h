@@ -2,7 +2,9 @@
  * draws the very same numbers (the algorithm and its uses: tensor_parallel/philox.h). Written
  * from the published algorithm: ten rounds of two 32x32->64 multiplies (the "hi" halves XORed
  * with the other counter words and the round key), the key bumped by the Weyl constants
- * between rounds. */
+ * between rounds.
+ *
+ * Explained in docs/tensor_parallel.md, "TP-invariant randomness". */
 #ifndef ZOE_KERNELS_PHILOX_H
 #define ZOE_KERNELS_PHILOX_H
 

@@ -1,5 +1,7 @@
 /* The gradient path: bucket buffers handed to the model, reduce-scatter over DP as buckets
- * complete, device-to-host copy of the rank's partition, fp32 accumulation on the host. */
+ * complete, device-to-host copy of the rank's partition, fp32 accumulation on the host.
+ *
+ * Explained in docs/offload.md, "One step". */
 #include <stdlib.h>
 #include <string.h>
 #include "offload/optimizer_impl.h"

@@ -1,4 +1,6 @@
-/* The flat layout: buckets of whole tensors, cut into 64-byte-aligned DP partitions. */
+/* The flat layout: buckets of whole tensors, cut into 64-byte-aligned DP partitions.
+ *
+ * Explained in docs/offload.md, "Layout". */
 #include <stdlib.h>
 #include <string.h>
 #include "offload/layout.h"

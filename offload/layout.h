@@ -1,5 +1,7 @@
 /* Internal: the flat layout (tensors -> buckets -> DP partitions) and the rank's view of it.
- * Pure arithmetic, no memory beyond its own tables. */
+ * Pure arithmetic, no memory beyond its own tables.
+ *
+ * Explained in docs/offload.md, "Layout". */
 #ifndef ZOE_OFFLOAD_LAYOUT_H
 #define ZOE_OFFLOAD_LAYOUT_H
 

@@ -1,5 +1,7 @@
 /* The optimizer's life cycle: configuration checks, creation on a grid, accessors and the
- * checkpoint view of the partition's state. */
+ * checkpoint view of the partition's state.
+ *
+ * Explained in docs/offload.md. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

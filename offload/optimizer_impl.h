@@ -1,4 +1,6 @@
-/* Internal: the optimizer struct, shared by the files of offload/. */
+/* Internal: the optimizer struct, shared by the files of offload/.
+ *
+ * Explained in docs/offload.md, "Memory layout". */
 #ifndef ZOE_OFFLOAD_OPTIMIZER_IMPL_H
 #define ZOE_OFFLOAD_OPTIMIZER_IMPL_H
 

@@ -1,6 +1,8 @@
 /* The state arrays of the memory layout (zoe_state_sizes in optimizer_impl.h): allocation and
  * first touch, the copies between the partition and the device, and the master weights
- * initialised from the parameters and copied back to them. */
+ * initialised from the parameters and copied back to them.
+ *
+ * Explained in docs/offload.md, "Memory layout" and "Compressed state". */
 #include <stdlib.h>
 #include <string.h>
 #include "offload/optimizer_impl.h"

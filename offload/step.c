@@ -1,5 +1,7 @@
 /* The host-side state and the step: global norm, loss scaling, the fused Adam over the
- * partition (device part and host part), the refresh, and the DPU worker thread. */
+ * partition (device part and host part), the refresh, and the DPU worker thread.
+ *
+ * Explained in docs/offload.md, "One step" and "Delayed parameter update". */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>

@@ -1,6 +1,8 @@
 /* zoe-selftest: builds the TP x DP grid, prints it, and checks every collective of the
  * communicator over the TP and DP groups against values each rank can predict.
- * Usage: mpirun -np N zoe-selftest [--tp T] */
+ * Usage: mpirun -np N zoe-selftest [--tp T]
+ *
+ * Explained in docs/multi-node.md, "Across nodes". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,7 @@
 /* The checkpoint directory protocol (partial directory, fsync, rename, latest), trainer.json
- * reading, and the one-process tools: resolve, info, verify. */
+ * reading, and the one-process tools: resolve, info, verify.
+ *
+ * Explained in docs/checkpoint.md, "Crash safety". */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,8 @@
 /* Internal to engine/: the checkpoint directory protocol and trainer.json, shared by the
  * collective save/load (checkpoint.c), the one-process tools (directory.c) and the
- * Hugging Face export (export_hf.c). */
+ * Hugging Face export (export_hf.c).
+ *
+ * Explained in docs/checkpoint.md, "Files" and "Crash safety". */
 #ifndef ZOE_ENGINE_CHECKPOINT_IMPL_H
 #define ZOE_ENGINE_CHECKPOINT_IMPL_H
 

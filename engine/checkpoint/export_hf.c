@@ -1,7 +1,9 @@
 /* Export to Hugging Face, GPT-2 or Llama: transformers' names and layouts through the one
  * mapping of engine/hf/hf.h (GPT-2's Conv1D weights transposed and c_attn's columns regrouped,
  * Llama's k/v and gate/up split out of zoe's fused rows), the vocabulary's padding rows
- * dropped, and no lm_head when the head is tied. One source tensor in memory at a time. */
+ * dropped, and no lm_head when the head is tied. One source tensor in memory at a time.
+ *
+ * Explained in docs/hf.md, "Export". */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 /* Collective MPI-IO of a global-layout safetensors file: rounds of (file view, write_all or
- * read_all) through one staging buffer, with the per-tensor checksums. */
+ * read_all) through one staging buffer, with the per-tensor checksums.
+ *
+ * Explained in docs/checkpoint.md, "Writing and reading: every rank its own pieces". */
 #include "engine/checkpoint/mpi_io.h"
 #include <signal.h>
 #include <stdio.h>

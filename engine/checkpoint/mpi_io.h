@@ -5,7 +5,9 @@
  * one tensor that is also consecutive in the rank's memory (its optimizer partition or its
  * parameter buffer). Runs are moved in rounds through one bounded staging buffer: each round is
  * a file view (an hindexed type of the round's runs) and one MPI_File_write_all / read_all, so
- * no rank ever holds more than the staging buffer besides its own state. */
+ * no rank ever holds more than the staging buffer besides its own state.
+ *
+ * Explained in docs/checkpoint.md, "Writing and reading: every rank its own pieces". */
 #ifndef ZOE_ENGINE_CHECKPOINT_IO_H
 #define ZOE_ENGINE_CHECKPOINT_IO_H
 

@@ -1,5 +1,7 @@
 /* Internal to the data files of the engine: the .idx layout, the view of a parsed index, text
- * splitting and read-only file mappings. */
+ * splitting and read-only file mappings.
+ *
+ * Explained in docs/data.md. */
 #ifndef ZOE_ENGINE_DATA_IMPL_H
 #define ZOE_ENGINE_DATA_IMPL_H
 

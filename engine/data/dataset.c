@@ -1,5 +1,7 @@
 /* Opening datasets (mapped Megatron files, or text through text.c) and reading their
- * token stream. */
+ * token stream.
+ *
+ * Explained in docs/data.md. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,7 @@
 /* The Megatron .idx layout (parse with validation, and encode) and the names of token dtypes
- * and document splits. */
+ * and document splits.
+ *
+ * Explained in docs/data.md. */
 #include <string.h>
 #include "engine/data/data_impl.h"
 #include "runtime/error.h"

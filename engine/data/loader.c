@@ -2,7 +2,9 @@
  * Each epoch visits them in the order of a keyed pseudo-random permutation (a Feistel network
  * over the next power of four, cycle-walked down to the sequence count), so the sequence for
  * any (step, micro_step, row) is computed directly: no permutation table in memory, no state,
- * the same answer on every rank. */
+ * the same answer on every rank.
+ *
+ * Explained in docs/data.md, "The loader". */
 #include <stdlib.h>
 #include "engine/data/data_impl.h"
 #include "runtime/error.h"

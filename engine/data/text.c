@@ -1,5 +1,7 @@
 /* Text into documents, and a text file as an in-memory dataset: the same .idx and .bin images
- * zoe-data would write, parsed by the same code as a file. */
+ * zoe-data would write, parsed by the same code as a file.
+ *
+ * Explained in docs/data.md, "Plain text, byte-level". */
 #include <stdlib.h>
 #include <string.h>
 #include "engine/data/data_impl.h"

@@ -1,7 +1,9 @@
 /* Tokenizing input into a dataset writer: documents from text (split as zoe_doc_split says)
  * or from JSON lines (one object per line, the document under a key), gathered in batches,
  * encoded by an OpenMP team with one encoder (scratch and word cache) per thread, and appended
- * in input order, so the output is the same at any thread count. */
+ * in input order, so the output is the same at any thread count.
+ *
+ * Explained in docs/data.md, "A tokenizer.json and JSON lines". */
 #include <cjson/cJSON.h>
 #include <omp.h>
 #include <stdio.h>

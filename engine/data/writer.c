@@ -1,6 +1,8 @@
 /* Writing the Megatron indexed format: tokens stream into PREFIX.bin.tmp.PID as documents
  * arrive, the sizes stay in memory, and finish writes the .idx and renames both into place
- * (.bin first, so a present .idx always has its .bin). */
+ * (.bin first, so a present .idx always has its .bin).
+ *
+ * Explained in docs/data.md. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,6 @@
-/* Reading a JSON file whole. */
+/* Reading a JSON file whole.
+ *
+ * Explained in docs/architecture.md, "engine/ inside". */
 #include "engine/formats/json_file.h"
 #include <errno.h>
 #include <stdio.h>

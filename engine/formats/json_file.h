@@ -1,6 +1,8 @@
 /* Internal to engine/: reading a JSON file whole (run configurations, trainer.json). One reader
  * for both: a directory, a device or an oversized file is refused before anything is allocated
- * for it, and text after the JSON value is an error, not ignored. */
+ * for it, and text after the JSON value is an error, not ignored.
+ *
+ * Explained in docs/architecture.md, "engine/ inside". */
 #ifndef ZOE_ENGINE_JSON_FILE_H
 #define ZOE_ENGINE_JSON_FILE_H
 

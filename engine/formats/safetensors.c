@@ -1,5 +1,7 @@
 /* safetensors headers: built by hand (integers printed exactly, never in exponent form, which
- * the reference reader rejects), parsed with cJSON and validated entry by entry. */
+ * the reference reader rejects), parsed with cJSON and validated entry by entry.
+ *
+ * Explained in docs/checkpoint.md, "Files". */
 #include "engine/formats/safetensors.h"
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -7,7 +7,9 @@
  *
  * The header is built and parsed in memory, so that MPI ranks can compute the same header
  * independently and write the data section collectively (engine/checkpoint/mpi_io.c); the
- * small-file helpers below read and write whole files with plain POSIX calls. */
+ * small-file helpers below read and write whole files with plain POSIX calls.
+ *
+ * Explained in docs/checkpoint.md, "Files". */
 #ifndef ZOE_ENGINE_SAFETENSORS_H
 #define ZOE_ENGINE_SAFETENSORS_H
 

@@ -2,7 +2,9 @@
  * TP = the world size and one replica (dp 1, the saved global batch as accumulation steps, so
  * the checkpoint's batch check holds), its weights loaded by zoe_trainer_load at any grid, and the
  * model's KV-cache decoding path (models/gpt.h) driven token by token. The vocabulary-parallel
- * logits are gathered on every rank; rank 0 samples and broadcasts the token. */
+ * logits are gathered on every rank; rank 0 samples and broadcasts the token.
+ *
+ * Explained in docs/generate.md, "One replica, any TP". */
 #include <stdlib.h>
 #include <string.h>
 #include "engine/checkpoint/directory.h"

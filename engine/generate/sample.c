@@ -1,5 +1,7 @@
 /* Sampling a token from logits (zoe/generate.h): temperature, top-k, top-p, in float64, and the
- * counter-based uniform draw of each step. */
+ * counter-based uniform draw of each step.
+ *
+ * Explained in docs/generate.md, "Sampling". */
 #include <math.h>
 #include <stdlib.h>
 #include "runtime/error.h"

@@ -1,7 +1,9 @@
 /* Hugging Face model directories in: config.json (GPT2LMHeadModel or LlamaForCausalLM) and
  * model.safetensors, or model.safetensors.index.json with its shards, read through the one
  * safetensors reader (engine/formats/safetensors.h). The mapping of zoe's tensors to transformers'
- * names and layouts is written once here (zoe_hf_source), for the import and the export. */
+ * names and layouts is written once here (zoe_hf_source), for the import and the export.
+ *
+ * Explained in docs/hf.md. */
 #ifndef ZOE_ENGINE_HF_H
 #define ZOE_ENGINE_HF_H
 

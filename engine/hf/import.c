@@ -1,5 +1,7 @@
 /* Hugging Face import: config.json to a model shape, the name and layout mapping, the header
- * check, and the sharded read from memory-mapped safetensors files. */
+ * check, and the sharded read from memory-mapped safetensors files.
+ *
+ * Explained in docs/hf.md, "Fine-tune a Hugging Face model". */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,6 @@
-/* The boxes zoe plans for, each figure with its source, and `local`: this machine, probed. */
+/* The boxes zoe plans for, each figure with its source, and `local`: this machine, probed.
+ *
+ * Explained in docs/plan.md, "Time: a model with stated figures". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,8 @@
 /* The optimizer's side of a plan: zoe_optimizer_footprint_of, the code that sizes the
  * optimizer's allocations, asked about the tensors and configuration the trainer would give
- * zoe_optimizer_create. */
+ * zoe_optimizer_create.
+ *
+ * Explained in docs/plan.md, "Memory: from the code that allocates". */
 #include <stdlib.h>
 #include "engine/plan/plan_impl.h"
 #include "engine/train/trainer_impl.h"

@@ -1,6 +1,8 @@
 /* zoe_plan: the memory of a run from the code that sizes its allocations (the model's
  * description, the kernels' workspace plan, the optimizer's footprint) and a time model of one
- * step. See include/zoe/plan.h. */
+ * step. See include/zoe/plan.h.
+ *
+ * Explained in docs/plan.md. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,6 @@
-/* Internal to engine/plan*.c: the pieces of a plan before they are added up. */
+/* Internal to engine/plan*.c: the pieces of a plan before they are added up.
+ *
+ * Explained in docs/plan.md. */
 #ifndef ZOE_ENGINE_PLAN_IMPL_H
 #define ZOE_ENGINE_PLAN_IMPL_H
 

@@ -1,4 +1,6 @@
-/* The plan as text for people, as JSON for tools, and as one line for zoe-train's log. */
+/* The plan as text for people, as JSON for tools, and as one line for zoe-train's log.
+ *
+ * Explained in docs/plan.md. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,9 @@
 /* BPE: the hash maps behind the vocabulary, the merges and the word cache, and the merge loop
  * of one word. The loop is the one of `tokenizers`: a min-heap of candidate merges ordered by
  * (rank, position), stale entries skipped when popped, so a word of n symbols costs
- * O(n log n) and ties go to the leftmost pair. */
+ * O(n log n) and ties go to the leftmost pair.
+ *
+ * Explained in docs/data.md, "A tokenizer.json and JSON lines". */
 #include <stdlib.h>
 #include <string.h>
 #include "engine/tokenizer/tokenizer_impl.h"

@@ -8,7 +8,9 @@
  *   Llama-3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *           ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+      (Qwen2: \p{N} for \p{N}{1,3})
  * \s+(?!\S) backtracks off a whitespace run's last character when a non-space follows, so that
- * character joins the next word; \s*[\r\n]+ ends at the run's last line break. */
+ * character joins the next word; \s*[\r\n]+ ends at the run's last line break.
+ *
+ * Explained in docs/data.md, "A tokenizer.json and JSON lines". */
 #include <stdlib.h>
 #include <string.h>
 #include "engine/tokenizer/tokenizer_impl.h"

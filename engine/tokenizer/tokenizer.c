@@ -1,7 +1,9 @@
 /* The tokenizer handle: the byte-level tokenizer (every byte its own token, one end-of-document
  * token; exact on any bytes) and byte-level BPE from a tokenizer.json (tables read by
  * tokenizer_json.c), and the encoder that runs BPE's pipeline: UTF-8 repair, added tokens cut
- * out, pre-tokenizer steps, then the merges of each word through a per-encoder word cache. */
+ * out, pre-tokenizer steps, then the merges of each word through a per-encoder word cache.
+ *
+ * Explained in docs/data.md. */
 #include <stdlib.h>
 #include <string.h>
 #include "engine/tokenizer/tokenizer_impl.h"

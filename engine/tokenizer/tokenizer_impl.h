@@ -1,5 +1,7 @@
 /* Internal to the tokenizer files of the engine: the tokenizer's tables, the Unicode classes
- * of the pre-tokenizer patterns, and the pieces of one encode. */
+ * of the pre-tokenizer patterns, and the pieces of one encode.
+ *
+ * Explained in docs/data.md. */
 #ifndef ZOE_ENGINE_TOKENIZER_IMPL_H
 #define ZOE_ENGINE_TOKENIZER_IMPL_H
 

@@ -1,6 +1,8 @@
 /* Reading a Hugging Face tokenizer.json into the tables of a BPE tokenizer. Every field zoe
  * relies on is checked for its type, and every setting zoe does not implement is refused by
- * name, so a file either encodes exactly as `tokenizers` encodes it or does not load. */
+ * name, so a file either encodes exactly as `tokenizers` encodes it or does not load.
+ *
+ * Explained in docs/data.md, "A tokenizer.json and JSON lines". */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>

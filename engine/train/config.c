@@ -1,6 +1,8 @@
 /* zoe-train's configuration: one option table serves the command line, the JSON file, --help
  * and the validation of hand-filled structs, so a key, its range and its default are written
- * once. */
+ * once.
+ *
+ * Explained in docs/train.md. */
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>

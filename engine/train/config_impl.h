@@ -1,4 +1,6 @@
-/* Internal to the engine (and its fuzz target): the configuration's JSON text, parsed. */
+/* Internal to the engine (and its fuzz target): the configuration's JSON text, parsed.
+ *
+ * Explained in docs/train.md. */
 #ifndef ZOE_ENGINE_CONFIG_IMPL_H
 #define ZOE_ENGINE_CONFIG_IMPL_H
 

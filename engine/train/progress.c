@@ -1,6 +1,8 @@
 /* Rank 0's view of training: a live bar on a terminal, plain lines in a log, JSON lines for
  * plots. Figures per step come from the trainer; nothing here measures but the wall clock of
- * the run (elapsed time and ETA). */
+ * the run (elapsed time and ETA).
+ *
+ * Explained in docs/train.md, "Validation". */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>

@@ -1,6 +1,8 @@
 /* Stop requests: SIGTERM, SIGINT and SIGUSR1 set a flag that the training loop polls at step
  * boundaries. The flag is the one process-wide variable besides the logger: a signal handler
- * can reach nothing else, and it may only store a sig_atomic_t. */
+ * can reach nothing else, and it may only store a sig_atomic_t.
+ *
+ * Explained in docs/multi-node.md, "Signals"; docs/checkpoint.md, "Stopping". */
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>

@@ -1,6 +1,8 @@
 /* The trainer: one configuration in, a grid, a device, the GPT and the offload optimizer out,
  * wired so that backward hands every finished gradient to the optimizer (bucketed
- * reduce-scatter and offload while backward goes on) and each step runs on the DPU schedule. */
+ * reduce-scatter and offload while backward goes on) and each step runs on the DPU schedule.
+ *
+ * Explained in docs/architecture.md, "One step, following the data"; docs/train.md. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,6 @@
-/* Internal to engine/ and its tests: the parts of a trainer that the public header hides. */
+/* Internal to engine/ and its tests: the parts of a trainer that the public header hides.
+ *
+ * Explained in docs/architecture.md, "One step, following the data". */
 #ifndef ZOE_ENGINE_TRAINER_IMPL_H
 #define ZOE_ENGINE_TRAINER_IMPL_H
 

@@ -1,6 +1,8 @@
 /* The stall watchdog: a thread that sleeps on a condition variable, wakes about four times per
  * timeout, and aborts the job when the last completed step is older than the timeout. The
- * training thread only stores atomics; the watchdog never touches the trainer. */
+ * training thread only stores atomics; the watchdog never touches the trainer.
+ *
+ * Explained in docs/multi-node.md, "A rank that stops". */
 #include "engine/train/watchdog.h"
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,7 +1,9 @@
 /* Internal to the engine: the stall watchdog. A thread that aborts the whole job (MPI_Abort)
  * when no step completes within the timeout, after printing this rank's step and where in it
  * the rank is. With one rank stopped (SIGSTOP, a hung read), every other rank waits in a
- * collective forever; their watchdogs end the job and say where each one waited. */
+ * collective forever; their watchdogs end the job and say where each one waited.
+ *
+ * Explained in docs/multi-node.md, "A rank that stops". */
 #ifndef ZOE_ENGINE_WATCHDOG_H
 #define ZOE_ENGINE_WATCHDOG_H
 

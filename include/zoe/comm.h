@@ -1,5 +1,7 @@
 /* The communicator: collectives over one group of ranks, on a stream. The MPI backend serves
- * the CPU device; the NCCL backend serves CUDA devices. Counts are elements, not bytes. */
+ * the CPU device; the NCCL backend serves CUDA devices. Counts are elements, not bytes.
+ *
+ * Explained in docs/gpus.md, "Collectives and host copies". */
 #ifndef ZOE_COMM_H
 #define ZOE_COMM_H
 

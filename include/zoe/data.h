@@ -8,7 +8,9 @@
  * the stream reads doc0 EOD doc1 EOD ...; datasets written elsewhere are used as stored.
  * Sequence i of the loader is the window of seq_len + 1 tokens starting at stream position
  * i * seq_len: inputs are its first seq_len tokens, targets its last seq_len (inputs shifted by
- * one), and windows run across document boundaries. */
+ * one), and windows run across document boundaries.
+ *
+ * Explained in docs/data.md. */
 #ifndef ZOE_DATA_H
 #define ZOE_DATA_H
 

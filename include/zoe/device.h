@@ -1,6 +1,8 @@
 /* The device layer: memory, streams and events behind one interface. The CPU backend is a
  * complete device (host memory, copies are memcpy, a stream runs its work in order at
- * submission); the CUDA backend uses cudaMalloc, cudaMallocHost, streams and events. */
+ * submission); the CUDA backend uses cudaMalloc, cudaMallocHost, streams and events.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_DEVICE_H
 #define ZOE_DEVICE_H
 

@@ -1,5 +1,7 @@
 /* Element types and the one place where bf16/fp16 <-> fp32 conversion is defined
- * (round to nearest even; NaN stays NaN; fp16 keeps subnormals and overflows to inf). */
+ * (round to nearest even; NaN stays NaN; fp16 keeps subnormals and overflows to inf).
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_DTYPE_H
 #define ZOE_DTYPE_H
 

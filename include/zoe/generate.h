@@ -1,7 +1,9 @@
 /* Text generation from a checkpoint: the model rebuilt at any TP that divides it (one replica:
  * the world is the TP group), its weights loaded from the checkpoint, the prompt prefilled
  * through a key-value cache and then one token per step, sampled with temperature, top-k and
- * top-p from a seed. zoe-generate is built on this header. */
+ * top-p from a seed. zoe-generate is built on this header.
+ *
+ * Explained in docs/generate.md. */
 #ifndef ZOE_GENERATE_H
 #define ZOE_GENERATE_H
 

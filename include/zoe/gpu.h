@@ -1,7 +1,9 @@
 /* The GPUs a job finds: what each one is (name, compute capability, PCI bus id), what it
  * computes fast (one table of specs by capability), whether this build has code for it, and
  * which GPU each rank of a node takes. The decisions are pure functions, so that they are
- * tested on machines without GPUs; zoe_gpu_choose makes them collectively for a job. */
+ * tested on machines without GPUs; zoe_gpu_choose makes them collectively for a job.
+ *
+ * Explained in docs/gpus.md. */
 #ifndef ZOE_GPU_H
 #define ZOE_GPU_H
 

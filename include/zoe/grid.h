@@ -1,5 +1,7 @@
 /* The TP x DP process grid. rank = tp_rank + tp * dp_rank: a TP group is a run of consecutive
- * ranks, so with ranks placed by node it stays inside one node. */
+ * ranks, so with ranks placed by node it stays inside one node.
+ *
+ * Explained in docs/architecture.md, "The grid". */
 #ifndef ZOE_GRID_H
 #define ZOE_GRID_H
 

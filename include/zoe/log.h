@@ -1,5 +1,7 @@
 /* The process-wide logger: levels from ZOE_LOG (debug|info|warn|error, default info), lines
- * prefixed with the rank and its (tp, dp) coordinates once a grid exists. */
+ * prefixed with the rank and its (tp, dp) coordinates once a grid exists.
+ *
+ * Explained in docs/train.md, "Threads". */
 #ifndef ZOE_LOG_H
 #define ZOE_LOG_H
 

@@ -1,6 +1,8 @@
 /* Model shapes: the families zoe builds (GPT-2, Llama), the shape of one model, and the named
  * presets with the runs they are documented at. The model layer (models/) owns them; the engine's
- * run configuration (zoe/train.h) holds one. */
+ * run configuration (zoe/train.h) holds one.
+ *
+ * Explained in docs/hf.md; docs/train.md. */
 #ifndef ZOE_MODEL_H
 #define ZOE_MODEL_H
 

@@ -93,7 +93,9 @@
  *
  * Threads: the host step runs on the OpenMP threads of the calling process; bind them first
  * (zoe_topology_bind) so that the state, first-touched by the threads that update it, lands in
- * their NUMA node. All functions are called from one thread. */
+ * their NUMA node. All functions are called from one thread.
+ *
+ * Explained in docs/offload.md. */
 #ifndef ZOE_OPTIMIZER_H
 #define ZOE_OPTIMIZER_H
 

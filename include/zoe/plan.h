@@ -11,7 +11,9 @@
  * (2 bytes per parameter each way, the box's host links shared as it shares them), the host
  * Adam at the host's memory bandwidth times the bytes it moves, the tensor-parallel
  * all-reduces and the data-parallel reduce-scatter and all-gather at the box's NVLink/NVSwitch
- * bandwidth, and what the delayed parameter update (DPU) hides. */
+ * bandwidth, and what the delayed parameter update (DPU) hides.
+ *
+ * Explained in docs/plan.md. */
 #ifndef ZOE_PLAN_H
 #define ZOE_PLAN_H
 

@@ -1,5 +1,7 @@
 /* Status codes and the per-thread last error message. Every public function returns a
- * zoe_status; on failure the calling thread's last error names the bad value. */
+ * zoe_status; on failure the calling thread's last error names the bad value.
+ *
+ * Explained in docs/architecture.md, "Where errors go"; docs/library.md. */
 #ifndef ZOE_STATUS_H
 #define ZOE_STATUS_H
 

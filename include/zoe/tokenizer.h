@@ -8,7 +8,9 @@
  * Python's bytes.decode("utf-8", errors="replace") reads it: every maximal invalid subpart
  * becomes U+FFFD, so zoe encodes raw bytes exactly as `tokenizers` encodes the decoded string.
  * Nothing is normalised (a tokenizer.json with a normalizer is refused), no post-processor runs
- * (no BOS is added), and decode skips special tokens (skip_special_tokens=True). */
+ * (no BOS is added), and decode skips special tokens (skip_special_tokens=True).
+ *
+ * Explained in docs/data.md. */
 #ifndef ZOE_TOKENIZER_H
 #define ZOE_TOKENIZER_H
 

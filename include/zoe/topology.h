@@ -1,5 +1,7 @@
 /* Placement of each rank's host threads with hwloc: the cores (and NUMA node) nearest its GPU
- * when it has one, otherwise an even share of the node's cores among the ranks on the node. */
+ * when it has one, otherwise an even share of the node's cores among the ranks on the node.
+ *
+ * Explained in docs/gpus.md, "Which GPU does a rank take?". */
 #ifndef ZOE_TOPOLOGY_H
 #define ZOE_TOPOLOGY_H
 

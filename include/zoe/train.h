@@ -1,6 +1,8 @@
 /* Training: the run configuration (flags and JSON) and the trainer that drives the model
  * (zoe/model.h) and the offload optimizer. zoe-train is built on this header alone; research
- * trainers call the same functions with their own batches (see examples/). */
+ * trainers call the same functions with their own batches (see examples/).
+ *
+ * Explained in docs/library.md; docs/train.md. */
 #ifndef ZOE_TRAIN_H
 #define ZOE_TRAIN_H
 

@@ -1,4 +1,6 @@
-/* zoe: tensor parallelism x ZeRO-Offload training in C. The one header a program includes. */
+/* zoe: tensor parallelism x ZeRO-Offload training in C. The one header a program includes.
+ *
+ * Explained in docs/library.md. */
 #ifndef ZOE_ZOE_H
 #define ZOE_ZOE_H
 

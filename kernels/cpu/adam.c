@@ -1,4 +1,6 @@
-/* The host Adam step: the constants, the portable path, and the choice of instruction set. */
+/* The host Adam step: the constants, the portable path, and the choice of instruction set.
+ *
+ * Explained in docs/offload.md, "Host Adam speed". */
 #include <math.h>
 #include "kernels/cpu/adam_simd.h"
 #include "runtime/error.h"

@@ -1,6 +1,8 @@
 /* The host Adam loops for AVX2 (8 fp32 lanes), with F16C for fp16 and integer AVX2 for bf16's
  * round-to-nearest-even, so every gradient and output dtype stays in SIMD. The whole file is
- * compiled for that level (kernels/CMakeLists.txt); adam.c calls in only where the CPU has it. */
+ * compiled for that level (kernels/CMakeLists.txt); adam.c calls in only where the CPU has it.
+ *
+ * Explained in docs/offload.md, "Host Adam speed". */
 #include <immintrin.h>
 #include "kernels/cpu/adam_simd.h"
 

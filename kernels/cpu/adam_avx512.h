@@ -3,7 +3,9 @@
  * conversion instruction (runtime/cpu.h). The including file first defines ADAM_AVX512_FN(name),
  * the names of its level's functions. The two give the same bits: the conversion instruction rounds
  * to nearest even as zoe_f32_to_bf16 does, and the lanes where it does not (denormals) take the
- * integer rounding. */
+ * integer rounding.
+ *
+ * Explained in docs/offload.md, "Host Adam speed". */
 #ifndef ZOE_KERNELS_CPU_ADAM_AVX512_H
 #define ZOE_KERNELS_CPU_ADAM_AVX512_H
 #include <immintrin.h>

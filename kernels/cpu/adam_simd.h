@@ -15,7 +15,9 @@
  *   V_FENCE()          orders the non-temporal stores before later stores (sfence)
  *   V_HSUM(x)          the sum of the lanes, as a double
  *   ADAM_FN(name)      the name of an instantiated function (e.g. name##_avx2)
- * and is compiled whole for its instruction set (kernels/CMakeLists.txt). */
+ * and is compiled whole for its instruction set (kernels/CMakeLists.txt).
+ *
+ * Explained in docs/offload.md, "Host Adam speed". */
 #ifndef ZOE_KERNELS_CPU_ADAM_SIMD_H
 #define ZOE_KERNELS_CPU_ADAM_SIMD_H
 

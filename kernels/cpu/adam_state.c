@@ -1,5 +1,7 @@
 /* The host Adam over compressed state (kernels/adam_state.h): the definition, element by element,
- * the undo, and the choice of path. */
+ * the undo, and the choice of path.
+ *
+ * Explained in docs/offload.md, "Compressed state". */
 #include <math.h>
 #include "kernels/adam_state.h"
 #include "kernels/cpu/adam_simd.h"

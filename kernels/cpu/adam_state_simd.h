@@ -12,7 +12,9 @@
  *   V_ROUND_BF16(x)     round to nearest even into the low 16 bits (NaN quiet), as VI
  *   V_STORE_F16(p, x)   W fp16 values, round to nearest even
  *   STATE_FN(name)      the name of an instantiated function
- * and is compiled whole for its instruction set. */
+ * and is compiled whole for its instruction set.
+ *
+ * Explained in docs/offload.md, "Compressed state". */
 #ifndef ZOE_KERNELS_CPU_ADAM_STATE_SIMD_H
 #define ZOE_KERNELS_CPU_ADAM_STATE_SIMD_H
 

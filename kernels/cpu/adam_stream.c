@@ -1,5 +1,7 @@
 /* The Adam ops on a device stream: the CPU backend's device memory is host memory, so its
- * "device Adam" is the host path; a CUDA stream gets the kernels of kernels/cuda/adam.cu. */
+ * "device Adam" is the host path; a CUDA stream gets the kernels of kernels/cuda/adam.cu.
+ *
+ * Explained in docs/offload.md, "One step". */
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/adam.h"

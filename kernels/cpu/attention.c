@@ -17,7 +17,9 @@
  * matmul.c). Measured against a SIMD loop kernel (one thread, CPU time), OpenBLAS won at every
  * shape tried, HS 4 ... 128 and T 16 ... 1024 (2x at HS 4, T 16; 3-4x at HS 16-32, T 256), so
  * there is no second path. fp32 operands are read in place through their row stride
- * (NH * 3 * HS for GPT's qkv); bf16 blocks are converted into per-thread tiles. */
+ * (NH * 3 * HS for GPT's qkv); bf16 blocks are converted into per-thread tiles.
+ *
+ * Explained in docs/attention.md. */
 #include <math.h>
 #include <omp.h>
 #include <cblas.h>

@@ -2,7 +2,9 @@
  * (new token, query head). Each pair streams its keys and values once with an online softmax
  * (running max m and sum l, the accumulator rescaled when m grows), so no score row is stored
  * and the op needs no workspace: one query attends to at most a context of keys, a matrix-vector
- * product that BLAS would not speed up. Arithmetic in fp32, as the training attention's. */
+ * product that BLAS would not speed up. Arithmetic in fp32, as the training attention's.
+ *
+ * Explained in docs/generate.md, "The key-value cache". */
 #include <math.h>
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"

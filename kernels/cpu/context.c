@@ -1,6 +1,8 @@
 /* The CPU context: thread count, ISA, and the workspace planned once from zoe_kernel_plan so
  * that no op allocates. Also the tile conversions and the BLAS threading switch every op
- * family shares. */
+ * family shares.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>

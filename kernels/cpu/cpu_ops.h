@@ -1,6 +1,8 @@
 /* Internal: the CPU backend of the op table. kernels.c validates every argument once and then
  * calls zoe_cpu_<op>(ck, <the public op's arguments after the context>); the functions here
- * assume valid arguments (sizes within the plan, required pointers non-NULL, dt fp32 or bf16). */
+ * assume valid arguments (sizes within the plan, required pointers non-NULL, dt fp32 or bf16).
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_KERNELS_CPU_OPS_H
 #define ZOE_KERNELS_CPU_OPS_H
 

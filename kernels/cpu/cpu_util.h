@@ -1,5 +1,7 @@
 /* Internal to kernels/cpu: the CPU context, its workspace, loading and storing fp32/bf16 data
- * as fp32, ISA dispatch for the vectorised inner loops, and a vectorisable exp. */
+ * as fp32, ISA dispatch for the vectorised inner loops, and a vectorisable exp.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_KERNELS_CPU_UTIL_H
 #define ZOE_KERNELS_CPU_UTIL_H
 

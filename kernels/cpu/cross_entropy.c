@@ -1,7 +1,9 @@
 /* Softmax cross-entropy on the CPU, in the stages of the public header: OpenMP over rows, each
  * row streamed in chunks (bf16 through a stack buffer), so nothing beyond the logits buffer
  * holds probabilities. Only the first v_valid columns are read; padding columns of dlogits
- * and whole ignored rows are written as zeros (0 bits are +0 in fp32 and bf16 alike). */
+ * and whole ignored rows are written as zeros (0 bits are +0 in fp32 and bf16 alike).
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #include <math.h>
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"

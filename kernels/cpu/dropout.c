@@ -1,5 +1,7 @@
 /* Dropout on the CPU: chunks of ZOE_CPU_CHUNK elements (a multiple of 4, so each chunk starts
- * on a Philox block) on OpenMP threads; the mask of kernels/philox.h. */
+ * on a Philox block) on OpenMP threads; the mask of kernels/philox.h.
+ *
+ * Explained in docs/tensor_parallel.md, "TP-invariant randomness". */
 #include <math.h>
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"

@@ -1,5 +1,7 @@
 /* Element-wise ops on the CPU: residual (y = a + b), add (y += x), scale (y *= s) and casts.
- * OpenMP over chunks of ZOE_CPU_CHUNK elements; bf16 chunks go through stack buffers. */
+ * OpenMP over chunks of ZOE_CPU_CHUNK elements; bf16 chunks go through stack buffers.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"
 #include "runtime/error.h"

@@ -1,7 +1,9 @@
 /* Token + position embedding on the CPU. Backward is deterministic without atomics: the
  * positions of each in-range vocabulary row are chained in position order (one serial pass
  * over the tokens), then OpenMP runs over the distinct rows, each summed in fp32 in that order
- * and added to dwte once; dwpe runs over positions, summing the batch in order. */
+ * and added to dwte once; dwpe runs over positions, summing the batch in order.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"
 

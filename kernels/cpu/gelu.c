@@ -1,5 +1,7 @@
 /* GELU (tanh approximation) on the CPU: one fused pass per chunk, tanh through the
- * vectorisable exp so the loops stay SIMD. */
+ * vectorisable exp so the loops stay SIMD.
+ *
+ * Explained in docs/architecture.md, "One step, following the data". */
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"
 

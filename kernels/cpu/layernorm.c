@@ -1,7 +1,9 @@
 /* LayerNorm and RMSNorm on the CPU: OpenMP over rows, each row one fused kernel (statistics then
  * the normalised output; in backward both reductions in one pass, then dx). dgamma/dbeta are summed
  * per thread over a fixed block of rows and reduced in thread order: deterministic for a given
- * thread count, no atomics. RMSNorm is LayerNorm without the mean and the bias. */
+ * thread count, no atomics. RMSNorm is LayerNorm without the mean and the bias.
+ *
+ * Explained in docs/architecture.md, "One step, following the data". */
 #include <math.h>
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"

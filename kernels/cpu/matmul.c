@@ -16,7 +16,9 @@
  * Attention uses the same bracket for its per-block products. Idle OpenBLAS workers spin with
  * sched_yield for a while after a call, so they give way to the OpenMP threads that follow.
  * The switch is process-wide: two threads must not run zoe ops on different contexts at once
- * (the layers above issue ops from one thread per rank). */
+ * (the layers above issue ops from one thread per rank).
+ *
+ * Explained in docs/architecture.md, "One step, following the data". */
 #include <cblas.h>
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"

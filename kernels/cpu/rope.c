@@ -1,6 +1,8 @@
 /* Rotary position embedding on the CPU, in place: OpenMP over rows (positions); each row's
  * cos and sin are computed once into stack buffers and applied to every head of the row.
- * Backward is the same rotation with the sine negated (a rotation's transpose). */
+ * Backward is the same rotation with the sine negated (a rotation's transpose).
+ *
+ * Explained in docs/hf.md. */
 #include <math.h>
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"

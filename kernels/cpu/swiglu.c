@@ -1,5 +1,7 @@
 /* SwiGLU on the CPU: one fused pass per chunk of features, silu through the vectorisable exp.
- * gu holds (gate, up) pairs, so a chunk of F-features reads 2 * chunk inputs. */
+ * gu holds (gate, up) pairs, so a chunk of F-features reads 2 * chunk inputs.
+ *
+ * Explained in docs/hf.md. */
 #include <omp.h>
 #include "kernels/cpu/cpu_util.h"
 #include "runtime/error.h"

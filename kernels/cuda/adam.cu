@@ -3,6 +3,8 @@
 // the host's (kernels/adam.h) operation by operation, with the _rn intrinsics so that nvcc
 // contracts nothing beyond the host's own fused multiply-adds: a partition updated on the device
 // matches one updated on the host bit for bit.
+//
+// Explained in docs/offload.md, "One step".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -28,7 +28,9 @@
  *    turn; dv += sum p dout, dk += scale sum ds q. With one slice the block adds into dkv; with
  *    more (a grid too small for the GPU: zoe_attention_dkv_split_of) each slice writes fp32
  *    partial sums and one more kernel adds them into dkv in slice order: deterministic.
- * P is recomputed in both backward kernels rather than shared through atomics. */
+ * P is recomputed in both backward kernels rather than shared through atomics.
+ *
+ * Explained in docs/attention.md, "The fp32 flash kernels: `attention.cu`". */
 #include <type_traits>
 #include "kernels/cuda/attention.cuh"
 

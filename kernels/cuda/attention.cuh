@@ -1,5 +1,7 @@
 /* Internal to kernels/cuda/attention*.cu: where the operands of causal attention are, shared by
- * the flash kernels (attention.cu) and the tensor-core GEMM path (attention_gemm.cu). */
+ * the flash kernels (attention.cu) and the tensor-core GEMM path (attention_gemm.cu).
+ *
+ * Explained in docs/attention.md. */
 #ifndef ZOE_KERNELS_CUDA_ATTENTION_CUH
 #define ZOE_KERNELS_CUDA_ATTENTION_CUH
 

@@ -3,7 +3,9 @@
  * the query's and the accumulator's dimensions; a score is a warp sum, and an online softmax
  * (running max and sum, the accumulator rescaled when the max grows) keeps no score row, as on
  * the CPU. Decoding reads the whole cache per token, so it is bound by memory bandwidth, which
- * this layout reads in 32-element coalesced runs. */
+ * this layout reads in 32-element coalesced runs.
+ *
+ * Explained in docs/attention.md, "Decoding". */
 #include "kernels/cuda/cuda_util.cuh"
 
 enum { CACHED_MAX_HS = 256, CACHED_PER_LANE = CACHED_MAX_HS / 32, CACHED_WARPS = 4 };

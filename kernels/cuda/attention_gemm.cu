@@ -23,7 +23,9 @@
  * one after another over j with beta = 1: a fixed order, deterministic.
  *
  * cuBLAS is column-major: a row-major [R, C] matrix with row stride ld is its column-major
- * transpose [C, R] (ld), and each product below is written as the product of transposes. */
+ * transpose [C, R] (ld), and each product below is written as the product of transposes.
+ *
+ * Explained in docs/attention.md, "The tensor-core (GEMM) path: `attention_gemm.cu`". */
 #include <type_traits>
 #include "kernels/cuda/attention.cuh"
 

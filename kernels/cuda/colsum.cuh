@@ -10,7 +10,9 @@
  * the result is the same on every run.
  *
  * The functor V has `static constexpr int outputs` (1 or 2) and
- * `__device__ void operator()(int64_t r, int64_t c, float (&v)[outputs]) const`. */
+ * `__device__ void operator()(int64_t r, int64_t c, float (&v)[outputs]) const`.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_KERNELS_CUDA_COLSUM_CUH
 #define ZOE_KERNELS_CUDA_COLSUM_CUH
 

@@ -1,6 +1,8 @@
 /* The CUDA context: the cuBLAS handle bound to the context's stream, and the workspace planned
  * once from zoe_kernel_plan and carved into one region per op family, so that no op allocates
- * and no two ops share scratch. */
+ * and no two ops share scratch.
+ *
+ * Explained in docs/gpus.md. */
 #include <stdlib.h>
 #include "kernels/cuda/colsum.cuh"
 

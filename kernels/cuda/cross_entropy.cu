@@ -4,7 +4,9 @@
  * them. The loss stage computes each row's loss on the device, copies losses and counted flags
  * to page-locked memory, waits for the stream and takes the mean on the host in row order, so
  * it is reproducible. Backward rewrites the logits in place: each element is read and written
- * by the same thread. */
+ * by the same thread.
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #include "kernels/cuda/cuda_util.cuh"
 
 enum { ROW_THREADS = 256 };

@@ -2,7 +2,9 @@
  * calls zoe_cuda_<op>(ck, <the public op's arguments after the context>); the functions here
  * assume valid arguments (sizes within the plan, required pointers non-NULL, device pointers
  * for every tensor). Work is enqueued on the context's stream and returns without waiting,
- * except zoe_cuda_xent_loss, which returns host values and so waits for its stream. */
+ * except zoe_cuda_xent_loss, which returns host values and so waits for its stream.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_KERNELS_CUDA_OPS_H
 #define ZOE_KERNELS_CUDA_OPS_H
 

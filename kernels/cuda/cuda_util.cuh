@@ -1,6 +1,8 @@
 /* Internal to kernels/cuda: the CUDA context and its workspace, error handling, storage-dtype
  * dispatch, fp32 views of fp32/bf16/fp16 elements (single and 16-byte packs), warp and block
- * reductions. */
+ * reductions.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_KERNELS_CUDA_UTIL_CUH
 #define ZOE_KERNELS_CUDA_UTIL_CUH
 

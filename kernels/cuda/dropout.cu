@@ -1,6 +1,8 @@
 // Dropout on CUDA: one thread per Philox block of four elements, the mask of kernels/philox.h,
 // and the CPU's arithmetic (one fp32 multiply, then the storage rounding), so that masks and
 // values equal the CPU backend's bit for bit.
+//
+// Explained in docs/tensor_parallel.md, "TP-invariant randomness".
 #include <math.h>
 #include "kernels/cuda/cuda_util.cuh"
 #include "kernels/philox.h"

@@ -1,5 +1,7 @@
 /* Element-wise ops on CUDA: residual (y = a + b), add (y += x), scale (y *= s) and casts, all
- * through the packed map of map.cuh. */
+ * through the packed map of map.cuh.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #include "kernels/cuda/map.cuh"
 
 struct sum_op {

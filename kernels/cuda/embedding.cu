@@ -10,7 +10,9 @@
  *    dwte once. The order of every sum is fixed by the data, not by scheduling. A token that
  *    fills much of the batch makes one long serial run (it is still correct, only slower).
  *  - dwpe: dwpe[t, c] sums dy over the batch: the column sums (colsum.cuh) of dy viewed as
- *    [B, T * C]. */
+ *    [B, T * C].
+ *
+ * Explained in docs/tensor_parallel.md, "Layers". */
 #include <cub/device/device_radix_sort.cuh>
 #include "kernels/cuda/colsum.cuh"
 

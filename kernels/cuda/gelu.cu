@@ -1,4 +1,6 @@
-/* GELU (tanh approximation) on CUDA: the packed element-wise map of map.cuh with tanhf. */
+/* GELU (tanh approximation) on CUDA: the packed element-wise map of map.cuh with tanhf.
+ *
+ * Explained in docs/architecture.md, "One step, following the data". */
 #include "kernels/cuda/map.cuh"
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */

@@ -3,7 +3,9 @@
  * 16-byte packs when C and the pointers allow it, reductions are warp shuffles, and the statistics
  * take two passes over the row (mean, then the centred sum of squares: no cancellation), the second
  * one mostly from L1. dgamma and dbeta are deterministic column sums (colsum.cuh) of dy * xhat and
- * dy, recomputing xhat from the saved mean and rstd. */
+ * dy, recomputing xhat from the saved mean and rstd.
+ *
+ * Explained in docs/architecture.md, "One step, following the data". */
 #include "kernels/cuda/colsum.cuh"
 
 #define LN_EPS 1e-5f

@@ -2,7 +2,9 @@
  * inputs of one storage type, arithmetic in fp32. Each thread moves 16-byte packs (8 bf16/fp16
  * or 4 fp32 elements) when every pointer is aligned for them, in a grid-stride loop, and the
  * last n % N elements one by one. y may alias an input: each element is read before it is
- * written, by the same thread. */
+ * written, by the same thread.
+ *
+ * Explained in docs/architecture.md, "Layers of the code". */
 #ifndef ZOE_KERNELS_CUDA_MAP_CUH
 #define ZOE_KERNELS_CUDA_MAP_CUH
 

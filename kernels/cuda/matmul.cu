@@ -3,7 +3,9 @@
  * the plan allows TF32). cuBLAS is column-major: a row-major [R, C] matrix is its column-major
  * transpose, so each row-major product below is written as the product of the transposes. The bias
  * is broadcast into y first and the product added onto it (beta = 1); db is a deterministic column
- * sum of dy (colsum.cuh). */
+ * sum of dy (colsum.cuh).
+ *
+ * Explained in docs/gpus.md, "The dtype". */
 #include "kernels/cuda/colsum.cuh"
 
 /* y[M, N] = b[N] on every row. */

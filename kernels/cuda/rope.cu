@@ -1,7 +1,9 @@
 /* Rotary position embedding on CUDA, in place: one thread per rotated pair (i, i + HS/2) of
  * one head of one row, grid-stride. The angle is the fp32 product t * inv_freq[i], as on the
  * CPU and in Hugging Face; its cos and sin are taken in double and rounded to float, so both
- * backends rotate by the same correctly rounded values. Backward negates the sine. */
+ * backends rotate by the same correctly rounded values. Backward negates the sine.
+ *
+ * Explained in docs/hf.md. */
 #include "kernels/cuda/cuda_util.cuh"
 
 template <typename T>

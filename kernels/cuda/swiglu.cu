@@ -1,4 +1,6 @@
-/* SwiGLU on CUDA: one thread per feature (a gate, up pair), grid-stride, expf in fp32. */
+/* SwiGLU on CUDA: one thread per feature (a gate, up pair), grid-stride, expf in fp32.
+ *
+ * Explained in docs/hf.md. */
 #include "kernels/cuda/cuda_util.cuh"
 
 template <typename T> __global__ void swiglu_forward_kernel(T *y, const T *gu, int64_t n) {

@@ -4,7 +4,9 @@
  *   zoe-ckpt export --hf OUT DIR a Hugging Face GPT-2 or Llama directory (config.json,
  *                                model.safetensors)
  * DIR is a checkpoint or a directory of them (its newest complete one). Exit status: 0 ok,
- * 1 a checkpoint failed verification, 2 bad usage or a checkpoint that cannot be read. */
+ * 1 a checkpoint failed verification, 2 bad usage or a checkpoint that cannot be read.
+ *
+ * Explained in docs/checkpoint.md; docs/hf.md, "Export". */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>

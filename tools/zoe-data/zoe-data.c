@@ -1,7 +1,9 @@
 /* zoe-data: converts text or JSON lines into the Megatron indexed format (PREFIX.bin +
  * PREFIX.idx) with the byte-level tokenizer or a tokenizer.json (byte-level BPE), and inspects
  * datasets. Every failure prints one line naming the
- * bad value and exits 2; a failed conversion leaves no output files behind. */
+ * bad value and exits 2; a failed conversion leaves no output files behind.
+ *
+ * Explained in docs/data.md. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>

@@ -4,7 +4,9 @@
  * Byte-level text when the checkpoint was trained on zoe's byte tokens (the demo), a
  * tokenizer.json (--tokenizer) otherwise. The continuation goes to stdout, a summary line to
  * stderr. Exit status: 0 ok, 2 bad usage, a missing or unreadable checkpoint, 1 a failure after
- * the model was built. */
+ * the model was built.
+ *
+ * Explained in docs/generate.md. */
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>

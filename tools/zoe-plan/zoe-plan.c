@@ -2,7 +2,9 @@
  * before anything is allocated. Uses the public API only.
  *   zoe-plan --model 70b --hardware dgx2 --tp 16
  *   zoe-plan --search --model 70b --hardware dgx2
- *   zoe-plan --max-model --hardware v100-32g --offload-ratio 0 */
+ *   zoe-plan --max-model --hardware v100-32g --offload-ratio 0
+ *
+ * Explained in docs/plan.md. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

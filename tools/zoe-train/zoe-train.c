@@ -1,6 +1,8 @@
 /* zoe-train: trains a GPT or Llama with TP x DP and ZeRO-Offload, from random weights or a
  * Hugging Face model (--init-from). Uses the public API only.
- *   mpirun -np 4 zoe-train --model demo --tp 2 --data data/demo-corpus.txt */
+ *   mpirun -np 4 zoe-train --model demo --tp 2 --data data/demo-corpus.txt
+ *
+ * Explained in docs/train.md. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
