@@ -26,6 +26,16 @@ import os
 # cores (zoe-train does the same, tools/zoe-train). libgomp reads this once, when it loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
+# A CUDA build of zoe links the system's NCCL and CUDA libraries, and torch's CUDA wheels carry
+# their own, often newer, under the same sonames (libnccl.so.2 ...). Whichever loads first serves
+# the process: zoe's first leaves torch without symbols it needs ("undefined symbol:
+# ncclCommResume" at `import torch`), torch's first serves zoe too (NCCL and the CUDA runtime
+# keep their API across minor versions). So where torch is installed it is imported first.
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("torch") is not None:
+    import torch  # noqa: E402,F401
+
 from . import _zoe  # noqa: E402
 from .data import Dataset, Loader, Tokenizer, count_targets  # noqa: E402
 from .errors import (CUDAError, Error, InternalError, InvalidArgument, IOFailure,  # noqa: E402
