@@ -23,6 +23,10 @@ size_t zoe_dtype_size(zoe_dtype dtype) {
     }
 }
 
+int zoe_dtype_is_float(zoe_dtype dtype) {
+    return dtype == ZOE_F32 || dtype == ZOE_BF16 || dtype == ZOE_F16;
+}
+
 const char *zoe_dtype_name(zoe_dtype dtype) {
     switch (dtype) {
     case ZOE_F32:

@@ -27,6 +27,8 @@ typedef uint16_t zoe_f16;
 
 /* Bytes per element, or 0 for an unknown dtype. */
 size_t zoe_dtype_size(zoe_dtype dtype);
+/* 1 for the floating-point dtypes (fp32, bf16, fp16), 0 otherwise. */
+int zoe_dtype_is_float(zoe_dtype dtype);
 /* "fp32", "bf16", "fp16", "int32", or "unknown". */
 const char *zoe_dtype_name(zoe_dtype dtype);
 /* Parses "fp32"/"f32"/"float32", "bf16", "fp16"/"f16"/"float16", "int32". */

@@ -21,17 +21,13 @@ void zoe_adam_consts_init(zoe_adam_consts *c, const zoe_adam_hparams *h) {
     c->decoupled = h->decoupled != 0;
 }
 
-static int is_float_dtype(zoe_dtype dt) {
-    return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
-}
-
 zoe_status zoe_adam_host_to_isa(zoe_cpu_isa isa, const zoe_adam_consts *c, const float *w_in,
                                 float *w_out, float *m, float *v, const void *grad,
                                 zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype, size_t n) {
-    if (!is_float_dtype(grad_dtype))
+    if (!zoe_dtype_is_float(grad_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: gradient dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(grad_dtype));
-    if (out && !is_float_dtype(out_dtype))
+    if (out && !zoe_dtype_is_float(out_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: output dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(out_dtype));
     if (n && (!c || !w_in || !w_out || !m || !v || !grad))
@@ -81,7 +77,7 @@ zoe_status zoe_adam_host(const zoe_adam_consts *c, float *master, float *m, floa
 
 zoe_status zoe_grad_snapshot_host_isa(zoe_cpu_isa isa, void *dst, zoe_dtype dst_dtype,
                                       const float *src, float scale, size_t n) {
-    if (!is_float_dtype(dst_dtype))
+    if (!zoe_dtype_is_float(dst_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "snapshot: dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(dst_dtype));
     if (n && (!dst || !src))
@@ -113,7 +109,7 @@ zoe_status zoe_grad_snapshot_host(void *dst, zoe_dtype dst_dtype, const float *s
 
 zoe_status zoe_grad_accumulate_host(float *dst, const void *src, zoe_dtype src_dtype, float scale,
                                     int assign, size_t n, double *sumsq) {
-    if (!is_float_dtype(src_dtype))
+    if (!zoe_dtype_is_float(src_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "accumulate: gradient dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(src_dtype));

@@ -19,18 +19,14 @@ zoe_status zoe_adam_state_dtypes_check(const zoe_adam_state_dtypes *dt) {
     return ZOE_OK;
 }
 
-static int is_float_dtype(zoe_dtype dt) {
-    return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
-}
-
 static zoe_status check_call(const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                              const void *grad, zoe_dtype grad_dtype, const void *out,
                              zoe_dtype out_dtype, size_t n, const char *what) {
     ZOE_TRY(zoe_adam_state_dtypes_check(dt));
-    if (!is_float_dtype(grad_dtype))
+    if (!zoe_dtype_is_float(grad_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: gradient dtype %s is not fp32/bf16/fp16",
                         what, zoe_dtype_name(grad_dtype));
-    if (out && !is_float_dtype(out_dtype))
+    if (out && !zoe_dtype_is_float(out_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: output dtype %s is not fp32/bf16/fp16", what,
                         zoe_dtype_name(out_dtype));
     if (n && (!st || !st->master || !st->exp_avg || !st->exp_avg_sq || !grad))

@@ -7,10 +7,6 @@
 #include "runtime/error.h"
 #include "zoe/adam.h"
 
-static int is_float_dtype(zoe_dtype dt) {
-    return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
-}
-
 /* Whether the byte ranges [a, a + na) and [b, b + nb) share a byte. */
 static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -47,11 +43,11 @@ static zoe_status check_config(const zoe_adam_config *cfg) {
 
 static zoe_status check_arrays(float *master, float *exp_avg, float *exp_avg_sq, const void *grad,
                                zoe_dtype grad_dtype, void *param, zoe_dtype param_dtype, size_t n) {
-    if (!is_float_dtype(grad_dtype))
+    if (!zoe_dtype_is_float(grad_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "zoe_adam_step: gradient dtype %s is not fp32, bf16 or fp16",
                         zoe_dtype_name(grad_dtype));
-    if (param && !is_float_dtype(param_dtype))
+    if (param && !zoe_dtype_is_float(param_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "zoe_adam_step: parameter dtype %s is not fp32, bf16 or fp16",
                         zoe_dtype_name(param_dtype));

@@ -145,16 +145,12 @@ __global__ void convert_kernel(void *dst, int ddt, const void *src, int sdt, siz
         store_from_f32(dst, i, ddt, load_as_f32(src, i, sdt));
 }
 
-bool is_float(zoe_dtype dt) {
-    return dt == ZOE_F32 || dt == ZOE_BF16 || dt == ZOE_F16;
-}
-
 } // namespace
 
 extern "C" zoe_status zoe_adam_cuda(void *stream, const zoe_adam_consts *c, float *master, float *m,
                                     float *v, const float *grad, void *out, zoe_dtype out_dtype,
                                     size_t n) {
-    if (out && !is_float(out_dtype))
+    if (out && !zoe_dtype_is_float(out_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: output dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(out_dtype));
     if (n == 0) return ZOE_OK;
@@ -166,7 +162,7 @@ extern "C" zoe_status zoe_adam_cuda(void *stream, const zoe_adam_consts *c, floa
 extern "C" zoe_status zoe_grad_accumulate_cuda(void *stream, float *dst, const void *src,
                                                zoe_dtype src_dtype, float scale, int assign,
                                                size_t n) {
-    if (!is_float(src_dtype))
+    if (!zoe_dtype_is_float(src_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "accumulate: gradient dtype %s is not float",
                         zoe_dtype_name(src_dtype));
     if (n == 0) return ZOE_OK;
@@ -180,7 +176,7 @@ extern "C" zoe_status zoe_adam_runs_cuda(void *stream, const zoe_adam_consts *de
                                          const zoe_adam_run_cuda *runs, int count, size_t total,
                                          float *master, float *m, float *v, const float *grad,
                                          void *out, zoe_dtype out_dtype) {
-    if (out && !is_float(out_dtype))
+    if (out && !zoe_dtype_is_float(out_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam: output dtype %s is not fp32/bf16/fp16",
                         zoe_dtype_name(out_dtype));
     if (total == 0) return ZOE_OK;
@@ -205,7 +201,7 @@ extern "C" zoe_status zoe_sumsq_runs_cuda(void *stream, const zoe_adam_run_cuda 
 
 extern "C" zoe_status zoe_convert_cuda(void *stream, void *dst, zoe_dtype dst_dtype,
                                        const void *src, zoe_dtype src_dtype, size_t n) {
-    if (!is_float(dst_dtype) || !is_float(src_dtype))
+    if (!zoe_dtype_is_float(dst_dtype) || !zoe_dtype_is_float(src_dtype))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "convert: %s to %s is not a float conversion",
                         zoe_dtype_name(src_dtype), zoe_dtype_name(dst_dtype));
     if (n == 0) return ZOE_OK;
