@@ -2,15 +2,27 @@
  * boundaries. The flag is the one process-wide variable besides the logger: a signal handler
  * can reach nothing else, and it may only store a sig_atomic_t.
  *
+ * Under Open MPI's mpirun a SIGCONT from the launcher counts too. mpirun does not forward the
+ * SIGTERM or SIGINT it gets: it kills the job, SIGCONT at once, SIGTERM odls_base_sigkill_timeout
+ * seconds later and SIGKILL as long again after that. Stopping at the SIGCONT gives a save both
+ * timeouts instead of one, and is the only way to save at all before the SIGKILL when the
+ * timeout is long (mpirun sends nothing else for that long).
+ *
  * Explained in docs/multi-node.md, "Signals"; docs/checkpoint.md, "Stopping". */
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "zoe/checkpoint.h"
 
 static volatile sig_atomic_t stop_signal = 0;
+/* The launcher whose SIGCONT is a stop request (0: none); set once before the handlers. */
+static volatile sig_atomic_t launcher_pid = 0;
 
-static void on_signal(int signo) {
+static void on_signal(int signo, siginfo_t *info, void *context) {
+    (void)context;
+    /* A SIGCONT from anyone else (a shell's fg, a debugger) is a resume, nothing more. */
+    if (signo == SIGCONT && (!launcher_pid || !info || info->si_pid != (pid_t)launcher_pid)) return;
     /* A second Ctrl-C means now: no save, no clean-up (only async-signal-safe calls here). */
     if (signo == SIGINT && stop_signal) {
         static const char msg[] = "zoe: second interrupt, stopping at once\n";
@@ -18,18 +30,27 @@ static void on_signal(int signo) {
         (void)ignored;
         _exit(130);
     }
-    stop_signal = signo;
+    if (!stop_signal) stop_signal = signo;
 }
 
 void zoe_stop_signals_install(void) {
+    /* mpirun (or on other nodes its orted) is the ranks' parent; OMPI_COMM_WORLD_SIZE says
+     * Open MPI started this process. */
+    if (getenv("OMPI_COMM_WORLD_SIZE")) launcher_pid = (sig_atomic_t)getppid();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
+    sa.sa_sigaction = on_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    if (launcher_pid) sigaction(SIGCONT, &sa, NULL);
+}
+
+const char *zoe_stop_signal_name(int signo) {
+    if (signo == SIGCONT) return "mpirun is ending the job";
+    return strsignal(signo);
 }
 
 int zoe_stop_requested(MPI_Comm comm, int *signo) {

@@ -60,11 +60,15 @@ zoe_status zoe_checkpoint_verify(const char *path, FILE *progress);
 zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir);
 
 /* Stop requests for training loops: zoe_stop_signals_install() makes SIGTERM, SIGINT and
- * SIGUSR1 set a flag (a second SIGINT ends the process at once, exit status 130).
+ * SIGUSR1 set a flag (a second SIGINT ends the process at once, exit status 130); in a process
+ * that Open MPI started, so does a SIGCONT from its parent (mpirun or orted), the first signal
+ * of mpirun's kill sequence (docs/multi-node.md, "Signals"). The first signal is kept.
  * zoe_stop_requested() is collective over comm: 1 on every rank when any rank was signalled,
- * so all ranks stop at the same step boundary. Returns the signal number through *signo. */
+ * so all ranks stop at the same step boundary. Returns the signal number through *signo.
+ * zoe_stop_signal_name() says what a stop's signal number means, for a message. */
 void zoe_stop_signals_install(void);
 int zoe_stop_requested(MPI_Comm comm, int *signo);
+const char *zoe_stop_signal_name(int signo);
 
 #ifdef __cplusplus
 }

@@ -3,8 +3,8 @@
 # byte of a save and kill -9 at random moments, after which the previous checkpoint verifies and
 # resumes; corrupted checkpoints (truncated file, flipped byte, bad header, missing file,
 # another model), each refused with a message naming file and tensor, exit 2, nothing written;
-# SIGTERM and SIGUSR1 to mpirun and SIGTERM to one rank of 4, each saving and resuming bit for
-# bit; no --save; a second SIGINT.
+# SIGTERM and SIGUSR1 to mpirun (a SIGCONT from elsewhere ignored) and SIGTERM to one rank of 4,
+# each saving and resuming bit for bit; no --save; a second SIGINT.
 # usage: test_ckpt_cli.sh ZOE_TRAIN ZOE_CKPT MPIEXEC CORPUS
 set -uo pipefail
 train=$1 ckpt=$2 mpiexec=$3 corpus=$4
@@ -120,18 +120,33 @@ diff <(losses sig_full.jsonl) <(losses sig_res.jsonl) > /dev/null ||
 # SIGUSR1 to mpirun: forwarded to every rank
 "$mpiexec" -np 4 --oversubscribe --bind-to none $(endless sig_usr1) > sig_usr1.out 2>&1 & mpid=$!
 sleep 3
+# a SIGCONT from anyone but mpirun (a shell's fg) is no stop request
+kill -CONT $(pgrep -P $mpid)
+sleep 1.5
+[[ ! -e sig_usr1/latest ]] || fail "a SIGCONT from the shell stopped the run"
 kill -USR1 $mpid
 wait $mpid; code=$?
 [[ $code -eq 0 ]] && grep -q "saved step" sig_usr1.out || fail "SIGUSR1 to mpirun: exit $code, $(tail -1 sig_usr1.out)"
 "$ckpt" verify sig_usr1 > /dev/null 2>&1 || fail "SIGUSR1 checkpoint does not verify"
-# SIGTERM to mpirun (what a scheduler sends): the ranks save; Open MPI's mpirun then reports 1
-"$mpiexec" -np 4 --oversubscribe --bind-to none --mca odls_base_sigkill_timeout 10 \
+# SIGTERM to mpirun (what a scheduler sends). Open MPI's mpirun kills the job: SIGCONT to the
+# ranks at once, SIGTERM odls_base_sigkill_timeout (here 6) s later, SIGKILL as long after that.
+# The ranks stop at the SIGCONT: the checkpoint is there before the SIGTERM is sent (on today's
+# main with a long timeout they trained on until it). mpirun exits 1 after its own SIGTERM
+# (Open MPI's rule); the ranks exit 0 and say so.
+"$mpiexec" -np 4 --oversubscribe --bind-to none --mca odls_base_sigkill_timeout 6 \
     $(endless sig_mpirun) > sig_mpirun.out 2>&1 & mpid=$!
-sleep 3
+for _ in $(seq 100); do [[ -e sig_mpirun.jsonl ]] && break; sleep 0.1; done
+sleep 1
 kill -TERM $mpid
+signalled=$SECONDS
+for _ in $(seq 50); do [[ -e sig_mpirun/latest ]] && break; sleep 0.1; done
+[[ -e sig_mpirun/latest ]] || fail "SIGTERM to mpirun: no checkpoint 5 s after it (before mpirun's SIGTERM)"
+saved_after=$((SECONDS - signalled))
 wait $mpid
-grep -q "Terminated: saved step" sig_mpirun.out || fail "SIGTERM to mpirun: $(tail -2 sig_mpirun.out)"
+grep -q "mpirun is ending the job: saved step" sig_mpirun.out ||
+    fail "SIGTERM to mpirun: $(tail -2 sig_mpirun.out)"
 "$ckpt" verify sig_mpirun > /dev/null 2>&1 || fail "SIGTERM-to-mpirun checkpoint does not verify"
+echo "SIGTERM to mpirun: saved ${saved_after} s after the signal"
 # without --save: a clear message, exit 0
 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${small[@]}" --tp 2 --steps 20000 \
     > nosave.out 2>&1 & mpid=$!

@@ -63,13 +63,14 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
            world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype), where,
            dpu ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch, c->model.seq_len);
     if (dpu) printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
-    /* Open MPI's mpirun turns its own SIGTERM/SIGINT (a Ctrl-C) into SIGTERM to the ranks and
-     * SIGKILLs them 1 s later unless told otherwise: too soon to finish a save. */
+    /* Open MPI's mpirun answers its own SIGTERM/SIGINT (a Ctrl-C) with SIGCONT to the ranks (a
+     * stop request here), then SIGTERM and SIGKILL, odls_base_sigkill_timeout (1 s) apart: too
+     * soon to finish most saves. */
     if (c->save[0] && getenv("OMPI_COMM_WORLD_SIZE") &&
         !getenv("OMPI_MCA_odls_base_sigkill_timeout"))
-        printf("zoe-train: to save on Ctrl-C or SIGTERM to mpirun, run mpirun --mca "
-               "odls_base_sigkill_timeout 600 (mpirun kills ranks 1 s after a signal); SIGUSR1 to "
-               "mpirun always works\n");
+        printf("zoe-train: to give a save on Ctrl-C or SIGTERM to mpirun up to 2 x N seconds, run "
+               "mpirun --mca odls_base_sigkill_timeout N (default 1); SIGUSR1 to mpirun needs "
+               "nothing\n");
     fflush(stdout);
 }
 
@@ -423,10 +424,10 @@ int main(int argc, char **argv) {
     } else if (rank == 0 && stopped) {
         if (cfg.save[0])
             printf("zoe-train: %s: saved step %d to %s; resume with --resume %s\n",
-                   strsignal(signo), done, ckpt, cfg.save);
+                   zoe_stop_signal_name(signo), done, ckpt, cfg.save);
         else
             printf("zoe-train: %s: stopped after step %d; nothing saved (no --save given)\n",
-                   strsignal(signo), done);
+                   zoe_stop_signal_name(signo), done);
     } else if (rank == 0) {
         printf("zoe-train: loss %.3f -> %.3f in %d steps, %.0f tokens/s on average\n", first_loss,
                last_loss, done - first, ms > 0 ? toks / (ms / 1e3) : 0.0);
