@@ -72,9 +72,19 @@ static zoe_status batch_init(batch *b, const zoe_tokenizer *tok, int threads) {
 }
 
 /* Encodes document i into thread t's output. */
-static zoe_status encode_one(const zoe_tokenizer *tok, batch *b, size_t i, int t, int eod) {
+static zoe_status encode_one(const zoe_tokenizer *tok, batch *b, size_t i, int t, int eod,
+                             size_t max_bytes) {
     thread_out *o = &b->out[t];
-    size_t need = zoe_tokenizer_max_tokens(tok, b->docs[i].len) + 1;
+    if (b->docs[i].len > max_bytes)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%zu bytes, more than the %zu a document may have (the .idx counts a "
+                        "document's tokens in int32); split it",
+                        b->docs[i].len, max_bytes);
+    /* Room for the most tokens the .idx can count, however many the tokenizer's bound allows
+     * (up to 3 per byte): a longer encoding fails here, naming the document. */
+    size_t need = zoe_tokenizer_max_tokens(tok, b->docs[i].len);
+    if (need > (size_t)INT32_MAX - 1) need = (size_t)INT32_MAX - 1;
+    need += 1;
     if (o->len + need > o->cap) {
         size_t cap = o->cap ? o->cap : 1 << 16;
         while (cap < o->len + need) cap *= 2;
@@ -99,6 +109,7 @@ static zoe_status encode_one(const zoe_tokenizer *tok, batch *b, size_t i, int t
 static zoe_status flush_batch(zoe_dataset_writer *w, const zoe_tokenizer *tok, batch *b,
                               const zoe_input_options *opt, int64_t docs_before) {
     int eod = opt->append_eod ? zoe_tokenizer_eod(tok) : -1;
+    size_t max_bytes = opt->max_document_bytes ? opt->max_document_bytes : ZOE_MAX_DOCUMENT_BYTES;
     zoe_status first = ZOE_OK;
     char message[512] = "";
     size_t failed_at = SIZE_MAX;
@@ -108,7 +119,7 @@ static zoe_status flush_batch(zoe_dataset_writer *w, const zoe_tokenizer *tok, b
         int t = omp_get_thread_num();
 #pragma omp for schedule(dynamic, 16)
         for (size_t i = 0; i < b->n; i++) {
-            zoe_status st = encode_one(tok, b, i, t, eod);
+            zoe_status st = encode_one(tok, b, i, t, eod, max_bytes);
             if (st != ZOE_OK) {
 #pragma omp critical(zoe_tokenize_error)
                 if (i < failed_at) {

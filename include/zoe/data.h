@@ -116,7 +116,13 @@ typedef struct zoe_input_options {
     zoe_input_progress progress; /* optional: after each batch, documents written so far and
                                   * the input bytes consumed of this call */
     void *progress_user;
+    /* The longest document taken, in bytes; 0: ZOE_MAX_DOCUMENT_BYTES. A longer one is refused
+     * from its length, before it is encoded, naming it. */
+    size_t max_document_bytes;
 } zoe_input_options;
+/* The .idx stores a document's tokens as an int32 count, and a byte-level tokenizer may make a
+ * token of every byte: up to this length every document's tokens can be counted. */
+#define ZOE_MAX_DOCUMENT_BYTES ((size_t)INT32_MAX - 1)
 
 /* Tokenises len bytes of input (named `name` in messages: a bad JSON line is named by its
  * number) into documents and appends them. */

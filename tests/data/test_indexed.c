@@ -242,6 +242,49 @@ static void writer_abandoned(void) {
     tmpdir_remove(dir);
 }
 
+/* A document longer than the writer may take is refused from its length, before it is encoded
+ * (a byte-level encoding of a 2 GiB document would size its buffer at 8 GiB of int32 and fail
+ * only after): the message names the document and its length, and no file is left. The lines
+ * are drawn at random lengths around the limit. */
+static void writer_document_too_long(test_rng *rng) {
+    char dir[256], prefix[512], list[256];
+    tmpdir_create(dir);
+    snprintf(prefix, sizeof prefix, "%s/long", dir);
+    zoe_tokenizer *tok = NULL;
+    zoe_dataset_writer *w = NULL;
+    enum { LIMIT = 64 };
+    size_t fits = (size_t)test_rng_int(rng, 1, LIMIT),
+           over = (size_t)test_rng_int(rng, LIMIT + 1, 4 * LIMIT);
+    char text[8 * LIMIT];
+    size_t len = 0;
+    for (size_t i = 0; i < fits; i++) text[len++] = (char)('a' + test_rng_int(rng, 0, 25));
+    text[len++] = '\n';
+    for (size_t i = 0; i < over; i++) text[len++] = (char)('a' + test_rng_int(rng, 0, 25));
+    text[len++] = '\n';
+    if (CHECK_OK(zoe_tokenizer_create_bytes(&tok)) &&
+        CHECK_OK(zoe_dataset_writer_create(prefix, ZOE_TOKENS_UINT16, &w))) {
+        zoe_input_options opt = {.split = ZOE_SPLIT_LINE, .max_document_bytes = LIMIT};
+        char want[128];
+        snprintf(want, sizeof want, "document 1: %zu bytes, more than the %d", over, LIMIT);
+        CHECK(zoe_dataset_writer_add_input(w, tok, text, len, "lines", &opt) ==
+                      ZOE_ERR_INVALID_ARGUMENT &&
+                  strstr(zoe_last_error(), want),
+              "a %zu-byte document over a %d-byte limit: '%s'", over, LIMIT, zoe_last_error());
+        zoe_dataset_writer_destroy(w);
+        CHECK(dir_entries(dir, list, sizeof list) == 0, "refused input left: %s", list);
+        /* at the limit it is taken */
+        if (CHECK_OK(zoe_dataset_writer_create(prefix, ZOE_TOKENS_UINT16, &w))) {
+            opt.max_document_bytes = over;
+            CHECK_OK(zoe_dataset_writer_add_input(w, tok, text, len, "lines", &opt));
+            CHECK(zoe_dataset_writer_tokens(w) == (int64_t)(fits + over), "%lld tokens",
+                  (long long)zoe_dataset_writer_tokens(w));
+            zoe_dataset_writer_destroy(w);
+        }
+    }
+    zoe_tokenizer_destroy(tok);
+    tmpdir_remove(dir);
+}
+
 /* A writer finished with no document writes the empty dataset, which reads back as such. */
 static void writer_empty(void) {
     char dir[256], prefix[512];
@@ -364,6 +407,7 @@ int main(int argc, char **argv) {
     writer_empty();
     writer_round_trip(ZOE_TOKENS_INT32, &rng);
     writer_abandoned();
+    writer_document_too_long(&rng);
     text_splits(dir);
     open_dispatch(dir);
 
