@@ -28,6 +28,16 @@
 /* A streaming kernel reaches about 80% of a GPU's device-memory peak (BabelStream on V100,
  * A100 and H100). */
 #define HBM_SHARE 0.80
+/* A CPU rank's base, in two parts. What it holds once MPI is up and before it allocates: the
+ * resident memory of zoe-train, measured there (zoe_hardware_measure_rank_base) and stated here
+ * for the plans made outside a rank (zoe-plan), as this 2-core VM measured it (16.5 MiB at 1 and
+ * 3 ranks: test_plan_memory's "base"). And what every rank maps later besides the buffers the
+ * plan sizes (OpenBLAS's per-thread buffers on its first GEMM, Open MPI's shared-memory queues on
+ * its first messages): its peak resident memory less the plan's buffers and the first part,
+ * 3.5 MiB at 1 and 3 ranks of the demo (mpirun -np 3 build/tests/plan/test_plan_memory demo 0
+ * 64 8 fp32 0 1, before this allowance). */
+#define CPU_RANK_INIT_BYTES (16.5 * 1024 * 1024)
+#define CPU_RANK_LATE_BYTES (3.5 * 1024 * 1024)
 
 #define V100_FRACTION_SOURCE                                                                       \
     "Megatron-LM (Shoeybi et al. 2019): one V100 sustains 39 TFLOPS training a 1.2B GPT-2, 30% "   \
@@ -226,9 +236,9 @@ zoe_status zoe_hardware_local(int probe, zoe_hardware *hw) {
     if (hw->host_bytes <= 0)
         return zoe_fail(ZOE_ERR_IO, "local hardware: no MemTotal in /proc/meminfo");
     hw->host_reserve = 0.10;
-    /* an MPI rank with its libraries before the run allocates (Open MPI, OpenBLAS, hwloc);
-     * zoe-train measures its own instead (zoe_hardware_measure_rank_base) */
-    hw->rank_base_bytes = 48.0 * 1024 * 1024;
+    /* an MPI rank with its libraries (Open MPI, OpenBLAS, hwloc), stated; zoe-train replaces
+     * the first part with its own measure (zoe_hardware_measure_rank_base) */
+    hw->rank_base_bytes = CPU_RANK_INIT_BYTES + CPU_RANK_LATE_BYTES;
     hw->gpu_fraction = 0.70;
     hw->gpu_fraction_source = "bench/train_step: a gpt2-124m step runs at 0.65-0.77 of the same "
                               "machine's matmul rate";
@@ -276,6 +286,6 @@ zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw) {
     if (!hw) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "rank base: NULL hardware");
     const double kib = zoe_proc_kib("/proc/self/status", "VmRSS");
     if (kib < 0) return zoe_fail(ZOE_ERR_IO, "rank base: no VmRSS in a readable /proc/self/status");
-    hw->rank_base_bytes = kib * 1024.0;
+    hw->rank_base_bytes = kib * 1024.0 + CPU_RANK_LATE_BYTES;
     return ZOE_OK;
 }

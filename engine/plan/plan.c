@@ -120,6 +120,20 @@ static int host_threads(const zoe_plan_config *p, int ranks_per_node) {
     return t > 0 ? t : 1;
 }
 
+/* The share of the probed matmul rate one CPU rank gets. The local probe is one process whose
+ * threads cover all the host's cores; the ranks of a host split them (runtime/topology.c binds
+ * each to cores / ranks of them and sizes its OpenMP pool alike), and where there are more ranks
+ * than cores, or threads, they time-slice the cores they use. A GEMM's rate grows about
+ * linearly with its cores, so a rank gets the busy cores' share of the probe, divided by the
+ * ranks running on them. */
+static double cpu_share(const zoe_plan_config *p, int ranks_per_node) {
+    const int ranks = ranks_per_node > 0 ? ranks_per_node : 1;
+    const int cores = p->hardware.host_cores > 0 ? p->hardware.host_cores : 1;
+    const int threads = host_threads(p, ranks);
+    const int busy = threads * ranks < cores ? threads * ranks : cores;
+    return (double)busy / cores / ranks;
+}
+
 /* NCCL's buffers per communicator of more than one rank: NCCL_BUFFSIZE (4 MiB, NCCL's
  * documented default) for each of the 2 ring neighbours on each of 16 channels (an estimate
  * for NVSwitch boxes; NCCL picks the count at run time). */
@@ -258,7 +272,9 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     /* forward, backward (twice the forward), and the recomputed forward of the layers */
     double passes = 3.0 + (p->recompute ? 1.0 : 0.0);
     r->time.flops_per_gpu = tokens_rank * (layers * passes + head * 3.0) / t;
-    r->time.compute = r->time.flops_per_gpu / (hw->gpu_peak_flops * hw->gpu_fraction);
+    const double rate =
+        hw->gpu_peak_flops * hw->gpu_fraction * (cpu ? cpu_share(p, r->ranks_per_node) : 1.0);
+    r->time.compute = r->time.flops_per_gpu / rate;
     /* Attention as its kernels run, in place of its share of the model FLOPs at the matmuls'
      * rate: the tensor-core path does more than the causal FLOPs and moves its scores through
      * memory, the flash kernels do fewer on the CUDA cores. */
@@ -266,7 +282,7 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
         attention_seconds(p, r->time.attention_path, sizeof r->time.attention_path);
     if (attention_s >= 0) {
         const double attention_flops = tokens_rank * attention * passes / t;
-        r->time.compute -= attention_flops / (hw->gpu_peak_flops * hw->gpu_fraction);
+        r->time.compute -= attention_flops / rate;
         r->time.compute += attention_s;
         r->time.attention = attention_s;
     }

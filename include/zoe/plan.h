@@ -65,7 +65,9 @@ const char *zoe_hardware_preset_name(int index);
  * (zoe-train plans this way: the probes' buffers would count in its peak memory). */
 zoe_status zoe_hardware_local(int probe, zoe_hardware *out);
 /* rank_base_bytes := this process's resident memory now (zoe-train calls it after MPI_Init,
- * before it allocates, so that the plan adds its allocations to what the rank already holds). */
+ * before it allocates, so that the plan adds its allocations to what the rank already holds),
+ * plus what a CPU rank maps later outside the plan's buffers (BLAS and MPI buffers); `local`
+ * states the same base with the first part as measured on a small VM. */
 zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw);
 
 #define ZOE_PLAN_CONFIG_VERSION 1

@@ -2,9 +2,10 @@
  * summed over the ranks) is within 10% of the plan's host total, and each rank's device-layer
  * peak allocation within 5% of the plan's device total. One configuration per process (VmHWM is the
  * process's peak), given on the command line: test_plan_memory MODEL LAYERS SEQ MICRO_BATCH DTYPE
- * DPU TP (LAYERS 0: the preset's). Random tokens; three steps, so that under DPU (warm-up 1) an
- * update runs overlapped and the second gradient buffer is in use. The rank's memory before the
- * trainer is created is the plan's rank base (measured, as zoe-train does). */
+ * DPU TP [HOST_TOLERANCE] (LAYERS 0: the preset's; HOST_TOLERANCE the peak RSS's, 0.10 unless
+ * given). Random tokens; three steps, so that under DPU (warm-up 1) an update runs overlapped and
+ * the second gradient buffer is in use. The rank's memory before the trainer is created is the
+ * plan's rank base (measured, as zoe-train does). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,10 @@
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
-    CHECK(argc == 8, "usage: %s MODEL LAYERS SEQ MICRO_BATCH DTYPE DPU TP", argv[0]);
-    if (argc != 8) return test_finish("test_plan_memory");
+    CHECK(argc == 8 || argc == 9, "usage: %s MODEL LAYERS SEQ MICRO_BATCH DTYPE DPU TP [TOL]",
+          argv[0]);
+    if (argc != 8 && argc != 9) return test_finish("test_plan_memory");
+    const double host_tol = argc == 9 ? atof(argv[8]) : 0.10;
     zoe_train_config cfg;
     zoe_train_config_defaults(&cfg);
     CHECK_OK(zoe_model_preset(argv[1], &cfg.model));
@@ -67,9 +70,10 @@ int main(int argc, char **argv) {
            hwm / 1048576, plan.host.per_rank / 1048576, hw.rank_base_bytes / 1048576,
            hwm_total / 1048576, plan.host.total / 1048576, 100 * host_err,
            (double)ms.device_peak / 1048576, plan.gpu.total / 1048576, 100 * dev_err);
-    CHECK(host_err >= -0.10 && host_err <= 0.10, "peak RSS %+.1f%% off the plan", 100 * host_err);
-    CHECK(hwm <= 1.10 * plan.host.per_rank, "rank %d's peak RSS above the plan's fullest rank",
-          test_rank());
+    CHECK(host_err >= -host_tol && host_err <= host_tol, "peak RSS %+.1f%% off the plan",
+          100 * host_err);
+    CHECK(hwm <= (1 + host_tol) * plan.host.per_rank,
+          "rank %d's peak RSS above the plan's fullest rank", test_rank());
     CHECK(dev_err >= -0.05 && dev_err <= 0.05, "device peak %+.1f%% off the plan", 100 * dev_err);
     free(tokens), free(targets);
     zoe_trainer_destroy(tr);
