@@ -84,12 +84,21 @@ static inline size_t zoe_adam_int8_blocks(size_t n) {
     return (n + ZOE_ADAM_INT8_BLOCK - 1) / ZOE_ADAM_INT8_BLOCK;
 }
 /* The value of code c of a block with scale s. */
+/* |value| / s of code c: c^2 / 127^2 (m) or c^2 / 255^2 (v), as a multiply by the reciprocal
+ * rounded once (no division per element). Exact squares times one positive constant, so
+ * increasing in c. */
+static inline float zoe_adam_int8_m_unit(int c) {
+    return (float)(c * c) * (1.0f / 16129.0f);
+}
+static inline float zoe_adam_int8_v_unit(int c) {
+    return (float)(c * c) * (1.0f / 65025.0f);
+}
 static inline float zoe_adam_int8_m_value(int8_t c, float s) {
-    float a = (float)(c * c) / 16129.0f;
+    float a = zoe_adam_int8_m_unit(c);
     return s * (c < 0 ? -a : a);
 }
 static inline float zoe_adam_int8_v_value(uint8_t c, float s) {
-    return s * ((float)(c * c) / 65025.0f);
+    return s * zoe_adam_int8_v_unit(c);
 }
 /* n fp32 values quantised into blocks (codes, scales): m to nearest; v stochastically with the
  * 16 random bits bits16[i] (NULL: to nearest), floored at code 1 where x > 0. The inverse reads

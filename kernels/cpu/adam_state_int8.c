@@ -29,13 +29,14 @@ static float block_scale(const float *x, size_t n) {
     return ldexpf(1.0f, f == 0.5f ? e - 1 : e);
 }
 
-/* The largest code k in [0, top] whose value value_of(k) <= y (y in [0, 1]), from the square
- * law's guess, corrected both ways (the guess may be off by one from sqrt's rounding). */
-static int code_below(float y, int top, float denom) {
+/* The largest code k in [0, top] whose unit (zoe_adam_int8_m_unit or _v_unit) is <= y, y in
+ * [0, 1], from the square law's guess, corrected both ways (the guess may be off by one from
+ * the rounding of sqrt and of the units). */
+static int code_below(float y, int top, float (*unit)(int)) {
     int k = (int)(sqrtf(y) * (float)top);
     if (k > top) k = top;
-    while (k < top && (float)((k + 1) * (k + 1)) / denom <= y) k++;
-    while (k > 0 && (float)(k * k) / denom > y) k--;
+    while (k < top && unit(k + 1) <= y) k++;
+    while (k > 0 && unit(k) > y) k--;
     return k;
 }
 
@@ -47,10 +48,9 @@ void zoe_adam_int8_quantize_m(const float *x, size_t n, int8_t *codes, float *sc
         scales[b] = s;
         for (size_t i = 0; i < len; i++) {
             float y = s > 0 && isfinite(s) ? fabsf(x[lo + i]) / s : 0;
-            int k = code_below(y, 127, 16129.0f);
+            int k = code_below(y, 127, zoe_adam_int8_m_unit);
             if (k < 127) {
-                float below = (float)(k * k) / 16129.0f,
-                      above = (float)((k + 1) * (k + 1)) / 16129.0f;
+                float below = zoe_adam_int8_m_unit(k), above = zoe_adam_int8_m_unit(k + 1);
                 if (above - y < y - below) k++; /* nearest; a tie keeps the smaller code */
             }
             codes[lo + i] = (int8_t)(x[lo + i] < 0 ? -k : k);
@@ -68,15 +68,15 @@ void zoe_adam_int8_quantize_v(const float *x, const uint16_t *bits16, size_t n, 
         for (size_t i = 0; i < len; i++) {
             float xi = x[lo + i];
             float y = s > 0 && isfinite(s) && xi > 0 ? xi / s : 0;
-            int k = code_below(y, 255, 65025.0f);
+            int k = code_below(y, 255, zoe_adam_int8_v_unit);
             if (k < 255) {
-                float below = (float)(k * k) / 65025.0f,
-                      above = (float)((k + 1) * (k + 1)) / 65025.0f;
-                float frac = (y - below) / (above - below); /* in [0, 1); 0 when y is a code */
+                float below = zoe_adam_int8_v_unit(k), above = zoe_adam_int8_v_unit(k + 1);
+                /* up with probability (y - below) / (above - below), without the division:
+                 * bits / 2^16 < that fraction; never up when y is a code */
                 /* Above half the scale a value never rounds to a code at or below it: the block's
                  * largest value read back then stays in (s/2, s] and finds the same scale. */
                 int up = y > 0.5f && below <= 0.5f ? 1
-                         : bits16 ? (float)bits16[lo + i] * (1.0f / 65536.0f) < frac
+                         : bits16 ? (float)bits16[lo + i] * (above - below) < (y - below) * 65536.0f
                                   : above - y < y - below;
                 k += up;
             }
