@@ -95,8 +95,9 @@ static void fused_step(const arrays *a, const zoe_adam_consts *c, mode md) {
             break;
         case BF16_STATE: {
             const zoe_adam_state_dtypes dt = {ZOE_BF16, ZOE_BF16, ZOE_BF16};
-            const zoe_adam_state st = {(zoe_bf16 *)a->master + lo, (zoe_bf16 *)a->m + lo,
-                                       (zoe_bf16 *)a->v + lo};
+            const zoe_adam_state st = {.master = (zoe_bf16 *)a->master + lo,
+                                       .exp_avg = (zoe_bf16 *)a->m + lo,
+                                       .exp_avg_sq = (zoe_bf16 *)a->v + lo};
             const zoe_adam_rounding r = {.seed = 1, .step = 10};
             zoe_adam_state_host(c, &r, &dt, &st, lo, g, ZOE_F32, half, ZOE_BF16, len);
             break;

@@ -32,6 +32,11 @@
  *     exp_avg_sq[i] = bf16 ? zoe_sr_bf16(v', r >> 16)    : v'
  *     out[i]        = out_dtype(fp32(master[i]))       the weights as stored, nearest even
  *
+ * With int8 moments the step goes a block at a time: the block's moments dequantised, the
+ * element step above on them (the master's update uses the fp32 m' and v'), then the block's new
+ * absmax, scale and codes (v's stochastic rounding takes the element's r >> 16). Every path runs
+ * the scalar loop for these combinations (so their bits agree trivially; not yet vectorised).
+ *
  * With every state in fp32 the result is bit-identical to zoe_adam_host_to (a test checks it).
  * With a bf16 master, out in bf16 is the master's own bits.
  *
@@ -44,7 +49,8 @@
 #include <string.h>
 #include "kernels/adam.h"
 
-/* The dtype of each state array: ZOE_F32 or ZOE_BF16. */
+/* The dtype of each state array: ZOE_F32 or ZOE_BF16; the moments also ZOE_I8 (blockwise int8,
+ * below). */
 typedef struct zoe_adam_state_dtypes {
     zoe_dtype master, exp_avg, exp_avg_sq;
 } zoe_adam_state_dtypes;
@@ -54,7 +60,54 @@ typedef struct zoe_adam_state {
     void *master;     /* master_dtype */
     void *exp_avg;    /* exp_avg_dtype */
     void *exp_avg_sq; /* exp_avg_sq_dtype */
+    /* ZOE_I8 moments only: one fp32 scale per block of ZOE_ADAM_INT8_BLOCK elements, block 0
+     * starting at element 0 of the arrays above (a range given to the step starts at a block
+     * boundary; its last block may be short). NULL otherwise. */
+    float *exp_avg_scale, *exp_avg_sq_scale;
 } zoe_adam_state;
+
+/* Blockwise int8 moments (8-bit Adam's dynamic quantisation with a per-block scale). A block of
+ * ZOE_ADAM_INT8_BLOCK elements holds one scale s, a power of two with absmax / s in (1/2, 1]
+ * (so that dividing by it is exact and a dequantised block requantises to its own codes), and
+ * one code per element on a square law, which keeps resolution for the small values:
+ *   m: int8 code c in [-127, 127],  m = s * sign(c) * (c / 127)^2,  nearest code
+ *   v: uint8 code c in [0, 255],    v = s * (c / 255)^2  (sqrt(v) linear in c), stochastic
+ *      rounding between the two neighbouring codes with the step's random bits, and code 1
+ *      wherever the fp32 v' > 0: v never rounds to zero, which with a nonzero m would make
+ *      the update m / (sqrt(v) + eps) blow up.
+ * A block holding a NaN or infinity gets that as its scale (every element then reads NaN or
+ * infinity, as an fp32 state would have spread it on the next step). */
+enum { ZOE_ADAM_INT8_BLOCK = 256 };
+
+/* The number of scales of n elements. */
+static inline size_t zoe_adam_int8_blocks(size_t n) {
+    return (n + ZOE_ADAM_INT8_BLOCK - 1) / ZOE_ADAM_INT8_BLOCK;
+}
+/* The value of code c of a block with scale s. */
+/* |value| / s of code c: c^2 / 127^2 (m) or c^2 / 255^2 (v), as a multiply by the reciprocal
+ * rounded once (no division per element). Exact squares times one positive constant, so
+ * increasing in c. */
+static inline float zoe_adam_int8_m_unit(int c) {
+    return (float)(c * c) * (1.0f / 16129.0f);
+}
+static inline float zoe_adam_int8_v_unit(int c) {
+    return (float)(c * c) * (1.0f / 65025.0f);
+}
+static inline float zoe_adam_int8_m_value(int8_t c, float s) {
+    float a = zoe_adam_int8_m_unit(c);
+    return s * (c < 0 ? -a : a);
+}
+static inline float zoe_adam_int8_v_value(uint8_t c, float s) {
+    return s * zoe_adam_int8_v_unit(c);
+}
+/* n fp32 values quantised into blocks (codes, scales): m to nearest; v stochastically with the
+ * 16 random bits bits16[i] (NULL: to nearest), floored at code 1 where x > 0. The inverse reads
+ * them back. Used by the step (per block) and by conversions (checkpoints). */
+void zoe_adam_int8_quantize_m(const float *x, size_t n, int8_t *codes, float *scales);
+void zoe_adam_int8_quantize_v(const float *x, const uint16_t *bits16, size_t n, uint8_t *codes,
+                              float *scales);
+void zoe_adam_int8_dequantize_m(const int8_t *codes, const float *scales, size_t n, float *x);
+void zoe_adam_int8_dequantize_v(const uint8_t *codes, const float *scales, size_t n, float *x);
 
 /* What the rounding of one step is keyed by: the caller's seed (the run's seed mixed with the
  * DP rank, offload/optimizer.c says why not the TP rank) and the step number (1-based, the
@@ -100,7 +153,7 @@ static inline zoe_bf16 zoe_sr_bf16(float x, uint32_t bits16) {
     return (zoe_bf16)((u + bits16) >> 16);
 }
 
-/* Checks: every state dtype ZOE_F32 or ZOE_BF16. */
+/* Checks: every state dtype ZOE_F32 or ZOE_BF16, the moments also ZOE_I8. */
 zoe_status zoe_adam_state_dtypes_check(const zoe_adam_state_dtypes *dt);
 
 /* The fused step over n elements with the best path. grad in grad_dtype (f32, bf16, f16); out
@@ -130,9 +183,10 @@ zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_sta
                                     const zoe_adam_state *st, const float *grad, void *out,
                                     zoe_dtype out_dtype, size_t n);
 
-/* Element size in bytes of a state dtype. */
+/* Element size in bytes of a state dtype (ZOE_I8: the code; the scales come on top,
+ * 4 / ZOE_ADAM_INT8_BLOCK bytes per element). */
 static inline size_t zoe_adam_state_esize(zoe_dtype dt) {
-    return dt == ZOE_BF16 ? 2 : 4;
+    return dt == ZOE_BF16 ? 2 : dt == ZOE_I8 ? 1 : 4;
 }
 
 #endif

@@ -18,6 +18,8 @@ size_t zoe_dtype_size(zoe_dtype dtype) {
         return 2;
     case ZOE_I32:
         return 4;
+    case ZOE_I8:
+        return 1;
     default:
         return 0;
     }
@@ -37,6 +39,8 @@ const char *zoe_dtype_name(zoe_dtype dtype) {
         return "fp16";
     case ZOE_I32:
         return "int32";
+    case ZOE_I8:
+        return "int8";
     default:
         return "unknown";
     }

@@ -19,6 +19,8 @@ typedef enum zoe_dtype {
     ZOE_BF16 = 1,
     ZOE_F16 = 2,
     ZOE_I32 = 3,
+    /* 8-bit codes; only the host Adam's blockwise moments use it (kernels/adam_state.h) */
+    ZOE_I8 = 4,
     ZOE_DTYPE_COUNT
 } zoe_dtype;
 
@@ -29,7 +31,7 @@ typedef uint16_t zoe_f16;
 size_t zoe_dtype_size(zoe_dtype dtype);
 /* 1 for the floating-point dtypes (fp32, bf16, fp16), 0 otherwise. */
 int zoe_dtype_is_float(zoe_dtype dtype);
-/* "fp32", "bf16", "fp16", "int32", or "unknown". */
+/* "fp32", "bf16", "fp16", "int32", "int8", or "unknown". */
 const char *zoe_dtype_name(zoe_dtype dtype);
 /* Parses "fp32"/"f32"/"float32", "bf16", "fp16"/"f16"/"float16", "int32". */
 zoe_status zoe_dtype_parse(const char *name, zoe_dtype *out);

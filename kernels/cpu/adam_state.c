@@ -13,9 +13,9 @@ zoe_status zoe_adam_state_dtypes_check(const zoe_adam_state_dtypes *dt) {
     const zoe_dtype d[] = {dt->master, dt->exp_avg, dt->exp_avg_sq};
     const char *names[] = {"master", "exp_avg", "exp_avg_sq"};
     for (int i = 0; i < 3; i++)
-        if (d[i] != ZOE_F32 && d[i] != ZOE_BF16)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state: %s dtype %s is not fp32 or bf16",
-                            names[i], zoe_dtype_name(d[i]));
+        if (d[i] != ZOE_F32 && d[i] != ZOE_BF16 && (i == 0 || d[i] != ZOE_I8))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state: %s dtype %s is not %s", names[i],
+                            zoe_dtype_name(d[i]), i == 0 ? "fp32 or bf16" : "fp32, bf16 or int8");
     return ZOE_OK;
 }
 
@@ -31,6 +31,9 @@ static zoe_status check_call(const zoe_adam_state_dtypes *dt, const zoe_adam_sta
                         zoe_dtype_name(out_dtype));
     if (n && (!st || !st->master || !st->exp_avg || !st->exp_avg_sq || !grad))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: NULL buffer for %zu elements", what, n);
+    if (n && ((dt->exp_avg == ZOE_I8 && !st->exp_avg_scale) ||
+              (dt->exp_avg_sq == ZOE_I8 && !st->exp_avg_sq_scale)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: int8 moment without its block scales", what);
     return ZOE_OK;
 }
 
@@ -64,6 +67,10 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam state: this CPU cannot run the %s path",
                         zoe_cpu_isa_name(isa));
     int odt = out ? (int)out_dtype : ADAM_OUT_NONE;
+    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8) {
+        zoe_adam_state_int8_range(c, r, dt, st, index0, grad, grad_dtype, out, odt, n);
+        return ZOE_OK;
+    }
     const size_t sizes[] = {zoe_adam_state_esize(dt->master), zoe_adam_state_esize(dt->exp_avg),
                             zoe_adam_state_esize(dt->exp_avg_sq)};
     const size_t gsz = zoe_dtype_size(grad_dtype), osz = out ? zoe_dtype_size(out_dtype) : 0;
@@ -117,6 +124,11 @@ zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_sta
                                     zoe_dtype out_dtype, size_t n) {
     ZOE_TRY(check_call(dt, st, grad, ZOE_F32, out, out_dtype, n, "adam state undo"));
     if (n && !c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state undo: NULL constants");
+    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED,
+                        "adam state undo: int8 moments cannot be solved back (a block's new scale "
+                        "and codes keep too little of the step to undo it); hold the moments in "
+                        "fp32 or bf16 for the exact DPU");
     if (!(c->beta1 > 0) || !(c->beta2 > 0) || !(c->decay > 0))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "undo: beta1 %g, beta2 %g and decay %g must be > 0 to solve the step back",

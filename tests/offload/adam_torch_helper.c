@@ -65,7 +65,7 @@ static int run_path(zoe_cpu_isa isa, const adam_torch_header *h, const float *w0
         if (h->state_bf16) {
             const zoe_adam_state_dtypes dt = {ZOE_BF16, ZOE_BF16, ZOE_BF16};
             const zoe_adam_rounding r = {.seed = h->seed, .step = (uint64_t)t + 1};
-            const zoe_adam_state held = {s->w16, s->m16, s->v16};
+            const zoe_adam_state held = {.master = s->w16, .exp_avg = s->m16, .exp_avg_sq = s->v16};
             if (h->grad_bf16) zoe_convert_f32_to_bf16(g16, g32, n);
             st = zoe_adam_state_host_isa(isa, &c, &r, &dt, &held, 0,
                                          h->grad_bf16 ? (const void *)g16 : (const void *)g32,

@@ -322,7 +322,7 @@ static void check_undo(int dec) {
 static void check_errors(void) {
     const zoe_adam_state_dtypes bad = {ZOE_F16, ZOE_F32, ZOE_F32};
     float x[4] = {1, 2, 3, 4};
-    zoe_adam_state st = {x, x, x};
+    zoe_adam_state st = {.master = x, .exp_avg = x, .exp_avg_sq = x};
     zoe_adam_consts c = consts_of(1, 1);
     zoe_adam_rounding r = {0};
     CHECK(zoe_adam_state_host(&c, &r, &bad, &st, 0, x, ZOE_F32, NULL, ZOE_F32, 4) ==

@@ -1,0 +1,301 @@
+/* The host Adam over blockwise int8 moments (kernels/adam_state.h, "Blockwise int8 moments"):
+ *  - every path (scalar, AVX2, AVX-512, AVX-512-BF16) gives the same bits for every combination
+ *    with an int8 moment (master fp32/bf16, m and v fp32/bf16/int8), over a ragged length whose
+ *    last block is short, and the bits do not depend on splitting the range at block boundaries;
+ *  - against float64: the step computed in double from the dequantised state; the master within
+ *    fp32 rounding of it (1e-5 relative of the update plus 3 ulps, test_adam_kernels' bound); each
+ *    m code the nearest code of the float64 m' (within 1e-5 of a code spacing: fp32 against float64
+ *    arithmetic); each v code one of the two codes around the float64 v', never 0 where v' > 0;
+ *    each scale the power of two with absmax / s in (1/2, 1];
+ *  - dequantise then quantise gives back the codes and scales, for m and for v (nearest and
+ *    stochastic), which a bit-exact conversion fp32 -> int8 of int8-held state needs;
+ *  - v's stochastic rounding is unbiased: the mean of 2^14 draws of one value is the value within
+ *    4 standard errors; a block with a 1e6 range keeps every nonzero v nonzero;
+ *  - the undo refuses int8 moments, and an int8 master is refused. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/adam_state.h"
+#include "testing.h"
+#include "zoe/dtype.h"
+
+enum { N = 777, BLOCKS = (N + ZOE_ADAM_INT8_BLOCK - 1) / ZOE_ADAM_INT8_BLOCK };
+
+static const zoe_cpu_isa isas[] = {ZOE_CPU_ISA_SCALAR, ZOE_CPU_ISA_AVX2, ZOE_CPU_ISA_AVX512,
+                                   ZOE_CPU_ISA_AVX512_BF16};
+enum { NUM_ISAS = sizeof isas / sizeof isas[0] };
+
+static zoe_adam_consts consts_of(int decoupled) {
+    zoe_adam_hparams h = {.lr = 1e-2f,
+                          .beta1 = 0.9f,
+                          .beta2 = 0.999f,
+                          .eps = 1e-8f,
+                          .weight_decay = 0.1f,
+                          .decoupled = decoupled,
+                          .grad_scale = 0.5f,
+                          .step = 7};
+    zoe_adam_consts c;
+    zoe_adam_consts_init(&c, &h);
+    return c;
+}
+
+/* The state of one run in its dtypes (int8 moments with their scales). */
+typedef struct held {
+    unsigned char w[N * 4], m[N * 4], v[N * 4], out[N * 4];
+    float g[N], m_scale[BLOCKS], v_scale[BLOCKS];
+} held;
+
+static zoe_adam_state view(held *h) {
+    return (zoe_adam_state){.master = h->w,
+                            .exp_avg = h->m,
+                            .exp_avg_sq = h->v,
+                            .exp_avg_scale = h->m_scale,
+                            .exp_avg_sq_scale = h->v_scale};
+}
+
+static void hold_moment(const float *x, zoe_dtype dt, int is_v, void *codes, float *scales) {
+    if (dt != ZOE_I8)
+        CHECK_OK(zoe_convert(codes, dt, x, ZOE_F32, N));
+    else if (is_v)
+        zoe_adam_int8_quantize_v(x, NULL, N, codes, scales);
+    else
+        zoe_adam_int8_quantize_m(x, N, codes, scales);
+}
+
+static float read_moment(const held *h, zoe_dtype dt, int is_v, size_t i) {
+    const void *p = is_v ? h->v : h->m;
+    if (dt == ZOE_I8)
+        return is_v ? zoe_adam_int8_v_value(((const uint8_t *)p)[i], h->v_scale[i / 256])
+                    : zoe_adam_int8_m_value(((const int8_t *)p)[i], h->m_scale[i / 256]);
+    return dt == ZOE_BF16 ? zoe_bf16_to_f32(((const zoe_bf16 *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Random state: weights in [-1, 1], m ~ 0.1 N(0,1), v over four decades, gradients N(0,1). */
+static void fill(test_rng *rng, const zoe_adam_state_dtypes *dt, held *h) {
+    float w[N], m[N], v[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (float)(2 * test_rng_uniform(rng) - 1);
+        m[i] = (float)(0.1 * test_rng_normal(rng));
+        v[i] = (float)(1e-2 * pow(10, -4 * test_rng_uniform(rng)));
+        h->g[i] = (float)test_rng_normal(rng);
+    }
+    CHECK_OK(zoe_convert(h->w, dt->master, w, ZOE_F32, N));
+    hold_moment(m, dt->exp_avg, 0, h->m, h->m_scale);
+    hold_moment(v, dt->exp_avg_sq, 1, h->v, h->v_scale);
+    memset(h->out, 0xA5, sizeof h->out);
+}
+
+static int same(const held *a, const held *b) {
+    return memcmp(a->w, b->w, sizeof a->w) == 0 && memcmp(a->m, b->m, sizeof a->m) == 0 &&
+           memcmp(a->v, b->v, sizeof a->v) == 0 && memcmp(a->out, b->out, sizeof a->out) == 0 &&
+           memcmp(a->m_scale, b->m_scale, sizeof a->m_scale) == 0 &&
+           memcmp(a->v_scale, b->v_scale, sizeof a->v_scale) == 0;
+}
+
+static void check_paths(const zoe_adam_state_dtypes *dt, zoe_dtype odt, int dec) {
+    static held start, ref, got;
+    test_rng rng;
+    test_rng_seed(&rng, 11);
+    memset(&start, 0, sizeof start);
+    fill(&rng, dt, &start);
+    zoe_adam_consts c = consts_of(dec);
+    zoe_adam_rounding r = {.seed = 0x1234567890abcdefULL, .step = 7};
+    const uint64_t index0 = ((uint64_t)1 << 32) - 300; /* across a key word, mid-block */
+    ref = start;
+    zoe_adam_state st = view(&ref);
+    CHECK_OK(zoe_adam_state_host_isa(ZOE_CPU_ISA_SCALAR, &c, &r, dt, &st, index0, ref.g, ZOE_F32,
+                                     ref.out, odt, N));
+    for (int p = 1; p < NUM_ISAS; p++) {
+        if (!zoe_cpu_isa_supported(isas[p])) continue;
+        got = start;
+        st = view(&got);
+        CHECK_OK(zoe_adam_state_host_isa(isas[p], &c, &r, dt, &st, index0, got.g, ZOE_F32, got.out,
+                                         odt, N));
+        CHECK(same(&ref, &got), "%s differs from scalar: master %s m %s v %s out %s",
+              zoe_cpu_isa_name(isas[p]), zoe_dtype_name(dt->master), zoe_dtype_name(dt->exp_avg),
+              zoe_dtype_name(dt->exp_avg_sq), zoe_dtype_name(odt));
+    }
+    /* Split at a block boundary into two calls. */
+    got = start;
+    size_t cut = 2 * ZOE_ADAM_INT8_BLOCK, ms = zoe_adam_state_esize(dt->master),
+           as = zoe_adam_state_esize(dt->exp_avg), ss = zoe_adam_state_esize(dt->exp_avg_sq);
+    st = view(&got);
+    CHECK_OK(zoe_adam_state_host(&c, &r, dt, &st, index0, got.g, ZOE_F32, got.out, odt, cut));
+    zoe_adam_state rest = {.master = got.w + cut * ms,
+                           .exp_avg = got.m + cut * as,
+                           .exp_avg_sq = got.v + cut * ss,
+                           .exp_avg_scale = got.m_scale + 2,
+                           .exp_avg_sq_scale = got.v_scale + 2};
+    CHECK_OK(zoe_adam_state_host(&c, &r, dt, &rest, index0 + cut, got.g + cut, ZOE_F32,
+                                 got.out + cut * zoe_dtype_size(odt), odt, N - cut));
+    CHECK(same(&ref, &got), "split at a block boundary differs (m %s v %s)",
+          zoe_dtype_name(dt->exp_avg), zoe_dtype_name(dt->exp_avg_sq));
+}
+
+static int is_scale_of(float s, const float *x, size_t n) {
+    double absmax = 0;
+    for (size_t i = 0; i < n; i++) absmax = fmax(absmax, fabs(x[i]));
+    int e;
+    return absmax == 0 ? s == 0 : frexpf(s, &e) == 0.5f && absmax / s > 0.5 && absmax / s <= 1;
+}
+
+static void check_reference(int dec) {
+    const zoe_adam_state_dtypes dt = {ZOE_F32, ZOE_I8, ZOE_I8};
+    static held h, before;
+    test_rng rng;
+    test_rng_seed(&rng, 23 + (uint64_t)dec);
+    fill(&rng, &dt, &h);
+    before = h;
+    zoe_adam_consts c = consts_of(dec);
+    zoe_adam_rounding r = {.seed = 5, .step = 7};
+    zoe_adam_state st = view(&h);
+    CHECK_OK(zoe_adam_state_host(&c, &r, &dt, &st, 0, h.g, ZOE_F32, NULL, ZOE_F32, N));
+    float m64f[N], v64f[N];
+    int bad_w = 0, bad_m = 0, bad_v = 0, zero_v = 0;
+    for (int i = 0; i < N; i++) {
+        double w = ((float *)before.w)[i], m = read_moment(&before, ZOE_I8, 0, (size_t)i),
+               v = read_moment(&before, ZOE_I8, 1, (size_t)i);
+        double g = (double)before.g[i] * c.grad_scale;
+        if (!dec) g += (double)c.l2 * w;
+        double m1 = c.beta1 * m + (double)c.one_minus_beta1 * g;
+        double v1 = c.beta2 * v + (double)c.one_minus_beta2 * g * g;
+        double upd = c.step_size * m1 / (sqrt(v1) * c.inv_sqrt_bc2 + c.eps);
+        double w1 = (dec ? w * c.decay : w) - upd;
+        double wg = ((float *)h.w)[i];
+        if (fabs(wg - w1) > 1e-5 * fabs(upd) + 3 * ldexp(fabs(w1), -23)) bad_w++;
+        m64f[i] = (float)m1;
+        v64f[i] = (float)v1;
+        /* m: the nearest code; v: one of the two codes around v1, never 0 */
+        double ms = h.m_scale[i / 256], vs = h.v_scale[i / 256];
+        int mc = ((int8_t *)h.m)[i], vc = ((uint8_t *)h.v)[i];
+        double t = sqrt(fabs(m1) / ms) * 127; /* v1's and m1's place on the code axis */
+        double mv = fabs(read_moment(&h, ZOE_I8, 0, (size_t)i));
+        double lo_c = floor(t), lo_v = lo_c * lo_c / 16129 * ms,
+               hi_v = (lo_c + 1) * (lo_c + 1) / 16129 * ms;
+        double spacing = hi_v - lo_v, err = fmin(fabs(mv - lo_v), fabs(mv - hi_v));
+        double nearest = fabs(fabs(m1) - lo_v) < fabs(hi_v - fabs(m1)) ? lo_v : hi_v;
+        if (err > 1e-5 * spacing ||
+            (fabs(mv - nearest) > 1e-5 * spacing &&
+             fabs(fabs(fabs(m1) - lo_v) - fabs(hi_v - fabs(m1))) > 1e-5 * spacing) ||
+            (mc != 0 && (mc < 0) != (m1 < 0)))
+            bad_m++;
+        double tv = sqrt(v1 / vs) * 255, cv = vc;
+        if (cv < floor(tv) - 1e-6 * 255 - 1e-9 || cv > ceil(tv) + 1e-6 * 255) bad_v++;
+        if (vc == 0 && v1 > 0) zero_v++;
+    }
+    CHECK(bad_w == 0, "%d masters off the float64 step (dec %d)", bad_w, dec);
+    CHECK(bad_m == 0, "%d m codes not the nearest to float64 m' (dec %d)", bad_m, dec);
+    CHECK(bad_v == 0, "%d v codes not around float64 v' (dec %d)", bad_v, dec);
+    CHECK(zero_v == 0, "%d v rounded to zero", zero_v);
+    for (int b = 0; b < BLOCKS; b++) {
+        size_t lo = (size_t)b * 256, len = N - lo < 256 ? N - lo : 256;
+        CHECK(is_scale_of(h.m_scale[b], m64f + lo, len) || h.m_scale[b] == 0,
+              "m scale %g of block %d is not the power of two of its absmax", h.m_scale[b], b);
+        CHECK(is_scale_of(h.v_scale[b], v64f + lo, len),
+              "v scale %g of block %d is not the power of two of its absmax", h.v_scale[b], b);
+    }
+}
+
+static void check_idempotent(void) {
+    test_rng rng;
+    test_rng_seed(&rng, 31);
+    static float x[N], back[N];
+    static int8_t mc[N], mc2[N];
+    static uint8_t vc[N], vc2[N];
+    static uint16_t bits[N];
+    float ms[BLOCKS], ms2[BLOCKS], vs[BLOCKS], vs2[BLOCKS];
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < N; i++) {
+            x[i] = (float)(test_rng_normal(&rng) * pow(10, -3 * test_rng_uniform(&rng)));
+            bits[i] = (uint16_t)test_rng_next(&rng);
+        }
+        zoe_adam_int8_quantize_m(x, N, mc, ms);
+        zoe_adam_int8_dequantize_m(mc, ms, N, back);
+        zoe_adam_int8_quantize_m(back, N, mc2, ms2);
+        CHECK(memcmp(mc, mc2, sizeof mc) == 0 && memcmp(ms, ms2, sizeof ms) == 0,
+              "m: dequantise -> quantise changed the codes");
+        for (int i = 0; i < N; i++) x[i] = x[i] * x[i];
+        zoe_adam_int8_quantize_v(x, bits, N, vc, vs);
+        zoe_adam_int8_dequantize_v(vc, vs, N, back);
+        for (int i = 0; i < N; i++) bits[i] = (uint16_t)test_rng_next(&rng);
+        zoe_adam_int8_quantize_v(back, bits, N, vc2, vs2);
+        CHECK(memcmp(vc, vc2, sizeof vc) == 0 && memcmp(vs, vs2, sizeof vs) == 0,
+              "v: dequantise -> quantise (stochastic) changed the codes");
+        zoe_adam_int8_quantize_v(back, NULL, N, vc2, vs2);
+        CHECK(memcmp(vc, vc2, sizeof vc) == 0, "v: dequantise -> quantise (nearest) changed");
+    }
+    /* A block whose largest v sits just above half its scale, rounded down by its random bits
+     * and by nearest alike without the rule that keeps it above half: read back, it would find
+     * half the scale and other codes. */
+    float top[2] = {0.5005f, 0.2f}, top_back[2], s1, s2;
+    uint8_t tc[2], tc2[2];
+    uint16_t down[2] = {0xffff, 0x1234};
+    zoe_adam_int8_quantize_v(top, down, 2, tc, &s1);
+    zoe_adam_int8_dequantize_v(tc, &s1, 2, top_back);
+    zoe_adam_int8_quantize_v(top_back, down, 2, tc2, &s2);
+    CHECK(s1 == s2 && memcmp(tc, tc2, 2) == 0 && top_back[0] > 0.5f,
+          "v just above half its scale: read back as %g, scale %g then %g", top_back[0], s1, s2);
+}
+
+static void check_v_rounding(void) {
+    /* One value between codes, with a block max fixing the scale at 1: the mean of the stored
+     * values over 2^14 draws against the value; the spread of one draw is at most half the code
+     * spacing, so 4 standard errors are 2 spacing / 128. */
+    enum { DRAWS = 1 << 14 };
+    float x[2] = {1.0f, 0.01234f}, s, back[2];
+    uint8_t codes[2];
+    double sum = 0;
+    for (uint32_t d = 0; d < DRAWS; d++) {
+        uint16_t bits[2] = {0, (uint16_t)(zoe_hash32(d) >> 16)};
+        zoe_adam_int8_quantize_v(x, bits, 2, codes, &s);
+        zoe_adam_int8_dequantize_v(codes, &s, 2, back);
+        sum += back[1];
+    }
+    double k = floor(sqrt(0.01234) * 255), spacing = ((k + 1) * (k + 1) - k * k) / 65025;
+    CHECK(fabs(sum / DRAWS - 0.01234) < 4 * 0.5 * spacing / sqrt(DRAWS),
+          "v's stochastic rounding biased: mean %.8f against 0.01234", sum / DRAWS);
+    /* A 1e6 range in one block: every nonzero v stays nonzero. */
+    float wide[256];
+    uint8_t wc[256];
+    for (int i = 0; i < 256; i++) wide[i] = i == 0 ? 1.0f : i == 1 ? 0 : 1e-6f * (float)i / 256;
+    zoe_adam_int8_quantize_v(wide, NULL, 256, wc, &s);
+    int zeros = 0;
+    for (int i = 2; i < 256; i++) zeros += wc[i] == 0;
+    CHECK(zeros == 0 && wc[1] == 0, "%d tiny v rounded to zero (and zero v code %d)", zeros, wc[1]);
+}
+
+static void check_errors(void) {
+    static held h;
+    zoe_adam_state st = view(&h);
+    zoe_adam_consts c = consts_of(1);
+    const zoe_adam_state_dtypes i8 = {ZOE_F32, ZOE_I8, ZOE_I8}, bad = {ZOE_I8, ZOE_F32, ZOE_F32};
+    CHECK(zoe_adam_state_undo_host(&c, &i8, &st, h.g, NULL, ZOE_F32, 4) == ZOE_ERR_UNSUPPORTED,
+          "undo accepted int8 moments");
+    zoe_adam_rounding r = {0};
+    CHECK(zoe_adam_state_host(&c, &r, &bad, &st, 0, h.g, ZOE_F32, NULL, ZOE_F32, 4) ==
+              ZOE_ERR_INVALID_ARGUMENT,
+          "int8 master accepted");
+    st.exp_avg_sq_scale = NULL;
+    CHECK(zoe_adam_state_host(&c, &r, &i8, &st, 0, h.g, ZOE_F32, NULL, ZOE_F32, 4) ==
+              ZOE_ERR_INVALID_ARGUMENT,
+          "int8 v without scales accepted");
+}
+
+int main(int argc, char **argv) {
+    test_init(&argc, &argv);
+    const zoe_dtype md[] = {ZOE_F32, ZOE_BF16}, sd[] = {ZOE_F32, ZOE_BF16, ZOE_I8},
+                    od[] = {ZOE_F32, ZOE_BF16};
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++)
+            for (int q = 0; q < 3; q++) {
+                if (sd[b] != ZOE_I8 && sd[q] != ZOE_I8) continue;
+                zoe_adam_state_dtypes dt = {md[a], sd[b], sd[q]};
+                for (int o = 0; o < 2; o++)
+                    for (int dec = 0; dec < 2; dec++) check_paths(&dt, od[o], dec);
+            }
+    for (int dec = 0; dec < 2; dec++) check_reference(dec);
+    check_idempotent();
+    check_v_rounding();
+    check_errors();
+    return test_finish("test_adam_int8");
+}
