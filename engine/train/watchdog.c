@@ -2,25 +2,47 @@
  * timeout, and aborts the job when the last completed step is older than the timeout. The
  * training thread only stores atomics; the watchdog never touches the trainer.
  *
+ * The ranks of a node share one page of slots (POSIX shared memory, mapped by every rank of the
+ * node and unlinked once all have it): each rank's position, and a heartbeat its watchdog
+ * thread writes at every wake. A stopped or dead rank's heartbeat ages; a rank that hangs
+ * (a read that never returns) keeps beating but stays where it is. So a live rank's report can
+ * name the ranks that did not arrive, with no MPI call from the watchdog thread (MPI is not
+ * initialised for calls from two threads, and the world is blocked in a collective anyway).
+ * Ranks on other nodes are not seen: each node's live ranks name their own node's.
+ *
  * Explained in docs/multi-node.md, "A rank that stops". */
 #include "engine/train/watchdog.h"
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include "runtime/clock.h"
 #include "runtime/error.h"
 
+/* One rank's slot in the node's shared page; written only by that rank. */
+typedef struct watchdog_slot {
+    _Atomic double heartbeat_s; /* zoe_clock_seconds (CLOCK_MONOTONIC: one clock per node) */
+    _Atomic int step, micro_batch, phase, steps_done;
+    int world_rank;
+} watchdog_slot;
+
 struct zoe_watchdog {
     MPI_Comm world;
-    int timeout_s, rank, tp_rank, dp_rank;
+    int timeout_s, rank, tp_rank, dp_rank, world_size;
+    double period_s;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     int stopping; /* under lock */
     _Atomic double last_step_s;
-    _Atomic int step, micro_batch, phase, steps_done;
+    watchdog_slot *slots; /* node_size of them, shared with the node's other ranks */
+    size_t slots_bytes;
+    int node_size, node_rank;
 };
 
 static const char *phase_name(int phase) {
@@ -30,15 +52,54 @@ static const char *phase_name(int phase) {
     return phase >= 0 && phase <= ZOE_PHASE_EVALUATION ? names[phase] : "unknown";
 }
 
+/* The node's other ranks, as a live rank sees them when it gives up: those whose heartbeat
+ * stopped (a stopped or dead process), and those elsewhere in the step than this one. */
+static void describe_peers(const zoe_watchdog *wd, double now, char *out, size_t cap) {
+    const watchdog_slot *me = &wd->slots[wd->node_rank];
+    size_t n = 0;
+    char silent[256] = "", elsewhere[512] = "";
+    size_t ns = 0, ne = 0;
+    for (int j = 0; j < wd->node_size; j++) {
+        const watchdog_slot *p = &wd->slots[j];
+        if (j == wd->node_rank) continue;
+        double age = now - atomic_load(&p->heartbeat_s);
+        int step = atomic_load(&p->step), phase = atomic_load(&p->phase);
+        if (age > 2 * wd->period_s + 0.5) {
+            if (ns < sizeof silent)
+                ns += (size_t)snprintf(silent + ns, sizeof silent - ns, "%s%d (silent %.0f s)",
+                                       ns ? ", " : "", p->world_rank, age);
+        } else if (step != atomic_load(&me->step) || phase != atomic_load(&me->phase)) {
+            if (ne < sizeof elsewhere)
+                ne += (size_t)snprintf(elsewhere + ne, sizeof elsewhere - ne,
+                                       "%srank %d at step %d, %s", ne ? "; " : "", p->world_rank,
+                                       step + 1, phase_name(phase));
+        }
+    }
+    if (ns)
+        n += (size_t)snprintf(out + n, cap - n,
+                              "; did not arrive: rank %s, stopped or dead (no heartbeat)", silent);
+    if (ne && n < cap) n += (size_t)snprintf(out + n, cap - n, "; elsewhere: %s", elsewhere);
+    if (!ns && !ne && n < cap)
+        n += (size_t)snprintf(out + n, cap - n,
+                              "; the %d other ranks of this node are alive here too",
+                              wd->node_size - 1);
+    if (wd->node_size < wd->world_size && n < cap)
+        snprintf(out + n, cap - n, "; the %d ranks on other nodes are not seen from here",
+                 wd->world_size - wd->node_size);
+}
+
 static void report_and_abort(zoe_watchdog *wd, double idle_s) {
+    const watchdog_slot *me = &wd->slots[wd->node_rank];
+    char peers[1024];
+    describe_peers(wd, zoe_clock_seconds(), peers, sizeof peers);
     /* One fprintf: ranks' lines do not interleave. */
     fprintf(stderr,
             "zoe: rank %d (tp %d, dp %d): no step completed in %.0f s (--stall-timeout %d): "
-            "%d steps done, now at step %d, micro-batch %d, %s; a rank that stopped or hangs "
+            "%d steps done, now at step %d, micro-batch %d, %s%s; a rank that stopped or hangs "
             "holds the others in a collective; aborting the job\n",
-            wd->rank, wd->tp_rank, wd->dp_rank, idle_s, wd->timeout_s, atomic_load(&wd->steps_done),
-            atomic_load(&wd->step) + 1, atomic_load(&wd->micro_batch),
-            phase_name(atomic_load(&wd->phase)));
+            wd->rank, wd->tp_rank, wd->dp_rank, idle_s, wd->timeout_s, atomic_load(&me->steps_done),
+            atomic_load(&me->step) + 1, atomic_load(&me->micro_batch),
+            phase_name(atomic_load(&me->phase)), peers);
     fflush(stderr);
     /* The other live ranks' watchdogs fire within a wake period of this one (their last steps
      * ended together): give them time to say where they are before the job is torn down. */
@@ -50,20 +111,71 @@ static void report_and_abort(zoe_watchdog *wd, double idle_s) {
 
 static void *watch(void *arg) {
     zoe_watchdog *wd = arg;
-    double period_s = wd->timeout_s / 4.0 < 1.0 ? wd->timeout_s / 4.0 : 1.0;
+    watchdog_slot *me = &wd->slots[wd->node_rank];
     pthread_mutex_lock(&wd->lock);
     while (!wd->stopping) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        long ns = until.tv_nsec + (long)(period_s * 1e9);
+        long ns = until.tv_nsec + (long)(wd->period_s * 1e9);
         until.tv_sec += ns / 1000000000L, until.tv_nsec = ns % 1000000000L;
         pthread_cond_timedwait(&wd->wake, &wd->lock, &until);
         if (wd->stopping) break;
-        double idle = zoe_clock_seconds() - atomic_load(&wd->last_step_s);
+        double now = zoe_clock_seconds();
+        atomic_store(&me->heartbeat_s, now);
+        double idle = now - atomic_load(&wd->last_step_s);
         if (idle > wd->timeout_s) report_and_abort(wd, idle);
     }
     pthread_mutex_unlock(&wd->lock);
     return NULL;
+}
+
+/* Maps the node's page of slots: its first rank creates a uniquely named segment, the others
+ * open it by the name it broadcasts, and once all have mapped it the name is removed, so
+ * nothing is left behind however the job ends. Collective over the node's ranks. */
+static zoe_status map_node_slots(zoe_watchdog *wd) {
+    MPI_Comm node;
+    MPI_Comm_split_type(wd->world, MPI_COMM_TYPE_SHARED, wd->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &wd->node_size);
+    MPI_Comm_rank(node, &wd->node_rank);
+    wd->slots_bytes = (size_t)wd->node_size * sizeof(watchdog_slot);
+    char name[64] = "";
+    int fd = -1, ok = 1;
+    if (wd->node_rank == 0) {
+        snprintf(name, sizeof name, "/zoe-watchdog-%ld-%d", (long)getpid(), wd->rank);
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        ok = fd >= 0 && ftruncate(fd, (off_t)wd->slots_bytes) == 0;
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, node);
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, node);
+    if (ok && wd->node_rank != 0) fd = shm_open(name, O_RDWR, 0600);
+    void *map = ok && fd >= 0
+                    ? mmap(NULL, wd->slots_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+    if (fd >= 0) close(fd);
+    int mapped = map != MAP_FAILED, all = 0;
+    MPI_Allreduce(&mapped, &all, 1, MPI_INT, MPI_MIN, node);
+    if (wd->node_rank == 0 && name[0]) shm_unlink(name);
+    int world_rank = wd->rank;
+    if (mapped) wd->slots = map;
+    if (all) {
+        watchdog_slot *me = &wd->slots[wd->node_rank];
+        me->world_rank = world_rank;
+        atomic_store(&me->heartbeat_s, zoe_clock_seconds());
+        atomic_store(&me->phase, ZOE_PHASE_BETWEEN);
+    }
+    MPI_Barrier(node); /* every slot filled before any watchdog may read it */
+    MPI_Comm_free(&node);
+    if (!all)
+        return zoe_fail(ZOE_ERR_INTERNAL,
+                        "stall watchdog: could not share %zu bytes of memory between the ranks "
+                        "of a node (shm_open %s)",
+                        wd->slots_bytes, name);
+    return ZOE_OK;
+}
+
+static void unmap_node_slots(zoe_watchdog *wd) {
+    if (wd->slots) munmap(wd->slots, wd->slots_bytes);
+    wd->slots = NULL;
 }
 
 zoe_status zoe_watchdog_create(MPI_Comm world, int timeout_s, int rank, int tp_rank, int dp_rank,
@@ -75,16 +187,24 @@ zoe_status zoe_watchdog_create(MPI_Comm world, int timeout_s, int rank, int tp_r
     if (!wd) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "watchdog (%zu bytes)", sizeof *wd);
     *wd = (zoe_watchdog){.world = world,
                          .timeout_s = timeout_s,
+                         .period_s = timeout_s / 4.0 < 1.0 ? timeout_s / 4.0 : 1.0,
                          .rank = rank,
                          .tp_rank = tp_rank,
                          .dp_rank = dp_rank};
+    MPI_Comm_size(world, &wd->world_size);
+    zoe_status st = map_node_slots(wd);
+    if (st != ZOE_OK) {
+        unmap_node_slots(wd);
+        free(wd);
+        return st;
+    }
     atomic_store(&wd->last_step_s, zoe_clock_seconds());
-    atomic_store(&wd->phase, ZOE_PHASE_BETWEEN);
     pthread_mutex_init(&wd->lock, NULL);
     pthread_cond_init(&wd->wake, NULL);
     if (pthread_create(&wd->thread, NULL, watch, wd) != 0) {
         pthread_cond_destroy(&wd->wake);
         pthread_mutex_destroy(&wd->lock);
+        unmap_node_slots(wd);
         free(wd);
         return zoe_fail(ZOE_ERR_INTERNAL, "could not start the stall watchdog thread");
     }
@@ -94,14 +214,15 @@ zoe_status zoe_watchdog_create(MPI_Comm world, int timeout_s, int rank, int tp_r
 
 void zoe_watchdog_at(zoe_watchdog *wd, int step, int micro_batch, zoe_step_phase phase) {
     if (!wd) return;
-    atomic_store(&wd->step, step);
-    atomic_store(&wd->micro_batch, micro_batch);
-    atomic_store(&wd->phase, (int)phase);
+    watchdog_slot *me = &wd->slots[wd->node_rank];
+    atomic_store(&me->step, step);
+    atomic_store(&me->micro_batch, micro_batch);
+    atomic_store(&me->phase, (int)phase);
 }
 
 void zoe_watchdog_step_done(zoe_watchdog *wd, int steps_done) {
     if (!wd) return;
-    atomic_store(&wd->steps_done, steps_done);
+    atomic_store(&wd->slots[wd->node_rank].steps_done, steps_done);
     atomic_store(&wd->last_step_s, zoe_clock_seconds());
     zoe_watchdog_at(wd, steps_done, 0, ZOE_PHASE_BETWEEN);
 }
@@ -115,5 +236,6 @@ void zoe_watchdog_destroy(zoe_watchdog *wd) {
     pthread_join(wd->thread, NULL);
     pthread_cond_destroy(&wd->wake);
     pthread_mutex_destroy(&wd->lock);
+    unmap_node_slots(wd);
     free(wd);
 }
