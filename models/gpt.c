@@ -51,8 +51,8 @@ static size_t layout(zoe_gpt *g, char *base) {
 
 static zoe_status describe_gpt(zoe_gpt *g, int tp_size, int tp_rank) {
     const zoe_model_config *m = &g->cfg.shape;
-    ZOE_TRY(zoe_tp_embedding_init(&g->emb, "", m->vocab, g->cfg.pad_multiple, m->hidden, m->seq_len,
-                                  0.02f, tp_size, tp_rank));
+    ZOE_TRY(zoe_tp_embedding_init(&g->emb, "", m->vocab, g->cfg.pad_multiple, m->hidden,
+                                  zoe_model_position_rows(m), 0.02f, tp_size, tp_rank));
     g->tensors[g->num_tensors++] = &g->emb.wte;
     g->tensors[g->num_tensors++] = &g->emb.wpe;
     /* GPT-2's scaled init of the residual projections: 0.02 / sqrt(2 L). */
@@ -169,6 +169,11 @@ static zoe_status check_config(const zoe_gpt_config *c) {
                         "must be positive",
                         m->layers, m->hidden, m->heads, m->seq_len, m->vocab,
                         (long long)c->micro_batch);
+    if (m->family == ZOE_MODEL_GPT && m->max_positions != 0 && m->max_positions < m->seq_len)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "GPT shape: seq_len=%d is longer than the position table's %d rows "
+                        "(max_positions, Hugging Face's n_positions)",
+                        m->seq_len, m->max_positions);
     if (m->dropout < 0 || m->dropout >= 1)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "dropout=%g outside [0, 1)", (double)m->dropout);
     return ZOE_OK;

@@ -232,10 +232,16 @@ static int64_t llama_param_count(const zoe_model_config *m) {
     return (int64_t)m->vocab * h * (m->tie_embeddings ? 1 : 2) + m->layers * layer + h;
 }
 
+int zoe_model_position_rows(const zoe_model_config *m) {
+    if (m->family == ZOE_MODEL_LLAMA) return 0;
+    return m->max_positions ? m->max_positions : m->seq_len;
+}
+
 int64_t zoe_model_param_count(const zoe_model_config *m) {
     if (m->family == ZOE_MODEL_LLAMA) return llama_param_count(m);
     int64_t h = m->hidden, f = m->ffn ? m->ffn : 4 * (int64_t)m->hidden;
     /* per layer: 2 LayerNorms, QKV and proj with biases, fc1 and fc2 with biases */
     int64_t layer = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h);
-    return (int64_t)m->vocab * h + (int64_t)m->seq_len * h + m->layers * layer + 2 * h;
+    return (int64_t)m->vocab * h + (int64_t)zoe_model_position_rows(m) * h + m->layers * layer +
+           2 * h;
 }

@@ -224,6 +224,7 @@ static char *trainer_json(const ckpt_view *v, const zoe_optimizer_progress *op, 
     cJSON_AddNumberToObject(m, "heads", c->model.heads);
     cJSON_AddNumberToObject(m, "ffn", c->model.ffn ? c->model.ffn : 4 * c->model.hidden);
     cJSON_AddNumberToObject(m, "seq_len", c->model.seq_len);
+    cJSON_AddNumberToObject(m, "max_positions", zoe_model_position_rows(&c->model));
     cJSON_AddNumberToObject(m, "vocab", c->model.vocab);
     cJSON_AddNumberToObject(m, "dropout", c->model.dropout);
     cJSON_AddStringToObject(m, "family", zoe_model_family_name(c->model.family));

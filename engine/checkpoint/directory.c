@@ -320,13 +320,16 @@ zoe_status zoe_checkpoint_info(const char *path, FILE *out) {
     fprintf(out, "step        %d (the next step to run)\n", json_int(root, "step"));
     const cJSON *family = cJSON_GetObjectItemCaseSensitive(model, "family");
     int heads = json_int(model, "heads"), kv = json_int(model, "kv_heads");
+    /* the position table's rows; absent before the field (the table was seq_len long) */
+    int positions = json_int(model, "max_positions");
     fprintf(out,
             "model       %s (%s): %d layers, hidden %d, %d heads, %d KV heads, ffn %d, seq %d, "
-            "vocab %d\n",
+            "positions %d, vocab %d\n",
             cJSON_IsString(name) ? name->valuestring : "?",
             cJSON_IsString(family) ? family->valuestring : "gpt", json_int(model, "layers"),
             json_int(model, "hidden"), heads, kv > 0 ? kv : heads, json_int(model, "ffn"),
-            json_int(model, "seq_len"), json_int(model, "vocab"));
+            json_int(model, "seq_len"), positions > 0 ? positions : json_int(model, "seq_len"),
+            json_int(model, "vocab"));
     fprintf(out, "written at  %d ranks = TP %d x DP %d, compute %s, zoe %s\n",
             json_int(grid, "world"), json_int(grid, "tp"), json_int(grid, "dp"),
             cJSON_IsString(dtype) ? dtype->valuestring : "?",

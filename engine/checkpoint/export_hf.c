@@ -92,6 +92,8 @@ static zoe_model_config model_of(const cJSON *model) {
                           .heads = json_int(model, "heads"),
                           .ffn = json_int(model, "ffn"),
                           .seq_len = json_int(model, "seq_len"),
+                          /* absent (0, so seq_len) in checkpoints from before the field */
+                          .max_positions = json_int(model, "max_positions"),
                           .vocab = json_int(model, "vocab"),
                           .dropout = (float)json_double(model, "dropout")};
     const cJSON *family = cJSON_GetObjectItemCaseSensitive(model, "family");
@@ -117,7 +119,7 @@ static void gpt2_config(cJSON *c, const zoe_model_config *m) {
                          cJSON_CreateString("GPT2LMHeadModel"));
     cJSON_AddStringToObject(c, "model_type", "gpt2");
     cJSON_AddNumberToObject(c, "vocab_size", m->vocab);
-    cJSON_AddNumberToObject(c, "n_positions", m->seq_len);
+    cJSON_AddNumberToObject(c, "n_positions", zoe_model_position_rows(m));
     cJSON_AddNumberToObject(c, "n_embd", m->hidden);
     cJSON_AddNumberToObject(c, "n_layer", m->layers);
     cJSON_AddNumberToObject(c, "n_head", m->heads);

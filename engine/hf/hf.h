@@ -15,12 +15,13 @@ typedef struct zoe_gpt zoe_gpt;
 
 /* The model shape of dir/config.json; errors name the file and the key (an unknown
  * architecture, a missing size, an activation or bias zoe does not have). seq_len is
- * n_positions (GPT-2) or max_position_embeddings (Llama). */
+ * n_positions (GPT-2, which is also max_positions, the position table's rows) or
+ * max_position_embeddings (Llama). */
 zoe_status zoe_hf_read_config(const char *dir, zoe_model_config *out);
 
 /* How one zoe tensor's global element (i, j) comes from the Hugging Face tensors:
- *  COPY       hf[i, j] (1-D: hf[i]); rows past the HF tensor's are zero (vocabulary padding),
- *             and a longer HF position table keeps its first rows;
+ *  COPY       hf[i, j] (1-D: hf[i]); rows past the HF tensor's are zero (vocabulary padding);
+ *             GPT-2's position table is copied whole (max_positions rows);
  *  TRANSPOSE  hf[j, i] (GPT-2's Conv1D weights are [in, out]);
  *  QKV_WEIGHT GPT-2's c_attn [C, 3C] whose columns are [q | k | v] head-major, where zoe's rows
  *             are [head][q, k, v][head_dim]: hf[j, col(i)];

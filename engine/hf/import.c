@@ -68,6 +68,7 @@ static zoe_status gpt2_config(const cJSON *c, const char *path, zoe_model_config
     ZOE_TRY(json_size(c, path, "n_head", -1, &m->heads));
     ZOE_TRY(json_size(c, path, "n_inner", 4 * m->hidden, &m->ffn));
     ZOE_TRY(json_size(c, path, "n_positions", -1, &m->seq_len));
+    m->max_positions = m->seq_len; /* --seq-len may shorten the context, never the table */
     ZOE_TRY(json_size(c, path, "vocab_size", -1, &m->vocab));
     const char *act = json_string(c, "activation_function");
     if (act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
@@ -390,8 +391,7 @@ static zoe_status check_one(hf_dir *d, const zoe_model_config *m, const char *na
                             s.hf[k], zoe_st_dtype_name(t->dtype));
         const int64_t want0 = s.shape[k][0], want1 = s.shape[k][1];
         const int64_t got0 = t->ndim >= 1 ? t->shape[0] : 1, got1 = t->ndim == 2 ? t->shape[1] : 1;
-        const bool positions = strcmp(name, "wpe") == 0 && got0 >= want0 && got1 == want1;
-        if (t->ndim != s.ndim || (!positions && (got0 != want0 || got1 != want1)))
+        if (t->ndim != s.ndim || got0 != want0 || got1 != want1)
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                             "%s: tensor %s has shape [%lld, %lld] (ndim %d), the model needs "
                             "[%lld, %lld] (ndim %d)",
@@ -405,10 +405,11 @@ static zoe_status check_one(hf_dir *d, const zoe_model_config *m, const char *na
  * the model pads it), against the directory; then no tensor of the files may be left over. */
 static zoe_status with_model_tensors(const zoe_model_config *m, hf_dir *d) {
     zoe_tp_embedding emb;
-    ZOE_TRY(zoe_tp_embedding_init(&emb, "", m->vocab, 0, m->hidden,
-                                  m->family == ZOE_MODEL_GPT ? m->seq_len : 0, 0.02f, 1, 0));
+    ZOE_TRY(zoe_tp_embedding_init(&emb, "", m->vocab, 0, m->hidden, zoe_model_position_rows(m),
+                                  0.02f, 1, 0));
     ZOE_TRY(check_one(d, m, "wte", emb.vocab.padded, m->hidden));
-    if (m->family == ZOE_MODEL_GPT) ZOE_TRY(check_one(d, m, "wpe", m->seq_len, m->hidden));
+    if (m->family == ZOE_MODEL_GPT)
+        ZOE_TRY(check_one(d, m, "wpe", zoe_model_position_rows(m), m->hidden));
     const int64_t C = m->hidden, F = m->ffn ? m->ffn : 4 * (int64_t)C;
     for (int l = 0; l < m->layers; l++) {
         char name[96];

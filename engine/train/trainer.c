@@ -124,8 +124,14 @@ static zoe_status create_model(zoe_trainer *tr) {
 }
 
 void zoe_trainer_param_tensors(const zoe_gpt *g, int tp_rank, zoe_param_tensor *tensors) {
+    const zoe_model_config *shape = zoe_gpt_shape(g);
     for (int t = 0; t < zoe_gpt_num_tensors(g); t++) {
         const zoe_tp_param *p = zoe_gpt_tensor(g, t);
+        /* A position table longer than the trained context (an imported GPT-2 at a shorter
+         * --seq-len) takes no weight decay: its rows past seq_len get no gradient, and decay
+         * alone would still shrink them; without it Adam leaves them bit-for-bit as loaded. */
+        const bool longer_positions =
+            p == &zoe_gpt_embedding(g)->wpe && p->global_shape[0] > shape->seq_len;
         /* GPT practice: biases and LayerNorm weights (the 1-D tensors) take no weight decay.
          * The norm counts a tensor held by several TP ranks once: replicated ones on TP rank 0
          * (tp_replicated), a sharded block on the first of its replicas, so the others mark
@@ -134,7 +140,7 @@ void zoe_trainer_param_tensors(const zoe_gpt *g, int tp_rank, zoe_param_tensor *
             (zoe_param_tensor){.name = p->name,
                                .numel = (size_t)p->local_numel,
                                .tp_replicated = p->replicated || tp_rank % p->replicas != 0,
-                               .no_weight_decay = p->ndim == 1};
+                               .no_weight_decay = p->ndim == 1 || longer_positions};
     }
 }
 

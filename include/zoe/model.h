@@ -54,6 +54,11 @@ typedef struct zoe_model_config {
     float norm_eps;     /* Llama: RMSNorm epsilon (0: 1e-5) */
     int tie_embeddings; /* Llama: the LM head is the embedding (GPT's always is) */
     zoe_rope_scaling rope_scaling;
+    /* GPT: rows of the learned position table (Hugging Face's n_positions); 0: seq_len. An
+     * imported GPT-2 keeps its whole table when trained at a shorter --seq-len: the forward reads
+     * rows [0, seq_len), the rows past it take no gradient and no weight decay, so they come
+     * back from training bit-for-bit as they went in. */
+    int max_positions;
 } zoe_model_config;
 
 const char *zoe_model_family_name(zoe_model_family family);
@@ -65,6 +70,8 @@ int zoe_model_preset_count(void);
 const zoe_model_config *zoe_model_preset_at(int index);
 /* Parameters of the model as defined (unpadded vocabulary, tied embeddings counted once). */
 int64_t zoe_model_param_count(const zoe_model_config *model);
+/* Rows of the learned position table: max_positions, or seq_len when 0 (0 for Llama's RoPE). */
+int zoe_model_position_rows(const zoe_model_config *model);
 
 #ifdef __cplusplus
 }

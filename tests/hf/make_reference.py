@@ -1,7 +1,7 @@
 """Reference models and outputs from transformers itself (run by test_hf_reference.sh).
 
 For each of three tiny random models, in float32 with eager attention:
-  gpt2          GPT2LMHeadModel, 2 layers, hidden 64, 4 heads, tied head
+  gpt2          GPT2LMHeadModel, 2 layers, hidden 64, 4 heads, tied head, 64 positions
   llama_scaled  LlamaForCausalLM, 4 query heads over 2 KV heads, Llama 3 RoPE scaling, untied
   llama_tied    LlamaForCausalLM, 4 query heads over 2 KV heads, no scaling, tied head
 writes OUT/<name>/ (save_pretrained: config.json, model.safetensors) and, of the last two,
@@ -29,7 +29,7 @@ B, T, VOCAB = 2, 16, 300
 
 def models():
     yield "gpt2", GPT2LMHeadModel(GPT2Config(
-        vocab_size=VOCAB, n_positions=32, n_embd=64, n_layer=2, n_head=4,
+        vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4,
         activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         attn_implementation="eager"))
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,

@@ -26,10 +26,9 @@ bash "$here/bad_inputs.sh" "$py" "$mpiexec" "$zoe_train" "$corpus" "$out"
 
 # Import -> export, bit-exact: each model through zoe-train at TP=2 x DP=2 with learning rate 0
 # (the fp32 master weights stay the imported values), a checkpoint, zoe-ckpt export --hf.
-# GPT-2 keeps its 32 positions (the exported table has seq_len rows).
+# At --seq-len 16 GPT-2's 64-row position table comes back whole.
 for m in gpt2 llama_scaled llama_tied; do
     seq=16
-    [[ $m == gpt2 ]] && seq=32
     "$mpiexec" -np 4 --oversubscribe --bind-to none "$zoe_train" --init-from "$out/$m" --tp 2 \
         --seq-len $seq --micro-batch 1 --steps 1 --warmup 0 --lr 0 --min-lr 0 --dpu-warmup 0 \
         --data "$corpus" --save "$out/ck_$m" --progress lines >/dev/null
@@ -59,4 +58,30 @@ assert moved == len(list(b.keys())), f"fine-tuning changed only {moved} tensors"
 PY
 for np in 1 2; do
     "$mpiexec" -np $np --oversubscribe --bind-to none "$bin" "$out/ft_hf"
+done
+
+# GPT-2 fine-tuned at TP=2 below its 64 positions, with weight decay: the export keeps the whole
+# table (n_positions 64), rows 16..63 bit-identical to the import (no gradient, no decay), rows
+# 0..15 trained; transformers' logits on the export are zoe's (test_hf_reference.c's tolerance).
+"$mpiexec" -np 2 --oversubscribe --bind-to none "$zoe_train" --init-from "$out/gpt2" --tp 2 \
+    --seq-len 16 --micro-batch 2 --steps 3 --lr 1e-2 --warmup 1 --weight-decay 0.1 \
+    --data "$corpus" --save "$out/ft_gpt2" --progress lines >/dev/null
+"$zoe_ckpt" info "$out/ft_gpt2" | grep -q "seq 16, positions 64," ||
+    { echo "FAIL: info of a GPT-2 at seq 16: $("$zoe_ckpt" info "$out/ft_gpt2" | grep model)"; exit 1; }
+"$zoe_ckpt" export --hf "$out/ft_gpt2_hf" "$out/ft_gpt2" >/dev/null
+"$py" - "$out/gpt2" "$out/ft_gpt2_hf" <<'PY'
+import sys
+import torch
+from transformers import GPT2LMHeadModel
+a = GPT2LMHeadModel.from_pretrained(sys.argv[1]).transformer.wpe.weight.detach()
+model = GPT2LMHeadModel.from_pretrained(sys.argv[2])
+b = model.transformer.wpe.weight.detach()
+assert model.config.n_positions == 64, f"n_positions {model.config.n_positions}"
+assert b.shape == a.shape, f"wpe {tuple(b.shape)}, the import's {tuple(a.shape)}"
+assert torch.equal(a[16:].view(torch.int32), b[16:].view(torch.int32)), "rows 16.. changed"
+assert (a[:16] != b[:16]).any(dim=1).all(), "a trained row of wpe did not change"
+PY
+"$py" "$here/make_reference.py" --from "$out/ft_gpt2_hf" >/dev/null 2>&1
+for np in 1 2; do
+    "$mpiexec" -np $np --oversubscribe --bind-to none "$bin" "$out/ft_gpt2_hf"
 done
