@@ -267,6 +267,30 @@ int zoe_parse_u64(const char *text, uint64_t *out) {
     return 1;
 }
 
+int zoe_cli_once(char **argv, int i, const char *name) {
+    size_t n = strlen(name);
+    for (int j = 1; j < i; j++)
+        if (strncmp(argv[j], name, n) == 0 && (argv[j][n] == '\0' || argv[j][n] == '='))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "option %s given twice", name), -1;
+    return 0;
+}
+
+int zoe_cli_value(int argc, char **argv, int *i, const char *name, zoe_cli_repeat repeat,
+                  const char **value) {
+    const char *arg = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0 || (arg[n] != '\0' && arg[n] != '=')) return 0;
+    if (repeat == ZOE_CLI_ONCE && zoe_cli_once(argv, *i, name) != 0) return -1;
+    if (arg[n] == '=') {
+        *value = arg + n + 1;
+        return 1;
+    }
+    if (*i + 1 >= argc)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "option %s needs a value", name), -1;
+    *value = argv[++*i];
+    return 1;
+}
+
 static zoe_status parse_number(const option_spec *o, const char *text, double *out) {
     double v = 0;
     if (!zoe_parse_number(text, &v))
@@ -553,11 +577,13 @@ zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **a
             if (!is_config && (!o || strchr(name, '_')))
                 return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "unknown option '--%s' (see --help)",
                                 name);
-            if (!value && o && o->kind == OPT_FLAG) value = "true";
-            if (!value) {
-                if (i + 1 >= argc)
-                    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "option '--%s' needs a value", name);
-                value = argv[++i];
+            char flag[sizeof name + 2];
+            snprintf(flag, sizeof flag, "--%s", name);
+            if (!value && o && o->kind == OPT_FLAG) {
+                if (zoe_cli_once(argv, i, flag) != 0) return ZOE_ERR_INVALID_ARGUMENT;
+                value = "true";
+            } else if (zoe_cli_value(argc, argv, &i, flag, ZOE_CLI_ONCE, &value) != 1) {
+                return ZOE_ERR_INVALID_ARGUMENT;
             }
             if (pass == 0 && is_config)
                 ZOE_TRY(zoe_train_config_load_json(cfg, value));
@@ -901,8 +927,9 @@ void zoe_train_config_print_help(FILE *out, const char *program) {
     zoe_train_config_defaults(&d);
     fprintf(out,
             "usage: mpirun -np N %s [options]\n\n"
-            "Trains a GPT with tensor parallelism (--tp) x data parallelism (the rest of the\n"
-            "ranks) and ZeRO-Offload. Options (default in brackets):\n",
+            "Trains GPT-2 and Llama-family language models with tensor parallelism (--tp) x data\n"
+            "parallelism (the rest of the ranks) and ZeRO-Offload. Each option at most once;\n"
+            "flags win over --config. Options (default in brackets):\n",
             program);
     fprintf(out, "  --%-14s %s\n", "config FILE",
             "JSON file whose keys mirror these options; flags win");

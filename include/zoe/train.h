@@ -288,6 +288,20 @@ struct zoe_step_stats {
 int zoe_parse_number(const char *text, double *out);
 int zoe_parse_u64(const char *text, uint64_t *out);
 
+/* Options as every zoe program reads them from its command line: "--name VALUE" or
+ * "--name=VALUE", each option at most once (as the JSON config refuses a repeated key) unless the
+ * program collects it (zoe-data's --input). zoe_cli_value: 0 when argv[*i] is not the option
+ * `name` ("--seed"); 1 when it is, with *value set and *i moved past a separate VALUE; -1 when its
+ * value is missing ("option --seed needs a value") or it came before, with the message in
+ * zoe_last_error(). zoe_cli_once: the repeat check alone, for an option without a value
+ * (argv[i] is `name`): -1 and "option --json given twice" when an earlier argument is `name`
+ * too, alone or with "=VALUE", else 0. An earlier argument that is another option's value and
+ * reads as `name` counts as a repeat: such a value is better given as --other=VALUE. */
+typedef enum { ZOE_CLI_ONCE, ZOE_CLI_MANY } zoe_cli_repeat;
+int zoe_cli_value(int argc, char **argv, int *i, const char *name, zoe_cli_repeat repeat,
+                  const char **value);
+int zoe_cli_once(char **argv, int i, const char *name);
+
 typedef struct zoe_progress zoe_progress;
 /* Progress on out (a live bar or plain lines every log_every steps, as style says) and, when
  * metrics_path is not "", one JSON object per step written to that file. */

@@ -220,7 +220,7 @@ static void bad_inputs(void) {
                                      "--split-docs=para", NULL},
                "'para'", before);
     expect_bad("missing value", (const char *const[]){"--input", corpus, "--output-prefix", NULL},
-               "'--output-prefix'", before);
+               "option --output-prefix needs a value", before);
     expect_bad("input is a directory",
                (const char *const[]){"--input", logs, "--output-prefix", prefix, NULL}, logs,
                before);

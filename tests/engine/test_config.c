@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
     expect_error("--dtype fp64", "'fp64' is not fp32, bf16 or fp16");
     expect_error("--offload gpu", "'gpu' is not cpu or none");
     expect_error("--model gpt5", "unknown model 'gpt5'");
-    expect_error("--tp", "'--tp' needs a value");
+    expect_error("--tp", "option --tp needs a value");
     expect_error("--config /nonexistent.json", "cannot open config '/nonexistent.json'");
     f = fopen(json, "w");
     fputs("{\"micro-batch\": 2, \"wings\": 3}", f);

@@ -30,7 +30,7 @@ check local 0 "^on local: this machine" -- "$plan" --model demo
 check bad-hardware 2 "unknown hardware 'nope'" -- "$plan" --hardware nope
 check bad-tp 2 "exceeds the 16 GPUs" -- "$plan" --model 70b --hardware dgx2 --tp 32
 check bad-ratio 2 "offload-ratio=2" -- "$plan" --offload-ratio 2
-check missing-value 2 "^zoe-plan: --model needs a value" -- "$plan" --model
+check missing-value 2 "^zoe-plan: option --model needs a value" -- "$plan" --model
 run=("$train" --model demo --data "$data" --steps 2 --warmup 0 --progress lines)
 check ratio-half 0 "optimizer on the host for 50%" -- "${run[@]}" --offload-ratio 0.5
 check ratio-auto 0 "offload-ratio auto: 0 of the optimizer state on the host" -- "${run[@]}" --offload-ratio auto
@@ -39,6 +39,7 @@ check dpu-off 0 "DPU off" -- "${run[@]}" --dpu off
 check plan-logged 0 "zoe-train: plan on local: fits" -- "${run[@]}"
 check train-bad-ratio 2 "--offload-ratio=1.5 is out of range" -- "${run[@]}" --offload-ratio 1.5
 check train-bad-dpu 2 "--dpu: 'maybe' is not on, off or auto" -- "${run[@]}" --dpu maybe
-check train-hardware 2 "the run does not fit: GPU" -- "${run[@]}" --model 70b --hardware dgx2
+check train-hardware 2 "the run does not fit: GPU" -- "$train" --model 70b --hardware dgx2 \
+  --data "$data" --steps 2 --warmup 0 --progress lines
 [[ $fails -eq 0 ]] && echo "test_plan_cli: all passed" || echo "test_plan_cli: $fails failed"
 exit $((fails > 0))

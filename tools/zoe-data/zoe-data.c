@@ -79,17 +79,14 @@ static int fail_zoe(void) {
     return fail("%s", zoe_last_error());
 }
 
-/* "--name VALUE" or "--name=VALUE": the value, or NULL when this argument is not --name. */
-static const char *option_value(int argc, char **argv, int *i, const char *name, int *missing) {
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0) return NULL;
-    if (argv[*i][n] == '=') return argv[*i] + n + 1;
-    if (argv[*i][n] != '\0') return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
+/* "--name VALUE" or "--name=VALUE" (zoe_cli_value's rule): the value, or NULL when this argument
+ * is not --name or is refused (*refused set, the reason in zoe_last_error()). */
+static const char *option_value(int argc, char **argv, int *i, const char *name, int *refused) {
+    const char *v = NULL;
+    zoe_cli_repeat repeat = strcmp(name, "--input") == 0 ? ZOE_CLI_MANY : ZOE_CLI_ONCE;
+    int found = zoe_cli_value(argc, argv, i, name, repeat, &v);
+    if (found < 0) *refused = 1;
+    return found > 0 ? v : NULL;
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -101,44 +98,46 @@ static int parse(int argc, char **argv, options *o) {
     if (!o->inputs) return fail("out of memory");
     for (int i = 1; i < argc; i++) {
         const char *v;
-        int missing = 0;
+        int refused = 0;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             o->help = 1;
-        } else if ((v = option_value(argc, argv, &i, "--input", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--input", &refused))) {
             o->inputs[o->n_inputs++] = v;
-        } else if ((v = option_value(argc, argv, &i, "--output-prefix", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--output-prefix", &refused))) {
             o->prefix = v;
-        } else if ((v = option_value(argc, argv, &i, "--inspect", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--inspect", &refused))) {
             o->inspect = v;
-        } else if ((v = option_value(argc, argv, &i, "--split-docs", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--split-docs", &refused))) {
             if (zoe_doc_split_parse(v, &o->split) != ZOE_OK)
                 return fail("--split-docs '%s' unknown (expected blank-line, line or file)", v);
-        } else if ((v = option_value(argc, argv, &i, "--dtype", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--dtype", &refused))) {
             o->auto_dtype = strcmp(v, "auto") == 0;
             if (!o->auto_dtype && zoe_token_dtype_parse(v, &o->dtype) != ZOE_OK)
                 return fail("--dtype '%s' unknown (expected auto, uint16 or int32)", v);
-        } else if ((v = option_value(argc, argv, &i, "--tokenizer", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--tokenizer", &refused))) {
             o->tokenizer = v;
-        } else if ((v = option_value(argc, argv, &i, "--eod-token", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--eod-token", &refused))) {
             o->eod_token = v;
-        } else if ((v = option_value(argc, argv, &i, "--json-key", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--json-key", &refused))) {
             o->json_key = v;
-        } else if ((v = option_value(argc, argv, &i, "--input-format", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--input-format", &refused))) {
             static const char *const names[] = {"auto", "text", "jsonl"};
             o->format = -1;
             for (int k = 0; k < 3; k++)
                 if (strcmp(v, names[k]) == 0) o->format = k;
             if (o->format < 0)
                 return fail("--input-format '%s' unknown (expected auto, text or jsonl)", v);
-        } else if ((v = option_value(argc, argv, &i, "--threads", &missing))) {
+        } else if ((v = option_value(argc, argv, &i, "--threads", &refused))) {
             double n = 0;
             if (!zoe_parse_number(v, &n) || n != floor(n) || n < 1 || n > 4096)
                 return fail("--threads '%s' is not a count in [1, 4096]", v);
             o->threads = (int)n;
+        } else if (refused) {
+            return fail("%s (see zoe-data --help)", zoe_last_error());
         } else if (strcmp(argv[i], "--append-eod") == 0) {
+            if (zoe_cli_once(argv, i, "--append-eod") != 0)
+                return fail("%s (see zoe-data --help)", zoe_last_error());
             o->append_eod = 1;
-        } else if (missing) {
-            return fail("option '%s' needs a value (see zoe-data --help)", argv[i]);
         } else {
             return fail("unknown option '%s' (see zoe-data --help)", argv[i]);
         }

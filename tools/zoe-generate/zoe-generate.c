@@ -128,15 +128,16 @@ static int parse(int argc, char **argv, options *o, char *err, size_t cap) {
             o->help = 1;
             return 0;
         }
-        const char *arg = argv[i], *eq = strchr(arg, '=');
+        const char *arg = argv[i], *v = NULL;
         const opt_spec *s = NULL;
-        for (int k = 0; !s && k < NUM_SPECS && !strncmp(arg, "--", 2); k++) {
-            size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-            if (strlen(specs[k].name) == n && !strncmp(arg + 2, specs[k].name, n)) s = &specs[k];
+        for (int k = 0; !s && k < NUM_SPECS; k++) {
+            char flag[64];
+            snprintf(flag, sizeof flag, "--%s", specs[k].name);
+            int found = zoe_cli_value(argc, argv, &i, flag, ZOE_CLI_ONCE, &v);
+            if (found < 0) return snprintf(err, cap, "%s (see --help)", zoe_last_error()), -1;
+            if (found) s = &specs[k];
         }
         if (!s) return snprintf(err, cap, "unknown option '%s' (see --help)", arg), -1;
-        const char *v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (!v) return snprintf(err, cap, "option '%s' needs a value (see --help)", arg), -1;
         if (set_value(o, s, v, err, cap) != 0) return -1;
     }
     if (!o->gen.checkpoint[0]) return snprintf(err, cap, "--checkpoint DIR is required"), -1;

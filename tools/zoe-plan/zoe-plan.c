@@ -70,11 +70,14 @@ static int parse_options(int argc, char **argv, options *o) {
     zoe_plan_config_init(&o->cfg);
     o->top = 15;
     /* the model first, so that shape options refine it whatever their order */
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--model") == 0 && zoe_model_preset(argv[i + 1], &o->cfg.model)) {
-            fprintf(stderr, "zoe-plan: %s\n", zoe_last_error());
+    for (int i = 1; i < argc; i++) {
+        const char *model = NULL;
+        int found = zoe_cli_value(argc, argv, &i, "--model", ZOE_CLI_ONCE, &model);
+        if (found < 0 || (found && zoe_model_preset(model, &o->cfg.model) != ZOE_OK)) {
+            fprintf(stderr, "zoe-plan: %s (see --help)\n", zoe_last_error());
             return 0;
         }
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -87,6 +90,12 @@ static int parse_options(int argc, char **argv, options *o) {
                     : strcmp(a, "--recompute") == 0 ? &o->cfg.recompute
                     : strcmp(a, "--dpu") == 0       ? &o->cfg.dpu
                                                     : NULL;
+        if (flag || strcmp(a, "--no-recompute") == 0) {
+            if (zoe_cli_once(argv, i, a) != 0) {
+                fprintf(stderr, "zoe-plan: %s (see --help)\n", zoe_last_error());
+                return 0;
+            }
+        }
         if (flag) {
             *flag = 1;
             o->recompute_given |= flag == &o->cfg.recompute;
@@ -100,11 +109,16 @@ static int parse_options(int argc, char **argv, options *o) {
             fprintf(stderr, "zoe-plan: unexpected argument '%s' (see --help)\n", a);
             return 0;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "zoe-plan: %s needs a value (see --help)\n", a);
+        char option[64], *eq;
+        snprintf(option, sizeof option, "%s", a);
+        if ((eq = strchr(option, '='))) *eq = '\0';
+        const char *name = option + 2, *v = NULL;
+        int found = zoe_cli_value(argc, argv, &i, option, ZOE_CLI_ONCE, &v);
+        if (found != 1) { /* 0: a name too long for option[], so no option of ours */
+            fprintf(stderr, "zoe-plan: %s (see --help)\n",
+                    found < 0 ? zoe_last_error() : "unknown option");
             return 0;
         }
-        const char *name = a + 2, *v = argv[++i];
         zoe_model_config *m = &o->cfg.model;
         int ok = 1, bucket = 0;
         if (strcmp(name, "model") == 0)

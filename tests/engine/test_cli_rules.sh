@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Every program reads its command line by one rule (zoe_cli_value, zoe_parse_number,
+# zoe_parse_u64): a number as JSON writes one, so a leading space, a sign where none belongs, hex,
+# an exponent where an integer is wanted and an overflow are refused; each option at most once;
+# an option without its value is named. One table: each row is a program run with bad arguments,
+# which must exit 2 with one line on stderr that contains the row's text, and write nothing.
+# Usage: test_cli_rules.sh ZOE_TRAIN ZOE_PLAN ZOE_DATA ZOE_GENERATE ZOE_CKPT MPIEXEC CORPUS DEMO_CONFIG
+set -u
+train="$1" plan="$2" data="$3" generate="$4" ckpt="$5" mpiexec="$6" corpus="$7" demo="$8"
+fails=0 passes=0
+row() { # text the message must contain, then the command
+  local want="$1"; shift
+  local err rc
+  "$@" >/dev/null 2>"$out/err"
+  rc=$?
+  err="$(grep -E '^(usage: )?zoe-' "$out/err")" # not mpiexec's own lines
+  if [ "$rc" -ne 2 ] || [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ] || [[ "$err" != *"$want"* ]]; then
+    echo "FAIL: $*: exit $rc, '$err' (want exit 2 and one line containing '$want')"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+out="$(mktemp -d)"; trap 'rm -rf "$out"' EXIT
+zt=("$mpiexec" -np 1 "$train" --data "$corpus")
+zd=("$data" --input "$corpus" --output-prefix "$out/x")
+zg=("$generate" --checkpoint "$out/none" --prompt hi)
+# numbers
+for v in " 2" "+2" "0x2" "0x1p1" "2e0x" "1e999" "nan" "-1"; do
+  row "$v" "${zt[@]}" --micro-batch "$v"
+  row "$v" "$plan" --tp "$v"
+  row "$v" "$plan" --offload-ratio "$v"
+  row "$v" "${zd[@]}" --threads "$v"
+  row "$v" "$generate" --temperature "$v"
+done
+for v in " -1" "-1" "18446744073709551616" "0x10" "1.5" "+5" " 0.5"; do
+  row "$v" "$generate" --seed "$v"
+  row "$v" "${zt[@]}" --seed "$v"
+done
+# an option given twice, in either form, is refused naming it
+row "option --lr given twice" "${zt[@]}" --lr 1e-3 --lr=2e-3
+row "option --recompute given twice" "${zt[@]}" --recompute --recompute=false
+row "option --data given twice" "${zt[@]}" --data "$corpus"
+row "option --config given twice" "${zt[@]}" --config "$demo" --config "$demo"
+row "option --tp given twice" "$plan" --tp 1 --tp 2
+row "option --model given twice" "$plan" --model gpt2-124m --model=demo
+row "option --json given twice" "$plan" --json --json
+row "option --seed given twice" "${zg[@]}" --seed 1 --seed 2
+row "option --threads given twice" "${zd[@]}" --threads 1 --threads=2
+row "option --append-eod given twice" "${zd[@]}" --append-eod --append-eod
+# an option without its value is named
+row "option --lr needs a value" "${zt[@]}" --lr
+row "option --model needs a value" "$plan" --model
+row "option --tp needs a value" "$plan" --tp
+row "option --seed needs a value" "${zg[@]}" --seed
+row "option --threads needs a value" "${zd[@]}" --threads
+row "usage: zoe-ckpt" "$ckpt" export --hf # positional: no option of its own to repeat
+[ -e "$out/x.bin" ] && { echo "FAIL: zoe-data left output behind"; fails=$((fails + 1)); }
+echo "test_cli_rules: $passes passed, $fails failed"
+[ "$fails" -eq 0 ]
