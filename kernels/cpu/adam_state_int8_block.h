@@ -82,13 +82,25 @@ static inline __attribute__((always_inline)) int INT8_FN(code_below)(float y, in
     return k;
 }
 
+/* x / s for the block's power-of-two scale s without a division: (x * pre) * post, pre and post
+ * powers of two with pre * post = 1 / s, pre = 2^64 for a tiny s so that post stays finite.
+ * x * pre is exact (|x| <= s), and the one rounding of the product is that of x / s. */
+typedef struct int8_inverse {
+    float pre, post;
+} int8_inverse;
+
+static inline int8_inverse INT8_FN(inverse_of)(float s) {
+    float pre = s < 0x1p-100f ? 0x1p64f : 1.0f;
+    return (int8_inverse){.pre = pre, .post = 1.0f / (s * pre)};
+}
+
 static void INT8_FN(quantize_m)(const float *x, size_t len, int8_t *codes, float *scale) {
     float s = INT8_FN(block_scale)(x, len);
     *scale = s;
     int usable = s > 0 && isfinite(s);
-    float den = usable ? s : 1;
+    int8_inverse inv = INT8_FN(inverse_of)(usable ? s : 1);
     for (size_t i = 0; i < len; i++) {
-        float y = usable ? fabsf(x[i]) / den : 0;
+        float y = usable ? fabsf(x[i]) * inv.pre * inv.post : 0;
         int k = INT8_FN(code_below)(y, 127, zoe_adam_int8_m_unit);
         float below = zoe_adam_int8_m_unit(k), above = zoe_adam_int8_m_unit(k + 1);
         k += (k < 127) & (above - y < y - below); /* nearest; a tie keeps the smaller code */
@@ -101,10 +113,10 @@ static void INT8_FN(quantize_v)(const float *x, const uint16_t *bits16, size_t l
     float s = INT8_FN(block_scale)(x, len);
     *scale = s;
     int usable = s > 0 && isfinite(s), stochastic = bits16 != NULL;
-    float den = usable ? s : 1;
+    int8_inverse inv = INT8_FN(inverse_of)(usable ? s : 1);
     for (size_t i = 0; i < len; i++) {
         float xi = x[i];
-        float y = usable & (xi > 0) ? xi / den : 0;
+        float y = (usable & (xi > 0)) ? xi * inv.pre * inv.post : 0;
         int k = INT8_FN(code_below)(y, 255, zoe_adam_int8_v_unit);
         float below = zoe_adam_int8_v_unit(k), above = zoe_adam_int8_v_unit(k + 1);
         /* up with probability (y - below) / (above - below), without the division:
