@@ -45,14 +45,19 @@
 typedef struct arrays {
     size_t n;
     float *grad, *master, *m, *v;
-    void *out; /* n floats' room: the bf16 weights, or the bf16 snapshot */
+    void *out;                /* n floats' room: the bf16 weights, or the bf16 snapshot */
+    float *m_scale, *v_scale; /* INT8_STATE: the moments' block scales */
 } arrays;
 
 /* BF16_STATE: the compressed state of kernels/adam_state.h (bf16 master, m and v, held in the
  * first half of each fp32 array), the fp32 gradient and the bf16 weights out. */
-typedef enum { FP32, BF16_WEIGHTS, FP32_DPU, BF16_DPU, BF16_STATE, NUM_MODES } mode;
-static const char *mode_names[] = {"fp32", "bf16_weights", "fp32_dpu", "bf16_dpu", "bf16_state"};
-static const double mode_bytes[] = {28, 30, 28, 28, 18};
+/* INT8_STATE: bf16 master and blockwise int8 m and v (their codes in the first quarter of the
+ * fp32 arrays, kernels/adam_state.h), the fp32 gradient and the bf16 weights out; 14 bytes plus
+ * the scales' 16 per 256 elements (0.06), which the probe leaves out. */
+typedef enum { FP32, BF16_WEIGHTS, FP32_DPU, BF16_DPU, BF16_STATE, INT8_STATE, NUM_MODES } mode;
+static const char *mode_names[] = {"fp32",     "bf16_weights", "fp32_dpu",
+                                   "bf16_dpu", "bf16_state",   "int8_state"};
+static const double mode_bytes[] = {28, 30, 28, 28, 18, 14};
 
 static double clock_ms(clockid_t clock) {
     struct timespec ts;
@@ -102,6 +107,17 @@ static void fused_step(const arrays *a, const zoe_adam_consts *c, mode md) {
             zoe_adam_state_host(c, &r, &dt, &st, lo, g, ZOE_F32, half, ZOE_BF16, len);
             break;
         }
+        case INT8_STATE: { /* a tile is a whole number of blocks */
+            const zoe_adam_state_dtypes dt = {ZOE_BF16, ZOE_I8, ZOE_I8};
+            const zoe_adam_state st = {.master = (zoe_bf16 *)a->master + lo,
+                                       .exp_avg = (int8_t *)a->m + lo,
+                                       .exp_avg_sq = (uint8_t *)a->v + lo,
+                                       .exp_avg_scale = a->m_scale + lo / ZOE_ADAM_INT8_BLOCK,
+                                       .exp_avg_sq_scale = a->v_scale + lo / ZOE_ADAM_INT8_BLOCK};
+            const zoe_adam_rounding r = {.seed = 1, .step = 10};
+            zoe_adam_state_host(c, &r, &dt, &st, lo, g, ZOE_F32, half, ZOE_BF16, len);
+            break;
+        }
         default:
             zoe_adam_host_to(c, w, w, a->m + lo, a->v + lo, half, ZOE_BF16, half, ZOE_BF16, len);
             break;
@@ -143,6 +159,16 @@ static void probe_scalar(float *w, float *m, float *v, float *g, uint16_t *half,
             w16[i] = truncate_bf16(x), half[i] = truncate_bf16(x);
             m16[i] = truncate_bf16(widen_bf16(m16[i]) + 1e-7f * g[i]);
             v16[i] = truncate_bf16(widen_bf16(v16[i]) * 0.999999f + 1e-9f);
+        }
+        return;
+    }
+    if (md == INT8_STATE) { /* 1-byte moments in the first quarter of each fp32 array */
+        uint16_t *w16 = (uint16_t *)w;
+        uint8_t *m8 = (uint8_t *)m, *v8 = (uint8_t *)v;
+        for (size_t i = lo; i < len; i++) {
+            float x = widen_bf16(w16[i]) + 1e-7f * g[i];
+            w16[i] = truncate_bf16(x), half[i] = truncate_bf16(x);
+            m8[i] = (uint8_t)(m8[i] + (g[i] > 0)), v8[i] = (uint8_t)(v8[i] | 1);
         }
         return;
     }
@@ -354,7 +380,11 @@ static int alloc_arrays(arrays *a, size_t n) {
     a->grad = zoe_host_array_alloc(n * 4), a->master = zoe_host_array_alloc(n * 4);
     a->m = zoe_host_array_alloc(n * 4), a->v = zoe_host_array_alloc(n * 4);
     a->out = zoe_host_array_alloc(n * 4);
-    if (!a->grad || !a->master || !a->m || !a->v || !a->out) return 0;
+    a->m_scale = zoe_host_array_alloc(zoe_adam_int8_blocks(n) * 4);
+    a->v_scale = zoe_host_array_alloc(zoe_adam_int8_blocks(n) * 4);
+    if (!a->grad || !a->master || !a->m || !a->v || !a->out || !a->m_scale || !a->v_scale) return 0;
+    for (size_t b = 0; b < zoe_adam_int8_blocks(n); b++)
+        a->m_scale[b] = 1e-3f, a->v_scale[b] = 1e-6f;
         /* First touch in the tiling and thread count of the runs that follow. */
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < (long)tiles(n); t++) {
@@ -372,6 +402,7 @@ static int alloc_arrays(arrays *a, size_t n) {
 
 static void free_arrays(arrays *a) {
     free(a->grad), free(a->master), free(a->m), free(a->v), free(a->out);
+    free(a->m_scale), free(a->v_scale);
 }
 
 int main(int argc, char **argv) {
@@ -394,7 +425,7 @@ int main(int argc, char **argv) {
     if (bad) {
         fprintf(stderr,
                 "usage: bench_cpu_adam [N > 0] [REPS in 2..%d] [--no-naive] [--mode fp32|"
-                "bf16_weights|fp32_dpu|bf16_dpu|bf16_state]\n",
+                "bf16_weights|fp32_dpu|bf16_dpu|bf16_state|int8_state]\n",
                 MAX_REPS);
         return 2;
     }

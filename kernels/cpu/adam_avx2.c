@@ -107,3 +107,7 @@ static inline void store_low16_avx2(void *p, __m256i r) {
     _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT))
 #define STATE_FN(name) name##_avx2
 #include "kernels/cpu/adam_state_simd.h"
+
+/* ---- the int8 moments' blocks (kernels/cpu/adam_state_int8_block.h) ---- */
+#define INT8_FN(name) name##_avx2
+#include "kernels/cpu/adam_state_int8_block.h"

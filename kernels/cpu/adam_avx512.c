@@ -25,3 +25,7 @@
 #define V_STORE_F16(p, x)   _mm256_storeu_si256((__m256i *)(p), _mm512_cvtps_ph(x, ROUND_NEAREST))
 #define STATE_FN(name)      name##_avx512
 #include "kernels/cpu/adam_state_simd.h"
+
+/* ---- the int8 moments' blocks (kernels/cpu/adam_state_int8_block.h) ---- */
+#define INT8_FN(name) name##_avx512
+#include "kernels/cpu/adam_state_int8_block.h"

@@ -66,11 +66,10 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
     if (!zoe_cpu_isa_supported(isa))
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam state: this CPU cannot run the %s path",
                         zoe_cpu_isa_name(isa));
+    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8)
+        return zoe_adam_state_int8_range(isa, c, r, dt, st, index0, grad, grad_dtype, out,
+                                         out_dtype, n);
     int odt = out ? (int)out_dtype : ADAM_OUT_NONE;
-    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8) {
-        zoe_adam_state_int8_range(c, r, dt, st, index0, grad, grad_dtype, out, odt, n);
-        return ZOE_OK;
-    }
     const size_t sizes[] = {zoe_adam_state_esize(dt->master), zoe_adam_state_esize(dt->exp_avg),
                             zoe_adam_state_esize(dt->exp_avg_sq)};
     const size_t gsz = zoe_dtype_size(grad_dtype), osz = out ? zoe_dtype_size(out_dtype) : 0;

@@ -1,7 +1,8 @@
 /* The host Adam over blockwise int8 moments (kernels/adam_state.h, "Blockwise int8 moments"):
  *  - every path (scalar, AVX2, AVX-512, AVX-512-BF16) gives the same bits for every combination
  *    with an int8 moment (master fp32/bf16, m and v fp32/bf16/int8), over a ragged length whose
- *    last block is short, and the bits do not depend on splitting the range at block boundaries;
+ *    last block is short, and the bits do not depend on splitting the range at block boundaries,
+ *    with blocks whose scales are tiny, a NaN (two payloads) and infinite among them;
  *  - against float64: the step computed in double from the dequantised state; the master within
  *    fp32 rounding of it (1e-5 relative of the update plus 3 ulps, test_adam_kernels' bound); each
  *    m code the nearest code of the float64 m' (within 1e-5 of a code spacing: fp32 against float64
@@ -11,6 +12,7 @@
  *    stochastic), which a bit-exact conversion fp32 -> int8 of int8-held state needs;
  *  - v's stochastic rounding is unbiased: the mean of 2^14 draws of one value is the value within
  *    4 standard errors; a block with a 1e6 range keeps every nonzero v nonzero;
+ *  - a block's codes are those of the same block times 2^100 (a scale below 2^-100, subnormals);
  *  - the undo refuses int8 moments, and an int8 master is refused. */
 #include <math.h>
 #include <stdlib.h>
@@ -70,15 +72,30 @@ static float read_moment(const held *h, zoe_dtype dt, int is_v, size_t i) {
     return dt == ZOE_BF16 ? zoe_bf16_to_f32(((const zoe_bf16 *)p)[i]) : ((const float *)p)[i];
 }
 
-/* Random state: weights in [-1, 1], m ~ 0.1 N(0,1), v over four decades, gradients N(0,1). */
-static void fill(test_rng *rng, const zoe_adam_state_dtypes *dt, held *h) {
+/* A quiet NaN with the given payload bits. */
+static float nan_with(uint32_t payload) {
+    uint32_t u = 0x7fc00000u | payload;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* Random state: weights in [-1, 1], m ~ 0.1 N(0,1), v over four decades, gradients N(0,1).
+ * With edges, the blocks the paths' quantisers treat apart: block 1 at 1e-33 of that (m, v
+ * and gradient), so that its new scales are below 2^-100 (the quantisers' rescaled
+ * reciprocal); block 2 with two NaN gradients of different payloads, the smaller first (the
+ * scale is the block's first NaN, not its largest pattern); the short last block with an
+ * infinite gradient (an infinite scale). */
+static void fill(test_rng *rng, const zoe_adam_state_dtypes *dt, held *h, int edges) {
     float w[N], m[N], v[N];
     for (int i = 0; i < N; i++) {
+        float tiny = edges && i / ZOE_ADAM_INT8_BLOCK == 1 ? 1e-33f : 1;
         w[i] = (float)(2 * test_rng_uniform(rng) - 1);
-        m[i] = (float)(0.1 * test_rng_normal(rng));
-        v[i] = (float)(1e-2 * pow(10, -4 * test_rng_uniform(rng)));
-        h->g[i] = (float)test_rng_normal(rng);
+        m[i] = tiny * (float)(0.1 * test_rng_normal(rng));
+        v[i] = tiny * (float)(1e-2 * pow(10, -4 * test_rng_uniform(rng)));
+        h->g[i] = tiny * (float)test_rng_normal(rng);
     }
+    if (edges) h->g[600] = nan_with(1), h->g[610] = nan_with(0xfff), h->g[770] = INFINITY;
     CHECK_OK(zoe_convert(h->w, dt->master, w, ZOE_F32, N));
     hold_moment(m, dt->exp_avg, 0, h->m, h->m_scale);
     hold_moment(v, dt->exp_avg_sq, 1, h->v, h->v_scale);
@@ -97,7 +114,7 @@ static void check_paths(const zoe_adam_state_dtypes *dt, zoe_dtype odt, int dec)
     test_rng rng;
     test_rng_seed(&rng, 11);
     memset(&start, 0, sizeof start);
-    fill(&rng, dt, &start);
+    fill(&rng, dt, &start, 1);
     zoe_adam_consts c = consts_of(dec);
     zoe_adam_rounding r = {.seed = 0x1234567890abcdefULL, .step = 7};
     const uint64_t index0 = ((uint64_t)1 << 32) - 300; /* across a key word, mid-block */
@@ -105,6 +122,17 @@ static void check_paths(const zoe_adam_state_dtypes *dt, zoe_dtype odt, int dec)
     zoe_adam_state st = view(&ref);
     CHECK_OK(zoe_adam_state_host_isa(ZOE_CPU_ISA_SCALAR, &c, &r, dt, &st, index0, ref.g, ZOE_F32,
                                      ref.out, odt, N));
+    if (dt->exp_avg == ZOE_I8) { /* the edges of fill() reached the quantiser */
+        uint32_t first_nan, expected;
+        float nan1 = nan_with(1);
+        memcpy(&first_nan, &ref.m_scale[2], sizeof first_nan);
+        memcpy(&expected, &nan1, sizeof expected);
+        /* (With L2 the weight decay term makes block 1's m' large again.) */
+        CHECK(ref.m_scale[1] > 0 && (!dec || ref.m_scale[1] < 0x1p-100f) && first_nan == expected &&
+                  isinf(ref.m_scale[3]),
+              "edge scales %g %08x %g (want below 2^-100 for AdamW, NaN %08x, infinity)",
+              ref.m_scale[1], first_nan, ref.m_scale[3], expected);
+    }
     for (int p = 1; p < NUM_ISAS; p++) {
         if (!zoe_cpu_isa_supported(isas[p])) continue;
         got = start;
@@ -144,7 +172,7 @@ static void check_reference(int dec) {
     static held h, before;
     test_rng rng;
     test_rng_seed(&rng, 23 + (uint64_t)dec);
-    fill(&rng, &dt, &h);
+    fill(&rng, &dt, &h, 0);
     before = h;
     zoe_adam_consts c = consts_of(dec);
     zoe_adam_rounding r = {.seed = 5, .step = 7};
@@ -264,6 +292,32 @@ static void check_v_rounding(void) {
     CHECK(zeros == 0 && wc[1] == 0, "%d tiny v rounded to zero (and zero v code %d)", zeros, wc[1]);
 }
 
+/* A block's codes do not depend on its magnitude: subnormal values around 1e-40 (a scale below
+ * 2^-127, whose reciprocal is not a float) get the codes of the same values times 2^100, exactly
+ * (both are x / s of the same real numbers), and a scale 2^100 smaller. */
+static void check_tiny_scale(void) {
+    test_rng rng;
+    test_rng_seed(&rng, 5);
+    float tiny[256], big[256], s_tiny, s_big;
+    int8_t mc_tiny[256], mc_big[256];
+    uint8_t vc_tiny[256], vc_big[256];
+    uint16_t bits[256];
+    for (int i = 0; i < 256; i++) {
+        tiny[i] = (float)(1e-40 * test_rng_normal(&rng) * pow(10, -4 * test_rng_uniform(&rng)));
+        big[i] = tiny[i] * 0x1p100f; /* exact: a power of two, no overflow */
+        bits[i] = (uint16_t)(test_rng_uniform(&rng) * 65536);
+    }
+    zoe_adam_int8_quantize_m(tiny, 256, mc_tiny, &s_tiny);
+    zoe_adam_int8_quantize_m(big, 256, mc_big, &s_big);
+    CHECK(memcmp(mc_tiny, mc_big, sizeof mc_tiny) == 0 && s_tiny * 0x1p100f == s_big,
+          "m codes depend on the block's magnitude (scales %g, %g)", s_tiny, s_big);
+    for (int i = 0; i < 256; i++) tiny[i] = fabsf(tiny[i]), big[i] = fabsf(big[i]);
+    zoe_adam_int8_quantize_v(tiny, bits, 256, vc_tiny, &s_tiny);
+    zoe_adam_int8_quantize_v(big, bits, 256, vc_big, &s_big);
+    CHECK(memcmp(vc_tiny, vc_big, sizeof vc_tiny) == 0 && s_tiny * 0x1p100f == s_big,
+          "v codes depend on the block's magnitude (scales %g, %g)", s_tiny, s_big);
+}
+
 static void check_errors(void) {
     static held h;
     zoe_adam_state st = view(&h);
@@ -296,6 +350,7 @@ int main(int argc, char **argv) {
     for (int dec = 0; dec < 2; dec++) check_reference(dec);
     check_idempotent();
     check_v_rounding();
+    check_tiny_scale();
     check_errors();
     return test_finish("test_adam_int8");
 }
