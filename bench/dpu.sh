@@ -68,12 +68,14 @@ first_seed="${seeds%%,*}"
 run() { # row variant seed
   local row="$1" variant="$2" seed="$3" file="$out/$1.$2.$3.jsonl" extra=()
   if [ "$variant" = off ]; then extra=(--dpu off); else extra=(--dpu on --dpu-schedule "$variant"); fi
-  [ -n "$steps" ] && extra+=(--steps "$steps")
+  local args="${row_args[$row]}"
+  # each option once: --steps given here replaces the row's
+  [ -n "$steps" ] && args="$(sed -E 's/--steps [0-9]+//' <<<"$args")" && extra+=(--steps "$steps")
   [ -n "$kappa" ] && extra+=(--dpu-dc-kappa "$kappa")
   [ -n "$scale" ] && extra+=(--dpu-predict-scale "$scale")
   extra+=(${state_args[@]+"${state_args[@]}"})
   # shellcheck disable=SC2086 # the row's arguments are words
-  OMP_NUM_THREADS="$threads" "$train" ${row_args[$row]} --micro-batch 8 --data "$corpus" \
+  OMP_NUM_THREADS="$threads" "$train" $args --micro-batch 8 --data "$corpus" \
     --seed "$seed" --log-every 100000 --progress lines --metrics "$file" "${extra[@]}" \
     >"$file.log" 2>&1 || { echo "bench dpu: $row $variant seed $seed failed:" >&2; tail -3 "$file.log" >&2; exit 1; }
   echo "$file"
