@@ -18,28 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/adam_state.h"
+#include "adam_state_test.h"
 #include "testing.h"
 #include "zoe/dtype.h"
 
 enum { N = 777, BLOCKS = (N + ZOE_ADAM_INT8_BLOCK - 1) / ZOE_ADAM_INT8_BLOCK };
-
-static const zoe_cpu_isa isas[] = {ZOE_CPU_ISA_SCALAR, ZOE_CPU_ISA_AVX2, ZOE_CPU_ISA_AVX512,
-                                   ZOE_CPU_ISA_AVX512_BF16};
-enum { NUM_ISAS = sizeof isas / sizeof isas[0] };
-
-static zoe_adam_consts consts_of(int decoupled) {
-    zoe_adam_hparams h = {.lr = 1e-2f,
-                          .beta1 = 0.9f,
-                          .beta2 = 0.999f,
-                          .eps = 1e-8f,
-                          .weight_decay = 0.1f,
-                          .decoupled = decoupled,
-                          .grad_scale = 0.5f,
-                          .step = 7};
-    zoe_adam_consts c;
-    zoe_adam_consts_init(&c, &h);
-    return c;
-}
 
 /* The state of one run in its dtypes (int8 moments with their scales). */
 typedef struct held {
@@ -115,7 +98,7 @@ static void check_paths(const zoe_adam_state_dtypes *dt, zoe_dtype odt, int dec)
     test_rng_seed(&rng, 11);
     memset(&start, 0, sizeof start);
     fill(&rng, dt, &start, 1);
-    zoe_adam_consts c = consts_of(dec);
+    zoe_adam_consts c = consts_of(dec, 7);
     zoe_adam_rounding r = {.seed = 0x1234567890abcdefULL, .step = 7};
     const uint64_t index0 = ((uint64_t)1 << 32) - 300; /* across a key word, mid-block */
     ref = start;
@@ -174,7 +157,7 @@ static void check_reference(int dec) {
     test_rng_seed(&rng, 23 + (uint64_t)dec);
     fill(&rng, &dt, &h, 0);
     before = h;
-    zoe_adam_consts c = consts_of(dec);
+    zoe_adam_consts c = consts_of(dec, 7);
     zoe_adam_rounding r = {.seed = 5, .step = 7};
     zoe_adam_state st = view(&h);
     CHECK_OK(zoe_adam_state_host(&c, &r, &dt, &st, 0, h.g, ZOE_F32, NULL, ZOE_F32, N));
@@ -321,7 +304,7 @@ static void check_tiny_scale(void) {
 static void check_errors(void) {
     static held h;
     zoe_adam_state st = view(&h);
-    zoe_adam_consts c = consts_of(1);
+    zoe_adam_consts c = consts_of(1, 7);
     const zoe_adam_state_dtypes i8 = {ZOE_F32, ZOE_I8, ZOE_I8}, bad = {ZOE_I8, ZOE_F32, ZOE_F32};
     CHECK(zoe_adam_state_undo_host(&c, &i8, &st, h.g, NULL, ZOE_F32, 4) == ZOE_ERR_UNSUPPORTED,
           "undo accepted int8 moments");

@@ -18,28 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/adam_state.h"
+#include "adam_state_test.h"
 #include "testing.h"
 #include "zoe/dtype.h"
 
 enum { N = 777 };
-
-static const zoe_cpu_isa isas[] = {ZOE_CPU_ISA_SCALAR, ZOE_CPU_ISA_AVX2, ZOE_CPU_ISA_AVX512,
-                                   ZOE_CPU_ISA_AVX512_BF16};
-enum { NUM_ISAS = sizeof isas / sizeof isas[0] };
-
-static zoe_adam_consts consts_of(int decoupled, long step) {
-    zoe_adam_hparams h = {.lr = 1e-2f,
-                          .beta1 = 0.9f,
-                          .beta2 = 0.999f,
-                          .eps = 1e-8f,
-                          .weight_decay = 0.1f,
-                          .decoupled = decoupled,
-                          .grad_scale = 0.5f,
-                          .step = step};
-    zoe_adam_consts c;
-    zoe_adam_consts_init(&c, &h);
-    return c;
-}
 
 /* Random state in fp32 (already rounded to the dtypes it will be held in). */
 typedef struct state32 {
