@@ -171,6 +171,36 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
                                    const zoe_adam_state *st, uint64_t index0, const void *grad,
                                    zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype, size_t n);
 
+/* One piece of a range given to zoe_adam_state_host_pieces: elements [offset, offset + len) of
+ * the range, stepped with constants c, with its own master weights, gradient and output (element
+ * 0 of each at the piece's first element; out may be NULL). */
+typedef struct zoe_adam_state_piece {
+    size_t offset, len;
+    const zoe_adam_consts *c;
+    void *master;
+    const void *grad;
+    void *out;
+} zoe_adam_state_piece;
+
+/* The step over the pieces of one range of n elements: the segments of a tile of the optimizer's
+ * partition, whose weight decay differs by tensor and whose master and output need not be
+ * contiguous. Pieces sorted by offset, disjoint, within [0, n). st holds the moments (and their
+ * scales) at element 0 of the range, which starts at a block boundary of int8 moments; st->master
+ * is not read; element offset + i of the range has index index0 + offset + i. With an int8
+ * moment each block is read back once, every piece within it stepped, and the block requantised
+ * once, so that a block holding two tensors' elements rounds once per step; elements of no piece
+ * (padding: zero moments) are requantised with their block. Otherwise the same as one
+ * zoe_adam_state_host call per piece. */
+zoe_status zoe_adam_state_host_pieces(const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
+                                      const zoe_adam_state *st, uint64_t index0,
+                                      const zoe_adam_state_piece *pieces, int num_pieces,
+                                      zoe_dtype grad_dtype, zoe_dtype out_dtype, size_t n);
+zoe_status zoe_adam_state_host_pieces_isa(zoe_cpu_isa isa, const zoe_adam_rounding *r,
+                                          const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                                          uint64_t index0, const zoe_adam_state_piece *pieces,
+                                          int num_pieces, zoe_dtype grad_dtype, zoe_dtype out_dtype,
+                                          size_t n);
+
 /* The step of constants c undone (ZOE_DPU_EXACT's redo), as zoe_adam_undo_host in float64 from
  * the step's formula solved backwards, on the widened state; each restored value is stored with
  * round-to-nearest-even in its dtype. Not bit-exact: with bf16 state each restored value is

@@ -31,6 +31,7 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.h_lo = cpu ? 0 : pd;
     z.h_numel = part - z.h_lo;
     z.h_master = z.h_numel && !z.master_in_params;
+    z.h_blocks = zoe_adam_int8_blocks(z.h_numel);
     z.h_grads = !z.h_numel ? 0 : z.dpu_swap ? 2 : 1;
     z.snap = z.dpu_snapshot ? z.h_numel : 0;
     z.snap_pinned = !cpu;
@@ -65,8 +66,11 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t state_bytes = zoe_adam_state_esize(z->host_dtypes.exp_avg) +
                          zoe_adam_state_esize(z->host_dtypes.exp_avg_sq) +
                          (z->h_master ? zoe_adam_state_esize(z->host_dtypes.master) : 0);
+    size_t int8_moments =
+        (z->host_dtypes.exp_avg == ZOE_I8) + (z->host_dtypes.exp_avg_sq == ZOE_I8);
+    size_t scales = int8_moments * z->h_blocks * f;
     *out = (zoe_optimizer_footprint){
-        .host_bytes = z->h_numel * (state_bytes + f * (size_t)z->h_grads) +
+        .host_bytes = z->h_numel * (state_bytes + f * (size_t)z->h_grads) + scales +
                       (z->snap_pinned ? 0 : snap),
         .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
@@ -75,8 +79,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
         .device_ring_bytes = slots_device,
         .params_numel = lay->flat_numel,
         .partition_numel = lay->part_numel,
-        .step_bytes_per_element = 2 * (state_bytes + (z->master_in_params ? f : 0)) + f +
-                                  (z->master_in_params ? 0 : esz),
+        .step_bytes_per_element =
+            2 * (state_bytes + (z->master_in_params ? f : 0)) + f + (z->master_in_params ? 0 : esz),
     };
 }
 
@@ -138,7 +142,7 @@ zoe_status zoe_optimizer_footprint_of(const zoe_optimizer_footprint_args *args,
         }
     }
     zoe_layout lay;
-    size_t align = 64 / zoe_dtype_size(dt);
+    size_t align = zoe_partition_align(args->config, dt);
     zoe_status st = zoe_layout_build(&lay, tensors, args->num_tensors, args->config->bucket_numel,
                                      args->dp_size, 0, align, 1, args->config->partial_ratio);
     free(tensors);

@@ -79,14 +79,20 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
     const zoe_dtype states[] = {c->main_params_dtype, c->exp_avg_dtype, c->exp_avg_sq_dtype};
     const char *state_names[] = {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"};
     for (int i = 0; i < 3; i++) {
-        if (states[i] != ZOE_F32 && states[i] != ZOE_BF16)
-            BAD("%s %s: the optimizer state is held in fp32 or bf16", state_names[i],
-                zoe_dtype_name(states[i]));
+        if (states[i] != ZOE_F32 && states[i] != ZOE_BF16 && (i == 0 || states[i] != ZOE_I8))
+            BAD("%s %s: the %s is held in %s", state_names[i], zoe_dtype_name(states[i]),
+                i == 0 ? "master" : "moment", i == 0 ? "fp32 or bf16" : "fp32, bf16 or int8");
         if (states[i] != ZOE_F32 && c->dpu_warmup > 0 &&
             (c->dpu_schedule == ZOE_DPU_PREDICT || c->dpu_schedule == ZOE_DPU_DC))
-            BAD("%s bf16 with DPU schedule %s: predict and dc recompute the last step from fp32 "
-                "state (use exact or plain)",
-                state_names[i], c->dpu_schedule == ZOE_DPU_PREDICT ? "predict" : "dc");
+            BAD("%s %s with DPU schedule %s: predict and dc recompute the last step from fp32 "
+                "state (use %s)",
+                state_names[i], zoe_dtype_name(states[i]),
+                c->dpu_schedule == ZOE_DPU_PREDICT ? "predict" : "dc",
+                states[i] == ZOE_I8 ? "plain" : "exact or plain");
+        if (states[i] == ZOE_I8 && c->dpu_warmup > 0 && c->dpu_schedule == ZOE_DPU_EXACT)
+            BAD("%s int8 with DPU schedule exact: a step cannot be undone from int8 moments (a "
+                "block's new scale and codes keep too little of it); use plain, or bf16 moments",
+                state_names[i]);
     }
     return ZOE_OK;
 #undef BAD
@@ -112,8 +118,8 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
     ZOE_TRY(zoe_event_create(opt->dev, &opt->grads_reduced));
     ZOE_TRY(zoe_event_create(opt->dev, &opt->refreshed));
     ZOE_TRY(zoe_layout_build(&opt->lay, tensors, n, opt->cfg.bucket_numel, opt->dp_size,
-                             opt->dp_rank, 64 / opt->esz, zoe_grid_tp_rank(opt->grid) == 0,
-                             opt->cfg.partial_ratio));
+                             opt->dp_rank, zoe_partition_align(&opt->cfg, opt->dtype),
+                             zoe_grid_tp_rank(opt->grid) == 0, opt->cfg.partial_ratio));
     zoe_state_sizes_of(zoe_device_backend(opt->dev), opt->dtype, &opt->lay, opt->dp_size, &opt->cfg,
                        &opt->sz);
     if (opt->cfg.dpu_warmup > 0 && opt->cfg.dpu_schedule == ZOE_DPU_DC && !opt->sz.dpu_swap)
@@ -286,6 +292,39 @@ zoe_status zoe_optimizer_progress_set(zoe_optimizer *opt, const zoe_optimizer_pr
     return ZOE_OK;
 }
 
+/* Host elements [h0, h1) of int8 moment which (1 exp_avg, 2 exp_avg_sq) to or from host, of
+ * dtype dt, a block at a time: read back, and written by reading the block back, replacing the
+ * range and requantising the whole block to nearest (v's floor at code 1 kept). A block
+ * requantised from its own values gets its codes and scale back, so a block written whole, or
+ * written twice over (docs/offload.md: a checkpoint's load), holds exactly the values written
+ * when they are an int8 block's values. */
+static zoe_status int8_state_copy(zoe_optimizer *opt, int which, size_t h0, size_t h1, char *host,
+                                  zoe_dtype dt, int write) {
+    const size_t bs = ZOE_ADAM_INT8_BLOCK, esz = zoe_dtype_size(dt);
+    float x[ZOE_ADAM_INT8_BLOCK];
+    for (size_t b0 = h0 / bs * bs; b0 < h1; b0 += bs) {
+        size_t len = opt->sz.h_numel - b0 < bs ? opt->sz.h_numel - b0 : bs;
+        size_t a = b0 > h0 ? b0 : h0, e = b0 + len < h1 ? b0 + len : h1;
+        void *codes = zoe_host_state_at(opt, which, b0);
+        float *scale = zoe_host_scale_at(opt, which, b0);
+        if (which == 1)
+            zoe_adam_int8_dequantize_m(codes, scale, len, x);
+        else
+            zoe_adam_int8_dequantize_v(codes, scale, len, x);
+        char *u = host + (a - h0) * esz;
+        if (!write) {
+            ZOE_TRY(zoe_convert(u, dt, x + (a - b0), ZOE_F32, e - a));
+            continue;
+        }
+        ZOE_TRY(zoe_convert(x + (a - b0), ZOE_F32, u, dt, e - a));
+        if (which == 1)
+            zoe_adam_int8_quantize_m(x, len, codes, scale);
+        else
+            zoe_adam_int8_quantize_v(x, NULL, len, codes, scale);
+    }
+    return ZOE_OK;
+}
+
 /* Copies [offset, offset + count) of one state array between the caller's host buffer, of
  * dtype dt (fp32 or bf16), and the partition, whose first sz.h_lo elements live in device memory
  * (CUDA with partial offload, always fp32). Into bf16 the values round to nearest even; a state
@@ -347,6 +386,9 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         if (!write && !direct) ZOE_TRY(zoe_convert(buf + (a - offset) * esz, dt, f, ZOE_F32, n));
         a += n;
     }
+    if (end > pd && zoe_optimizer_state_dtype(opt, which) == ZOE_I8)
+        return int8_state_copy(opt, (int)which, (offset > pd ? offset : pd) - pd, end - pd,
+                               buf + ((offset > pd ? offset : pd) - offset) * esz, dt, write);
     if (end > pd) {
         size_t a = offset > pd ? offset : pd;
         /* A bf16 state reads back exactly (widened) and is written with round-to-nearest-even:

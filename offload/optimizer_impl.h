@@ -59,8 +59,9 @@ typedef struct zoe_state_sizes {
      * parameters is an fp32 master; the device share on CUDA is fp32 state. */
     zoe_adam_state_dtypes host_dtypes;
     int compressed;
-    int h_grads; /* host fp32 gradient partitions: 1, or 2 with dpu_swap */
-    size_t snap; /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
+    size_t h_blocks; /* blocks of the host arrays (ZOE_ADAM_INT8_BLOCK): an int8 moment's scales */
+    int h_grads;     /* host fp32 gradient partitions: 1, or 2 with dpu_swap */
+    size_t snap;     /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
     int snap_pinned;
     size_t params;   /* device, compute dtype: the parameter buffer */
     size_t part_out; /* device, compute dtype: the partition buffer (CUDA with DPU or a device
@@ -74,6 +75,15 @@ typedef struct zoe_state_sizes {
     size_t slot_device, slot_pinned; /* elements per slot, compute dtype */
     size_t full_grad, full_pinned;   /* ZOE_GRAD_FULL_BUFFER, compute dtype */
 } zoe_state_sizes;
+
+/* The partition alignment, in elements: 64 bytes of the compute dtype, and with an int8 moment
+ * whole blocks of it, so that every bucket's partition and the host share start at a block
+ * boundary (a block never holds two buckets' elements, nor device and host ones). */
+static inline size_t zoe_partition_align(const zoe_optimizer_config *cfg, zoe_dtype dtype) {
+    size_t align = 64 / zoe_dtype_size(dtype);
+    int int8 = cfg->exp_avg_dtype == ZOE_I8 || cfg->exp_avg_sq_dtype == ZOE_I8;
+    return int8 && align < ZOE_ADAM_INT8_BLOCK ? ZOE_ADAM_INT8_BLOCK : align;
+}
 
 void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
                         const zoe_optimizer_config *cfg, zoe_state_sizes *out);
@@ -150,7 +160,8 @@ struct zoe_optimizer {
     zoe_adam_table *device_table; /* the device segments, for one-launch steps and norms */
     /* Host state, partition coordinates [sz.h_lo, part_numel) shifted to 0. h_master is NULL
      * with the master in the parameters; h_grad[1] is h_grad[0] unless sz.dpu_swap. */
-    void *h_master, *h_m, *h_v; /* in sz.host_dtypes */
+    void *h_master, *h_m, *h_v;   /* in sz.host_dtypes */
+    float *h_m_scale, *h_v_scale; /* int8 moments: one scale per block of the host arrays */
     float *h_grad[2];
     uint64_t rounding_seed; /* cfg.rounding_seed mixed with the DP rank (optimizer.c) */
     void *h_snap;           /* sz.snap elements of compute dtype, or NULL */
@@ -208,6 +219,12 @@ struct zoe_optimizer {
 
 /* Host array element h of state array which (0 master, 1 exp_avg, 2 exp_avg_sq), typed by its
  * dtype: the address of the state of host coordinate h. */
+/* The scales of the block holding host element h of an int8 moment (which 1 or 2), else NULL. */
+static inline float *zoe_host_scale_at(const zoe_optimizer *opt, int which, size_t h) {
+    float *base = which == 1 ? opt->h_m_scale : which == 2 ? opt->h_v_scale : NULL;
+    return base ? base + h / ZOE_ADAM_INT8_BLOCK : NULL;
+}
+
 static inline void *zoe_host_state_at(const zoe_optimizer *opt, int which, size_t h) {
     void *base[] = {opt->h_master, opt->h_m, opt->h_v};
     zoe_dtype dt = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);

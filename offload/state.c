@@ -16,6 +16,12 @@ size_t zoe_host_block(const zoe_optimizer *opt) {
     return opt->sz.out_ring ? opt->sz.out_ring : opt->sz.h_numel;
 }
 
+/* The int8 moments' scales: zero, so that a zero block reads zero. */
+static void clear_scales(zoe_optimizer *opt) {
+    if (opt->h_m_scale) memset(opt->h_m_scale, 0, opt->sz.h_blocks * sizeof(float));
+    if (opt->h_v_scale) memset(opt->h_v_scale, 0, opt->sz.h_blocks * sizeof(float));
+}
+
 /* First touch of every host array, block by block and tile by tile, with the schedule of the
  * host step (step.c). */
 static void first_touch(zoe_optimizer *opt) {
@@ -37,6 +43,7 @@ static void first_touch(zoe_optimizer *opt) {
             if (snap) memset((char *)snap + lo * opt->esz, 0, len * opt->esz);
         }
     }
+    clear_scales(opt);
 }
 
 static zoe_status device_array(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
@@ -53,8 +60,12 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
     opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
     if (z->h_master)
         opt->h_master = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.master));
+    int m_int8 = z->host_dtypes.exp_avg == ZOE_I8, v_int8 = z->host_dtypes.exp_avg_sq == ZOE_I8;
+    if (m_int8) opt->h_m_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
+    if (v_int8) opt->h_v_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
     if (!opt->h_m || !opt->h_v || !opt->h_grad[0] || !opt->h_grad[1] ||
-        (z->h_master && !opt->h_master))
+        (z->h_master && !opt->h_master) || (m_int8 && !opt->h_m_scale) ||
+        (v_int8 && !opt->h_v_scale))
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements", z->h_numel);
     if (z->snap && z->snap_pinned)
         ZOE_TRY(zoe_state_pinned_alloc(opt, z->snap * opt->esz, 0, &opt->h_snap));
@@ -130,6 +141,7 @@ void zoe_state_destroy(zoe_optimizer *opt) {
     }
     if (opt->h_grad[1] != opt->h_grad[0]) free(opt->h_grad[1]);
     free(opt->h_master), free(opt->h_m), free(opt->h_v), free(opt->h_grad[0]);
+    free(opt->h_m_scale), free(opt->h_v_scale);
     if (opt->sz.snap_pinned)
         zoe_host_free(opt->dev, opt->h_snap);
     else
@@ -221,6 +233,7 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
         const zoe_adam_state_dtypes *dt = &opt->sz.host_dtypes;
         memset(opt->h_m, 0, opt->sz.h_numel * zoe_adam_state_esize(dt->exp_avg));
         memset(opt->h_v, 0, opt->sz.h_numel * zoe_adam_state_esize(dt->exp_avg_sq));
+        clear_scales(opt);
     }
     opt->iteration = 0;
     opt->refresh_due = 0;

@@ -34,33 +34,101 @@ static void *range_output(const zoe_optimizer *opt, size_t a, size_t flat, int i
     return NULL;
 }
 
-/* adam_range with compressed state (kernels/adam_state.h): the master (a host array, or the
- * fp32 master in the parameters when only the moments are compressed) is updated in place,
- * never into a second array (no dpu_swap); no prediction or compensation (zoe_config_check).
- * The output goes where adam_range's would, and the stochastic rounding is keyed by the
- * element's partition coordinate, so it does not depend on the tiling. */
-static zoe_status compressed_range(zoe_optimizer *opt, const zoe_step_consts *c,
-                                   const zoe_step_consts *snap_c, const zoe_segment *sg, size_t a,
-                                   size_t e, int buf, int in_flight, void *block_out,
-                                   size_t block_lo, int undo) {
+/* The step's constants of a compressed update: the snapshot's for an update in flight that
+ * reads it, else the step's. */
+static const zoe_step_consts *compressed_consts(const zoe_optimizer *opt, const zoe_step_consts *c,
+                                                const zoe_step_consts *snap_c, int in_flight) {
+    return in_flight && opt->sz.dpu_snapshot ? snap_c : c;
+}
+
+/* Partition coordinates [a, e) of segment sg as a piece of a compressed update whose range
+ * starts at partition coordinate x0: the master (a host array, or the fp32 master in the
+ * parameters when only the moments are compressed) is updated in place, never into a second
+ * array (no dpu_swap); no prediction or compensation (zoe_config_check). The gradient is the
+ * snapshot for an update in flight that reads one, and the output goes where adam_range's
+ * would. */
+static zoe_adam_state_piece compressed_piece(const zoe_optimizer *opt, const zoe_step_consts *sc,
+                                             const zoe_segment *sg, size_t a, size_t e, size_t x0,
+                                             int buf, int in_flight, void *block_out,
+                                             size_t block_lo) {
     const zoe_state_sizes *z = &opt->sz;
-    size_t h = a - z->h_lo, esz = opt->esz;
-    size_t flat = sg->flat + (a - sg->offset);
-    const zoe_adam_state st = {.master = z->master_in_params ? (float *)opt->params + flat
-                                                             : zoe_host_state_at(opt, 0, h),
-                               .exp_avg = zoe_host_state_at(opt, 1, h),
-                               .exp_avg_sq = zoe_host_state_at(opt, 2, h)};
+    size_t h = a - z->h_lo, flat = sg->flat + (a - sg->offset);
     int from_snap = in_flight && z->dpu_snapshot;
-    char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
-    void *out = range_output(opt, a, flat, in_flight, block_out, block_lo);
-    const zoe_step_consts *sc = from_snap ? snap_c : c;
-    const zoe_adam_consts *k = zoe_segment_consts(sc, sg);
-    if (undo)
-        return zoe_adam_state_undo_host(k, &z->host_dtypes, &st, opt->h_grad[buf] + h, out,
-                                        opt->dtype, e - a);
-    const void *grad = from_snap ? (const void *)snap : (const void *)(opt->h_grad[buf] + h);
-    return zoe_adam_state_host(k, &sc->rounding, &z->host_dtypes, &st, a, grad,
-                               from_snap ? opt->dtype : ZOE_F32, out, opt->dtype, e - a);
+    return (zoe_adam_state_piece){
+        .offset = a - x0,
+        .len = e - a,
+        .c = zoe_segment_consts(sc, sg),
+        .master = z->master_in_params ? (float *)opt->params + flat : zoe_host_state_at(opt, 0, h),
+        .grad = from_snap ? (const void *)((char *)opt->h_snap + h * opt->esz)
+                          : (const void *)(opt->h_grad[buf] + h),
+        .out = range_output(opt, a, flat, in_flight, block_out, block_lo)};
+}
+
+/* The compressed state's moments (and int8 scales) from host coordinate h on. */
+static zoe_adam_state compressed_moments(const zoe_optimizer *opt, size_t h) {
+    return (zoe_adam_state){.exp_avg = zoe_host_state_at(opt, 1, h),
+                            .exp_avg_sq = zoe_host_state_at(opt, 2, h),
+                            .exp_avg_scale = zoe_host_scale_at(opt, 1, h),
+                            .exp_avg_sq_scale = zoe_host_scale_at(opt, 2, h)};
+}
+
+/* The undo of a compressed step on [a, e) of segment sg (ZOE_DPU_EXACT, no int8 moments). */
+static zoe_status compressed_undo(zoe_optimizer *opt, const zoe_step_consts *c,
+                                  const zoe_segment *sg, size_t a, size_t e, int buf,
+                                  void *block_out, size_t block_lo) {
+    zoe_adam_state_piece pc = compressed_piece(opt, c, sg, a, e, a, buf, 0, block_out, block_lo);
+    zoe_adam_state st = compressed_moments(opt, a - opt->sz.h_lo);
+    st.master = pc.master;
+    return zoe_adam_state_undo_host(pc.c, &opt->sz.host_dtypes, &st, pc.grad, pc.out, opt->dtype,
+                                    e - a);
+}
+
+/* The compressed update of host coordinates [lo, hi) (one tile, or its part in a block): every
+ * segment reaching into it as one piece of one call, so that a block of int8 moments holding
+ * two tensors' elements is read and requantised once (kernels/adam_state.h). lo is at a block
+ * boundary: tiles and copy-out blocks are whole tiles, and with int8 moments every bucket's
+ * partition and the host share start at a block boundary (zoe_partition_align). The rounding is
+ * keyed by the element's partition coordinate, so it does not depend on the tiling. */
+static zoe_status compressed_tile(zoe_optimizer *opt, const zoe_step_consts *c,
+                                  const zoe_step_consts *snap_c, int first_segment, int buf,
+                                  int in_flight, size_t lo, size_t hi, void *block_out,
+                                  size_t block_lo) {
+    const zoe_layout *lay = &opt->lay;
+    const zoe_state_sizes *z = &opt->sz;
+    const zoe_step_consts *sc = compressed_consts(opt, c, snap_c, in_flight);
+    enum { ON_STACK = 32 };
+    zoe_adam_state_piece stack[ON_STACK], *pieces = stack;
+    int count = 0, cap = ON_STACK;
+    zoe_status st = ZOE_OK;
+    for (int s = first_segment; s < lay->num_segments; s++) {
+        const zoe_segment *sg = &lay->segments[s];
+        size_t a = sg->offset - z->h_lo, e = a + sg->len;
+        if (a >= hi) break;
+        a = a < lo ? lo : a, e = e > hi ? hi : e;
+        if (e <= a) continue; /* ends before the range */
+        if (count == cap) {
+            zoe_adam_state_piece *grown =
+                malloc((size_t)(2 * cap) * sizeof *grown); /* many small tensors in one tile */
+            if (!grown) {
+                st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host Adam: %d pieces", 2 * cap);
+                break;
+            }
+            memcpy(grown, pieces, (size_t)count * sizeof *grown);
+            if (pieces != stack) free(pieces);
+            pieces = grown, cap *= 2;
+        }
+        pieces[count++] = compressed_piece(opt, sc, sg, a + z->h_lo, e + z->h_lo, lo + z->h_lo, buf,
+                                           in_flight, block_out, block_lo);
+    }
+    if (st == ZOE_OK) {
+        const zoe_adam_state moments = compressed_moments(opt, lo);
+        int from_snap = in_flight && z->dpu_snapshot;
+        st = zoe_adam_state_host_pieces(&sc->rounding, &z->host_dtypes, &moments, lo + z->h_lo,
+                                        pieces, count, from_snap ? opt->dtype : ZOE_F32, opt->dtype,
+                                        hi - lo);
+    }
+    if (pieces != stack) free(pieces);
+    return st;
 }
 
 /* One host Adam call on partition coordinates [a, e) of segment sg; block_out is the copy-out
@@ -72,9 +140,8 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
                              int undo) {
     const zoe_state_sizes *z = &opt->sz;
     size_t h = a - z->h_lo, flat = sg->flat + (a - sg->offset), esz = opt->esz;
-    if (z->compressed)
-        return compressed_range(opt, c, snap_c, sg, a, e, buf, in_flight, block_out, block_lo,
-                                undo);
+    if (z->compressed) /* only its undo comes here: the step goes a tile at a time */
+        return compressed_undo(opt, c, sg, a, e, buf, block_out, block_lo);
     float *w_in = z->master_in_params ? (float *)opt->params + flat : (float *)opt->h_master + h;
     float *w_out = in_flight && z->dpu_swap ? opt->h_grad[buf] + h : w_in;
     int from_snap = in_flight && z->dpu_snapshot;
@@ -114,6 +181,12 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
     for (long ch = first; ch < last; ch++) {
         size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
         lo = lo < b0 ? b0 : lo;
+        if (opt->sz.compressed && !undo) {
+            zoe_worker_error_record(&err,
+                                    compressed_tile(opt, c, snap_c, opt->chunk_segment[ch], buf,
+                                                    in_flight, lo, hi, block_out, b0 + h_lo));
+            continue;
+        }
         for (int s = opt->chunk_segment[ch]; s < lay->num_segments; s++) {
             const zoe_segment *sg = &lay->segments[s];
             size_t a = sg->offset - h_lo, e = a + sg->len;

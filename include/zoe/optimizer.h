@@ -324,7 +324,9 @@ typedef struct zoe_optimizer_footprint {
     size_t partition_numel; /* elements of this rank's partition (padding included) */
     /* Host memory the host step reads and writes per element of the host share: the state
      * arrays twice (read and written, in their dtypes), the fp32 gradient once, and the
-     * compute-dtype weights it writes unless the master is the weights (CPU backend, fp32). */
+     * compute-dtype weights it writes unless the master is the weights (CPU backend, fp32).
+     * An int8 moment counts its codes; its scales (4 bytes per block of 256, read and written:
+     * 0.03 bytes per element) are left out of this whole number, and counted in host_bytes. */
     size_t step_bytes_per_element;
 } zoe_optimizer_footprint;
 

@@ -66,9 +66,12 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
     if (!zoe_cpu_isa_supported(isa))
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam state: this CPU cannot run the %s path",
                         zoe_cpu_isa_name(isa));
-    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8)
-        return zoe_adam_state_int8_range(isa, c, r, dt, st, index0, grad, grad_dtype, out,
-                                         out_dtype, n);
+    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8) {
+        const zoe_adam_state_piece whole = {
+            .offset = 0, .len = n, .c = c, .master = st->master, .grad = grad, .out = out};
+        return zoe_adam_state_int8_pieces(isa, r, dt, st, index0, &whole, n ? 1 : 0, grad_dtype,
+                                          out_dtype, n);
+    }
     int odt = out ? (int)out_dtype : ADAM_OUT_NONE;
     const size_t sizes[] = {zoe_adam_state_esize(dt->master), zoe_adam_state_esize(dt->exp_avg),
                             zoe_adam_state_esize(dt->exp_avg_sq)};
@@ -108,6 +111,59 @@ zoe_status zoe_adam_state_host(const zoe_adam_consts *c, const zoe_adam_rounding
                                zoe_dtype out_dtype, size_t n) {
     return zoe_adam_state_host_isa(zoe_cpu_isa_best(), c, r, dt, st, index0, grad, grad_dtype, out,
                                    out_dtype, n);
+}
+
+zoe_status zoe_adam_state_host_pieces_isa(zoe_cpu_isa isa, const zoe_adam_rounding *r,
+                                          const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                                          uint64_t index0, const zoe_adam_state_piece *pieces,
+                                          int num_pieces, zoe_dtype grad_dtype, zoe_dtype out_dtype,
+                                          size_t n) {
+    if (num_pieces < 0 || (num_pieces && !pieces))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state pieces: %d pieces at %p", num_pieces,
+                        (const void *)pieces);
+    for (int p = 0; p < num_pieces; p++) {
+        const zoe_adam_state_piece *pc = &pieces[p];
+        size_t after = p ? pieces[p - 1].offset + pieces[p - 1].len : 0;
+        if (pc->offset < after || pc->offset > n || pc->len > n - pc->offset)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "adam state pieces: piece %d [%zu, %zu) overlaps the one before or "
+                            "leaves the range of %zu",
+                            p, pc->offset, pc->offset + pc->len, n);
+        const zoe_adam_state at = {.master = pc->master,
+                                   .exp_avg = st ? st->exp_avg : NULL,
+                                   .exp_avg_sq = st ? st->exp_avg_sq : NULL,
+                                   .exp_avg_scale = st ? st->exp_avg_scale : NULL,
+                                   .exp_avg_sq_scale = st ? st->exp_avg_sq_scale : NULL};
+        ZOE_TRY(check_call(dt, &at, pc->grad, grad_dtype, pc->out, out_dtype, pc->len,
+                           "adam state pieces"));
+        if (pc->len && (!pc->c || !r))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state pieces: NULL constants");
+    }
+    if (!zoe_cpu_isa_supported(isa))
+        return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam state: this CPU cannot run the %s path",
+                        zoe_cpu_isa_name(isa));
+    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8)
+        return zoe_adam_state_int8_pieces(isa, r, dt, st, index0, pieces, num_pieces, grad_dtype,
+                                          out_dtype, n);
+    const size_t msz = zoe_adam_state_esize(dt->exp_avg),
+                 vsz = zoe_adam_state_esize(dt->exp_avg_sq);
+    for (int p = 0; p < num_pieces; p++) {
+        const zoe_adam_state_piece *pc = &pieces[p];
+        const zoe_adam_state part = {.master = pc->master,
+                                     .exp_avg = (char *)st->exp_avg + pc->offset * msz,
+                                     .exp_avg_sq = (char *)st->exp_avg_sq + pc->offset * vsz};
+        ZOE_TRY(zoe_adam_state_host_isa(isa, pc->c, r, dt, &part, index0 + pc->offset, pc->grad,
+                                        grad_dtype, pc->out, out_dtype, pc->len));
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_adam_state_host_pieces(const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
+                                      const zoe_adam_state *st, uint64_t index0,
+                                      const zoe_adam_state_piece *pieces, int num_pieces,
+                                      zoe_dtype grad_dtype, zoe_dtype out_dtype, size_t n) {
+    return zoe_adam_state_host_pieces_isa(zoe_cpu_isa_best(), r, dt, st, index0, pieces, num_pieces,
+                                          grad_dtype, out_dtype, n);
 }
 
 /* A value solved back in float64, stored in its dtype with round-to-nearest-even. */

@@ -50,10 +50,14 @@ static zoe_int8_block_fns block_fns_of(zoe_cpu_isa isa) {
     }
 }
 
-zoe_status zoe_adam_state_int8_range(zoe_cpu_isa isa, const zoe_adam_consts *c,
-                                     const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
-                                     const zoe_adam_state *st, uint64_t index0, const void *grad,
-                                     zoe_dtype gdt, void *out, zoe_dtype odt, size_t n) {
+static size_t min_size(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+
+zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *r,
+                                      const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                                      uint64_t index0, const zoe_adam_state_piece *pieces,
+                                      int num_pieces, zoe_dtype gdt, zoe_dtype odt, size_t n) {
     zoe_int8_block_fns fns = block_fns_of(isa);
     /* The step proper runs on fp32 copies of the int8 moments; the other states in place. */
     const zoe_adam_state_dtypes step_dt = {.master = dt->master,
@@ -61,13 +65,14 @@ zoe_status zoe_adam_state_int8_range(zoe_cpu_isa isa, const zoe_adam_consts *c,
                                            .exp_avg_sq =
                                                dt->exp_avg_sq == ZOE_I8 ? ZOE_F32 : dt->exp_avg_sq};
     const size_t wsz = zoe_adam_state_esize(dt->master), gsz = zoe_dtype_size(gdt),
-                 osz = out ? zoe_dtype_size(odt) : 0;
-    const size_t msz = zoe_adam_state_esize(dt->exp_avg),
-                 vsz = zoe_adam_state_esize(dt->exp_avg_sq);
+                 osz = zoe_dtype_size(odt);
+    const size_t msz = zoe_adam_state_esize(step_dt.exp_avg),
+                 vsz = zoe_adam_state_esize(step_dt.exp_avg_sq);
     float m[ZOE_ADAM_INT8_BLOCK], v[ZOE_ADAM_INT8_BLOCK];
     uint16_t bits_v[ZOE_ADAM_INT8_BLOCK];
     uint32_t key_word = (uint32_t)(index0 >> 32);
     uint32_t key0 = zoe_sr_key(r, key_word), key1 = zoe_sr_key(r, key_word + 1);
+    int first = 0; /* the first piece not wholly before the block */
     for (size_t lo = 0; lo < n; lo += ZOE_ADAM_INT8_BLOCK) {
         size_t len = block_len(n, lo), b = lo / ZOE_ADAM_INT8_BLOCK;
         uint64_t index = index0 + lo;
@@ -76,20 +81,29 @@ zoe_status zoe_adam_state_int8_range(zoe_cpu_isa isa, const zoe_adam_consts *c,
             key0 = key1;
             key1 = zoe_sr_key(r, key_word + 1);
         }
-        zoe_adam_state part = {.master = (char *)st->master + lo * wsz,
-                               .exp_avg = (char *)st->exp_avg + lo * msz,
-                               .exp_avg_sq = (char *)st->exp_avg_sq + lo * vsz};
+        /* The block's moments, at its element 0: the fp32 copies of int8 ones, else in place. */
+        char *mb = (char *)st->exp_avg + lo * msz, *vb = (char *)st->exp_avg_sq + lo * vsz;
         if (dt->exp_avg == ZOE_I8) {
             fns.dequantize_m((const int8_t *)st->exp_avg + lo, st->exp_avg_scale[b], len, m);
-            part.exp_avg = m;
+            mb = (char *)m;
         }
         if (dt->exp_avg_sq == ZOE_I8) {
             fns.dequantize_v((const uint8_t *)st->exp_avg_sq + lo, st->exp_avg_sq_scale[b], len, v);
-            part.exp_avg_sq = v;
+            vb = (char *)v;
         }
-        ZOE_TRY(zoe_adam_state_host_isa(isa, c, r, &step_dt, &part, index,
-                                        (const char *)grad + lo * gsz, gdt,
-                                        out ? (char *)out + lo * osz : NULL, odt, len));
+        while (first < num_pieces && pieces[first].offset + pieces[first].len <= lo) first++;
+        for (int p = first; p < num_pieces && pieces[p].offset < lo + len; p++) {
+            const zoe_adam_state_piece *pc = &pieces[p];
+            size_t a = pc->offset > lo ? pc->offset : lo,
+                   e = min_size(pc->offset + pc->len, lo + len);
+            size_t into = a - pc->offset; /* elements of the piece before the block */
+            const zoe_adam_state part = {.master = (char *)pc->master + into * wsz,
+                                         .exp_avg = mb + (a - lo) * msz,
+                                         .exp_avg_sq = vb + (a - lo) * vsz};
+            ZOE_TRY(zoe_adam_state_host_isa(
+                isa, pc->c, r, &step_dt, &part, index0 + a, (const char *)pc->grad + into * gsz,
+                gdt, pc->out ? (char *)pc->out + into * osz : NULL, odt, e - a));
+        }
         if (dt->exp_avg == ZOE_I8)
             fns.quantize_m(m, len, (int8_t *)st->exp_avg + lo, st->exp_avg_scale + b);
         if (dt->exp_avg_sq == ZOE_I8) {

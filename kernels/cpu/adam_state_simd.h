@@ -48,12 +48,12 @@ void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_
                                  const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                                  uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
                                  size_t lo, size_t hi);
-/* The step with an int8 moment (adam_state_int8.c), a block at a time, on path isa; element 0
- * is at a block boundary of the state. */
-zoe_status zoe_adam_state_int8_range(zoe_cpu_isa isa, const zoe_adam_consts *c,
-                                     const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
-                                     const zoe_adam_state *st, uint64_t index0, const void *grad,
-                                     zoe_dtype gdt, void *out, zoe_dtype odt, size_t n);
+/* The step over pieces with an int8 moment (adam_state_int8.c), a block at a time, on path isa
+ * (zoe_adam_state_host_pieces_isa, arguments checked). */
+zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *r,
+                                      const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                                      uint64_t index0, const zoe_adam_state_piece *pieces,
+                                      int num_pieces, zoe_dtype gdt, zoe_dtype odt, size_t n);
 /* The vector loops (adam_avx2.c, adam_avx512.c; the AVX512_BF16 level runs the AVX-512 one: the
  * stochastic stores are integer adds, and the output rounding is the same either way). All
  * element indices of a call share their high word: index_lo is the low word of element 0. */

@@ -44,6 +44,8 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 enum { NT = 4 };
+/* Bytes per element of an int8 moment: its code and its share of its block's fp32 scale. */
+static const double I8 = 1.0 + 4.0 / 256.0;
 static const size_t numel[NT] = {300000, 123457, 500001, 77};
 /* Layout tables, tensor names, the chunk table, the DP communicator's duplicate and what
  * OpenMP allocates for its team: bounded by 256 KiB, against 5 MB and more of state. */
@@ -194,7 +196,7 @@ static void measure(zoe_grid *grid, zoe_dtype dt, const zoe_optimizer_config *c,
 /* The GPU box from the sizing code alone: host bytes per partition element (pinned included,
  * rings excluded) and device bytes per parameter-buffer element. */
 static void gpu_box(int d) {
-    const zoe_dtype F = ZOE_F32, B = ZOE_BF16;
+    const zoe_dtype F = ZOE_F32, B = ZOE_BF16, Q = ZOE_I8;
     struct {
         zoe_dtype dt;
         int dpu;
@@ -215,6 +217,13 @@ static void gpu_box(int d) {
         {ZOE_BF16, 1, 12, 2, ZOE_DPU_PLAIN, B, B, B, 18}, /* + the bf16 snapshot */
         {ZOE_BF16, 0, 12, 2, ZOE_DPU_PLAIN, F, B, B, 22}, /* fp32 master, bf16 moments */
         {ZOE_F16, 0, 14, 2, ZOE_DPU_PLAIN, B, F, F, 26},  /* bf16 master, fp32 moments */
+        /* int8 moments: a code each and a 4-byte scale per block of 256 (the host share is
+         * whole blocks, zoe_partition_align), so 1 + 1/64 bytes each; the step moves the codes
+         * (the scales' 2/64 are left out of step_bytes_per_element). */
+        {ZOE_BF16, 0, 2 + 2 * I8 + 4, 2, ZOE_DPU_PLAIN, B, Q, Q, 14},
+        {ZOE_BF16, 1, 2 + 2 * I8 + 4 + 2, 2, ZOE_DPU_PLAIN, B, Q, Q, 14}, /* + the snapshot */
+        {ZOE_BF16, 0, 4 + 2 * I8 + 4, 2, ZOE_DPU_PLAIN, F, Q, Q, 18},
+        {ZOE_F16, 0, 2 + 2 + I8 + 4, 2, ZOE_DPU_PLAIN, B, B, Q, 16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zoe_optimizer_config c = config(cases[i].dpu, ZOE_GRAD_BUCKETS, 0.0f);
@@ -282,9 +291,19 @@ int main(int argc, char **argv) {
      * fp32 master leaves the weights (4 + 4 + 4 + 4 snapshot + 4 weights). */
     zoe_optimizer_config d_mom = with_state(dpu, F, B, B);
     measure(grid, ZOE_F32, &d_mom, 20, "CPU fp32 DPU, bf16 moments");
+    /* int8 moments, 1 + 1/64 bytes each (gpu_box): with a bf16 master the GPU box's 8.03 */
+    const zoe_dtype Q = ZOE_I8;
+    zoe_optimizer_config q_all = with_state(sync, B, Q, Q), q_mom = with_state(sync, F, Q, Q);
+    zoe_optimizer_config qd_all = with_state(dpu, B, Q, Q);
+    measure(grid, ZOE_BF16, &q_all, 2 + 2 * I8 + 4 + 2, "CPU bf16, bf16 master, int8 moments");
+    measure(grid, ZOE_F32, &q_mom, 2 * I8 + 4 + 4, "CPU fp32, int8 moments");
+    measure(grid, ZOE_BF16, &qd_all, 2 + 2 * I8 + 4 + 2 + 2,
+            "CPU bf16 DPU, bf16 master, int8 moments");
     zoe_optimizer_config partial = config(1, ZOE_GRAD_FULL_BUFFER, 0.5f);
     measure(grid, ZOE_F32, &partial, -1, "CPU fp32 DPU full-buffer partial 0.5");
     measure(grid, ZOE_BF16, &partial, -1, "CPU bf16 DPU full-buffer partial 0.5");
+    zoe_optimizer_config q_partial = with_state(partial, B, Q, Q);
+    measure(grid, ZOE_BF16, &q_partial, -1, "CPU bf16 DPU full-buffer partial 0.5, int8 moments");
     gpu_box(zoe_grid_dp_size(grid));
     zoe_grid_destroy(grid);
     return test_finish("test_optimizer_memory");
