@@ -57,8 +57,9 @@ static const char *const decay_style_names[] = {
 static const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus-sqrt",
                                               NULL}; /* zoe_lr_wsd_style */
 static const char *const dpu_schedule_names[] = {"plain", "predict", "dc", "exact",
-                                                 NULL};                /* zoe_dpu_schedule */
-static const char *const state_dtype_names[] = {"fp32", "bf16", NULL}; /* zoe_train_state_dtype */
+                                                 NULL}; /* zoe_dpu_schedule */
+static const char *const state_dtype_names[] = {"fp32", "bf16", "int8",
+                                                NULL}; /* zoe_train_state_dtype */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
 #define MODEL(field) (offsetof(zoe_train_config, model) + offsetof(zoe_model_config, field))
@@ -135,9 +136,9 @@ static const option_spec options[] = {
     {"main-params-dtype", OPT_CHOICE, CFG(main_params_dtype), 0, 0,
      "the host's master weights: fp32 or bf16 (stochastic rounding; docs/offload.md)"},
     {"exp-avg-dtype", OPT_CHOICE, CFG(exp_avg_dtype), 0, 0,
-     "Adam's first moment on the host: fp32 or bf16"},
+     "Adam's first moment on the host: fp32, bf16 or int8 (blockwise)"},
     {"exp-avg-sq-dtype", OPT_CHOICE, CFG(exp_avg_sq_dtype), 0, 0,
-     "Adam's second moment on the host: fp32 or bf16"},
+     "Adam's second moment on the host: fp32, bf16 or int8 (blockwise)"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -790,13 +791,19 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
     const int compressed = c->main_params_dtype != ZOE_STATE_FP32 ||
                            c->exp_avg_dtype != ZOE_STATE_FP32 ||
                            c->exp_avg_sq_dtype != ZOE_STATE_FP32;
+    const int int8 = c->exp_avg_dtype == ZOE_STATE_INT8 || c->exp_avg_sq_dtype == ZOE_STATE_INT8;
+    if (c->main_params_dtype == ZOE_STATE_INT8)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--main-params-dtype=int8: the master weights are fp32 or bf16 (int8 is "
+                        "for the moments, --exp-avg-dtype and --exp-avg-sq-dtype)");
     if (compressed && c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0 &&
         (c->dpu_schedule == ZOE_DPU_PREDICT || c->dpu_schedule == ZOE_DPU_DC))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--dpu-schedule %s recomputes the last step from fp32 optimizer state: "
-                        "with bf16 state (--main-params-dtype, --exp-avg-dtype, "
-                        "--exp-avg-sq-dtype) use exact or plain",
-                        dpu_schedule_names[c->dpu_schedule]);
+                        "with compressed state (--main-params-dtype, --exp-avg-dtype, "
+                        "--exp-avg-sq-dtype) use %s",
+                        dpu_schedule_names[c->dpu_schedule], int8 ? "plain" : "exact or plain");
+
     if (c->dtype == ZOE_F16 && c->backend == ZOE_BACKEND_CPU)
         return zoe_fail(
             ZOE_ERR_INVALID_ARGUMENT,

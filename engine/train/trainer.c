@@ -145,7 +145,9 @@ void zoe_trainer_param_tensors(const zoe_gpt *g, int tp_rank, zoe_param_tensor *
 }
 
 zoe_dtype zoe_train_state_dtype_of(int state_dtype) {
-    return state_dtype == ZOE_STATE_BF16 ? ZOE_BF16 : ZOE_F32;
+    return state_dtype == ZOE_STATE_BF16   ? ZOE_BF16
+           : state_dtype == ZOE_STATE_INT8 ? ZOE_I8
+                                           : ZOE_F32;
 }
 
 float zoe_train_offload_ratio(const zoe_train_config *c) {

@@ -131,10 +131,12 @@ typedef struct zoe_train_config {
     int main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
 } zoe_train_config;
 
-/* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16 ...). */
+/* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16,
+ * --exp-avg-dtype and --exp-avg-sq-dtype fp32|bf16|int8). */
 typedef enum zoe_train_state_dtype {
     ZOE_STATE_FP32 = 0,
     ZOE_STATE_BF16 = 1,
+    ZOE_STATE_INT8 = 2, /* the moments only: blockwise int8 (docs/offload.md) */
 } zoe_train_state_dtype;
 
 #define ZOE_TRAIN_CONFIG_INITIALIZER                                                               \
