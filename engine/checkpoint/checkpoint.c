@@ -60,6 +60,19 @@ static int file_sources(int file, ckpt_source out[2]) {
     return 2;
 }
 
+/* The dtype a moment has in the optimizer file: the one it is held in, and the values of int8
+ * moments in F32 (exact). */
+static zoe_st_dtype moment_file_dtype(const ckpt_view *v, ckpt_source src) {
+    zoe_dtype held = zoe_optimizer_state_dtype(v->opt, (zoe_optimizer_state)src);
+    return held == ZOE_I8 ? ZOE_ST_F32 : zoe_st_dtype_from_zoe(held);
+}
+
+/* Whether the trainer holds an int8 moment. */
+static int holds_int8(const ckpt_view *v) {
+    return zoe_optimizer_state_dtype(v->opt, ZOE_STATE_EXP_AVG) == ZOE_I8 ||
+           zoe_optimizer_state_dtype(v->opt, ZOE_STATE_EXP_AVG_SQ) == ZOE_I8;
+}
+
 /* The table this trainer writes for a file (and expects when loading). */
 static zoe_status build_table(const ckpt_view *v, int file, zoe_safetensors *table) {
     zoe_safetensors_init(table);
@@ -68,12 +81,12 @@ static zoe_status build_table(const ckpt_view *v, int file, zoe_safetensors *tab
     char name[ZOE_TP_NAME_MAX + 16];
     for (int s = 0; s < ns; s++)
         for (int t = 0; t < v->num_tensors; t++) {
-            /* The moments as the host holds them; the master in fp32 (exact from bf16), so that
-             * the model file reads as any fp32 safetensors does (exports, peers). */
+            /* The moments as the host holds them (int8 ones as their values in fp32: a block's
+             * scale belongs to the partition, not to a tensor); the master in fp32 (exact from
+             * bf16), so that the model file reads as any fp32 safetensors does. */
             zoe_st_dtype dt = file == FILE_PARAMS ? zoe_st_dtype_from_zoe(v->cfg->dtype)
                               : src[s] == CKPT_EXP_AVG || src[s] == CKPT_EXP_AVG_SQ
-                                  ? zoe_st_dtype_from_zoe(zoe_optimizer_state_dtype(
-                                        v->opt, (zoe_optimizer_state)src[s]))
+                                  ? moment_file_dtype(v, src[s])
                                   : ZOE_ST_F32;
             const zoe_tp_param *p = zoe_gpt_tensor(v->gpt, t);
             int64_t shape[2] = {stored_rows(v, p), p->global_shape[1]};
@@ -458,7 +471,12 @@ static zoe_status load_file(const ckpt_view *v, const cJSON *root, const char *d
     if (st == ZOE_OK && !sums) st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
     st = agree(comm, st);
     ckpt_io io = io_of(v);
-    if (st == ZOE_OK) st = ckpt_file_read(&io, path, &got, &runs, sums);
+    /* int8 moments are written through their blocks (zoe_optimizer_write_state): a block whose
+     * elements arrive in several runs holds them exactly once all are there, so the optimizer
+     * file is read twice, the second pass over the first (docs/checkpoint.md). */
+    int passes = file == FILE_OPTIMIZER && holds_int8(v) ? 2 : 1;
+    for (int pass = 0; st == ZOE_OK && pass < passes; pass++)
+        st = ckpt_file_read(&io, path, &got, &runs, sums);
     for (int i = 0; st == ZOE_OK && i < got.count; i++) {
         uint64_t recorded;
         st = ckpt_recorded_checksum(root, dir, file_names[file], got.tensors[i].name, &recorded);
