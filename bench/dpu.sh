@@ -13,7 +13,8 @@
 # --steps N (instead of the row's; the last-50 window stays) --seeds S1,S2,S3 --threads T
 # --kappa K (dc) --predict-scale S (predict) --out DIR (metrics files, kept; default a temporary directory)
 # --state NAME: the host's optimizer state dtypes for every run (docs/offload.md, "Compressed
-# state"): fp32 (the default), bf16 (master, m and v), bf16-moments (m and v), bf16-master.
+# state"): fp32 (the default), bf16 (master, m and v), bf16-moments (m and v), bf16-master,
+# int8 (a bf16 master, int8 m and v), int8-moments (int8 m and v).
 set -euo pipefail
 build="$1"; shift
 train="$build/tools/zoe-train/zoe-train"
@@ -58,7 +59,9 @@ case "$state" in
   bf16) state_args=(--main-params-dtype bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16) ;;
   bf16-moments) state_args=(--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16) ;;
   bf16-master) state_args=(--main-params-dtype bf16) ;;
-  *) echo "bench dpu: no state '$state' (fp32, bf16, bf16-moments, bf16-master)" >&2; exit 2 ;;
+  int8) state_args=(--main-params-dtype bf16 --exp-avg-dtype int8 --exp-avg-sq-dtype int8) ;;
+  int8-moments) state_args=(--exp-avg-dtype int8 --exp-avg-sq-dtype int8) ;;
+  *) echo "bench dpu: no state '$state' (fp32, bf16, bf16-moments, bf16-master, int8, int8-moments)" >&2; exit 2 ;;
 esac
 if [ -z "$out" ]; then out="$(mktemp -d)"; trap 'rm -rf "$out"' EXIT; fi
 mkdir -p "$out"
