@@ -43,10 +43,11 @@ static void usage(FILE *out) {
             "  --offload-ratio Q   share of optimizer state on the host, 0..1, or auto [1]\n"
             "  --bucket-mb N       gradient bucket size [16]\n"
             "  --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype T\n"
-            "                      the host's optimizer state: fp32 or bf16 [fp32]\n"
-            "  --state S           all three at once: fp32, bf16, or auto (bf16, whose\n"
-            "                      convergence docs/offload.md documents as equal; --search\n"
-            "                      tries fp32 and bf16) [fp32]\n"
+            "                      the host's optimizer state: fp32 or bf16, the moments\n"
+            "                      also int8 (blockwise) [fp32]\n"
+            "  --state S           all three at once: fp32, bf16, int8 (a bf16 master, int8\n"
+            "                      moments), or auto (bf16, whose convergence docs/offload.md\n"
+            "                      documents as equal; --search tries fp32 and bf16) [fp32]\n"
             "  --json              one JSON object instead of the report\n"
             "  --search            every fitting TP x DP x micro-batch x recompute x DPU x\n"
             "                      offload ratio on the box, best predicted tokens/s first\n"
@@ -155,14 +156,20 @@ static int parse_options(int argc, char **argv, options *o) {
             o->dtype_given = 1;
         } else if (strcmp(name, "main-params-dtype") == 0 || strcmp(name, "exp-avg-dtype") == 0 ||
                    strcmp(name, "exp-avg-sq-dtype") == 0 || strcmp(name, "state") == 0) {
-            int all = strcmp(name, "state") == 0, bf16 = strcmp(v, "bf16") == 0;
+            /* int8: the moments only; --state int8 is a bf16 master with int8 moments */
+            int all = strcmp(name, "state") == 0, master = name[0] == 'm';
+            int bf16 = strcmp(v, "bf16") == 0, int8 = !master && strcmp(v, "int8") == 0;
             o->state_auto = all && strcmp(v, "auto") == 0;
-            ok = bf16 || strcmp(v, "fp32") == 0 || o->state_auto;
+            ok = bf16 || int8 || strcmp(v, "fp32") == 0 || o->state_auto;
             if (!ok)
-                fprintf(stderr, "zoe-plan: --%s: '%s' is not fp32%s or bf16\n", name, v,
-                        all ? ", auto" : "");
-            int d = bf16 || o->state_auto ? ZOE_STATE_BF16 : ZOE_STATE_FP32;
-            if (all || name[0] == 'm') o->cfg.main_params_dtype = d;
+                fprintf(stderr, "zoe-plan: --%s: '%s' is not fp32%s%s\n", name, v,
+                        master ? " or bf16 (the master weights)" : ", bf16",
+                        all      ? ", int8 or auto"
+                        : master ? ""
+                                 : " or int8");
+            int d = bf16 || o->state_auto ? ZOE_STATE_BF16 : int8 ? ZOE_STATE_INT8 : ZOE_STATE_FP32;
+            if (all) o->cfg.main_params_dtype = d == ZOE_STATE_INT8 ? ZOE_STATE_BF16 : d;
+            if (master) o->cfg.main_params_dtype = d;
             if (all || strcmp(name, "exp-avg-dtype") == 0) o->cfg.exp_avg_dtype = d;
             if (all || strcmp(name, "exp-avg-sq-dtype") == 0) o->cfg.exp_avg_sq_dtype = d;
         } else if (strcmp(name, "offload-ratio") == 0) {
@@ -220,11 +227,11 @@ static int plan_one(const options *o) {
     return 0;
 }
 
-/* The state dtypes in a word: fp32, bf16, or mixed. */
+/* The state dtypes in a word: fp32, bf16, int8 (a bf16 master, int8 moments), or mixed. */
 static const char *state_name(const zoe_plan_config *k) {
-    int n = (k->main_params_dtype == ZOE_STATE_BF16) + (k->exp_avg_dtype == ZOE_STATE_BF16) +
-            (k->exp_avg_sq_dtype == ZOE_STATE_BF16);
-    return n == 0 ? "fp32" : n == 3 ? "bf16" : "mixed";
+    int m = k->main_params_dtype, a = k->exp_avg_dtype, b = k->exp_avg_sq_dtype;
+    if (m == a && a == b) return m == ZOE_STATE_BF16 ? "bf16" : "fp32";
+    return m == ZOE_STATE_BF16 && a == ZOE_STATE_INT8 && b == ZOE_STATE_INT8 ? "int8" : "mixed";
 }
 
 typedef struct candidate {
