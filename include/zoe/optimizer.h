@@ -181,9 +181,13 @@ typedef struct zoe_optimizer_config {
      * ZOE_BF16, each written by the host Adam with stochastic rounding keyed by (rounding_seed,
      * the DP rank, the step, the element), so every path gives the same bits, TP-replicated
      * tensors round alike on every TP rank, and
-     * a resumed run rounds as the uninterrupted one. A bf16 state needs dpu_schedule exact or
-     * plain (or no DPU): predict and dc recompute a step from fp32 state. On CUDA the device
-     * share of partial offload keeps fp32 state. */
+     * a resumed run rounds as the uninterrupted one. The moments may also be ZOE_I8: blockwise
+     * int8 codes with one fp32 scale per 256 elements of the partition (kernels/adam_state.h,
+     * docs/offload.md "Blockwise int8 moments"; the partition then aligns to whole blocks). A
+     * compressed state needs dpu_schedule exact or plain (or no DPU): predict and dc recompute
+     * a step from fp32 state; with int8 moments exact does not speculate (a wrong guess could
+     * not be undone) and steps synchronously. On CUDA the device share of partial offload keeps
+     * fp32 state. */
     zoe_dtype main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
     uint64_t rounding_seed; /* 0 is a seed like any other */
 } zoe_optimizer_config;
@@ -296,7 +300,10 @@ zoe_status zoe_optimizer_write_state(zoe_optimizer *opt, zoe_optimizer_state whi
                                      size_t count, const float *src);
 /* The same with the caller's buffer in dtype (ZOE_F32 or ZOE_BF16): a checkpoint stores the state
  * as it is held. Into bf16 the values round to nearest even; a state held in bf16 moves exactly
- * to and from a bf16 or fp32 buffer. */
+ * to and from a bf16 or fp32 buffer. An int8 moment reads as its values; a write requantises
+ * (to nearest) every block it touches from the block's values with the range replaced, so the
+ * values of an int8 block written back are held exactly once the whole block has been written
+ * (in one call, or by writing its pieces twice over: the checkpoint's load). */
 zoe_status zoe_optimizer_read_state_as(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
                                        size_t count, zoe_dtype dtype, void *dst);
 zoe_status zoe_optimizer_write_state_as(zoe_optimizer *opt, zoe_optimizer_state which,
