@@ -55,6 +55,21 @@ void zoe_grads_wait_released(zoe_optimizer *opt) {
     pthread_mutex_unlock(&opt->release_lock);
 }
 
+/* dst := src * scale in the compute dtype (a gradient partition of main_grads_dtype), n <=
+ * ZOE_ADAM_TILE: the fp32 values zoe_grad_accumulate_host assigns, with its sum of squares over
+ * the same range (so the norm is the fp32 partition's, bit for bit), then rounded to the dtype.
+ * With a power-of-two scale the rounding is exact unless the scaling leaves the dtype's normal
+ * range, and the partition holds the fp32 partition's values. */
+static zoe_status assign_compute_dtype(const zoe_optimizer *opt, void *dst, const void *src,
+                                       float scale, size_t n, double *sumsq) {
+    float f[ZOE_ADAM_TILE];
+    if (n > ZOE_ADAM_TILE)
+        return zoe_fail(ZOE_ERR_INTERNAL, "gradient assignment of %zu > %zu elements", n,
+                        (size_t)ZOE_ADAM_TILE);
+    ZOE_TRY(zoe_grad_accumulate_host(f, src, opt->dtype, scale, 1, n, sumsq));
+    return zoe_convert(dst, opt->dtype, f, ZOE_F32, n);
+}
+
 /* Adds (or, for the first micro-batch of a step, assigns) the host part of bucket b's
  * partition, held in pinned from partition offset pinned_start, into the host gradient
  * partition, segment by segment, with the norm's sum of squares of the result (and in
@@ -66,8 +81,12 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
     zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     const zoe_layout *lay = &opt->lay;
     zoe_grads_wait_released(opt);
-    float *grad = opt->h_grad[opt->grad_buf];
     const float scale = 1.0f / (float)opt->dp_size;
+    if (opt->sz.grad_dtype != ZOE_F32 && !assign)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "a second micro-batch in one step: the %s gradient partition "
+                        "(main_grads_dtype) holds one; accumulate in fp32",
+                        zoe_dtype_name(opt->sz.grad_dtype));
     for (int s = lay->num_device_segments; s < lay->num_segments; s++) {
         const zoe_segment *seg = &lay->segments[s];
         size_t a = seg->offset > mid ? seg->offset : mid;
@@ -81,10 +100,12 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
             size_t x = a + (size_t)t * ZOE_ADAM_TILE,
                    n = e - x < ZOE_ADAM_TILE ? e - x : ZOE_ADAM_TILE;
             double part = 0;
+            const char *src = (const char *)pinned + (x - pinned_start) * opt->esz;
+            void *dst = zoe_host_grad_at(opt, opt->grad_buf, x - opt->sz.h_lo);
             zoe_worker_error_record(
-                &err, zoe_grad_accumulate_host(grad + (x - opt->sz.h_lo),
-                                               (const char *)pinned + (x - pinned_start) * opt->esz,
-                                               opt->dtype, scale, assign, n, &part));
+                &err, opt->sz.grad_dtype == ZOE_F32
+                          ? zoe_grad_accumulate_host(dst, src, opt->dtype, scale, assign, n, &part)
+                          : assign_compute_dtype(opt, dst, src, scale, n, &part));
             sumsq += part;
         }
         ZOE_TRY(zoe_worker_error_raise(&err, "gradient accumulation"));

@@ -33,6 +33,8 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.h_master = z.h_numel && !z.master_in_params;
     z.h_blocks = zoe_adam_int8_blocks(z.h_numel);
     z.h_grads = !z.h_numel ? 0 : z.dpu_swap ? 2 : 1;
+    z.grad_dtype = cfg->main_grads_dtype == ZOE_F32 ? ZOE_F32 : dtype;
+    z.grad_dtype = cfg->main_grads_dtype == ZOE_F32 ? ZOE_F32 : dtype;
     z.snap = z.dpu_snapshot ? z.h_numel : 0;
     z.snap_pinned = !cpu;
     z.params = lay->flat_numel;
@@ -58,7 +60,7 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
 
 void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,
                            zoe_optimizer_footprint *out) {
-    size_t esz = zoe_dtype_size(dtype), f = sizeof(float);
+    size_t esz = zoe_dtype_size(dtype), f = sizeof(float), gsz = zoe_dtype_size(z->grad_dtype);
     size_t snap = z->snap * esz;
     size_t slots_device = (size_t)z->slots * z->slot_device * esz;
     size_t slots_pinned = (size_t)z->slots * z->slot_pinned * esz;
@@ -70,7 +72,7 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
         (z->host_dtypes.exp_avg == ZOE_I8) + (z->host_dtypes.exp_avg_sq == ZOE_I8);
     size_t scales = int8_moments * z->h_blocks * f;
     *out = (zoe_optimizer_footprint){
-        .host_bytes = z->h_numel * (state_bytes + f * (size_t)z->h_grads) + scales +
+        .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales +
                       (z->snap_pinned ? 0 : snap),
         .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
@@ -79,9 +81,26 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
         .device_ring_bytes = slots_device,
         .params_numel = lay->flat_numel,
         .partition_numel = lay->part_numel,
-        .step_bytes_per_element =
-            2 * (state_bytes + (z->master_in_params ? f : 0)) + f + (z->master_in_params ? 0 : esz),
+        .step_bytes_per_element = 2 * (state_bytes + (z->master_in_params ? f : 0)) + gsz +
+                                  (z->master_in_params ? 0 : esz),
     };
+}
+
+zoe_status zoe_grads_dtype_check(const zoe_optimizer_config *cfg, zoe_backend backend,
+                                 zoe_dtype dtype, const zoe_layout *lay) {
+    zoe_dtype g = cfg->main_grads_dtype;
+    if (g == ZOE_F32) return ZOE_OK;
+    if (g != dtype || zoe_dtype_size(g) != 2)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "main_grads_dtype %s with compute dtype %s: the gradient partition is "
+                        "fp32 or the compute dtype when that is bf16 or fp16",
+                        zoe_dtype_name(g), zoe_dtype_name(dtype));
+    if (backend == ZOE_BACKEND_CPU && lay->device_numel > 0)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED,
+                        "main_grads_dtype %s with partial offload %g on the CPU backend: its "
+                        "device share accumulates in fp32 (not built)",
+                        zoe_dtype_name(g), (double)cfg->partial_ratio);
+    return ZOE_OK;
 }
 
 zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
@@ -147,6 +166,11 @@ zoe_status zoe_optimizer_footprint_of(const zoe_optimizer_footprint_args *args,
                                      args->dp_size, 0, align, 1, args->config->partial_ratio);
     free(tensors);
     ZOE_TRY(st);
+    st = zoe_grads_dtype_check(args->config, args->backend, dt, &lay);
+    if (st != ZOE_OK) {
+        zoe_layout_free(&lay);
+        return st;
+    }
     zoe_state_sizes z;
     zoe_state_sizes_of(args->backend, dt, &lay, args->dp_size, args->config, &z);
     zoe_state_sizes_bytes(&z, &lay, dt, out);

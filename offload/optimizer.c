@@ -90,6 +90,14 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
                 c->dpu_schedule == ZOE_DPU_PREDICT ? "predict" : "dc",
                 states[i] == ZOE_I8 ? "plain" : "exact or plain");
     }
+    zoe_dtype g = c->main_grads_dtype;
+    if (g != ZOE_F32 && g != ZOE_BF16 && g != ZOE_F16)
+        BAD("main_grads_dtype %s: the gradient partition is fp32, bf16 or fp16", zoe_dtype_name(g));
+    if (g != ZOE_F32 && c->dpu_warmup > 0 &&
+        (c->dpu_schedule == ZOE_DPU_PREDICT || c->dpu_schedule == ZOE_DPU_DC))
+        BAD("main_grads_dtype %s with DPU schedule %s: it reads an fp32 gradient (use plain or "
+            "exact)",
+            zoe_dtype_name(g), c->dpu_schedule == ZOE_DPU_PREDICT ? "predict" : "dc");
     return ZOE_OK;
 #undef BAD
 }
@@ -116,6 +124,7 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
     ZOE_TRY(zoe_layout_build(&opt->lay, tensors, n, opt->cfg.bucket_numel, opt->dp_size,
                              opt->dp_rank, zoe_partition_align(&opt->cfg, opt->dtype),
                              zoe_grid_tp_rank(opt->grid) == 0, opt->cfg.partial_ratio));
+    ZOE_TRY(zoe_grads_dtype_check(&opt->cfg, zoe_device_backend(opt->dev), opt->dtype, &opt->lay));
     zoe_state_sizes_of(zoe_device_backend(opt->dev), opt->dtype, &opt->lay, opt->dp_size, &opt->cfg,
                        &opt->sz);
     if (opt->cfg.dpu_warmup > 0 && opt->cfg.dpu_schedule == ZOE_DPU_DC && !opt->sz.dpu_swap)
@@ -130,11 +139,12 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
     ZOE_TRY(zoe_state_create(opt));
     ZOE_TRY(zoe_grads_create(opt));
     /* A speculated step that turns out wrong is undone from the state it left, which int8
-     * moments keep too little of (kernels/adam_state.h): with them the exact schedule does not
-     * speculate, and its step is the synchronous one, after the backward. */
+     * moments keep too little of (kernels/adam_state.h), and from the fp32 gradient: with int8
+     * moments or a 2-byte gradient partition the exact schedule does not speculate, and its
+     * step is the synchronous one, after the backward. */
     int int8 = opt->sz.host_dtypes.exp_avg == ZOE_I8 || opt->sz.host_dtypes.exp_avg_sq == ZOE_I8;
     if (opt->cfg.dpu_warmup > 0 && opt->cfg.dpu_schedule == ZOE_DPU_EXACT &&
-        opt->cfg.grad_mode == ZOE_GRAD_BUCKETS && !int8)
+        opt->cfg.grad_mode == ZOE_GRAD_BUCKETS && !int8 && opt->sz.grad_dtype == ZOE_F32)
         ZOE_TRY(zoe_spec_create(opt));
     opt->loss_scale = opt->cfg.loss_scale;
     opt->stats.loss_scale = opt->loss_scale;
@@ -355,7 +365,7 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         /* A settled delayed update (zoe_optimizer_settle) left the new master weights in the
          * gradient partition it read; the rank's weight slices hold the previous ones until the
          * due refresh. */
-        float *staged = opt->h_grad[opt->flight_buf] + offset;
+        float *staged = zoe_host_grad_f32(opt, opt->flight_buf) + offset;
         return write ? zoe_convert(staged, ZOE_F32, buf, dt, count)
                      : zoe_convert(buf, dt, staged, ZOE_F32, count);
     }

@@ -60,8 +60,9 @@ typedef struct zoe_state_sizes {
     zoe_adam_state_dtypes host_dtypes;
     int compressed;
     size_t h_blocks; /* blocks of the host arrays (ZOE_ADAM_INT8_BLOCK): an int8 moment's scales */
-    int h_grads;     /* host fp32 gradient partitions: 1, or 2 with dpu_swap */
-    size_t snap;     /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
+    int h_grads;     /* host gradient partitions: 1, or 2 with dpu_swap */
+    zoe_dtype grad_dtype; /* theirs: fp32, or the compute dtype (main_grads_dtype) */
+    size_t snap; /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
     int snap_pinned;
     size_t params;   /* device, compute dtype: the parameter buffer */
     size_t part_out; /* device, compute dtype: the partition buffer (CUDA with DPU or a device
@@ -160,9 +161,11 @@ struct zoe_optimizer {
     zoe_adam_table *device_table; /* the device segments, for one-launch steps and norms */
     /* Host state, partition coordinates [sz.h_lo, part_numel) shifted to 0. h_master is NULL
      * with the master in the parameters; h_grad[1] is h_grad[0] unless sz.dpu_swap. */
-    void *h_master, *h_m, *h_v;   /* in sz.host_dtypes */
+    void *h_master, *h_m, *h_v; /* in sz.host_dtypes */
+    /* in sz.grad_dtype: zoe_host_grad_at; fp32 ones also zoe_host_grad_f32 */
+    /* in sz.grad_dtype: zoe_host_grad_at; fp32 ones also zoe_host_grad_f32 */
     float *h_m_scale, *h_v_scale; /* int8 moments: one scale per block of the host arrays */
-    float *h_grad[2];
+    void *h_grad[2];
     uint64_t rounding_seed; /* cfg.rounding_seed mixed with the DP rank (optimizer.c) */
     void *h_snap;           /* sz.snap elements of compute dtype, or NULL */
     void *out_ring[2];      /* pinned copy-out ring, or NULL */
@@ -219,6 +222,17 @@ struct zoe_optimizer {
 
 /* Host array element h of state array which (0 master, 1 exp_avg, 2 exp_avg_sq), typed by its
  * dtype: the address of the state of host coordinate h. */
+/* Host element h of gradient partition buf, in sz.grad_dtype. */
+static inline void *zoe_host_grad_at(const zoe_optimizer *opt, int buf, size_t h) {
+    return (char *)opt->h_grad[buf] + h * zoe_dtype_size(opt->sz.grad_dtype);
+}
+/* Gradient partition buf as fp32, for what only an fp32 partition reaches (an fp32 master in the
+ * parameters' dpu_swap, the exact schedule's undo and speculation, dc's compensation: the
+ * configurations a 2-byte partition refuses or steps without, zoe_grads_dtype_check). */
+static inline float *zoe_host_grad_f32(const zoe_optimizer *opt, int buf) {
+    return (float *)opt->h_grad[buf];
+}
+
 /* The scales of the block holding host element h of an int8 moment (which 1 or 2), else NULL. */
 static inline float *zoe_host_scale_at(const zoe_optimizer *opt, int which, size_t h) {
     float *base = which == 1 ? opt->h_m_scale : which == 2 ? opt->h_v_scale : NULL;
@@ -236,6 +250,9 @@ zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, vo
 zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
 void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes); /* zoe_host_array_alloc; free() */
 zoe_status zoe_config_check(const zoe_optimizer_config *cfg);
+/* The gradient partition's dtype against the compute dtype and the layout (main_grads_dtype). */
+zoe_status zoe_grads_dtype_check(const zoe_optimizer_config *cfg, zoe_backend backend,
+                                 zoe_dtype dtype, const zoe_layout *lay);
 
 /* grads.c */
 zoe_status zoe_grads_create(zoe_optimizer *opt);

@@ -29,8 +29,9 @@ static void first_touch(zoe_optimizer *opt) {
     const zoe_adam_state_dtypes *dt = &opt->sz.host_dtypes;
     void *arrays[] = {opt->h_master, opt->h_m, opt->h_v, opt->h_grad[0],
                       opt->h_grad[1] != opt->h_grad[0] ? opt->h_grad[1] : NULL};
+    size_t gsz = zoe_dtype_size(opt->sz.grad_dtype);
     size_t esizes[] = {zoe_adam_state_esize(dt->master), zoe_adam_state_esize(dt->exp_avg),
-                       zoe_adam_state_esize(dt->exp_avg_sq), sizeof(float), sizeof(float)};
+                       zoe_adam_state_esize(dt->exp_avg_sq), gsz, gsz};
     void *snap = opt->sz.snap_pinned ? NULL : opt->h_snap; /* pinned memory is placed already */
     for (size_t b0 = 0; b0 < n; b0 += block) {
         long first = (long)(b0 / ZOE_ADAM_TILE);
@@ -53,7 +54,7 @@ static zoe_status device_array(zoe_optimizer *opt, size_t bytes, int ring, void 
 
 static zoe_status host_arrays(zoe_optimizer *opt) {
     const zoe_state_sizes *z = &opt->sz;
-    size_t n = z->h_numel, bytes = n * sizeof(float);
+    size_t n = z->h_numel, bytes = n * zoe_dtype_size(z->grad_dtype);
     opt->h_m = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg));
     opt->h_v = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg_sq));
     opt->h_grad[0] = zoe_state_host_alloc(opt, bytes);

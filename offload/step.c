@@ -60,7 +60,7 @@ static zoe_adam_state_piece compressed_piece(const zoe_optimizer *opt, const zoe
         .c = zoe_segment_consts(sc, sg),
         .master = z->master_in_params ? (float *)opt->params + flat : zoe_host_state_at(opt, 0, h),
         .grad = from_snap ? (const void *)((char *)opt->h_snap + h * opt->esz)
-                          : (const void *)(opt->h_grad[buf] + h),
+                          : (const void *)zoe_host_grad_at(opt, buf, h),
         .out = range_output(opt, a, flat, in_flight, block_out, block_lo)};
 }
 
@@ -124,8 +124,8 @@ static zoe_status compressed_tile(zoe_optimizer *opt, const zoe_step_consts *c,
         const zoe_adam_state moments = compressed_moments(opt, lo);
         int from_snap = in_flight && z->dpu_snapshot;
         st = zoe_adam_state_host_pieces(&sc->rounding, &z->host_dtypes, &moments, lo + z->h_lo,
-                                        pieces, count, from_snap ? opt->dtype : ZOE_F32, opt->dtype,
-                                        hi - lo);
+                                        pieces, count, from_snap ? opt->dtype : z->grad_dtype,
+                                        opt->dtype, hi - lo);
     }
     if (pieces != stack) free(pieces);
     return st;
@@ -143,23 +143,24 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     if (z->compressed) /* only its undo comes here: the step goes a tile at a time */
         return compressed_undo(opt, c, sg, a, e, buf, block_out, block_lo);
     float *w_in = z->master_in_params ? (float *)opt->params + flat : (float *)opt->h_master + h;
-    float *w_out = in_flight && z->dpu_swap ? opt->h_grad[buf] + h : w_in;
+    float *w_out = in_flight && z->dpu_swap ? zoe_host_grad_f32(opt, buf) + h : w_in;
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
-    const void *grad = from_snap ? (const void *)snap : (const void *)(opt->h_grad[buf] + h);
+    const void *grad = from_snap ? (const void *)snap : (const void *)zoe_host_grad_at(opt, buf, h);
     void *out = range_output(opt, a, flat, in_flight, block_out, block_lo);
     const zoe_adam_consts *k = zoe_segment_consts(from_snap ? snap_c : c, sg);
     if (undo) /* ZOE_DPU_EXACT, whose layout is that of no DPU: the master and fp32 gradient */
         return zoe_adam_undo_host(k, w_in, (float *)opt->h_m + h, (float *)opt->h_v + h,
-                                  opt->h_grad[buf] + h, out, opt->dtype, e - a);
+                                  zoe_host_grad_f32(opt, buf) + h, out, opt->dtype, e - a);
     int predict = in_flight && opt->flight_predict;
     if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
-        ZOE_TRY(zoe_adam_compensate_host(
-            zoe_segment_consts(&opt->flight_prev_consts, sg), opt->flight_dc_lambda, k->grad_scale,
-            opt->h_grad[buf] + h, w_in, (float *)opt->h_m + h, (float *)opt->h_v + h, e - a));
+        ZOE_TRY(zoe_adam_compensate_host(zoe_segment_consts(&opt->flight_prev_consts, sg),
+                                         opt->flight_dc_lambda, k->grad_scale,
+                                         zoe_host_grad_f32(opt, buf) + h, w_in,
+                                         (float *)opt->h_m + h, (float *)opt->h_v + h, e - a));
     ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)opt->h_m + h, (float *)opt->h_v + h, grad,
-                             from_snap ? opt->dtype : ZOE_F32, predict ? NULL : out, opt->dtype,
-                             e - a));
+                             from_snap ? opt->dtype : z->grad_dtype, predict ? NULL : out,
+                             opt->dtype, e - a));
     /* The prediction replaces the compute-dtype copy, over the tile the step has just touched. */
     return predict
                ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out, (float *)opt->h_m + h,
@@ -289,16 +290,25 @@ zoe_status zoe_refresh(zoe_optimizer *opt) {
 }
 
 /* The DPU snapshot: the host gradient partition buf times scale, in the compute dtype, with the
- * host step's schedule. */
+ * host step's schedule. A partition in the compute dtype holds one micro-batch (scale 1): a
+ * copy. */
 static zoe_status snapshot_grads(zoe_optimizer *opt, int buf, float scale) {
     size_t n = opt->sz.h_numel;
+    int copy = opt->sz.grad_dtype != ZOE_F32;
+    if (copy && scale != 1.0f)
+        return zoe_fail(ZOE_ERR_INTERNAL, "snapshot of a %s gradient partition scaled by %g",
+                        zoe_dtype_name(opt->sz.grad_dtype), (double)scale);
     zoe_worker_error err = {ZOE_OK, ""};
 #pragma omp parallel for schedule(static)
     for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
         size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
-        zoe_worker_error_record(&err, zoe_grad_snapshot_host((char *)opt->h_snap + lo * opt->esz,
-                                                             opt->dtype, opt->h_grad[buf] + lo,
-                                                             scale, len));
+        char *dst = (char *)opt->h_snap + lo * opt->esz;
+        if (copy)
+            memcpy(dst, zoe_host_grad_at(opt, buf, lo), len * opt->esz);
+        else
+            zoe_worker_error_record(&err, zoe_grad_snapshot_host(dst, opt->dtype,
+                                                                 zoe_host_grad_f32(opt, buf) + lo,
+                                                                 scale, len));
     }
     return zoe_worker_error_raise(&err, "gradient snapshot");
 }

@@ -190,6 +190,13 @@ typedef struct zoe_optimizer_config {
      * fp32 state. */
     zoe_dtype main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
     uint64_t rounding_seed; /* 0 is a seed like any other */
+    /* The dtype of the host gradient partition (Megatron's --main-grads-dtype): ZOE_F32 (0, the
+     * default), into which micro-batches accumulate, or the compute dtype (2 bytes) for steps of
+     * one micro-batch: the reduced gradient is stored as it arrives, times 1 / dp_size (exact
+     * for a power-of-two DP size), and a second micro-batch in a step is refused. Not with DPU
+     * predict or dc, nor with a device share on the CPU backend; the exact schedule then does
+     * not speculate (its undo reads an fp32 gradient) and steps synchronously. */
+    zoe_dtype main_grads_dtype;
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \

@@ -204,31 +204,37 @@ static void gpu_box(int d) {
         zoe_dpu_schedule schedule;
         zoe_dtype master, m, v;
         size_t step_bytes; /* moved by the host step per element */
+        zoe_dtype grads;   /* main_grads_dtype; 0 (fp32) when not given */
     } cases[] = {
-        {ZOE_BF16, 0, 16, 2, ZOE_DPU_PLAIN, F, F, F, 30},
-        {ZOE_F16, 0, 16, 2, ZOE_DPU_PLAIN, F, F, F, 30},
-        {ZOE_BF16, 1, 18, 2, ZOE_DPU_PLAIN, F, F, F, 30}, /* + the device partition buffer */
-        {ZOE_F16, 1, 18, 2, ZOE_DPU_PLAIN, F, F, F, 30},
-        {ZOE_BF16, 1, 16, 2, ZOE_DPU_EXACT, F, F, F, 30}, /* never in flight past its step */
+        {ZOE_BF16, 0, 16, 2, ZOE_DPU_PLAIN, F, F, F, 30, F},
+        {ZOE_F16, 0, 16, 2, ZOE_DPU_PLAIN, F, F, F, 30, F},
+        {ZOE_BF16, 1, 18, 2, ZOE_DPU_PLAIN, F, F, F, 30, F}, /* + the device partition buffer */
+        {ZOE_F16, 1, 18, 2, ZOE_DPU_PLAIN, F, F, F, 30, F},
+        {ZOE_BF16, 1, 16, 2, ZOE_DPU_EXACT, F, F, F, 30, F}, /* never in flight past its step */
         /* Compressed state (docs/offload.md): bf16 master, m, v 6 + the fp32 gradient 4; the
          * step reads and writes the 6, reads the gradient and writes the bf16 weights: 18. */
-        {ZOE_BF16, 0, 10, 2, ZOE_DPU_PLAIN, B, B, B, 18},
-        {ZOE_BF16, 1, 10, 2, ZOE_DPU_EXACT, B, B, B, 18},
-        {ZOE_BF16, 1, 12, 2, ZOE_DPU_PLAIN, B, B, B, 18}, /* + the bf16 snapshot */
-        {ZOE_BF16, 0, 12, 2, ZOE_DPU_PLAIN, F, B, B, 22}, /* fp32 master, bf16 moments */
-        {ZOE_F16, 0, 14, 2, ZOE_DPU_PLAIN, B, F, F, 26},  /* bf16 master, fp32 moments */
+        {ZOE_BF16, 0, 10, 2, ZOE_DPU_PLAIN, B, B, B, 18, F},
+        {ZOE_BF16, 1, 10, 2, ZOE_DPU_EXACT, B, B, B, 18, F},
+        {ZOE_BF16, 1, 12, 2, ZOE_DPU_PLAIN, B, B, B, 18, F}, /* + the bf16 snapshot */
+        {ZOE_BF16, 0, 12, 2, ZOE_DPU_PLAIN, F, B, B, 22, F}, /* fp32 master, bf16 moments */
+        {ZOE_F16, 0, 14, 2, ZOE_DPU_PLAIN, B, F, F, 26, F},  /* bf16 master, fp32 moments */
         /* int8 moments: a code each and a 4-byte scale per block of 256 (the host share is
          * whole blocks, zoe_partition_align), so 1 + 1/64 bytes each; the step moves the codes
          * (the scales' 2/64 are left out of step_bytes_per_element). */
-        {ZOE_BF16, 0, 2 + 2 * I8 + 4, 2, ZOE_DPU_PLAIN, B, Q, Q, 14},
-        {ZOE_BF16, 1, 2 + 2 * I8 + 4 + 2, 2, ZOE_DPU_PLAIN, B, Q, Q, 14}, /* + the snapshot */
-        {ZOE_BF16, 0, 4 + 2 * I8 + 4, 2, ZOE_DPU_PLAIN, F, Q, Q, 18},
-        {ZOE_F16, 0, 2 + 2 + I8 + 4, 2, ZOE_DPU_PLAIN, B, B, Q, 16},
+        {ZOE_BF16, 0, 2 + 2 * I8 + 4, 2, ZOE_DPU_PLAIN, B, Q, Q, 14, F},
+        {ZOE_BF16, 1, 2 + 2 * I8 + 4 + 2, 2, ZOE_DPU_PLAIN, B, Q, Q, 14, F}, /* + the snapshot */
+        {ZOE_BF16, 0, 4 + 2 * I8 + 4, 2, ZOE_DPU_PLAIN, F, Q, Q, 18, F},
+        {ZOE_F16, 0, 2 + 2 + I8 + 4, 2, ZOE_DPU_PLAIN, B, B, Q, 16, F},
+        /* the gradient partition in the compute dtype (main_grads_dtype): 2 bytes, not 4 */
+        {ZOE_BF16, 0, 2 + 2 * I8 + 2, 2, ZOE_DPU_PLAIN, B, Q, Q, 12, B},
+        {ZOE_BF16, 1, 2 + 2 * I8 + 2 + 2, 2, ZOE_DPU_PLAIN, B, Q, Q, 12, B},
+        {ZOE_F16, 0, 2 + 2 + 2 + 2, 2, ZOE_DPU_PLAIN, B, B, B, 16, ZOE_F16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zoe_optimizer_config c = config(cases[i].dpu, ZOE_GRAD_BUCKETS, 0.0f);
         c.dpu_schedule = cases[i].schedule;
         c = with_state(c, cases[i].master, cases[i].m, cases[i].v);
+        c.main_grads_dtype = cases[i].grads;
         zoe_optimizer_footprint f = footprint(ZOE_BACKEND_CUDA, cases[i].dt, d, &c);
         /* With DPU the update in flight writes a device partition buffer, not the weights the
          * forward reads: 2 bytes per partition element more on the device. */
@@ -239,18 +245,19 @@ static void gpu_box(int d) {
         CHECK(fabs(host_per_param(&f) - cases[i].host) < 1e-9 &&
                   fabs(device_per_param(&f) - device) < 1e-9 &&
                   f.step_bytes_per_element == cases[i].step_bytes,
-              "CUDA %s DPU %d state %s/%s/%s, DP=%d: %.4f host and %.4f device bytes per "
-              "parameter, %zu moved; want %.1f, %.4f and %zu",
+              "CUDA %s DPU %d state %s/%s/%s, %s gradient, DP=%d: %.4f host and %.4f device "
+              "bytes per parameter, %zu moved; want %.1f, %.4f and %zu",
               zoe_dtype_name(cases[i].dt), cases[i].dpu, zoe_dtype_name(cases[i].master),
-              zoe_dtype_name(cases[i].m), zoe_dtype_name(cases[i].v), d, host_per_param(&f),
-              device_per_param(&f), f.step_bytes_per_element, cases[i].host, device,
-              cases[i].step_bytes);
+              zoe_dtype_name(cases[i].m), zoe_dtype_name(cases[i].v),
+              zoe_dtype_name(cases[i].grads), d, host_per_param(&f), device_per_param(&f),
+              f.step_bytes_per_element, cases[i].host, device, cases[i].step_bytes);
         if (test_rank() == 0)
-            printf("CUDA %s DPU %d state %s/%s/%s, DP=%d: %.3f B/param host held (pinned rings "
-                   "%zu bytes), %zu moved by the host step, %.3f device\n",
+            printf("CUDA %s DPU %d state %s/%s/%s, %s gradient, DP=%d: %.3f B/param host held "
+                   "(pinned rings %zu bytes), %zu moved by the host step, %.3f device\n",
                    zoe_dtype_name(cases[i].dt), cases[i].dpu, zoe_dtype_name(cases[i].master),
-                   zoe_dtype_name(cases[i].m), zoe_dtype_name(cases[i].v), d, host_per_param(&f),
-                   f.pinned_ring_bytes, f.step_bytes_per_element, device_per_param(&f));
+                   zoe_dtype_name(cases[i].m), zoe_dtype_name(cases[i].v),
+                   zoe_dtype_name(cases[i].grads), d, host_per_param(&f), f.pinned_ring_bytes,
+                   f.step_bytes_per_element, device_per_param(&f));
     }
 }
 
@@ -299,6 +306,12 @@ int main(int argc, char **argv) {
     measure(grid, ZOE_F32, &q_mom, 2 * I8 + 4 + 4, "CPU fp32, int8 moments");
     measure(grid, ZOE_BF16, &qd_all, 2 + 2 * I8 + 4 + 2 + 2,
             "CPU bf16 DPU, bf16 master, int8 moments");
+    zoe_optimizer_config q16 = q_all, qd16 = qd_all; /* and a bf16 gradient partition */
+    q16.main_grads_dtype = qd16.main_grads_dtype = ZOE_BF16;
+    measure(grid, ZOE_BF16, &q16, 2 + 2 * I8 + 2 + 2,
+            "CPU bf16, bf16 master, int8 moments, bf16 gradient");
+    measure(grid, ZOE_BF16, &qd16, 2 + 2 * I8 + 2 + 2 + 2,
+            "CPU bf16 DPU, bf16 master, int8 moments, bf16 gradient");
     zoe_optimizer_config partial = config(1, ZOE_GRAD_FULL_BUFFER, 0.5f);
     measure(grid, ZOE_F32, &partial, -1, "CPU fp32 DPU full-buffer partial 0.5");
     measure(grid, ZOE_BF16, &partial, -1, "CPU bf16 DPU full-buffer partial 0.5");
