@@ -9,7 +9,8 @@
 # installed when missing: English prose with code, about 11 MB), one document per file. The
 # tokenizer: byte-level BPE with 8192 tokens trained on that text by `tokenizers`, so the model
 # is gpt2-124m's 12 x 768 with an 8192-token vocabulary (92M parameters). STEPS defaults to
-# 1000 (micro-batch 2 x seq 128: 256K tokens); STATES to "fp32 bf16" (bf16: master, m and v).
+# 1000 (micro-batch 2 x seq 128: 256K tokens); STATES to "fp32 bf16" (bf16: master, m and v;
+# int8: a bf16 master with int8 m and v).
 set -euo pipefail
 build="$1"; shift
 steps="${1:-1000}"
@@ -58,10 +59,15 @@ threads="$(nproc)"
 export OMP_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for state in $states; do
   metrics="$work/state-$state.jsonl"
+  case "$state" in # int8: a bf16 master with int8 moments
+    fp32 | bf16) state_args=(--main-params-dtype "$state" --exp-avg-dtype "$state" --exp-avg-sq-dtype "$state") ;;
+    int8) state_args=(--main-params-dtype bf16 --exp-avg-dtype int8 --exp-avg-sq-dtype int8) ;;
+    *) echo "bench state_curve: no state '$state' (fp32, bf16, int8)" >&2; exit 2 ;;
+  esac
   "$build/tools/zoe-train/zoe-train" --model gpt2-124m --vocab 8192 --seq-len 128 --micro-batch 2 \
     --data "$work/text" --split 99,1 --eval-every 250 --eval-iters 8 --steps "$steps" \
     --lr 6e-4 --min-lr 6e-5 --warmup 50 --seed 1234 --dpu auto --progress lines --log-every 100 \
-    --main-params-dtype "$state" --exp-avg-dtype "$state" --exp-avg-sq-dtype "$state" \
+    "${state_args[@]}" \
     --metrics "$metrics" >&2
   "$python" - "$metrics" "$state" "$threads" <<'EOF'
 import json, sys
