@@ -47,6 +47,7 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     out->offload_ratio = zoe_train_offload_ratio(c);
     out->bucket_mb = c->bucket_mb;
     out->main_params_dtype = c->main_params_dtype;
+    out->main_grads_dtype = c->main_grads_dtype;
     out->exp_avg_dtype = c->exp_avg_dtype;
     out->exp_avg_sq_dtype = c->exp_avg_sq_dtype;
     out->dpu_schedule = c->dpu_schedule;
@@ -74,6 +75,7 @@ static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
     c->offload_ratio = p->offload_ratio;
     c->bucket_mb = p->bucket_mb;
     c->main_params_dtype = p->main_params_dtype;
+    c->main_grads_dtype = p->main_grads_dtype;
     c->exp_avg_dtype = p->exp_avg_dtype;
     c->exp_avg_sq_dtype = p->exp_avg_sq_dtype;
     c->dpu_schedule = p->dpu_schedule;

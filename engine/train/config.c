@@ -139,6 +139,8 @@ static const option_spec options[] = {
      "Adam's first moment on the host: fp32, bf16 or int8 (blockwise)"},
     {"exp-avg-sq-dtype", OPT_CHOICE, CFG(exp_avg_sq_dtype), 0, 0,
      "Adam's second moment on the host: fp32, bf16 or int8 (blockwise)"},
+    {"main-grads-dtype", OPT_DTYPE, CFG(main_grads_dtype), 0, 0,
+     "the host's gradient partition: fp32, or the compute dtype with --grad-accum 1"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -361,9 +363,10 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         strcpy(base, text);
         return ZOE_OK;
     case OPT_DTYPE:
-        if (zoe_dtype_parse(text, (zoe_dtype *)base) != ZOE_OK || *(zoe_dtype *)base == ZOE_I32)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--dtype: '%s' is not fp32, bf16 or fp16",
-                            text);
+        if (zoe_dtype_parse(text, (zoe_dtype *)base) != ZOE_OK ||
+            !zoe_dtype_is_float(*(zoe_dtype *)base))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: '%s' is not fp32, bf16 or fp16",
+                            o->name, text);
         return ZOE_OK;
     case OPT_BACKEND:
         if (zoe_backend_parse(text, (zoe_backend *)base) != ZOE_OK)
@@ -647,7 +650,7 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
         zoe_dtype v;
         memcpy(&v, base, sizeof v);
         if (v != ZOE_F32 && v != ZOE_BF16 && v != ZOE_F16)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--dtype=%d is not fp32, bf16 or fp16",
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s=%d is not fp32, bf16 or fp16", o->name,
                             (int)v);
         return ZOE_OK;
     }
@@ -804,6 +807,32 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
                         "--exp-avg-sq-dtype) use %s",
                         dpu_schedule_names[c->dpu_schedule], int8 ? "plain" : "exact or plain");
 
+    if (c->main_grads_dtype != ZOE_F32) {
+        const char *g = zoe_dtype_name(c->main_grads_dtype);
+        if (c->main_grads_dtype != c->dtype)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--main-grads-dtype=%s with --dtype=%s: the gradient partition is fp32 "
+                            "or the compute dtype",
+                            g, zoe_dtype_name(c->dtype));
+        if (c->grad_accum != 1)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--main-grads-dtype=%s with --grad-accum=%d: micro-batches accumulate "
+                            "in fp32 (a %s partition holds one)",
+                            g, c->grad_accum, g);
+        if (c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0 &&
+            (c->dpu_schedule == ZOE_DPU_PREDICT || c->dpu_schedule == ZOE_DPU_DC))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--main-grads-dtype=%s with --dpu-schedule %s, which reads an fp32 "
+                            "gradient: use exact or plain",
+                            g, dpu_schedule_names[c->dpu_schedule]);
+        if (c->backend == ZOE_BACKEND_CPU &&
+            (c->offload == ZOE_OFFLOAD_NONE ||
+             (c->offload_ratio < 1 && c->offload_ratio != ZOE_OFFLOAD_RATIO_AUTO)))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--main-grads-dtype=%s with --offload-ratio below 1 on the CPU "
+                            "backend: its device share accumulates in fp32 (not built)",
+                            g);
+    }
     if (c->dtype == ZOE_F16 && c->backend == ZOE_BACKEND_CPU)
         return zoe_fail(
             ZOE_ERR_INVALID_ARGUMENT,

@@ -189,6 +189,7 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     oc->main_params_dtype = zoe_train_state_dtype_of(c->main_params_dtype);
     oc->exp_avg_dtype = zoe_train_state_dtype_of(c->exp_avg_dtype);
     oc->exp_avg_sq_dtype = zoe_train_state_dtype_of(c->exp_avg_sq_dtype);
+    oc->main_grads_dtype = c->main_grads_dtype;
     oc->rounding_seed = c->seed;
 }
 

@@ -70,7 +70,7 @@ zoe_status zoe_hardware_local(int probe, zoe_hardware *out);
  * states the same base with the first part as measured on a small VM. */
 zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw);
 
-#define ZOE_PLAN_CONFIG_VERSION 1
+#define ZOE_PLAN_CONFIG_VERSION 2 /* 2: main_grads_dtype */
 
 typedef struct zoe_plan_config {
     int version; /* ZOE_PLAN_CONFIG_VERSION */
@@ -95,6 +95,7 @@ typedef struct zoe_plan_config {
      * (saving or resuming) the checkpoint files' staging buffer. */
     int dpu_schedule;
     int evaluates, checkpoints;
+    zoe_dtype main_grads_dtype; /* the host gradient partition: fp32, or the compute dtype */
 } zoe_plan_config;
 
 /* Defaults: the demo model, TP=1 x DP=1, micro-batch 4, fp32 (zoe-plan takes the box's own dtype),

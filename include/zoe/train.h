@@ -129,6 +129,9 @@ typedef struct zoe_train_config {
     /* The dtypes the host holds the optimizer state in (zoe_optimizer_config.main_params_dtype
      * ...; docs/offload.md, "Compressed state"), as zoe_train_state_dtype values. */
     int main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
+    /* The host gradient partition (zoe_optimizer_config.main_grads_dtype): ZOE_F32, or the
+     * compute dtype for runs of one micro-batch a step (--main-grads-dtype). */
+    zoe_dtype main_grads_dtype;
 } zoe_train_config;
 
 /* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16,

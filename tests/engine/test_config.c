@@ -163,6 +163,29 @@ int main(int argc, char **argv) {
     c.split_train = c.split_val = 0, c.eval_iters = 0;
     expect_invalid(&c, 1, "--eval-iters=0 is out of range");
 
+    /* compressed optimizer state: int8 for the moments only, the gradient partition in the
+     * compute dtype for one micro-batch a step, and the schedules that read fp32 state */
+    snprintf(line, sizeof line,
+             "--data %s --dtype bf16 --main-params-dtype bf16 --exp-avg-dtype int8 "
+             "--exp-avg-sq-dtype=int8 --main-grads-dtype bf16",
+             data);
+    CHECK_OK(parse(&c, line));
+    CHECK(c.exp_avg_dtype == ZOE_STATE_INT8 && c.exp_avg_sq_dtype == ZOE_STATE_INT8 &&
+              c.main_params_dtype == ZOE_STATE_BF16 && c.main_grads_dtype == ZOE_BF16,
+          "state dtypes %d %d %d, gradient %d", c.main_params_dtype, c.exp_avg_dtype,
+          c.exp_avg_sq_dtype, (int)c.main_grads_dtype);
+    CHECK_OK(zoe_train_config_validate(&c, 1)); /* the exact schedule: synchronous with int8 */
+    c.grad_accum = 2;
+    expect_invalid(&c, 1, "--main-grads-dtype=bf16 with --grad-accum=2");
+    c.grad_accum = 1, c.dtype = ZOE_F32;
+    expect_invalid(&c, 1, "--main-grads-dtype=bf16 with --dtype=fp32");
+    c.dtype = ZOE_BF16, c.main_grads_dtype = ZOE_F32, c.dpu_schedule = ZOE_DPU_DC;
+    expect_invalid(&c, 1, "--dpu-schedule dc recomputes the last step from fp32 optimizer state");
+    c.dpu_schedule = ZOE_DPU_EXACT, c.main_params_dtype = ZOE_STATE_INT8;
+    expect_invalid(&c, 1, "--main-params-dtype=int8: the master weights are fp32 or bf16");
+    expect_error("--exp-avg-dtype int4", "int4");
+    expect_error("--main-grads-dtype int8", "--main-grads-dtype: 'int8' is not fp32, bf16 or fp16");
+
     /* lr: warm-up 10 to 1e-3, cosine to 1e-4 at step 110 */
     zoe_train_config s;
     zoe_train_config_defaults(&s);

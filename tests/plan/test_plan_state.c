@@ -54,6 +54,20 @@ int main(int argc, char **argv) {
     p32.micro_batch = p16.micro_batch = 8, p32.recompute = p16.recompute = 1;
     CHECK_OK(zoe_plan(&p32, &r32));
     CHECK_OK(zoe_plan(&p16, &r16));
+    /* and the gradient partition in the compute dtype: 6.03 bytes held */
+    zoe_plan_config g2 = on_box("demo", "dgx2", 16, 2);
+    g2.model.seq_len = 64;
+    g2.main_grads_dtype = g2.dtype;
+    zoe_model_config best;
+    zoe_plan_result rg;
+    if (CHECK_OK(zoe_plan_max_model(&g2, &best, &rg))) {
+        double b = (double)zoe_model_param_count(&best) / 1e9;
+        printf("largest GPT with offload, int8 moments and a %s gradient partition: DGX-2 TP=16 "
+               "%.1fB\n",
+               zoe_dtype_name(g2.dtype), b);
+        CHECK(b > 1.15 * dgx2[2], "a 2-byte gradient partition: %.1fB (4 bytes: %.1fB)", b,
+              dgx2[2]);
+    }
     zoe_plan_config p8 = on_box("70b", "dgx2", 16, 2);
     p8.micro_batch = 8, p8.recompute = 1;
     CHECK_OK(zoe_plan(&p8, &r8));

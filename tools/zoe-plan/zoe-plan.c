@@ -48,6 +48,8 @@ static void usage(FILE *out) {
             "  --state S           all three at once: fp32, bf16, int8 (a bf16 master, int8\n"
             "                      moments), or auto (bf16, whose convergence docs/offload.md\n"
             "                      documents as equal; --search tries fp32 and bf16) [fp32]\n"
+            "  --main-grads-dtype T  the host's gradient partition: fp32, or the compute dtype\n"
+            "                      (one micro-batch a step) [fp32]\n"
             "  --json              one JSON object instead of the report\n"
             "  --search            every fitting TP x DP x micro-batch x recompute x DPU x\n"
             "                      offload ratio on the box, best predicted tokens/s first\n"
@@ -172,6 +174,12 @@ static int parse_options(int argc, char **argv, options *o) {
             if (master) o->cfg.main_params_dtype = d;
             if (all || strcmp(name, "exp-avg-dtype") == 0) o->cfg.exp_avg_dtype = d;
             if (all || strcmp(name, "exp-avg-sq-dtype") == 0) o->cfg.exp_avg_sq_dtype = d;
+        } else if (strcmp(name, "main-grads-dtype") == 0) {
+            ok = zoe_dtype_parse(v, &o->cfg.main_grads_dtype) == ZOE_OK &&
+                 zoe_dtype_is_float(o->cfg.main_grads_dtype);
+            if (!ok)
+                fprintf(stderr, "zoe-plan: --main-grads-dtype: '%s' is not fp32, bf16 or fp16\n",
+                        v);
         } else if (strcmp(name, "offload-ratio") == 0) {
             double q = 0;
             o->ratio_auto = strcmp(v, "auto") == 0;
