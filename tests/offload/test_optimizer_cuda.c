@@ -10,6 +10,7 @@
  *    snapshot, the device partition buffer); and everything on the host without DPU, where
  *    the new weights stream to the device through the pinned copy-out ring in blocks of one
  *    tile (several blocks, both slots) into the parameter buffer, all-gathered in place.
+ *    Both again with int8 moments on the host (the same host step on both backends).
  *  - The memory the CUDA optimizer allocated (its count and the device layer's) equals
  *    zoe_optimizer_footprint_of() for the CUDA backend (test_optimizer_memory checks the
  *    per-parameter figures from the same sizing code). */
@@ -192,7 +193,8 @@ static void check_memory(zoe_grid *grid, zoe_device *dev, const zoe_memory_stats
           plan.device_bytes);
 }
 
-static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, int dpu,
+/* int8: the host share's moments in blockwise int8 (the device share keeps fp32 state). */
+static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, int dpu, int int8,
                 double *w_out) {
     zoe_optimizer_config cfg;
     zoe_optimizer_config_default(&cfg);
@@ -201,6 +203,7 @@ static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, i
     cfg.dpu_warmup = dpu;
     cfg.weight_decay = 0.01f;
     cfg.copy_out_numel = 1; /* one tile per block */
+    if (int8) cfg.exp_avg_dtype = cfg.exp_avg_sq_dtype = ZOE_I8;
     zoe_param_tensor t[NT] = {{"a", numel[0], 0, 0}, {"b", numel[1], 1, 0}, {"c", numel[2], 0, 0}};
     zoe_optimizer *opt = NULL;
     zoe_memory_stats before;
@@ -252,17 +255,25 @@ int main(int argc, char **argv) {
     kernel_checks(gpu, gs);
     table_checks(gpu, gs, cs);
     static double w_gpu[NTOTAL], w_gpu_again[NTOTAL], w_cpu[NTOTAL];
-    run(grid, gpu, gs, 0.5f, 2, w_gpu);
-    run(grid, cpu, cs, 0.5f, 2, w_cpu);
+    run(grid, gpu, gs, 0.5f, 2, 0, w_gpu);
+    run(grid, cpu, cs, 0.5f, 2, 0, w_cpu);
     CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA optimizer vs CPU optimizer, partial 0.5, DPU");
     /* Reproducible: the same run again gives the same bits (the device norm is a fixed-order
      * reduction; NCCL's sums are deterministic for a fixed communicator and size). */
-    run(grid, gpu, gs, 0.5f, 2, w_gpu_again);
+    run(grid, gpu, gs, 0.5f, 2, 0, w_gpu_again);
     CHECK(memcmp(w_gpu, w_gpu_again, sizeof w_gpu) == 0,
           "two identical CUDA runs differ: not bit-reproducible");
-    run(grid, gpu, gs, 0.0f, 0, w_gpu);
-    run(grid, cpu, cs, 0.0f, 0, w_cpu);
+    run(grid, gpu, gs, 0.0f, 0, 0, w_gpu);
+    run(grid, cpu, cs, 0.0f, 0, 0, w_cpu);
     CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA optimizer vs CPU optimizer, copy-out ring");
+    /* int8 moments on the host: the same host step on both backends (the host share starts at a
+     * block boundary on CUDA too), the device share fp32 */
+    run(grid, gpu, gs, 0.5f, 2, 1, w_gpu);
+    run(grid, cpu, cs, 0.5f, 2, 1, w_cpu);
+    CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA vs CPU optimizer, int8 moments, partial 0.5");
+    run(grid, gpu, gs, 0.0f, 0, 1, w_gpu);
+    run(grid, cpu, cs, 0.0f, 0, 1, w_cpu);
+    CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA vs CPU optimizer, int8 moments, copy-out");
     zoe_stream_destroy(gs), zoe_stream_destroy(cs);
     zoe_device_destroy(gpu), zoe_device_destroy(cpu);
     zoe_grid_destroy(grid);
