@@ -71,6 +71,16 @@ void ckpt_test_tmpdir(MPI_Comm comm, char *out, size_t cap) {
     snprintf(out, cap, "%s", dir);
 }
 
+void ckpt_test_rmdir(MPI_Comm comm, const char *dir) {
+    MPI_Barrier(comm);
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    if (rank != 0) return;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup of %s", dir);
+}
+
 void *ckpt_test_read_tensor(const char *path, const char *tensor, size_t *n) {
     zoe_safetensors st;
     if (zoe_safetensors_read_header(path, &st) != ZOE_OK) return NULL;

@@ -28,6 +28,8 @@ void ckpt_session_close(ckpt_session *s);
 
 /* A fresh directory made by rank 0, its name on every rank of comm. */
 void ckpt_test_tmpdir(MPI_Comm comm, char *out, size_t cap);
+/* Removes the directory once every rank of comm is done with it (rank 0 removes it). */
+void ckpt_test_rmdir(MPI_Comm comm, const char *dir);
 /* 1 when file in both checkpoint directories holds the same tensors with the same bytes. */
 int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *file);
 /* 1 when file in both directories holds tensors of the same names and values, each widened to

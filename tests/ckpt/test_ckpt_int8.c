@@ -124,10 +124,7 @@ static void convert_case(const char *corpus, const char *root) {
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_ckpt_int8 CORPUS\n");
-        return 2;
-    }
+    if (argc < 2) return fprintf(stderr, "usage: test_ckpt_int8 CORPUS\n"), 2;
     char root[256];
     ckpt_test_tmpdir(MPI_COMM_WORLD, root, sizeof root);
     for (int tp = 1; tp <= 2; tp++) {
@@ -136,11 +133,6 @@ int main(int argc, char **argv) {
         resume_case(argv[1], root, tp, 1);
     }
     convert_case(argv[1], root);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (test_rank() == 0) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", root);
-        CHECK(system(cmd) == 0, "cleanup");
-    }
+    ckpt_test_rmdir(MPI_COMM_WORLD, root);
     return test_finish("test_ckpt_int8");
 }
