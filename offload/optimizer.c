@@ -82,22 +82,18 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
         if (states[i] != ZOE_F32 && states[i] != ZOE_BF16 && (i == 0 || states[i] != ZOE_I8))
             BAD("%s %s: the %s is held in %s", state_names[i], zoe_dtype_name(states[i]),
                 i == 0 ? "master" : "moment", i == 0 ? "fp32 or bf16" : "fp32, bf16 or int8");
-        if (states[i] != ZOE_F32 && c->dpu_warmup > 0 &&
-            (c->dpu_schedule == ZOE_DPU_PREDICT || c->dpu_schedule == ZOE_DPU_DC))
-            BAD("%s %s with DPU schedule %s: predict and dc recompute the last step from fp32 "
-                "state (use %s)",
-                state_names[i], zoe_dtype_name(states[i]),
-                c->dpu_schedule == ZOE_DPU_PREDICT ? "predict" : "dc",
-                states[i] == ZOE_I8 ? "plain" : "exact or plain");
+        if (states[i] != ZOE_F32 && c->dpu_warmup > 0 && c->dpu_schedule == ZOE_DPU_DC)
+            BAD("%s %s with DPU schedule dc: dc compensates the fp32 gradient with fp32 state "
+                "in place (use plain, predict or exact)",
+                state_names[i], zoe_dtype_name(states[i]));
     }
     zoe_dtype g = c->main_grads_dtype;
     if (g != ZOE_F32 && g != ZOE_BF16 && g != ZOE_F16)
         BAD("main_grads_dtype %s: the gradient partition is fp32, bf16 or fp16", zoe_dtype_name(g));
-    if (g != ZOE_F32 && c->dpu_warmup > 0 &&
-        (c->dpu_schedule == ZOE_DPU_PREDICT || c->dpu_schedule == ZOE_DPU_DC))
-        BAD("main_grads_dtype %s with DPU schedule %s: it reads an fp32 gradient (use plain or "
-            "exact)",
-            zoe_dtype_name(g), c->dpu_schedule == ZOE_DPU_PREDICT ? "predict" : "dc");
+    if (g != ZOE_F32 && c->dpu_warmup > 0 && c->dpu_schedule == ZOE_DPU_DC)
+        BAD("main_grads_dtype %s with DPU schedule dc: it compensates an fp32 gradient (use "
+            "plain, predict or exact)",
+            zoe_dtype_name(g));
     return ZOE_OK;
 #undef BAD
 }

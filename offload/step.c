@@ -83,6 +83,44 @@ static zoe_status compressed_undo(zoe_optimizer *opt, const zoe_step_consts *c,
                                     e - a);
 }
 
+/* Host elements [h, h + n) of state array which (0 master, 1 exp_avg, 2 exp_avg_sq) in fp32:
+ * bf16 widened exactly, int8 codes through their block's scale. */
+static void widen_state(const zoe_optimizer *opt, int which, size_t h, size_t n, float *dst) {
+    zoe_dtype dt = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);
+    const void *src = zoe_host_state_at(opt, which, h);
+    const float *scale = zoe_host_scale_at(opt, which, h);
+    for (size_t i = 0; i < n; i++) {
+        size_t b = (h % ZOE_ADAM_INT8_BLOCK + i) / ZOE_ADAM_INT8_BLOCK; /* blocks past h's */
+        dst[i] = dt == ZOE_BF16 ? zoe_bf16_to_f32(((const zoe_bf16 *)src)[i])
+                 : dt != ZOE_I8 ? ((const float *)src)[i]
+                 : which == 1   ? zoe_adam_int8_m_value(((const int8_t *)src)[i], scale[b])
+                                : zoe_adam_int8_v_value(((const uint8_t *)src)[i], scale[b]);
+    }
+}
+
+/* The weight prediction (ZOE_DPU_PREDICT) over host elements [h, h + n) with constants k, into
+ * out (compute dtype), from the state as the step stored it: a compressed state widened to fp32
+ * a chunk at a time (the prediction then starts from the rounded master and moments: it is the
+ * fp32 state's prediction of those values, not of the unrounded ones). */
+static zoe_status predict_range(const zoe_optimizer *opt, const zoe_adam_consts *k, size_t h,
+                                size_t n, void *out) {
+    float scale = opt->cfg.dpu_predict_scale;
+    if (!opt->sz.compressed)
+        return zoe_adam_predict_host(k, scale, (float *)opt->h_master + h, (float *)opt->h_m + h,
+                                     (float *)opt->h_v + h, out, opt->dtype, n);
+    enum { CHUNK = 1024 };
+    float w[CHUNK], m[CHUNK], v[CHUNK];
+    for (size_t i = 0; i < n; i += CHUNK) {
+        size_t len = n - i < CHUNK ? n - i : CHUNK;
+        widen_state(opt, 0, h + i, len, w);
+        widen_state(opt, 1, h + i, len, m);
+        widen_state(opt, 2, h + i, len, v);
+        ZOE_TRY(
+            zoe_adam_predict_host(k, scale, w, m, v, (char *)out + i * opt->esz, opt->dtype, len));
+    }
+    return ZOE_OK;
+}
+
 /* The compressed update of host coordinates [lo, hi) (one tile, or its part in a block): every
  * segment reaching into it as one piece of one call, so that a block of int8 moments holding
  * two tensors' elements is read and requantised once (kernels/adam_state.h). lo is at a block
@@ -127,6 +165,9 @@ static zoe_status compressed_tile(zoe_optimizer *opt, const zoe_step_consts *c,
                                         pieces, count, from_snap ? opt->dtype : z->grad_dtype,
                                         opt->dtype, hi - lo);
     }
+    /* The prediction replaces the weights the step wrote, piece by piece (the snapshot). */
+    for (int p = 0; st == ZOE_OK && in_flight && opt->flight_predict && p < count; p++)
+        st = predict_range(opt, pieces[p].c, lo + pieces[p].offset, pieces[p].len, pieces[p].out);
     if (pieces != stack) free(pieces);
     return st;
 }
@@ -411,10 +452,8 @@ static zoe_status stage_prediction(zoe_optimizer *opt) {
     for (int s = opt->first_run_segment; s < opt->lay.num_segments; s++) {
         const zoe_segment *sg = &opt->lay.segments[s];
         size_t h = sg->offset - z->h_lo;
-        ZOE_TRY(zoe_adam_predict_host(zoe_segment_consts(&c, sg), opt->cfg.dpu_predict_scale,
-                                      (float *)opt->h_master + h, (float *)opt->h_m + h,
-                                      (float *)opt->h_v + h, (char *)opt->h_snap + h * opt->esz,
-                                      opt->dtype, sg->len));
+        ZOE_TRY(predict_range(opt, zoe_segment_consts(&c, sg), h, sg->len,
+                              (char *)opt->h_snap + h * opt->esz));
     }
     if (zoe_device_is_host_memory(opt)) return ZOE_OK; /* the due refresh uploads the snapshot */
     ZOE_TRY(zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
