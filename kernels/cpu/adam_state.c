@@ -57,6 +57,24 @@ void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_
     }
 }
 
+void zoe_adam_state_path(zoe_cpu_isa isa, const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                         const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                         uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                         size_t n) {
+    switch (isa) {
+    case ZOE_CPU_ISA_AVX512_BF16:
+    case ZOE_CPU_ISA_AVX512:
+        zoe_adam_state_avx512(c, k, dt, st, index_lo, grad, gdt, out, odt, n);
+        break;
+    case ZOE_CPU_ISA_AVX2:
+        zoe_adam_state_avx2(c, k, dt, st, index_lo, grad, gdt, out, odt, n);
+        break;
+    default:
+        zoe_adam_state_scalar_range(c, k, dt, st, index_lo, grad, gdt, out, odt, 0, n);
+        break;
+    }
+}
+
 zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
                                    const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
                                    const zoe_adam_state *st, uint64_t index0, const void *grad,
@@ -87,19 +105,7 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
                                .exp_avg_sq = (char *)st->exp_avg_sq + done * sizes[2]};
         const void *g = (const char *)grad + done * gsz;
         void *o = out ? (char *)out + done * osz : NULL;
-        switch (isa) {
-        case ZOE_CPU_ISA_AVX512_BF16:
-        case ZOE_CPU_ISA_AVX512:
-            zoe_adam_state_avx512(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, len);
-            break;
-        case ZOE_CPU_ISA_AVX2:
-            zoe_adam_state_avx2(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, len);
-            break;
-        default:
-            zoe_adam_state_scalar_range(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, 0,
-                                        len);
-            break;
-        }
+        zoe_adam_state_path(isa, c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, len);
         done += len;
     }
     return ZOE_OK;

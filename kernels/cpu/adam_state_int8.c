@@ -1,9 +1,11 @@
 /* The host Adam over blockwise int8 moments (kernels/adam_state.h): the codes and scales, and the
  * step a block at a time: the block's int8 moments read back into fp32, the fp32-state step of
  * the chosen path on them (adam_state.c: every path's vector loop, bit-identical to the scalar
- * one), then the block requantised with that path's copy of adam_state_int8_block.h.
+ * one), then the block requantised with that path's block functions (adam_state_int8_block.h for
+ * the scalar path, the vector loops of adam_state_int8_simd.h for AVX2 and AVX-512).
  *
  * Explained in docs/offload.md, "Blockwise int8 moments". */
+#include "kernels/cpu/adam_simd.h" /* ADAM_OUT_NONE */
 #include "kernels/cpu/adam_state_int8_block.h"
 #include "kernels/cpu/adam_state_simd.h"
 #include "runtime/error.h"
@@ -69,7 +71,6 @@ zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *
     const size_t msz = zoe_adam_state_esize(step_dt.exp_avg),
                  vsz = zoe_adam_state_esize(step_dt.exp_avg_sq);
     float m[ZOE_ADAM_INT8_BLOCK], v[ZOE_ADAM_INT8_BLOCK];
-    uint16_t bits_v[ZOE_ADAM_INT8_BLOCK];
     uint32_t key_word = (uint32_t)(index0 >> 32);
     uint32_t key0 = zoe_sr_key(r, key_word), key1 = zoe_sr_key(r, key_word + 1);
     int first = 0; /* the first piece not wholly before the block */
@@ -100,17 +101,23 @@ zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *
             const zoe_adam_state part = {.master = (char *)pc->master + into * wsz,
                                          .exp_avg = mb + (a - lo) * msz,
                                          .exp_avg_sq = vb + (a - lo) * vsz};
-            ZOE_TRY(zoe_adam_state_host_isa(
-                isa, pc->c, r, &step_dt, &part, index0 + a, (const char *)pc->grad + into * gsz,
-                gdt, pc->out ? (char *)pc->out + into * osz : NULL, odt, e - a));
+            const void *grad = (const char *)pc->grad + into * gsz;
+            void *out = pc->out ? (char *)pc->out + into * osz : NULL;
+            uint64_t first = index0 + a, last = index0 + e - 1;
+            if ((first >> 32) == (last >> 32)) { /* the path directly, with the word's key */
+                const zoe_adam_state_keys k = {(uint32_t)(first >> 32) == key_word ? key0 : key1};
+                zoe_adam_state_path(isa, pc->c, &k, &step_dt, &part, (uint32_t)first, grad, gdt,
+                                    out, out ? (int)odt : ADAM_OUT_NONE, e - a);
+            } else { /* across a high word (once in 2^32 elements): split there */
+                ZOE_TRY(zoe_adam_state_host_isa(isa, pc->c, r, &step_dt, &part, first, grad, gdt,
+                                                out, odt, e - a));
+            }
         }
         if (dt->exp_avg == ZOE_I8)
             fns.quantize_m(m, len, (int8_t *)st->exp_avg + lo, st->exp_avg_scale + b);
-        if (dt->exp_avg_sq == ZOE_I8) {
-            fns.bits16(index, key0, key1, len, bits_v);
-            fns.quantize_v(v, bits_v, len, (uint8_t *)st->exp_avg_sq + lo,
-                           st->exp_avg_sq_scale + b);
-        }
+        if (dt->exp_avg_sq == ZOE_I8)
+            fns.quantize_v_step(v, index, key0, key1, len, (uint8_t *)st->exp_avg_sq + lo,
+                                st->exp_avg_sq_scale + b);
     }
     return ZOE_OK;
 }

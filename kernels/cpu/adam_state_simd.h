@@ -48,6 +48,12 @@ void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_
                                  const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                                  uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
                                  size_t lo, size_t hi);
+/* The step of path isa over n elements whose indices share their high word (key k), arguments
+ * checked: the vector loop of the path, or the scalar one. */
+void zoe_adam_state_path(zoe_cpu_isa isa, const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                         const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                         uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                         size_t n);
 /* The step over pieces with an int8 moment (adam_state_int8.c), a block at a time, on path isa
  * (zoe_adam_state_host_pieces_isa, arguments checked). */
 zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *r,
