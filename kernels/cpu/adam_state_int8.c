@@ -56,6 +56,22 @@ static size_t min_size(size_t a, size_t b) {
     return a < b ? a : b;
 }
 
+/* Blocks stepped together: each group's blocks read back, the pieces within the group stepped
+ * (one call of the path's loop per piece and group rather than per block: 8 blocks a call ran
+ * the int8 step 7 % faster in cache than one), the group's blocks requantised. 16 KiB of fp32 on
+ * the stack for both moments, within L1 with the step's streams. */
+enum { INT8_GROUP = 8 * ZOE_ADAM_INT8_BLOCK };
+
+/* The keys of the high word of index and the next, rolled forward from those of the word before
+ * (words visited in increasing order, at most one apart). */
+static void roll_keys(const zoe_adam_rounding *r, uint64_t index, uint32_t *word, uint32_t *key0,
+                      uint32_t *key1) {
+    if ((uint32_t)(index >> 32) == *word) return;
+    *word = (uint32_t)(index >> 32);
+    *key0 = *key1;
+    *key1 = zoe_sr_key(r, *word + 1);
+}
+
 zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *r,
                                       const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                                       uint64_t index0, const zoe_adam_state_piece *pieces,
@@ -70,54 +86,59 @@ zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *
                  osz = zoe_dtype_size(odt);
     const size_t msz = zoe_adam_state_esize(step_dt.exp_avg),
                  vsz = zoe_adam_state_esize(step_dt.exp_avg_sq);
-    float m[ZOE_ADAM_INT8_BLOCK], v[ZOE_ADAM_INT8_BLOCK];
+    float m[INT8_GROUP], v[INT8_GROUP];
     uint32_t key_word = (uint32_t)(index0 >> 32);
     uint32_t key0 = zoe_sr_key(r, key_word), key1 = zoe_sr_key(r, key_word + 1);
-    int first = 0; /* the first piece not wholly before the block */
-    for (size_t lo = 0; lo < n; lo += ZOE_ADAM_INT8_BLOCK) {
-        size_t len = block_len(n, lo), b = lo / ZOE_ADAM_INT8_BLOCK;
-        uint64_t index = index0 + lo;
-        if ((uint32_t)(index >> 32) != key_word) { /* the block starts in the next word */
-            key_word = (uint32_t)(index >> 32);
-            key0 = key1;
-            key1 = zoe_sr_key(r, key_word + 1);
-        }
-        /* The block's moments, at its element 0: the fp32 copies of int8 ones, else in place. */
+    int first = 0; /* the first piece not wholly before the group */
+    for (size_t lo = 0; lo < n; lo += INT8_GROUP) {
+        size_t len = min_size(n - lo, INT8_GROUP);
+        /* The keys of the group's first word (rolled per block below: the words only grow). */
+        roll_keys(r, index0 + lo, &key_word, &key0, &key1);
+        /* The group's moments, at its element 0: the fp32 copies of int8 ones, else in place. */
         char *mb = (char *)st->exp_avg + lo * msz, *vb = (char *)st->exp_avg_sq + lo * vsz;
-        if (dt->exp_avg == ZOE_I8) {
-            fns.dequantize_m((const int8_t *)st->exp_avg + lo, st->exp_avg_scale[b], len, m);
-            mb = (char *)m;
+        for (size_t at = lo; at < lo + len; at += ZOE_ADAM_INT8_BLOCK) {
+            size_t blen = block_len(n, at), b = at / ZOE_ADAM_INT8_BLOCK;
+            if (dt->exp_avg == ZOE_I8)
+                fns.dequantize_m((const int8_t *)st->exp_avg + at, st->exp_avg_scale[b], blen,
+                                 m + (at - lo));
+            if (dt->exp_avg_sq == ZOE_I8)
+                fns.dequantize_v((const uint8_t *)st->exp_avg_sq + at, st->exp_avg_sq_scale[b],
+                                 blen, v + (at - lo));
         }
-        if (dt->exp_avg_sq == ZOE_I8) {
-            fns.dequantize_v((const uint8_t *)st->exp_avg_sq + lo, st->exp_avg_sq_scale[b], len, v);
-            vb = (char *)v;
-        }
+        if (dt->exp_avg == ZOE_I8) mb = (char *)m;
+        if (dt->exp_avg_sq == ZOE_I8) vb = (char *)v;
         while (first < num_pieces && pieces[first].offset + pieces[first].len <= lo) first++;
         for (int p = first; p < num_pieces && pieces[p].offset < lo + len; p++) {
             const zoe_adam_state_piece *pc = &pieces[p];
             size_t a = pc->offset > lo ? pc->offset : lo,
                    e = min_size(pc->offset + pc->len, lo + len);
-            size_t into = a - pc->offset; /* elements of the piece before the block */
+            size_t into = a - pc->offset; /* elements of the piece before the group */
             const zoe_adam_state part = {.master = (char *)pc->master + into * wsz,
                                          .exp_avg = mb + (a - lo) * msz,
                                          .exp_avg_sq = vb + (a - lo) * vsz};
             const void *grad = (const char *)pc->grad + into * gsz;
             void *out = pc->out ? (char *)pc->out + into * osz : NULL;
-            uint64_t first = index0 + a, last = index0 + e - 1;
-            if ((first >> 32) == (last >> 32)) { /* the path directly, with the word's key */
-                const zoe_adam_state_keys k = {(uint32_t)(first >> 32) == key_word ? key0 : key1};
-                zoe_adam_state_path(isa, pc->c, &k, &step_dt, &part, (uint32_t)first, grad, gdt,
+            uint64_t index_a = index0 + a, index_last = index0 + e - 1;
+            if ((index_a >> 32) == (index_last >> 32)) { /* the path directly, with its key */
+                const zoe_adam_state_keys k = {(uint32_t)(index_a >> 32) == key_word ? key0 : key1};
+                zoe_adam_state_path(isa, pc->c, &k, &step_dt, &part, (uint32_t)index_a, grad, gdt,
                                     out, out ? (int)odt : ADAM_OUT_NONE, e - a);
             } else { /* across a high word (once in 2^32 elements): split there */
-                ZOE_TRY(zoe_adam_state_host_isa(isa, pc->c, r, &step_dt, &part, first, grad, gdt,
+                ZOE_TRY(zoe_adam_state_host_isa(isa, pc->c, r, &step_dt, &part, index_a, grad, gdt,
                                                 out, odt, e - a));
             }
         }
-        if (dt->exp_avg == ZOE_I8)
-            fns.quantize_m(m, len, (int8_t *)st->exp_avg + lo, st->exp_avg_scale + b);
-        if (dt->exp_avg_sq == ZOE_I8)
-            fns.quantize_v_step(v, index, key0, key1, len, (uint8_t *)st->exp_avg_sq + lo,
-                                st->exp_avg_sq_scale + b);
+        for (size_t at = lo; at < lo + len; at += ZOE_ADAM_INT8_BLOCK) {
+            size_t blen = block_len(n, at), b = at / ZOE_ADAM_INT8_BLOCK;
+            if (dt->exp_avg == ZOE_I8)
+                fns.quantize_m(m + (at - lo), blen, (int8_t *)st->exp_avg + at,
+                               st->exp_avg_scale + b);
+            if (dt->exp_avg_sq == ZOE_I8) {
+                roll_keys(r, index0 + at, &key_word, &key0, &key1);
+                fns.quantize_v_step(v + (at - lo), index0 + at, key0, key1, blen,
+                                    (uint8_t *)st->exp_avg_sq + at, st->exp_avg_sq_scale + b);
+            }
+        }
     }
     return ZOE_OK;
 }
