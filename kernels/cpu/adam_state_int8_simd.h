@@ -69,69 +69,93 @@ static inline uint32_t INT8_VEC_FN(block_top)(const float *x, size_t len) {
     return rest > vec ? rest : vec;
 }
 
+/* m's codes of the whole vectors of a block with a usable scale (the rest element-wise);
+ * unscaled: pre is 1, so x * pre is x and is not computed (a constant at each call). Returns
+ * the elements done. */
+static inline __attribute__((always_inline)) size_t
+INT8_VEC_FN(quantize_m_vectors)(const float *x, size_t len, int8_t *codes, int8_inverse inv,
+                                int unscaled) {
+    const VF pre = V_SET1(inv.pre), post = V_SET1(inv.post),
+             top_shrunk = V_SET1(INT8_TOP_SHRUNK(127.0f)), inv_top2 = V_SET1(1.0f / 16129.0f),
+             one = V_SET1(1.0f), zero = V_SET1(0.0f);
+    size_t i = 0;
+    for (; i + W <= len; i += W) {
+        VF xv = V_LOAD_F32(x + i);
+        VF ax = V_AS_F(VI_AND(V_AS_I(xv), VI_SET1(0x7fffffff)));
+        VF y = V_MUL(unscaled ? ax : V_MUL(ax, pre), post);
+        VF k = INT8_VEC_FN(code_below)(y, top_shrunk, inv_top2);
+        VF below = INT8_VEC_FN(unit)(k, inv_top2),
+           above = INT8_VEC_FN(unit)(V_ADD(k, one), inv_top2);
+        /* (k < 127 needs no test: at 127, y - below is below 2^-23 and above - y above 0.015) */
+        k = V_ADD_IF(k, VM_CMP(V_SUB(above, y), V_SUB(y, below), _CMP_LT_OQ), one);
+        V_STORE_I8(codes + i, V_SELECT(VM_CMP(xv, zero, _CMP_LT_OQ), V_SUB(zero, k), k));
+    }
+    return i;
+}
+
 static void INT8_VEC_FN(quantize_m)(const float *x, size_t len, int8_t *codes, float *scale) {
     int8_inverse inv;
     int usable = INT8_FN(scale_block)(INT8_VEC_FN(block_top)(x, len), x, scale, &inv);
-    size_t i = 0;
-    if (usable) { /* otherwise every y is 0: the element loop below */
-        const VF pre = V_SET1(inv.pre), post = V_SET1(inv.post),
-                 top_shrunk = V_SET1(INT8_TOP_SHRUNK(127.0f)), inv_top2 = V_SET1(1.0f / 16129.0f),
-                 one = V_SET1(1.0f), zero = V_SET1(0.0f);
-        const int unscaled = inv.pre == 1.0f; /* then x * pre is x: one multiply less */
-        for (; i + W <= len; i += W) {
-            VF xv = V_LOAD_F32(x + i);
-            VF ax = V_AS_F(VI_AND(V_AS_I(xv), VI_SET1(0x7fffffff)));
-            VF y = V_MUL(unscaled ? ax : V_MUL(ax, pre), post);
-            VF k = INT8_VEC_FN(code_below)(y, top_shrunk, inv_top2);
-            VF below = INT8_VEC_FN(unit)(k, inv_top2),
-               above = INT8_VEC_FN(unit)(V_ADD(k, one), inv_top2);
-            /* (k < 127 needs no test: at 127, y - below is below 2^-23 and above - y above
-             * 0.015) */
-            k = V_ADD_IF(k, VM_CMP(V_SUB(above, y), V_SUB(y, below), _CMP_LT_OQ), one);
-            V_STORE_I8(codes + i, V_SELECT(VM_CMP(xv, zero, _CMP_LT_OQ), V_SUB(zero, k), k));
-        }
-    }
+    size_t i = 0; /* not usable: every y is 0, the element loop */
+    if (usable && inv.pre == 1.0f)
+        i = INT8_VEC_FN(quantize_m_vectors)(x, len, codes, inv, 1);
+    else if (usable)
+        i = INT8_VEC_FN(quantize_m_vectors)(x, len, codes, inv, 0);
     for (; i < len; i++) codes[i] = INT8_FN(m_code)(x[i], usable, inv);
+}
+
+/* v's codes of the whole vectors of a block with a usable scale, as quantize_m_vectors; one_word:
+ * every element's index has index0's high word (key0). */
+static inline __attribute__((always_inline)) size_t
+INT8_VEC_FN(quantize_v_vectors)(const float *x, uint64_t index0, uint32_t key0, uint32_t key1,
+                                size_t len, uint8_t *codes, int8_inverse inv, int unscaled,
+                                int one_word) {
+    const VF pre = V_SET1(inv.pre), post = V_SET1(inv.post), top = V_SET1(255.0f),
+             top_shrunk = V_SET1(INT8_TOP_SHRUNK(255.0f)), inv_top2 = V_SET1(1.0f / 65025.0f),
+             one = V_SET1(1.0f), zero = V_SET1(0.0f), half = V_SET1(0.5f),
+             bits_scale = V_SET1(65536.0f);
+    /* Elements from next_word on have an index in the next high word (key1). */
+    const uint32_t lo0 = (uint32_t)index0;
+    const uint64_t to_next = ((uint64_t)1 << 32) - lo0;
+    const VI next_word = VI_SET1((int)(to_next < len ? to_next : len)), lanes = VI_IOTA();
+    const VI k0 = VI_SET1((int)key0), k1 = VI_SET1((int)key1);
+    size_t i = 0;
+    for (; i + W <= len; i += W) {
+        VI at = VI_ADD(VI_SET1((int)i), lanes);
+        VI key = one_word ? k0 : VI_SELECT(VM_LT_I(at, next_word), k0, k1);
+        VI r = STATE_FN(state_hash)(VI_XOR(VI_ADD(at, VI_SET1((int)lo0)), key));
+        VF bits = V_FROM_I(VI_SRLI(r, 16));
+        VF xv = V_LOAD_F32(x + i);
+        VM positive = VM_CMP(xv, zero, _CMP_GT_OQ);
+        VF y = V_SELECT(positive, V_MUL(unscaled ? xv : V_MUL(xv, pre), post), zero);
+        VF k = INT8_VEC_FN(code_below)(y, top_shrunk, inv_top2);
+        VF below = INT8_VEC_FN(unit)(k, inv_top2),
+           above = INT8_VEC_FN(unit)(V_ADD(k, one), inv_top2);
+        VM up_half = VM_AND(VM_CMP(y, half, _CMP_GT_OQ), VM_CMP(below, half, _CMP_LE_OQ));
+        VM up_random = VM_CMP(V_MUL(bits, V_SUB(above, below)), V_MUL(V_SUB(y, below), bits_scale),
+                              _CMP_LT_OQ);
+        k = V_ADD_IF(k, VM_AND(VM_CMP(k, top, _CMP_LT_OQ), VM_OR(up_half, up_random)), one);
+        k = V_ADD_IF(k, VM_AND(VM_CMP(k, zero, _CMP_EQ_OQ), positive), one);
+        V_STORE_U8(codes + i, k);
+    }
+    return i;
 }
 
 static void INT8_VEC_FN(quantize_v_step)(const float *x, uint64_t index0, uint32_t key0,
                                          uint32_t key1, size_t len, uint8_t *codes, float *scale) {
     int8_inverse inv;
     int usable = INT8_FN(scale_block)(INT8_VEC_FN(block_top)(x, len), x, scale, &inv);
-    const uint32_t word0 = (uint32_t)(index0 >> 32), lo0 = (uint32_t)index0;
-    size_t i = 0;
-    if (usable) {
-        const VF pre = V_SET1(inv.pre), post = V_SET1(inv.post), top = V_SET1(255.0f),
-                 top_shrunk = V_SET1(INT8_TOP_SHRUNK(255.0f)), inv_top2 = V_SET1(1.0f / 65025.0f),
-                 one = V_SET1(1.0f), zero = V_SET1(0.0f), half = V_SET1(0.5f),
-                 bits_scale = V_SET1(65536.0f);
-        /* Elements from next_word on have an index in the next high word (key1). */
-        uint64_t to_next = ((uint64_t)1 << 32) - lo0;
-        const VI next_word = VI_SET1((int)(to_next < len ? to_next : len)), lanes = VI_IOTA();
-        const VI k0 = VI_SET1((int)key0), k1 = VI_SET1((int)key1);
-        const int one_word = to_next >= len, unscaled = inv.pre == 1.0f;
-        for (; i + W <= len; i += W) {
-            VI at = VI_ADD(VI_SET1((int)i), lanes);
-            VI key = one_word ? k0 : VI_SELECT(VM_LT_I(at, next_word), k0, k1);
-            VI r = STATE_FN(state_hash)(VI_XOR(VI_ADD(at, VI_SET1((int)lo0)), key));
-            VF bits = V_FROM_I(VI_SRLI(r, 16));
-            VF xv = V_LOAD_F32(x + i);
-            VM positive = VM_CMP(xv, zero, _CMP_GT_OQ);
-            VF y = V_SELECT(positive, V_MUL(unscaled ? xv : V_MUL(xv, pre), post), zero);
-            VF k = INT8_VEC_FN(code_below)(y, top_shrunk, inv_top2);
-            VF below = INT8_VEC_FN(unit)(k, inv_top2),
-               above = INT8_VEC_FN(unit)(V_ADD(k, one), inv_top2);
-            VM up_half = VM_AND(VM_CMP(y, half, _CMP_GT_OQ), VM_CMP(below, half, _CMP_LE_OQ));
-            VM up_random = VM_CMP(V_MUL(bits, V_SUB(above, below)),
-                                  V_MUL(V_SUB(y, below), bits_scale), _CMP_LT_OQ);
-            k = V_ADD_IF(k, VM_AND(VM_CMP(k, top, _CMP_LT_OQ), VM_OR(up_half, up_random)), one);
-            k = V_ADD_IF(k, VM_AND(VM_CMP(k, zero, _CMP_EQ_OQ), positive), one);
-            V_STORE_U8(codes + i, k);
-        }
-    }
+    const int unscaled = inv.pre == 1.0f, one_word = ((uint64_t)1 << 32) - (uint32_t)index0 >= len;
+    size_t i = 0;                       /* not usable: every y is 0, the element loop */
+    if (usable && unscaled && one_word) /* the common case, its own loop */
+        i = INT8_VEC_FN(quantize_v_vectors)(x, index0, key0, key1, len, codes, inv, 1, 1);
+    else if (usable)
+        i = INT8_VEC_FN(quantize_v_vectors)(x, index0, key0, key1, len, codes, inv, unscaled,
+                                            one_word);
     for (; i < len; i++)
         codes[i] =
-            INT8_FN(v_code)(x[i], INT8_FN(v_bits)(index0 + i, word0, key0, key1), 1, usable, inv);
+            INT8_FN(v_code)(x[i], INT8_FN(v_bits)(index0 + i, (uint32_t)(index0 >> 32), key0, key1),
+                            1, usable, inv);
 }
 
 /* zoe_adam_int8_m_value lane-wise: the sign of the code put on its unit, then times s. */
