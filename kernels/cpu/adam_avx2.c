@@ -143,13 +143,11 @@ static inline uint32_t hmax_u32_avx2(__m256i a) {
 #define VM_CMP(a, b, p)   _mm256_cmp_ps(a, b, p)
 #define VM_AND(a, b)      _mm256_and_ps(a, b)
 #define VM_OR(a, b)       _mm256_or_ps(a, b)
-#define VM_LT_I(a, b)     _mm256_castsi256_ps(_mm256_cmpgt_epi32(b, a))
 #define V_ADD_IF(a, m, b) _mm256_add_ps(a, _mm256_and_ps(m, b))
 #define V_SELECT(m, a, b) _mm256_blendv_ps(b, a, m)
-#define VI_SELECT(m, a, b)                                                                         \
-    _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(b), _mm256_castsi256_ps(a), m))
-#define V_FROM_I(x)       _mm256_cvtepi32_ps(x)
 #define V_LOAD_I8(p)      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define V_LOAD_U16(p)                                                                              \
+    _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))))
 #define V_LOAD_U8(p)      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
 #define V_STORE_I8(p, x)  store_i8_avx2(p, x)
 #define V_STORE_U8(p, x)  store_u8_avx2(p, x)

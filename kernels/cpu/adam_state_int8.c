@@ -72,6 +72,18 @@ static void roll_keys(const zoe_adam_rounding *r, uint64_t index, uint32_t *word
     *key1 = zoe_sr_key(r, *word + 1);
 }
 
+/* The high 16 random bits of the elements [from, to) of a group at lo that the step did not give
+ * (no piece holds them: padding; or a piece across a high word), key0 that of word, key1 of the
+ * next. */
+static void fill_bits(uint64_t index0, size_t lo, size_t from, size_t to, uint32_t word,
+                      uint32_t key0, uint32_t key1, uint16_t *bits) {
+    for (size_t i = from; i < to; i++) {
+        uint64_t index = index0 + i;
+        uint32_t key = (uint32_t)(index >> 32) == word ? key0 : key1;
+        bits[i - lo] = (uint16_t)(zoe_sr_random(key, (uint32_t)index) >> 16);
+    }
+}
+
 zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *r,
                                       const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                                       uint64_t index0, const zoe_adam_state_piece *pieces,
@@ -87,12 +99,14 @@ zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *
     const size_t msz = zoe_adam_state_esize(step_dt.exp_avg),
                  vsz = zoe_adam_state_esize(step_dt.exp_avg_sq);
     float m[INT8_GROUP], v[INT8_GROUP];
+    uint16_t v_bits[INT8_GROUP]; /* an int8 v's random bits, from the step's hash */
+    const int v_int8 = dt->exp_avg_sq == ZOE_I8;
     uint32_t key_word = (uint32_t)(index0 >> 32);
     uint32_t key0 = zoe_sr_key(r, key_word), key1 = zoe_sr_key(r, key_word + 1);
     int first = 0; /* the first piece not wholly before the group */
     for (size_t lo = 0; lo < n; lo += INT8_GROUP) {
         size_t len = min_size(n - lo, INT8_GROUP);
-        /* The keys of the group's first word (rolled per block below: the words only grow). */
+        /* The keys of the group's first word (the words only grow). */
         roll_keys(r, index0 + lo, &key_word, &key0, &key1);
         /* The group's moments, at its element 0: the fp32 copies of int8 ones, else in place. */
         char *mb = (char *)st->exp_avg + lo * msz, *vb = (char *)st->exp_avg_sq + lo * vsz;
@@ -108,6 +122,7 @@ zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *
         if (dt->exp_avg == ZOE_I8) mb = (char *)m;
         if (dt->exp_avg_sq == ZOE_I8) vb = (char *)v;
         while (first < num_pieces && pieces[first].offset + pieces[first].len <= lo) first++;
+        size_t with_bits = lo; /* v_bits holds [lo, with_bits) */
         for (int p = first; p < num_pieces && pieces[p].offset < lo + len; p++) {
             const zoe_adam_state_piece *pc = &pieces[p];
             size_t a = pc->offset > lo ? pc->offset : lo,
@@ -119,25 +134,28 @@ zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *
             const void *grad = (const char *)pc->grad + into * gsz;
             void *out = pc->out ? (char *)pc->out + into * osz : NULL;
             uint64_t index_a = index0 + a, index_last = index0 + e - 1;
+            if (v_int8) fill_bits(index0, lo, with_bits, a, key_word, key0, key1, v_bits);
             if ((index_a >> 32) == (index_last >> 32)) { /* the path directly, with its key */
                 const zoe_adam_state_keys k = {(uint32_t)(index_a >> 32) == key_word ? key0 : key1};
                 zoe_adam_state_path(isa, pc->c, &k, &step_dt, &part, (uint32_t)index_a, grad, gdt,
-                                    out, out ? (int)odt : ADAM_OUT_NONE, e - a);
+                                    out, out ? (int)odt : ADAM_OUT_NONE,
+                                    v_int8 ? v_bits + (a - lo) : NULL, e - a);
             } else { /* across a high word (once in 2^32 elements): split there */
                 ZOE_TRY(zoe_adam_state_host_isa(isa, pc->c, r, &step_dt, &part, index_a, grad, gdt,
                                                 out, odt, e - a));
+                if (v_int8) fill_bits(index0, lo, a, e, key_word, key0, key1, v_bits);
             }
+            with_bits = e;
         }
+        if (v_int8) fill_bits(index0, lo, with_bits, lo + len, key_word, key0, key1, v_bits);
         for (size_t at = lo; at < lo + len; at += ZOE_ADAM_INT8_BLOCK) {
             size_t blen = block_len(n, at), b = at / ZOE_ADAM_INT8_BLOCK;
             if (dt->exp_avg == ZOE_I8)
                 fns.quantize_m(m + (at - lo), blen, (int8_t *)st->exp_avg + at,
                                st->exp_avg_scale + b);
-            if (dt->exp_avg_sq == ZOE_I8) {
-                roll_keys(r, index0 + at, &key_word, &key0, &key1);
-                fns.quantize_v_step(v + (at - lo), index0 + at, key0, key1, blen,
-                                    (uint8_t *)st->exp_avg_sq + at, st->exp_avg_sq_scale + b);
-            }
+            if (v_int8)
+                fns.quantize_v(v + (at - lo), v_bits + (at - lo), blen,
+                               (uint8_t *)st->exp_avg_sq + at, st->exp_avg_sq_scale + b);
         }
     }
     return ZOE_OK;

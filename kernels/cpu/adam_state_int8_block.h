@@ -13,12 +13,11 @@
 #include "kernels/adam_state.h"
 
 /* Quantises len <= ZOE_ADAM_INT8_BLOCK values of one block into codes and its one scale: m to
- * nearest; v stochastically with the high 16 of the step's 32 random bits of elements index0 ..
- * index0 + len - 1 (kernels/adam_state.h), key0 being the key of index0's high word and key1 that
- * of the next one (a block may cross into it). */
+ * nearest; v stochastically with the 16 random bits bits16[i] (the high 16 of the step's, which
+ * the step wrote out: kernels/adam_state.h), to nearest where bits16 is NULL (conversions). */
 typedef void zoe_int8_quantize_m_fn(const float *x, size_t len, int8_t *codes, float *scale);
-typedef void zoe_int8_quantize_v_step_fn(const float *x, uint64_t index0, uint32_t key0,
-                                         uint32_t key1, size_t len, uint8_t *codes, float *scale);
+typedef void zoe_int8_quantize_v_fn(const float *x, const uint16_t *bits16, size_t len,
+                                    uint8_t *codes, float *scale);
 /* Reads len codes of one block with scale s back into fp32. */
 typedef void zoe_int8_dequantize_m_fn(const int8_t *codes, float s, size_t len, float *x);
 typedef void zoe_int8_dequantize_v_fn(const uint8_t *codes, float s, size_t len, float *x);
@@ -26,7 +25,7 @@ typedef void zoe_int8_dequantize_v_fn(const uint8_t *codes, float s, size_t len,
 /* A path's block functions (adam_state_int8.c picks one per call). */
 typedef struct zoe_int8_block_fns {
     zoe_int8_quantize_m_fn *quantize_m;
-    zoe_int8_quantize_v_step_fn *quantize_v_step;
+    zoe_int8_quantize_v_fn *quantize_v;
     zoe_int8_dequantize_m_fn *dequantize_m;
     zoe_int8_dequantize_v_fn *dequantize_v;
 } zoe_int8_block_fns;
@@ -158,25 +157,10 @@ static inline void INT8_FN(dequantize_v)(const uint8_t *codes, float s, size_t l
     for (size_t i = 0; i < len; i++) x[i] = zoe_adam_int8_v_value(codes[i], s);
 }
 
-/* The step's random bits of element index (kernels/adam_state.h), high 16. */
-static inline uint32_t INT8_FN(v_bits)(uint64_t index, uint32_t word0, uint32_t key0,
-                                       uint32_t key1) {
-    uint32_t key = (uint32_t)(index >> 32) == word0 ? key0 : key1;
-    return zoe_sr_random(key, (uint32_t)index) >> 16;
-}
-
 #ifndef INT8_VECTOR /* a file with its own vector loops (adam_state_int8_simd.h) has its table */
-static void INT8_FN(quantize_v_step)(const float *x, uint64_t index0, uint32_t key0, uint32_t key1,
-                                     size_t len, uint8_t *codes, float *scale) {
-    uint16_t bits16[ZOE_ADAM_INT8_BLOCK];
-    for (size_t i = 0; i < len; i++)
-        bits16[i] = (uint16_t)INT8_FN(v_bits)(index0 + i, (uint32_t)(index0 >> 32), key0, key1);
-    INT8_FN(quantize_v)(x, bits16, len, codes, scale);
-}
-
 zoe_int8_block_fns INT8_FN(zoe_int8_block_fns)(void) {
     return (zoe_int8_block_fns){.quantize_m = INT8_FN(quantize_m),
-                                .quantize_v_step = INT8_FN(quantize_v_step),
+                                .quantize_v = INT8_FN(quantize_v),
                                 .dequantize_m = INT8_FN(dequantize_m),
                                 .dequantize_v = INT8_FN(dequantize_v)};
 }

@@ -1,6 +1,6 @@
 /* Internal: the block functions of blockwise int8 moments (adam_state_int8_block.h) as vector
  * loops, written once and instantiated per instruction set by adam_avx2.c and adam_avx512.c, after
- * adam_state_simd.h (its hash) and adam_state_int8_block.h with INT8_VECTOR defined (its element
+ * adam_state_simd.h and adam_state_int8_block.h with INT8_VECTOR defined (its element
  * functions, for the elements past the last whole vector, and no table of its own).
  *
  * Each lane does the element functions' operations in their order, so the codes are the same
@@ -11,22 +11,19 @@
  *    most 2^-14 with AVX-512, 1.5 * 2^-12 with AVX2) instead of sqrtf, made a little small so
  *    that it is the answer or one below it: one correction up (instead of one up and one down)
  *    then finds the answer exactly; the guess only picks where to start (code_below below).
- *    The division and square root unit is the step's bottleneck (one of each per element);
- *    two more square roots per element, one per moment, made the int8 step compute-bound.
- * The v random bits are the step's hash computed again in registers (two integer multiplies
- * per lane), not read from an array. tests/offload/test_adam_int8.c compares each path's block
- * functions with the scalar ones around every code's boundary.
+ * v's random bits are the ones the step wrote out for the block (its hash, computed once per
+ * element). tests/offload/test_adam_int8.c compares each path's block functions with the scalar
+ * ones around every code's boundary.
  *
  * The including file defines, besides adam_state_simd.h's macros:
  *   V_SUB(a,b) V_MIN(a,b) V_MAX(a,b) V_TRUNC(x)  fp32 lanes (V_TRUNC: toward zero, as an int cast)
  *   V_RSQRT(x)            an approximate 1 / sqrt(x) for normal x, relative error below 2^-11
  *   VM, VM_CMP(a,b,p)     a lane mask and the fp32 comparison with predicate p (_CMP_*)
  *   VM_AND(a,b) VM_OR(a,b)
- *   VM_LT_I(a,b)          the mask of signed 32-bit a < b
  *   V_ADD_IF(a,m,b)       a + b in the lanes of m, a elsewhere
- *   V_SELECT(m,a,b) VI_SELECT(m,a,b)   a in the lanes of m, b elsewhere
- *   V_FROM_I(x)           int32 lanes to fp32
+ *   V_SELECT(m,a,b)       a in the lanes of m, b elsewhere
  *   V_LOAD_I8(p) V_LOAD_U8(p)          W codes widened to fp32
+ *   V_LOAD_U16(p)                      W 16-bit random bits widened to fp32
  *   V_STORE_I8(p,x) V_STORE_U8(p,x)    W integer-valued fp32 lanes stored as codes
  *   VI_MAX_U32(a,b) VI_HMAX_U32(a)     unsigned maximum, lane-wise and of all lanes
  *   INT8_VEC_FN(name)     the name of an instantiated function; INT8_FN that of the element ones
@@ -104,27 +101,18 @@ static void INT8_VEC_FN(quantize_m)(const float *x, size_t len, int8_t *codes, f
     for (; i < len; i++) codes[i] = INT8_FN(m_code)(x[i], usable, inv);
 }
 
-/* v's codes of the whole vectors of a block with a usable scale, as quantize_m_vectors; one_word:
- * every element's index has index0's high word (key0). */
+/* v's codes of the whole vectors of a block with a usable scale, as quantize_m_vectors, with
+ * the step's random bits (bits16 not NULL: the step's quantiser; NULL, conversions: nearest). */
 static inline __attribute__((always_inline)) size_t
-INT8_VEC_FN(quantize_v_vectors)(const float *x, uint64_t index0, uint32_t key0, uint32_t key1,
-                                size_t len, uint8_t *codes, int8_inverse inv, int unscaled,
-                                int one_word) {
+INT8_VEC_FN(quantize_v_vectors)(const float *x, const uint16_t *bits16, size_t len, uint8_t *codes,
+                                int8_inverse inv, int unscaled) {
     const VF pre = V_SET1(inv.pre), post = V_SET1(inv.post), top = V_SET1(255.0f),
              top_shrunk = V_SET1(INT8_TOP_SHRUNK(255.0f)), inv_top2 = V_SET1(1.0f / 65025.0f),
              one = V_SET1(1.0f), zero = V_SET1(0.0f), half = V_SET1(0.5f),
              bits_scale = V_SET1(65536.0f);
-    /* Elements from next_word on have an index in the next high word (key1). */
-    const uint32_t lo0 = (uint32_t)index0;
-    const uint64_t to_next = ((uint64_t)1 << 32) - lo0;
-    const VI next_word = VI_SET1((int)(to_next < len ? to_next : len)), lanes = VI_IOTA();
-    const VI k0 = VI_SET1((int)key0), k1 = VI_SET1((int)key1);
     size_t i = 0;
     for (; i + W <= len; i += W) {
-        VI at = VI_ADD(VI_SET1((int)i), lanes);
-        VI key = one_word ? k0 : VI_SELECT(VM_LT_I(at, next_word), k0, k1);
-        VI r = STATE_FN(state_hash)(VI_XOR(VI_ADD(at, VI_SET1((int)lo0)), key));
-        VF bits = V_FROM_I(VI_SRLI(r, 16));
+        VF bits = V_LOAD_U16(bits16 + i);
         VF xv = V_LOAD_F32(x + i);
         VM positive = VM_CMP(xv, zero, _CMP_GT_OQ);
         VF y = V_SELECT(positive, V_MUL(unscaled ? xv : V_MUL(xv, pre), post), zero);
@@ -141,21 +129,22 @@ INT8_VEC_FN(quantize_v_vectors)(const float *x, uint64_t index0, uint32_t key0, 
     return i;
 }
 
-static void INT8_VEC_FN(quantize_v_step)(const float *x, uint64_t index0, uint32_t key0,
-                                         uint32_t key1, size_t len, uint8_t *codes, float *scale) {
+/* Conversions (bits16 NULL, to nearest) take the element functions: only the step's
+ * stochastic quantiser is a vector loop. */
+static void INT8_VEC_FN(quantize_v)(const float *x, const uint16_t *bits16, size_t len,
+                                    uint8_t *codes, float *scale) {
+    if (!bits16) {
+        INT8_FN(quantize_v)(x, NULL, len, codes, scale);
+        return;
+    }
     int8_inverse inv;
     int usable = INT8_FN(scale_block)(INT8_VEC_FN(block_top)(x, len), x, scale, &inv);
-    const int unscaled = inv.pre == 1.0f, one_word = ((uint64_t)1 << 32) - (uint32_t)index0 >= len;
-    size_t i = 0;                       /* not usable: every y is 0, the element loop */
-    if (usable && unscaled && one_word) /* the common case, its own loop */
-        i = INT8_VEC_FN(quantize_v_vectors)(x, index0, key0, key1, len, codes, inv, 1, 1);
+    size_t i = 0; /* not usable: every y is 0, the element loop */
+    if (usable && inv.pre == 1.0f)
+        i = INT8_VEC_FN(quantize_v_vectors)(x, bits16, len, codes, inv, 1);
     else if (usable)
-        i = INT8_VEC_FN(quantize_v_vectors)(x, index0, key0, key1, len, codes, inv, unscaled,
-                                            one_word);
-    for (; i < len; i++)
-        codes[i] =
-            INT8_FN(v_code)(x[i], INT8_FN(v_bits)(index0 + i, (uint32_t)(index0 >> 32), key0, key1),
-                            1, usable, inv);
+        i = INT8_VEC_FN(quantize_v_vectors)(x, bits16, len, codes, inv, 0);
+    for (; i < len; i++) codes[i] = INT8_FN(v_code)(x[i], bits16[i], 1, usable, inv);
 }
 
 /* zoe_adam_int8_m_value lane-wise: the sign of the code put on its unit, then times s. */
@@ -181,7 +170,7 @@ static void INT8_VEC_FN(dequantize_v)(const uint8_t *codes, float s, size_t len,
 
 zoe_int8_block_fns INT8_VEC_FN(zoe_int8_block_fns)(void) {
     return (zoe_int8_block_fns){.quantize_m = INT8_VEC_FN(quantize_m),
-                                .quantize_v_step = INT8_VEC_FN(quantize_v_step),
+                                .quantize_v = INT8_VEC_FN(quantize_v),
                                 .dequantize_m = INT8_VEC_FN(dequantize_m),
                                 .dequantize_v = INT8_VEC_FN(dequantize_v)};
 }
