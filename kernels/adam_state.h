@@ -35,8 +35,9 @@
  * With int8 moments the step goes a block at a time: the block's moments dequantised, the
  * element step above on them (the master's update uses the fp32 m' and v'), then the block's new
  * absmax, scale and codes (v's stochastic rounding takes the element's r >> 16). Each path runs
- * its own fp32-state loop on the block and its own copy of the block quantisers (one source,
- * kernels/cpu/adam_state_int8_block.h), so the paths' bits agree.
+ * its own fp32-state loop on the block and its own block quantisers (kernels/cpu/
+ * adam_state_int8_block.h element-wise, adam_state_int8_simd.h in vectors, the same operations),
+ * so the paths' bits agree.
  *
  * With every state in fp32 the result is bit-identical to zoe_adam_host_to (a test checks it).
  * With a bf16 master, out in bf16 is the master's own bits.

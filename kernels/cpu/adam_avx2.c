@@ -108,6 +108,50 @@ static inline void store_low16_avx2(void *p, __m256i r) {
 #define STATE_FN(name) name##_avx2
 #include "kernels/cpu/adam_state_simd.h"
 
-/* ---- the int8 moments' blocks (kernels/cpu/adam_state_int8_block.h) ---- */
-#define INT8_FN(name) name##_avx2
+/* ---- the int8 moments' blocks (kernels/cpu/adam_state_int8_simd.h) ---- */
+#define INT8_VECTOR
+#define INT8_FN(name) name##_element_avx2
 #include "kernels/cpu/adam_state_int8_block.h"
+
+/* Integer-valued lanes within [-128, 255] to W bytes: the packs saturate nothing (codes of m
+ * are within [-127, 127], of v within [0, 255]). */
+static inline void store_i8_avx2(void *p, __m256 x) {
+    __m256i k = _mm256_cvttps_epi32(x);
+    __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(words, words));
+}
+
+static inline void store_u8_avx2(void *p, __m256 x) {
+    __m256i k = _mm256_cvttps_epi32(x);
+    __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(words, words));
+}
+
+static inline uint32_t hmax_u32_avx2(__m256i a) {
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+    return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
+#define V_SUB(a, b)       _mm256_sub_ps(a, b)
+#define V_MIN(a, b)       _mm256_min_ps(a, b)
+#define V_MAX(a, b)       _mm256_max_ps(a, b)
+#define V_TRUNC(x)        _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)
+#define V_RSQRT(x)        _mm256_rsqrt_ps(x)
+#define VM                __m256
+#define VM_CMP(a, b, p)   _mm256_cmp_ps(a, b, p)
+#define VM_AND(a, b)      _mm256_and_ps(a, b)
+#define VM_OR(a, b)       _mm256_or_ps(a, b)
+#define V_ADD_IF(a, m, b) _mm256_add_ps(a, _mm256_and_ps(m, b))
+#define V_SELECT(m, a, b) _mm256_blendv_ps(b, a, m)
+#define V_LOAD_I8(p)      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define V_LOAD_U16(p)                                                                              \
+    _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define V_LOAD_U8(p)      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define V_STORE_I8(p, x)  store_i8_avx2(p, x)
+#define V_STORE_U8(p, x)  store_u8_avx2(p, x)
+#define VI_MAX_U32(a, b)  _mm256_max_epu32(a, b)
+#define VI_HMAX_U32(a)    hmax_u32_avx2(a)
+#define INT8_VEC_FN(name) name##_avx2
+#include "kernels/cpu/adam_state_int8_simd.h"

@@ -26,6 +26,30 @@
 #define STATE_FN(name)      name##_avx512
 #include "kernels/cpu/adam_state_simd.h"
 
-/* ---- the int8 moments' blocks (kernels/cpu/adam_state_int8_block.h) ---- */
-#define INT8_FN(name) name##_avx512
+/* ---- the int8 moments' blocks (kernels/cpu/adam_state_int8_simd.h) ---- */
+#define INT8_VECTOR
+#define INT8_FN(name) name##_element_avx512
 #include "kernels/cpu/adam_state_int8_block.h"
+
+#define V_SUB(a, b)       _mm512_sub_ps(a, b)
+#define V_MIN(a, b)       _mm512_min_ps(a, b)
+#define V_MAX(a, b)       _mm512_max_ps(a, b)
+#define V_TRUNC(x)        _mm512_roundscale_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)
+#define V_RSQRT(x)        _mm512_rsqrt14_ps(x)
+#define VM                __mmask16
+#define VM_CMP(a, b, p)   _mm512_cmp_ps_mask(a, b, p)
+#define VM_AND(a, b)      ((__mmask16)((a) & (b)))
+#define VM_OR(a, b)       ((__mmask16)((a) | (b)))
+#define V_ADD_IF(a, m, b) _mm512_mask_add_ps(a, m, a, b)
+#define V_SELECT(m, a, b) _mm512_mask_blend_ps(m, b, a)
+#define V_LOAD_I8(p)      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define V_LOAD_U16(p)                                                                              \
+    _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))))
+#define V_LOAD_U8(p) _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define V_STORE_I8(p, x)                                                                           \
+    _mm_storeu_si128((__m128i *)(p), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(x)))
+#define V_STORE_U8(p, x)  V_STORE_I8(p, x)
+#define VI_MAX_U32(a, b)  _mm512_max_epu32(a, b)
+#define VI_HMAX_U32(a)    ((uint32_t)_mm512_reduce_max_epu32(a))
+#define INT8_VEC_FN(name) name##_avx512
+#include "kernels/cpu/adam_state_int8_simd.h"

@@ -42,7 +42,7 @@ static zoe_status check_call(const zoe_adam_state_dtypes *dt, const zoe_adam_sta
 void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
                                  const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                                  uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
-                                 size_t lo, size_t hi) {
+                                 uint16_t *v_bits, size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; i++) {
         uint32_t idx = index_lo + (uint32_t)i;
         float w = adam_state_load(st->master, i, dt->master);
@@ -50,10 +50,29 @@ void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_
         float v = adam_state_load(st->exp_avg_sq, i, dt->exp_avg_sq);
         float ww = adam_element(c, c->decoupled, adam_load_scalar(grad, i, gdt), w, &m, &v);
         uint32_t r = zoe_sr_random(k->key, idx);
+        if (v_bits) v_bits[i] = (uint16_t)(r >> 16);
         float stored = adam_state_store(st->master, i, dt->master, ww, r & 0xffff, 0);
         adam_state_store(st->exp_avg, i, dt->exp_avg, m, 0, 1);
         adam_state_store(st->exp_avg_sq, i, dt->exp_avg_sq, v, r >> 16, 0);
         adam_store_scalar(out, i, odt, stored);
+    }
+}
+
+void zoe_adam_state_path(zoe_cpu_isa isa, const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                         const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                         uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                         uint16_t *v_bits, size_t n) {
+    switch (isa) {
+    case ZOE_CPU_ISA_AVX512_BF16:
+    case ZOE_CPU_ISA_AVX512:
+        zoe_adam_state_avx512(c, k, dt, st, index_lo, grad, gdt, out, odt, v_bits, n);
+        break;
+    case ZOE_CPU_ISA_AVX2:
+        zoe_adam_state_avx2(c, k, dt, st, index_lo, grad, gdt, out, odt, v_bits, n);
+        break;
+    default:
+        zoe_adam_state_scalar_range(c, k, dt, st, index_lo, grad, gdt, out, odt, v_bits, 0, n);
+        break;
     }
 }
 
@@ -87,19 +106,8 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
                                .exp_avg_sq = (char *)st->exp_avg_sq + done * sizes[2]};
         const void *g = (const char *)grad + done * gsz;
         void *o = out ? (char *)out + done * osz : NULL;
-        switch (isa) {
-        case ZOE_CPU_ISA_AVX512_BF16:
-        case ZOE_CPU_ISA_AVX512:
-            zoe_adam_state_avx512(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, len);
-            break;
-        case ZOE_CPU_ISA_AVX2:
-            zoe_adam_state_avx2(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, len);
-            break;
-        default:
-            zoe_adam_state_scalar_range(c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, 0,
-                                        len);
-            break;
-        }
+        zoe_adam_state_path(isa, c, &k, dt, &part, (uint32_t)index, g, grad_dtype, o, odt, NULL,
+                            len);
         done += len;
     }
     return ZOE_OK;

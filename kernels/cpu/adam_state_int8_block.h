@@ -1,8 +1,9 @@
 /* Internal: one block of blockwise int8 moments (kernels/adam_state.h) quantised and read back,
- * written once and compiled per instruction set: adam_state_int8.c (the baseline), adam_avx2.c
- * and adam_avx512.c include it with INT8_FN(name) naming their copy. Branch-free loops over
- * the block, so that the compiler vectorises them for each file's level; the operations are the
- * same in every copy (no contraction: kernels/CMakeLists.txt), so the codes are the same bits.
+ * element by element: the scalar path's block functions (adam_state_int8.c, with INT8_FN(name)
+ * naming its copy) and the element functions that the vector loops of adam_state_int8_simd.h
+ * (adam_avx2.c, adam_avx512.c, which define INT8_VECTOR and take no table from here) mirror lane
+ * by lane and run on the elements past their last whole vector. The operations are the same in
+ * every copy (no contraction: kernels/CMakeLists.txt), so the codes are the same bits.
  *
  * Explained in docs/offload.md, "Blockwise int8 moments". */
 #ifndef ZOE_KERNELS_CPU_ADAM_STATE_INT8_BLOCK_H
@@ -11,7 +12,9 @@
 #include <math.h>
 #include "kernels/adam_state.h"
 
-/* Quantises len <= ZOE_ADAM_INT8_BLOCK values of one block into codes and its one scale. */
+/* Quantises len <= ZOE_ADAM_INT8_BLOCK values of one block into codes and its one scale: m to
+ * nearest; v stochastically with the 16 random bits bits16[i] (the high 16 of the step's, which
+ * the step wrote out: kernels/adam_state.h), to nearest where bits16 is NULL (conversions). */
 typedef void zoe_int8_quantize_m_fn(const float *x, size_t len, int8_t *codes, float *scale);
 typedef void zoe_int8_quantize_v_fn(const float *x, const uint16_t *bits16, size_t len,
                                     uint8_t *codes, float *scale);
@@ -19,19 +22,12 @@ typedef void zoe_int8_quantize_v_fn(const float *x, const uint16_t *bits16, size
 typedef void zoe_int8_dequantize_m_fn(const int8_t *codes, float s, size_t len, float *x);
 typedef void zoe_int8_dequantize_v_fn(const uint8_t *codes, float s, size_t len, float *x);
 
-/* The high 16 of the step's 32 random bits of elements index0 .. index0 + len - 1, len <=
- * ZOE_ADAM_INT8_BLOCK (v's stochastic rounding, kernels/adam_state.h): key0 is the key of
- * index0's high word, key1 that of the next one (a block may cross into it). */
-typedef void zoe_int8_bits16_fn(uint64_t index0, uint32_t key0, uint32_t key1, size_t len,
-                                uint16_t *bits16);
-
 /* A path's block functions (adam_state_int8.c picks one per call). */
 typedef struct zoe_int8_block_fns {
     zoe_int8_quantize_m_fn *quantize_m;
     zoe_int8_quantize_v_fn *quantize_v;
     zoe_int8_dequantize_m_fn *dequantize_m;
     zoe_int8_dequantize_v_fn *dequantize_v;
-    zoe_int8_bits16_fn *bits16;
 } zoe_int8_block_fns;
 
 zoe_int8_block_fns zoe_int8_block_fns_scalar(void);
@@ -48,9 +44,9 @@ zoe_int8_block_fns zoe_int8_block_fns_avx512(void);
  * (for normal results) and a dequantised block, whose largest value is in (s/2, s], finds the
  * same s again: quantising what was read back gives back the codes. The maximum is taken over
  * the bit patterns of |x| (for non-negative floats the integer order is the float order, and a
- * NaN's pattern is above infinity's): no branch per element, and the first NaN of the block is
- * looked for only when there is one. */
-static inline float INT8_FN(block_scale)(const float *x, size_t n) {
+ * NaN's pattern is above infinity's): no branch per element (block_top, or a path's vector
+ * loop), and the first NaN of the block is looked for only when there is one (scale_of_top). */
+static inline uint32_t INT8_FN(block_top)(const float *x, size_t n) {
     uint32_t top = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t u;
@@ -58,6 +54,10 @@ static inline float INT8_FN(block_scale)(const float *x, size_t n) {
         u &= 0x7fffffffu;
         top = u > top ? u : top;
     }
+    return top;
+}
+
+static inline float INT8_FN(scale_of_top)(uint32_t top, const float *x) {
     float absmax;
     memcpy(&absmax, &top, sizeof absmax);
     if (absmax != absmax) /* the block's first NaN, as the scale (rare: not vectorised) */
@@ -94,68 +94,75 @@ static inline int8_inverse INT8_FN(inverse_of)(float s) {
     return (int8_inverse){.pre = pre, .post = 1.0f / (s * pre)};
 }
 
-static void INT8_FN(quantize_m)(const float *x, size_t len, int8_t *codes, float *scale) {
-    float s = INT8_FN(block_scale)(x, len);
+/* The code of one element x of a block: y = |x| / s (0 where the scale is not usable: zero, NaN
+ * or infinite), m to the nearest code, v stochastically with the 16 random bits (or to nearest
+ * when not stochastic). A path's vector loop does the same operations per lane; its elements past
+ * the last whole vector come here. */
+static inline int8_t INT8_FN(m_code)(float x, int usable, int8_inverse inv) {
+    float y = usable ? fabsf(x) * inv.pre * inv.post : 0;
+    int k = INT8_FN(code_below)(y, 127, zoe_adam_int8_m_unit);
+    float below = zoe_adam_int8_m_unit(k), above = zoe_adam_int8_m_unit(k + 1);
+    k += (k < 127) & (above - y < y - below); /* nearest; a tie keeps the smaller code */
+    return (int8_t)(x < 0 ? -k : k);
+}
+
+static inline uint8_t INT8_FN(v_code)(float x, uint32_t bits16, int stochastic, int usable,
+                                      int8_inverse inv) {
+    float y = (usable & (x > 0)) ? x * inv.pre * inv.post : 0;
+    int k = INT8_FN(code_below)(y, 255, zoe_adam_int8_v_unit);
+    float below = zoe_adam_int8_v_unit(k), above = zoe_adam_int8_v_unit(k + 1);
+    /* up with probability (y - below) / (above - below), without the division:
+     * bits / 2^16 < that fraction; never up when y is a code. Above half the scale a value
+     * never rounds to a code at or below it: the block's largest value read back then stays
+     * in (s/2, s] and finds the same scale. */
+    int up_half = (y > 0.5f) & (below <= 0.5f);
+    int up_random = (float)bits16 * (above - below) < (y - below) * 65536.0f;
+    int up_nearest = above - y < y - below;
+    k += (k < 255) & (up_half | (stochastic ? up_random : up_nearest));
+    k += (k == 0) & (x > 0); /* never zero where v is not */
+    return (uint8_t)k;
+}
+
+/* The block's scale into *scale; returns whether elements divide by it (not 0, NaN, infinity),
+ * and the inverse in *inv. */
+static inline int INT8_FN(scale_block)(uint32_t top, const float *x, float *scale,
+                                       int8_inverse *inv) {
+    float s = INT8_FN(scale_of_top)(top, x);
     *scale = s;
     int usable = s > 0 && isfinite(s);
-    int8_inverse inv = INT8_FN(inverse_of)(usable ? s : 1);
-    for (size_t i = 0; i < len; i++) {
-        float y = usable ? fabsf(x[i]) * inv.pre * inv.post : 0;
-        int k = INT8_FN(code_below)(y, 127, zoe_adam_int8_m_unit);
-        float below = zoe_adam_int8_m_unit(k), above = zoe_adam_int8_m_unit(k + 1);
-        k += (k < 127) & (above - y < y - below); /* nearest; a tie keeps the smaller code */
-        codes[i] = (int8_t)(x[i] < 0 ? -k : k);
-    }
+    *inv = INT8_FN(inverse_of)(usable ? s : 1);
+    return usable;
 }
 
-static void INT8_FN(quantize_v)(const float *x, const uint16_t *bits16, size_t len, uint8_t *codes,
-                                float *scale) {
-    float s = INT8_FN(block_scale)(x, len);
-    *scale = s;
-    int usable = s > 0 && isfinite(s), stochastic = bits16 != NULL;
-    int8_inverse inv = INT8_FN(inverse_of)(usable ? s : 1);
-    for (size_t i = 0; i < len; i++) {
-        float xi = x[i];
-        float y = (usable & (xi > 0)) ? xi * inv.pre * inv.post : 0;
-        int k = INT8_FN(code_below)(y, 255, zoe_adam_int8_v_unit);
-        float below = zoe_adam_int8_v_unit(k), above = zoe_adam_int8_v_unit(k + 1);
-        /* up with probability (y - below) / (above - below), without the division:
-         * bits / 2^16 < that fraction; never up when y is a code. Above half the scale a value
-         * never rounds to a code at or below it: the block's largest value read back then stays
-         * in (s/2, s] and finds the same scale. */
-        int up_half = (y > 0.5f) & (below <= 0.5f);
-        int up_random =
-            (float)(stochastic ? bits16[i] : 0) * (above - below) < (y - below) * 65536.0f;
-        int up_nearest = above - y < y - below;
-        k += (k < 255) & (up_half | (stochastic ? up_random : up_nearest));
-        k += (k == 0) & (xi > 0); /* never zero where v is not */
-        codes[i] = (uint8_t)k;
-    }
+static inline void INT8_FN(quantize_m)(const float *x, size_t len, int8_t *codes, float *scale) {
+    int8_inverse inv;
+    int usable = INT8_FN(scale_block)(INT8_FN(block_top)(x, len), x, scale, &inv);
+    for (size_t i = 0; i < len; i++) codes[i] = INT8_FN(m_code)(x[i], usable, inv);
 }
 
-static void INT8_FN(dequantize_m)(const int8_t *codes, float s, size_t len, float *x) {
+static inline void INT8_FN(quantize_v)(const float *x, const uint16_t *bits16, size_t len,
+                                       uint8_t *codes, float *scale) {
+    int8_inverse inv;
+    int usable = INT8_FN(scale_block)(INT8_FN(block_top)(x, len), x, scale, &inv);
+    int stochastic = bits16 != NULL;
+    for (size_t i = 0; i < len; i++)
+        codes[i] = INT8_FN(v_code)(x[i], stochastic ? bits16[i] : 0, stochastic, usable, inv);
+}
+
+static inline void INT8_FN(dequantize_m)(const int8_t *codes, float s, size_t len, float *x) {
     for (size_t i = 0; i < len; i++) x[i] = zoe_adam_int8_m_value(codes[i], s);
 }
 
-static void INT8_FN(dequantize_v)(const uint8_t *codes, float s, size_t len, float *x) {
+static inline void INT8_FN(dequantize_v)(const uint8_t *codes, float s, size_t len, float *x) {
     for (size_t i = 0; i < len; i++) x[i] = zoe_adam_int8_v_value(codes[i], s);
 }
 
-static void INT8_FN(bits16)(uint64_t index0, uint32_t key0, uint32_t key1, size_t len,
-                            uint16_t *bits16) {
-    uint32_t word0 = (uint32_t)(index0 >> 32);
-    for (size_t i = 0; i < len; i++) {
-        uint64_t index = index0 + i;
-        uint32_t key = (uint32_t)(index >> 32) == word0 ? key0 : key1;
-        bits16[i] = (uint16_t)(zoe_sr_random(key, (uint32_t)index) >> 16);
-    }
-}
-
+#ifndef INT8_VECTOR /* a file with its own vector loops (adam_state_int8_simd.h) has its table */
 zoe_int8_block_fns INT8_FN(zoe_int8_block_fns)(void) {
     return (zoe_int8_block_fns){.quantize_m = INT8_FN(quantize_m),
                                 .quantize_v = INT8_FN(quantize_v),
                                 .dequantize_m = INT8_FN(dequantize_m),
-                                .dequantize_v = INT8_FN(dequantize_v),
-                                .bits16 = INT8_FN(bits16)};
+                                .dequantize_v = INT8_FN(dequantize_v)};
 }
+#endif
 #endif

@@ -44,10 +44,19 @@ static inline float adam_state_store(void *p, size_t i, zoe_dtype dt, float x, u
     return zoe_bf16_to_f32(b);
 }
 
+/* v_bits, in the calls below: NULL, or where each element's high 16 random bits go (an int8
+ * v's stochastic rounding, adam_state_int8.c: the hash computed once per element), element 0
+ * at element 0 of the call. */
 void zoe_adam_state_scalar_range(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
                                  const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                                  uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
-                                 size_t lo, size_t hi);
+                                 uint16_t *v_bits, size_t lo, size_t hi);
+/* The step of path isa over n elements whose indices share their high word (key k), arguments
+ * checked: the vector loop of the path, or the scalar one. */
+void zoe_adam_state_path(zoe_cpu_isa isa, const zoe_adam_consts *c, const zoe_adam_state_keys *k,
+                         const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                         uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
+                         uint16_t *v_bits, size_t n);
 /* The step over pieces with an int8 moment (adam_state_int8.c), a block at a time, on path isa
  * (zoe_adam_state_host_pieces_isa, arguments checked). */
 zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *r,
@@ -60,11 +69,11 @@ zoe_status zoe_adam_state_int8_pieces(zoe_cpu_isa isa, const zoe_adam_rounding *
 void zoe_adam_state_avx2(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
                          const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                          uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
-                         size_t n);
+                         uint16_t *v_bits, size_t n);
 void zoe_adam_state_avx512(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
                            const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                            uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
-                           size_t n);
+                           uint16_t *v_bits, size_t n);
 
 #endif /* ZOE_KERNELS_CPU_ADAM_STATE_SIMD_H */
 
@@ -125,7 +134,7 @@ static inline __attribute__((always_inline)) void STATE_FN(state_out)(void *p, s
 static inline __attribute__((always_inline)) void
 STATE_FN(state_body)(const zoe_adam_consts *c, const zoe_adam_state_keys *k, zoe_dtype mdt,
                      zoe_dtype adt, zoe_dtype sdt, const zoe_adam_state *st, uint32_t index_lo,
-                     const void *grad, int gdt, void *out, int odt, size_t n) {
+                     const void *grad, int gdt, void *out, int odt, uint16_t *v_bits, size_t n) {
     const VF gs = V_SET1(c->grad_scale), l2 = V_SET1(c->l2), b1 = V_SET1(c->beta1),
              omb1 = V_SET1(c->one_minus_beta1), b2 = V_SET1(c->beta2),
              omb2 = V_SET1(c->one_minus_beta2), decay = V_SET1(c->decay),
@@ -142,8 +151,11 @@ STATE_FN(state_body)(const zoe_adam_consts *c, const zoe_adam_state_keys *k, zoe
         VF vv = V_FMA(b2, STATE_FN(state_load)(st->exp_avg_sq, i, sdt), V_MUL(omb2, V_MUL(g, g)));
         if (dec) w = V_MUL(w, decay);
         w = V_FMA(neg_step, V_DIV(mm, V_FMA(V_SQRT(vv), isb2, eps)), w);
-        /* one hash per element, when a store is stochastic (the dtypes are constants here) */
-        VI r = mdt == ZOE_BF16 || sdt == ZOE_BF16 ? STATE_FN(state_hash)(VI_XOR(idx, key)) : idx;
+        /* one hash per element, when a store is stochastic (the dtypes are constants here) or an
+         * int8 v takes its bits */
+        VI r = mdt == ZOE_BF16 || sdt == ZOE_BF16 || v_bits ? STATE_FN(state_hash)(VI_XOR(idx, key))
+                                                            : idx;
+        if (v_bits) V_STORE_LOW16(v_bits + i, VI_SRLI(r, 16));
         if (mdt == ZOE_BF16 && odt == ZOE_BF16) {
             /* The weights out are the bf16 master as stored: rounding it again to nearest would
              * give the same bits (a quiet NaN stays itself), so its bits are stored twice. */
@@ -158,12 +170,12 @@ STATE_FN(state_body)(const zoe_adam_consts *c, const zoe_adam_state_keys *k, zoe
         STATE_FN(state_store)(st->exp_avg_sq, i, sdt, vv, VI_SRLI(r, 16), 0);
     }
     zoe_adam_state_dtypes dt = {.master = mdt, .exp_avg = adt, .exp_avg_sq = sdt};
-    zoe_adam_state_scalar_range(c, k, &dt, st, index_lo, grad, gdt, out, odt, i, n);
+    zoe_adam_state_scalar_range(c, k, &dt, st, index_lo, grad, gdt, out, odt, v_bits, i, n);
 }
 
 /* Every (state dtypes, gradient dtype, output dtype) its own loop. */
 #define STATE_BODY(mdt, adt, sdt, gd, od)                                                          \
-    STATE_FN(state_body)(c, k, mdt, adt, sdt, st, index_lo, grad, gd, out, od, n)
+    STATE_FN(state_body)(c, k, mdt, adt, sdt, st, index_lo, grad, gd, out, od, v_bits, n)
 #define STATE_OUT_CASES(mdt, adt, sdt, gd)                                                         \
     switch (odt) {                                                                                 \
     case ZOE_F32:                                                                                  \
@@ -205,7 +217,7 @@ STATE_FN(state_body)(const zoe_adam_consts *c, const zoe_adam_state_keys *k, zoe
 void STATE_FN(zoe_adam_state)(const zoe_adam_consts *c, const zoe_adam_state_keys *k,
                               const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
                               uint32_t index_lo, const void *grad, int gdt, void *out, int odt,
-                              size_t n) {
+                              uint16_t *v_bits, size_t n) {
     if (dt->master == ZOE_BF16)
         STATE_AVG_CASES(ZOE_BF16)
     else

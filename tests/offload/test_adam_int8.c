@@ -13,11 +13,17 @@
  *  - v's stochastic rounding is unbiased: the mean of 2^14 draws of one value is the value within
  *    4 standard errors; a block with a 1e6 range keeps every nonzero v nonzero;
  *  - a block's codes are those of the same block times 2^100 (a scale below 2^-100, subnormals);
+ *  - each path's block quantisers (kernels/cpu/adam_state_int8_simd.h: a guess from the
+ *    approximate reciprocal square root, corrected) give the scalar ones' codes and scales for
+ *    y = |x| / s at and within 8 ulps of every code's unit and of every midpoint between two
+ *    codes, signed for m, at scale 1 and 2^-120, v with random bits (an offline run compared
+ *    every float y in [0, 1] the same way: docs/offload.md);
  *  - the undo refuses int8 moments, and an int8 master is refused. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/adam_state.h"
+#include "kernels/cpu/adam_state_int8_block.h"
 #include "adam_state_test.h"
 #include "testing.h"
 #include "zoe/dtype.h"
@@ -301,6 +307,66 @@ static void check_tiny_scale(void) {
           "v codes depend on the block's magnitude (scales %g, %g)", s_tiny, s_big);
 }
 
+/* y moved by d ulps within [0, 1]. */
+static float ulps_from(float y, int d) {
+    uint32_t u;
+    memcpy(&u, &y, sizeof u);
+    int64_t moved = (int64_t)u + d;
+    moved = moved < 0 ? 0 : moved > 0x3f800000 ? 0x3f800000 : moved;
+    u = (uint32_t)moved;
+    memcpy(&y, &u, sizeof y);
+    return y;
+}
+
+static void check_block_paths(void) {
+    enum { ULPS = 8, PER_CODE = 2 * (2 * ULPS + 1), MAX_Y = 256 * PER_CODE };
+    static float ys[MAX_Y];
+    const zoe_int8_block_fns ref = zoe_int8_block_fns_scalar();
+    test_rng rng;
+    test_rng_seed(&rng, 41);
+    const zoe_int8_block_fns paths[] = {zoe_int8_block_fns_avx2(), zoe_int8_block_fns_avx512()};
+    const zoe_cpu_isa levels[] = {ZOE_CPU_ISA_AVX2, ZOE_CPU_ISA_AVX512};
+    for (int top = 127; top <= 255; top += 128) {
+        float (*unit)(int) = top == 127 ? zoe_adam_int8_m_unit : zoe_adam_int8_v_unit;
+        size_t n = 0;
+        for (int k = 0; k <= top; k++)
+            for (int d = -ULPS; d <= ULPS; d++) {
+                ys[n++] = ulps_from(unit(k), d);
+                if (k < top) ys[n++] = ulps_from(0.5f * (unit(k) + unit(k + 1)), d);
+            }
+        for (int p = 0; p < 2; p++) {
+            if (!zoe_cpu_isa_supported(levels[p])) continue;
+            int bad = 0;
+            for (int tiny = 0; tiny < 2; tiny++)
+                for (size_t lo = 0; lo < n; lo += ZOE_ADAM_INT8_BLOCK - 1) {
+                    /* element 0 fixes the scale; a short block takes the element-wise tail */
+                    float s = tiny ? 0x1p-120f : 1.0f, x[ZOE_ADAM_INT8_BLOCK] = {s}, s_ref, s_got;
+                    size_t len =
+                        n - lo < ZOE_ADAM_INT8_BLOCK - 1 ? n - lo : ZOE_ADAM_INT8_BLOCK - 1;
+                    for (size_t i = 0; i < len; i++)
+                        x[1 + i] = ys[lo + i] * s * (top == 127 && (i & 1) ? -1.0f : 1.0f);
+                    len++;
+                    if (top == 127) {
+                        int8_t want[ZOE_ADAM_INT8_BLOCK], got[ZOE_ADAM_INT8_BLOCK];
+                        ref.quantize_m(x, len, want, &s_ref);
+                        paths[p].quantize_m(x, len, got, &s_got);
+                        bad += memcmp(want, got, len) != 0 || s_ref != s_got;
+                    } else {
+                        uint8_t want[ZOE_ADAM_INT8_BLOCK], got[ZOE_ADAM_INT8_BLOCK];
+                        uint16_t bits[ZOE_ADAM_INT8_BLOCK];
+                        for (size_t i = 0; i < len; i++) bits[i] = (uint16_t)test_rng_next(&rng);
+                        ref.quantize_v(x, bits, len, want, &s_ref);
+                        paths[p].quantize_v(x, bits, len, got, &s_got);
+                        bad += memcmp(want, got, len) != 0 || s_ref != s_got;
+                    }
+                }
+            CHECK(bad == 0,
+                  "%s: %d blocks of %s codes around the code boundaries differ from scalar",
+                  zoe_cpu_isa_name(levels[p]), bad, top == 127 ? "m" : "v");
+        }
+    }
+}
+
 static void check_errors(void) {
     static held h;
     zoe_adam_state st = view(&h);
@@ -334,6 +400,7 @@ int main(int argc, char **argv) {
     check_idempotent();
     check_v_rounding();
     check_tiny_scale();
+    check_block_paths();
     check_errors();
     return test_finish("test_adam_int8");
 }
