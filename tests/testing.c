@@ -91,6 +91,20 @@ int test_world_size(void) {
     return n;
 }
 
+int test_sanitized(void) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    return 1;
+#else
+    return 0;
+#endif
+#else
+    return 0;
+#endif
+}
+
 void test_check(int cond, const char *file, int line, const char *fmt, ...) {
     checks++;
     if (cond) return;

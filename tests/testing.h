@@ -32,6 +32,10 @@ double test_get(zoe_dtype dt, const void *p, size_t i);
 void test_init(int *argc, char ***argv);
 int test_rank(void);
 int test_world_size(void);
+/* 1 in a build with AddressSanitizer or ThreadSanitizer (scripts/sanitize). A long test whose
+ * cases repeat the same code with other numbers runs a subset there that still reaches every
+ * code path; scripts/test's build runs and checks every case. */
+int test_sanitized(void);
 
 /* GPU tests: whether every rank has a GPU of its own that this build has code for
  * (zoe_gpu_choose: NCCL refuses two ranks on one GPU, "duplicate GPU"). When not, on every rank

@@ -17,6 +17,9 @@ small=(--data "$corpus" --layers 2 --hidden 64 --heads 4 --seq-len 32 --micro-ba
        --dpu-warmup 2 --log-every 1000 --progress lines)
 run() { "$mpiexec" -np "$1" --oversubscribe --bind-to none "${@:2}"; }
 losses() { sed -E 's/.*"step":([0-9]+),"loss":([0-9.]+).*/\1 \2/' "$1"; }
+under_way() { # metrics file: waits (10 s at most) until the run has logged a step
+    for _ in $(seq 100); do [[ -s "$1" ]] && return; sleep 0.1; done
+}
 
 # ---- keep-last, and the run every later case resumes ----
 run 2 "$train" "${small[@]}" --tp 2 --steps 12 --save ck --save-every 3 --keep-last 2 \
@@ -53,9 +56,13 @@ run 2 "$train" "${small[@]}" --tp 2 --steps 15 --save crash --resume crash --met
 # ---- kill -9 of a rank at random moments of a run that saves every step ----
 cp -r ck kill
 for i in 1 2 3 4 5; do
+    before="$(cat kill/latest)"
     ZOE_CKPT_TEST_SLOW_MS=30 run 2 -x ZOE_CKPT_TEST_SLOW_MS "$train" "${small[@]}" --tp 2 \
         --steps 100000 --save kill --save-every 1 --keep-last 2 --resume kill > kill.out 2>&1 &
-    sleep "$(awk -v s=$RANDOM 'BEGIN { printf "%.2f", 3 + (s % 300) / 100 }')"
+    # once the run has saved a step (10 s at most), a random moment of the next 2 s: a step and
+    # its slowed save take about 0.15 s, so the kill falls anywhere in the save
+    for _ in $(seq 100); do [[ "$(cat kill/latest 2>/dev/null)" != "$before" ]] && break; sleep 0.1; done
+    sleep "$(awk -v s=$RANDOM 'BEGIN { printf "%.2f", (s % 200) / 100 }')"
     victim=$(pgrep -f "^$train .*--save kill" | shuf -n 1)
     [[ -n "$victim" ]] && kill -9 "$victim"
     wait
@@ -74,7 +81,9 @@ expect_refused() { # name, fragment, zoe-train args...
     for ((k = 0; k < ${#small[@]}; k += 2)); do
         [[ "${small[k]}" == "${1:-}" ]] || base+=("${small[k]}" "${small[k + 1]}")
     done
-    run 2 "$train" "${base[@]}" --tp 2 --steps 14 --save bad --resume bad "$@" > "$name.out" 2>&1
+    # a refused run: mpirun ends it at once (cmake/ZoeTargets.cmake, ZOE_TEST_REFUSED_RUNS_ENV)
+    run 2 --mca odls_base_sigkill_timeout 0 "$train" "${base[@]}" --tp 2 --steps 14 --save bad \
+        --resume bad "$@" > "$name.out" 2>&1
     local code=$?
     [[ $code -eq 2 ]] || fail "$name: exit $code, not 2"
     grep -q -- "$fragment" "$name.out" || fail "$name: no '$fragment' in: $(grep zoe-train "$name.out")"
@@ -107,7 +116,7 @@ fresh && expect_refused other-batch "global batch" --micro-batch 4
 flat="--warmup 0 --lr 1e-3 --min-lr 1e-3"
 endless() { echo "$train" "${small[@]}" $flat --tp 2 --steps 20000 --save "$1" --metrics "$1.jsonl"; }
 "$mpiexec" -np 4 --oversubscribe --bind-to none $(endless sig_rank) > sig_rank.out 2>&1 & mpid=$!
-sleep 3
+under_way sig_rank.jsonl
 kill -TERM "$(pgrep -f "^$train .*--save sig_rank" | shuf -n 1)"
 wait $mpid; code=$?
 [[ $code -eq 0 ]] || fail "SIGTERM to one rank: exit $code"
@@ -123,7 +132,7 @@ diff <(losses sig_full.jsonl) <(losses sig_res.jsonl) > /dev/null ||
     fail "resumed after SIGTERM: losses differ from the uninterrupted run"
 # SIGUSR1 to mpirun: forwarded to every rank
 "$mpiexec" -np 4 --oversubscribe --bind-to none $(endless sig_usr1) > sig_usr1.out 2>&1 & mpid=$!
-sleep 3
+under_way sig_usr1.jsonl
 # a SIGCONT from anyone but mpirun (a shell's fg) is no stop request
 kill -CONT $(pgrep -P $mpid)
 sleep 1.5
@@ -153,14 +162,15 @@ grep -q "mpirun is ending the job: saved step" sig_mpirun.out ||
 echo "SIGTERM to mpirun: saved ${saved_after} s after the signal"
 # without --save: a clear message, exit 0
 "$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${small[@]}" --tp 2 --steps 20000 \
-    > nosave.out 2>&1 & mpid=$!
-sleep 3
+    --metrics nosave.jsonl > nosave.out 2>&1 & mpid=$!
+under_way nosave.jsonl
 kill -USR1 $mpid
 wait $mpid; code=$?
 [[ $code -eq 0 ]] && grep -q "nothing saved (no --save given)" nosave.out || fail "no --save: exit $code, $(tail -1 nosave.out)"
 # a second SIGINT during the (slowed) save stops at once, and the save is not committed
-ZOE_CKPT_TEST_SLOW_MS=3000 "$train" "${small[@]}" --steps 20000 --save twice > twice.out 2>&1 & tpid=$!
-sleep 3
+ZOE_CKPT_TEST_SLOW_MS=3000 "$train" "${small[@]}" --steps 20000 --save twice --metrics twice.jsonl \
+    > twice.out 2>&1 & tpid=$!
+under_way twice.jsonl
 kill -INT $tpid
 sleep 1.5
 kill -INT $tpid

@@ -1,7 +1,10 @@
 /* The configuration's strictness: duplicate keys (micro-batch and micro_batch are one key), text
  * after the JSON object, a directory as --config, numbers that strtod would take but a user
  * does not mean (0x3, +2, " 5", inf), JSON values of the wrong type, and structs of another
- * version. Each case must fail with a message naming the problem. */
+ * version. Each case must fail with a message naming the problem. Also zoe-train's rows of
+ * test_cli_rules.sh, through the parser zoe-train calls (each mpiexec start costs a second or
+ * two; the script keeps two zoe-train rows for the program's own exit 2).
+ * Usage: test_config_strict CORPUS DEMO_CONFIG */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,45 @@ static void expect_flag_error(const char *name, const char *value, const char *f
           value, zoe_last_error(), fragment);
 }
 
+/* zoe-train --data CORPUS followed by the row's arguments is refused (zoe-train exits 2 on any
+ * parse error) with a message of one line, zoe-train's line on stderr, that contains want. */
+static void expect_train_args_error(const char *corpus, const char *want, int n, char **row) {
+    enum { ROW_MAX = 4 };
+    char *argv[3 + ROW_MAX] = {"zoe-train", "--data", (char *)corpus};
+    if (n > ROW_MAX) {
+        CHECK(0, "a row of %d arguments: ROW_MAX is %d", n, ROW_MAX);
+        return;
+    }
+    for (int i = 0; i < n; i++) argv[3 + i] = row[i];
+    zoe_status st = parse_argv(3 + n, argv);
+    const char *msg = zoe_last_error();
+    CHECK(st != ZOE_OK, "zoe-train %s ... should be refused", row[0]);
+    CHECK(strstr(msg, want) != NULL && strchr(msg, '\n') == NULL,
+          "zoe-train %s ...: message '%s' is not one line containing '%s'", row[0], msg, want);
+}
+
+/* The zoe-train rows of tests/engine/test_cli_rules.sh: numbers by one rule, each option once,
+ * an option without its value named. */
+static void cli_rules_rows(const char *corpus, const char *demo_config) {
+    const char *numbers[] = {" 2", "+2", "0x2", "0x1p1", "2e0x", "1e999", "nan", "-1"};
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++)
+        expect_train_args_error(corpus, numbers[i], 2,
+                                (char *[]){"--micro-batch", (char *)numbers[i]});
+    const char *seeds[] = {" -1", "-1", "18446744073709551616", "0x10", "1.5", "+5", " 0.5"};
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++)
+        expect_train_args_error(corpus, seeds[i], 2, (char *[]){"--seed", (char *)seeds[i]});
+    expect_train_args_error(corpus, "option --lr given twice", 3,
+                            (char *[]){"--lr", "1e-3", "--lr=2e-3"});
+    expect_train_args_error(corpus, "option --recompute given twice", 2,
+                            (char *[]){"--recompute", "--recompute=false"});
+    expect_train_args_error(corpus, "option --data given twice", 2,
+                            (char *[]){"--data", (char *)corpus});
+    expect_train_args_error(
+        corpus, "option --config given twice", 4,
+        (char *[]){"--config", (char *)demo_config, "--config", (char *)demo_config});
+    expect_train_args_error(corpus, "option --lr needs a value", 1, (char *[]){"--lr"});
+}
+
 static void expect_json_error(const char *path, const char *json, const char *fragment) {
     FILE *f = fopen(path, "w");
     fputs(json, f);
@@ -38,6 +80,11 @@ static void expect_json_error(const char *path, const char *json, const char *fr
 
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_config_strict CORPUS DEMO_CONFIG\n");
+        return 2;
+    }
+    cli_rules_rows(argv[1], argv[2]);
     char dir[] = "/tmp/zoe_cfg_strict_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     char json[256];
