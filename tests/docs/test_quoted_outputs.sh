@@ -30,6 +30,7 @@ rows=(
   "docs/plan.md|22.4B with TP alone|$paper"
   "README.md|181.22B|$plan --max-model --hardware dgx2 --tp 16 --state int8"
   "README.md|239.25B|$plan --max-model --hardware dgx2 --tp 16 --state int8 --main-grads-dtype fp16"
+  "docs/offload.md|181.22B|$plan --max-model --hardware dgx2 --tp 16 --state auto"
   "README.md|243.63B|$plan --max-model --hardware dgx-a100-80g --tp 8 --state int8"
   "docs/offload.md|DGX-2 TP=16 91.0B -> 146.0B -> 181.2B, DGX A100-80GB TP=8 122.3B -> 196.3B -> 243.6B|$state"
   "docs/offload.md|host Adam 5.18 s (0.467 of fp32's|$state"

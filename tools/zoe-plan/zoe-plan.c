@@ -18,7 +18,9 @@ typedef struct options {
     zoe_plan_config cfg;
     int json, search, max_model, top;
     int dp_given, dtype_given, ratio_auto, micro_given, recompute_given;
-    int state_auto; /* --state auto: --search tries fp32 and bf16 state, the others take bf16 */
+    /* --state auto: the smallest state whose convergence docs/offload.md documents as equal to
+     * fp32's (a bf16 master with int8 moments); --search tries fp32, bf16 and that */
+    int state_auto;
     char note[160]; /* where defaults came from */
 } options;
 
@@ -46,8 +48,9 @@ static void usage(FILE *out) {
             "                      the host's optimizer state: fp32 or bf16, the moments\n"
             "                      also int8 (blockwise) [fp32]\n"
             "  --state S           all three at once: fp32, bf16, int8 (a bf16 master, int8\n"
-            "                      moments), or auto (bf16, whose convergence docs/offload.md\n"
-            "                      documents as equal; --search tries fp32 and bf16) [fp32]\n"
+            "                      moments), or auto (int8, the smallest whose convergence\n"
+            "                      docs/offload.md documents as equal; --search tries int8,\n"
+            "                      bf16 and fp32) [fp32]\n"
             "  --main-grads-dtype T  the host's gradient partition: fp32, or the compute dtype\n"
             "                      (one micro-batch a step) [fp32]\n"
             "  --json              one JSON object instead of the report\n"
@@ -169,7 +172,7 @@ static int parse_options(int argc, char **argv, options *o) {
                         all      ? ", int8 or auto"
                         : master ? ""
                                  : " or int8");
-            int d = bf16 || o->state_auto ? ZOE_STATE_BF16 : int8 ? ZOE_STATE_INT8 : ZOE_STATE_FP32;
+            int d = bf16 ? ZOE_STATE_BF16 : int8 || o->state_auto ? ZOE_STATE_INT8 : ZOE_STATE_FP32;
             if (all) o->cfg.main_params_dtype = d == ZOE_STATE_INT8 ? ZOE_STATE_BF16 : d;
             if (master) o->cfg.main_params_dtype = d;
             if (all || strcmp(name, "exp-avg-dtype") == 0) o->cfg.exp_avg_dtype = d;
@@ -259,7 +262,8 @@ static int search(const options *o) {
     static const int batches[] = {1, 2, 4, 8, 16, 32};
     static const float ratios[] = {1.0f, 0.75f, 0.5f, 0.25f, 0.0f};
     int ranks = o->cfg.hardware.gpus > 0 ? o->cfg.hardware.gpus : o->cfg.tp * o->cfg.dp;
-    const size_t nratios = sizeof ratios / sizeof ratios[0], states = o->state_auto ? 2 : 1;
+    static const int auto_states[] = {ZOE_STATE_INT8, ZOE_STATE_BF16, ZOE_STATE_FP32};
+    const size_t nratios = sizeof ratios / sizeof ratios[0], states = o->state_auto ? 3 : 1;
     size_t cap = 4096, n = 0, tried = 0;
     candidate *c = malloc(cap * sizeof *c);
     if (!c) return EXIT_FAILURE;
@@ -270,9 +274,11 @@ static int search(const options *o) {
                 for (int dpu = 0; dpu < 2; dpu++)
                     for (size_t q = 0; q < nratios * states; q++) {
                         candidate k = {.cfg = o->cfg};
-                        if (o->state_auto) /* the second half of the loop with fp32 state */
-                            k.cfg.main_params_dtype = k.cfg.exp_avg_dtype = k.cfg.exp_avg_sq_dtype =
-                                q < nratios ? ZOE_STATE_BF16 : ZOE_STATE_FP32;
+                        if (o->state_auto) { /* int8 moments, bf16 state, fp32 state */
+                            int st = auto_states[q / nratios];
+                            k.cfg.exp_avg_dtype = k.cfg.exp_avg_sq_dtype = st;
+                            k.cfg.main_params_dtype = st == ZOE_STATE_INT8 ? ZOE_STATE_BF16 : st;
+                        }
                         k.cfg.tp = tp, k.cfg.dp = ranks / tp;
                         k.cfg.micro_batch = batches[b];
                         k.cfg.recompute = rc, k.cfg.dpu = dpu;
