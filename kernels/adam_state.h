@@ -155,6 +155,11 @@ static inline zoe_bf16 zoe_sr_bf16(float x, uint32_t bits16) {
     return (zoe_bf16)((u + bits16) >> 16);
 }
 
+/* Whether a moment is held in blockwise int8 (the step and its callers then go by blocks). */
+static inline int zoe_adam_state_has_int8(const zoe_adam_state_dtypes *dt) {
+    return dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8;
+}
+
 /* Checks: every state dtype ZOE_F32 or ZOE_BF16, the moments also ZOE_I8. */
 zoe_status zoe_adam_state_dtypes_check(const zoe_adam_state_dtypes *dt);
 

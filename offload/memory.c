@@ -34,7 +34,6 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.h_blocks = zoe_adam_int8_blocks(z.h_numel);
     z.h_grads = !z.h_numel ? 0 : z.dpu_swap ? 2 : 1;
     z.grad_dtype = cfg->main_grads_dtype == ZOE_F32 ? ZOE_F32 : dtype;
-    z.grad_dtype = cfg->main_grads_dtype == ZOE_F32 ? ZOE_F32 : dtype;
     z.snap = z.dpu_snapshot ? z.h_numel : 0;
     z.snap_pinned = !cpu;
     z.params = lay->flat_numel;

@@ -138,9 +138,9 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
      * moments keep too little of (kernels/adam_state.h), and from the fp32 gradient: with int8
      * moments or a 2-byte gradient partition the exact schedule does not speculate, and its
      * step is the synchronous one, after the backward. */
-    int int8 = opt->sz.host_dtypes.exp_avg == ZOE_I8 || opt->sz.host_dtypes.exp_avg_sq == ZOE_I8;
     if (opt->cfg.dpu_warmup > 0 && opt->cfg.dpu_schedule == ZOE_DPU_EXACT &&
-        opt->cfg.grad_mode == ZOE_GRAD_BUCKETS && !int8 && opt->sz.grad_dtype == ZOE_F32)
+        opt->cfg.grad_mode == ZOE_GRAD_BUCKETS && !zoe_adam_state_has_int8(&opt->sz.host_dtypes) &&
+        opt->sz.grad_dtype == ZOE_F32)
         ZOE_TRY(zoe_spec_create(opt));
     opt->loss_scale = opt->cfg.loss_scale;
     opt->stats.loss_scale = opt->loss_scale;
@@ -313,10 +313,7 @@ static zoe_status int8_state_copy(zoe_optimizer *opt, int which, size_t h0, size
         size_t a = b0 > h0 ? b0 : h0, e = b0 + len < h1 ? b0 + len : h1;
         void *codes = zoe_host_state_at(opt, which, b0);
         float *scale = zoe_host_scale_at(opt, which, b0);
-        if (which == 1)
-            zoe_adam_int8_dequantize_m(codes, scale, len, x);
-        else
-            zoe_adam_int8_dequantize_v(codes, scale, len, x);
+        ZOE_TRY(zoe_host_state_read(opt, which, b0, len, x));
         char *u = host + (a - h0) * esz;
         if (!write) {
             ZOE_TRY(zoe_convert(u, dt, x + (a - b0), ZOE_F32, e - a));

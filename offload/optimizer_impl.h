@@ -82,8 +82,11 @@ typedef struct zoe_state_sizes {
  * boundary (a block never holds two buckets' elements, nor device and host ones). */
 static inline size_t zoe_partition_align(const zoe_optimizer_config *cfg, zoe_dtype dtype) {
     size_t align = 64 / zoe_dtype_size(dtype);
-    int int8 = cfg->exp_avg_dtype == ZOE_I8 || cfg->exp_avg_sq_dtype == ZOE_I8;
-    return int8 && align < ZOE_ADAM_INT8_BLOCK ? ZOE_ADAM_INT8_BLOCK : align;
+    const zoe_adam_state_dtypes dt = {.master = cfg->main_params_dtype,
+                                      .exp_avg = cfg->exp_avg_dtype,
+                                      .exp_avg_sq = cfg->exp_avg_sq_dtype};
+    return zoe_adam_state_has_int8(&dt) && align < ZOE_ADAM_INT8_BLOCK ? ZOE_ADAM_INT8_BLOCK
+                                                                       : align;
 }
 
 void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
@@ -161,11 +164,9 @@ struct zoe_optimizer {
     zoe_adam_table *device_table; /* the device segments, for one-launch steps and norms */
     /* Host state, partition coordinates [sz.h_lo, part_numel) shifted to 0. h_master is NULL
      * with the master in the parameters; h_grad[1] is h_grad[0] unless sz.dpu_swap. */
-    void *h_master, *h_m, *h_v; /* in sz.host_dtypes */
-    /* in sz.grad_dtype: zoe_host_grad_at; fp32 ones also zoe_host_grad_f32 */
-    /* in sz.grad_dtype: zoe_host_grad_at; fp32 ones also zoe_host_grad_f32 */
+    void *h_master, *h_m, *h_v;   /* in sz.host_dtypes */
     float *h_m_scale, *h_v_scale; /* int8 moments: one scale per block of the host arrays */
-    void *h_grad[2];
+    void *h_grad[2]; /* in sz.grad_dtype: zoe_host_grad_at; fp32 ones also zoe_host_grad_f32 */
     uint64_t rounding_seed; /* cfg.rounding_seed mixed with the DP rank (optimizer.c) */
     void *h_snap;           /* sz.snap elements of compute dtype, or NULL */
     void *out_ring[2];      /* pinned copy-out ring, or NULL */
@@ -220,8 +221,6 @@ struct zoe_optimizer {
     int out_next; /* the copy-out ring slot the next block uses */
 };
 
-/* Host array element h of state array which (0 master, 1 exp_avg, 2 exp_avg_sq), typed by its
- * dtype: the address of the state of host coordinate h. */
 /* Host element h of gradient partition buf, in sz.grad_dtype. */
 static inline void *zoe_host_grad_at(const zoe_optimizer *opt, int buf, size_t h) {
     return (char *)opt->h_grad[buf] + h * zoe_dtype_size(opt->sz.grad_dtype);
@@ -239,6 +238,8 @@ static inline float *zoe_host_scale_at(const zoe_optimizer *opt, int which, size
     return base ? base + h / ZOE_ADAM_INT8_BLOCK : NULL;
 }
 
+/* Host array element h of state array which (0 master, 1 exp_avg, 2 exp_avg_sq), typed by its
+ * dtype: the address of the state of host coordinate h. */
 static inline void *zoe_host_state_at(const zoe_optimizer *opt, int which, size_t h) {
     void *base[] = {opt->h_master, opt->h_m, opt->h_v};
     zoe_dtype dt = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);
@@ -264,6 +265,9 @@ zoe_status zoe_grads_reduce_full(zoe_optimizer *opt);
 
 /* state.c */
 zoe_status zoe_state_create(zoe_optimizer *opt);
+/* Host elements [h, h + n) of state array which (0 master, 1 exp_avg, 2 exp_avg_sq) in fp32:
+ * fp32 and bf16 exactly, int8 codes through their blocks' scales. */
+zoe_status zoe_host_state_read(const zoe_optimizer *opt, int which, size_t h, size_t n, float *dst);
 void zoe_state_destroy(zoe_optimizer *opt);
 /* Elements per block of the host step (the copy-out ring's slot, else the whole host range):
  * the host arrays are first-touched and updated block by block, each block's tiles on the

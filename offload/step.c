@@ -44,9 +44,9 @@ static const zoe_step_consts *compressed_consts(const zoe_optimizer *opt, const 
 /* Partition coordinates [a, e) of segment sg as a piece of a compressed update whose range
  * starts at partition coordinate x0: the master (a host array, or the fp32 master in the
  * parameters when only the moments are compressed) is updated in place, never into a second
- * array (no dpu_swap); no prediction or compensation (zoe_config_check). The gradient is the
- * snapshot for an update in flight that reads one, and the output goes where adam_range's
- * would. */
+ * array (no dpu_swap); no compensation (zoe_config_check: dc refuses compressed state). The
+ * gradient is the snapshot for an update in flight that reads one, and the output goes where
+ * adam_range's would (the prediction, if any, replaces it afterwards: compressed_tile). */
 static zoe_adam_state_piece compressed_piece(const zoe_optimizer *opt, const zoe_step_consts *sc,
                                              const zoe_segment *sg, size_t a, size_t e, size_t x0,
                                              int buf, int in_flight, void *block_out,
@@ -83,21 +83,6 @@ static zoe_status compressed_undo(zoe_optimizer *opt, const zoe_step_consts *c,
                                     e - a);
 }
 
-/* Host elements [h, h + n) of state array which (0 master, 1 exp_avg, 2 exp_avg_sq) in fp32:
- * bf16 widened exactly, int8 codes through their block's scale. */
-static void widen_state(const zoe_optimizer *opt, int which, size_t h, size_t n, float *dst) {
-    zoe_dtype dt = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);
-    const void *src = zoe_host_state_at(opt, which, h);
-    const float *scale = zoe_host_scale_at(opt, which, h);
-    for (size_t i = 0; i < n; i++) {
-        size_t b = (h % ZOE_ADAM_INT8_BLOCK + i) / ZOE_ADAM_INT8_BLOCK; /* blocks past h's */
-        dst[i] = dt == ZOE_BF16 ? zoe_bf16_to_f32(((const zoe_bf16 *)src)[i])
-                 : dt != ZOE_I8 ? ((const float *)src)[i]
-                 : which == 1   ? zoe_adam_int8_m_value(((const int8_t *)src)[i], scale[b])
-                                : zoe_adam_int8_v_value(((const uint8_t *)src)[i], scale[b]);
-    }
-}
-
 /* The weight prediction (ZOE_DPU_PREDICT) over host elements [h, h + n) with constants k, into
  * out (compute dtype), from the state as the step stored it: a compressed state widened to fp32
  * a chunk at a time (the prediction then starts from the rounded master and moments: it is the
@@ -112,9 +97,9 @@ static zoe_status predict_range(const zoe_optimizer *opt, const zoe_adam_consts 
     float w[CHUNK], m[CHUNK], v[CHUNK];
     for (size_t i = 0; i < n; i += CHUNK) {
         size_t len = n - i < CHUNK ? n - i : CHUNK;
-        widen_state(opt, 0, h + i, len, w);
-        widen_state(opt, 1, h + i, len, m);
-        widen_state(opt, 2, h + i, len, v);
+        ZOE_TRY(zoe_host_state_read(opt, 0, h + i, len, w));
+        ZOE_TRY(zoe_host_state_read(opt, 1, h + i, len, m));
+        ZOE_TRY(zoe_host_state_read(opt, 2, h + i, len, v));
         ZOE_TRY(
             zoe_adam_predict_host(k, scale, w, m, v, (char *)out + i * opt->esz, opt->dtype, len));
     }

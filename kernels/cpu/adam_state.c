@@ -85,7 +85,7 @@ zoe_status zoe_adam_state_host_isa(zoe_cpu_isa isa, const zoe_adam_consts *c,
     if (!zoe_cpu_isa_supported(isa))
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam state: this CPU cannot run the %s path",
                         zoe_cpu_isa_name(isa));
-    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8) {
+    if (zoe_adam_state_has_int8(dt)) {
         const zoe_adam_state_piece whole = {
             .offset = 0, .len = n, .c = c, .master = st->master, .grad = grad, .out = out};
         return zoe_adam_state_int8_pieces(isa, r, dt, st, index0, &whole, n ? 1 : 0, grad_dtype,
@@ -150,7 +150,7 @@ zoe_status zoe_adam_state_host_pieces_isa(zoe_cpu_isa isa, const zoe_adam_roundi
     if (!zoe_cpu_isa_supported(isa))
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "adam state: this CPU cannot run the %s path",
                         zoe_cpu_isa_name(isa));
-    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8)
+    if (zoe_adam_state_has_int8(dt))
         return zoe_adam_state_int8_pieces(isa, r, dt, st, index0, pieces, num_pieces, grad_dtype,
                                           out_dtype, n);
     const size_t msz = zoe_adam_state_esize(dt->exp_avg),
@@ -187,7 +187,7 @@ zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_sta
                                     zoe_dtype out_dtype, size_t n) {
     ZOE_TRY(check_call(dt, st, grad, ZOE_F32, out, out_dtype, n, "adam state undo"));
     if (n && !c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state undo: NULL constants");
-    if (dt->exp_avg == ZOE_I8 || dt->exp_avg_sq == ZOE_I8)
+    if (zoe_adam_state_has_int8(dt))
         return zoe_fail(ZOE_ERR_UNSUPPORTED,
                         "adam state undo: int8 moments cannot be solved back (a block's new scale "
                         "and codes keep too little of the step to undo it); hold the moments in "

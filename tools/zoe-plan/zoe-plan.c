@@ -70,6 +70,13 @@ static int parse_int(const char *name, const char *text, int min, int *out) {
     return 1;
 }
 
+/* --state S: the three state dtypes at once; int8 is a bf16 master with int8 moments (the master
+ * is fp32 or bf16). */
+static void set_state(zoe_plan_config *c, int state) {
+    c->exp_avg_dtype = c->exp_avg_sq_dtype = state;
+    c->main_params_dtype = state == ZOE_STATE_INT8 ? ZOE_STATE_BF16 : state;
+}
+
 static int parse_options(int argc, char **argv, options *o) {
     const char *hardware = "local";
     memset(o, 0, sizeof *o);
@@ -173,10 +180,14 @@ static int parse_options(int argc, char **argv, options *o) {
                         : master ? ""
                                  : " or int8");
             int d = bf16 ? ZOE_STATE_BF16 : int8 || o->state_auto ? ZOE_STATE_INT8 : ZOE_STATE_FP32;
-            if (all) o->cfg.main_params_dtype = d == ZOE_STATE_INT8 ? ZOE_STATE_BF16 : d;
-            if (master) o->cfg.main_params_dtype = d;
-            if (all || strcmp(name, "exp-avg-dtype") == 0) o->cfg.exp_avg_dtype = d;
-            if (all || strcmp(name, "exp-avg-sq-dtype") == 0) o->cfg.exp_avg_sq_dtype = d;
+            if (all)
+                set_state(&o->cfg, d);
+            else if (master)
+                o->cfg.main_params_dtype = d;
+            else if (strcmp(name, "exp-avg-dtype") == 0)
+                o->cfg.exp_avg_dtype = d;
+            else
+                o->cfg.exp_avg_sq_dtype = d;
         } else if (strcmp(name, "main-grads-dtype") == 0) {
             ok = zoe_dtype_parse(v, &o->cfg.main_grads_dtype) == ZOE_OK &&
                  zoe_dtype_is_float(o->cfg.main_grads_dtype);
@@ -274,11 +285,8 @@ static int search(const options *o) {
                 for (int dpu = 0; dpu < 2; dpu++)
                     for (size_t q = 0; q < nratios * states; q++) {
                         candidate k = {.cfg = o->cfg};
-                        if (o->state_auto) { /* int8 moments, bf16 state, fp32 state */
-                            int st = auto_states[q / nratios];
-                            k.cfg.exp_avg_dtype = k.cfg.exp_avg_sq_dtype = st;
-                            k.cfg.main_params_dtype = st == ZOE_STATE_INT8 ? ZOE_STATE_BF16 : st;
-                        }
+                        if (o->state_auto) /* int8 moments, bf16 state, fp32 state */
+                            set_state(&k.cfg, auto_states[q / nratios]);
                         k.cfg.tp = tp, k.cfg.dp = ranks / tp;
                         k.cfg.micro_batch = batches[b];
                         k.cfg.recompute = rc, k.cfg.dpu = dpu;
