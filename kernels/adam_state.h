@@ -12,7 +12,8 @@
  * bf16's unit, and is rounded to nearest even. The random bits come from one counter-based hash
  * of (seed, step, element index) per element, its low 16 bits for the master and its high 16
  * for the second moment, not from a generator with state, so that
- *   - every path (scalar, AVX2, AVX-512, AVX-512-BF16) gives the same bits,
+ *   - every path (scalar, AVX2, AVX-512, AVX-512-BF16, and the CUDA kernel of a GPU's device
+ *     share, kernels/cuda/adam_state.cu) gives the same bits,
  *   - the result does not depend on how a range is split into tiles, threads or calls,
  *   - a run resumed from a checkpoint at step s rounds exactly as the uninterrupted run.
  * One hash rather than one per state: the multiplies of the hash share a port with the step's
@@ -50,6 +51,14 @@
 #include <stdint.h>
 #include <string.h>
 #include "kernels/adam.h"
+
+/* Functions of the rounding and the int8 code rule that the CUDA kernel of a GPU's device share
+ * (kernels/cuda/adam_state.cu) compiles too, so that both sides round with the same code. */
+#ifdef __CUDACC__
+#define ZOE_HOST_DEVICE __host__ __device__
+#else
+#define ZOE_HOST_DEVICE __attribute__((always_inline))
+#endif
 
 /* The dtype of each state array: ZOE_F32 or ZOE_BF16; the moments also ZOE_I8 (blockwise int8,
  * below). */
@@ -89,17 +98,17 @@ static inline size_t zoe_adam_int8_blocks(size_t n) {
 /* |value| / s of code c: c^2 / 127^2 (m) or c^2 / 255^2 (v), as a multiply by the reciprocal
  * rounded once (no division per element). Exact squares times one positive constant, so
  * increasing in c. */
-static inline float zoe_adam_int8_m_unit(int c) {
+static inline ZOE_HOST_DEVICE float zoe_adam_int8_m_unit(int c) {
     return (float)(c * c) * (1.0f / 16129.0f);
 }
-static inline float zoe_adam_int8_v_unit(int c) {
+static inline ZOE_HOST_DEVICE float zoe_adam_int8_v_unit(int c) {
     return (float)(c * c) * (1.0f / 65025.0f);
 }
-static inline float zoe_adam_int8_m_value(int8_t c, float s) {
+static inline ZOE_HOST_DEVICE float zoe_adam_int8_m_value(int8_t c, float s) {
     float a = zoe_adam_int8_m_unit(c);
     return s * (c < 0 ? -a : a);
 }
-static inline float zoe_adam_int8_v_value(uint8_t c, float s) {
+static inline ZOE_HOST_DEVICE float zoe_adam_int8_v_value(uint8_t c, float s) {
     return s * zoe_adam_int8_v_unit(c);
 }
 /* n fp32 values quantised into blocks (codes, scales): m to nearest; v stochastically with the
@@ -120,7 +129,7 @@ typedef struct zoe_adam_rounding {
 } zoe_adam_rounding;
 
 /* A 32-bit integer hash (a bijection with good avalanche: xor-shift, multiply, twice). */
-static inline uint32_t zoe_hash32(uint32_t x) {
+static inline ZOE_HOST_DEVICE uint32_t zoe_hash32(uint32_t x) {
     x ^= x >> 16;
     x *= 0x7feb352dU;
     x ^= x >> 15;
@@ -130,7 +139,7 @@ static inline uint32_t zoe_hash32(uint32_t x) {
 }
 
 /* The key of one step for the elements whose index has high word hi. */
-static inline uint32_t zoe_sr_key(const zoe_adam_rounding *r, uint32_t hi) {
+static inline ZOE_HOST_DEVICE uint32_t zoe_sr_key(const zoe_adam_rounding *r, uint32_t hi) {
     uint32_t k = zoe_hash32((uint32_t)(r->seed >> 32));
     k = zoe_hash32((uint32_t)r->seed ^ k);
     k = zoe_hash32(k ^ (uint32_t)r->step);
@@ -139,7 +148,7 @@ static inline uint32_t zoe_sr_key(const zoe_adam_rounding *r, uint32_t hi) {
 }
 
 /* The 32 random bits of element index (low word lo) under key. */
-static inline uint32_t zoe_sr_random(uint32_t key, uint32_t lo) {
+static inline ZOE_HOST_DEVICE uint32_t zoe_sr_random(uint32_t key, uint32_t lo) {
     return zoe_hash32(lo ^ key);
 }
 
@@ -148,7 +157,7 @@ static inline uint32_t zoe_sr_random(uint32_t key, uint32_t lo) {
  * below the kept bits and truncating. NaN becomes a quiet NaN of the same sign; infinities stay;
  * a finite value within a unit of the largest bf16 may round to infinity (as its magnitude
  * deserves with that probability). */
-static inline zoe_bf16 zoe_sr_bf16(float x, uint32_t bits16) {
+static inline ZOE_HOST_DEVICE zoe_bf16 zoe_sr_bf16(float x, uint32_t bits16) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     if (x != x) return (zoe_bf16)((u >> 16) | 0x40);
@@ -219,6 +228,28 @@ zoe_status zoe_adam_state_host_pieces_isa(zoe_cpu_isa isa, const zoe_adam_roundi
 zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_state_dtypes *dt,
                                     const zoe_adam_state *st, const float *grad, void *out,
                                     zoe_dtype out_dtype, size_t n);
+
+/* The device part of a step over a table of runs (kernels/adam.h) on compressed state: the
+ * device share of partial offload, held in the host's dtypes. st holds state arrays of n
+ * elements, which the runs' offsets index (sorted by offset, disjoint, within n); with an int8
+ * moment its blocks start at element 0, and every block is requantised once (positions of no run
+ * with the values they hold). Element i rounds as index i (the partition coordinate of the
+ * device share). grad fp32; out (the compute-dtype weights, out_dtype(fp32(master))) may be
+ * NULL. Enqueued on the stream, no synchronisation. On the CPU backend it is one
+ * zoe_adam_state_host_pieces call, a run a piece; on CUDA the kernel of
+ * kernels/cuda/adam_state.cu gives the same bits. */
+zoe_status zoe_adam_table_step_state(zoe_stream *stream, const zoe_adam_table *table,
+                                     const zoe_adam_consts *decayed, const zoe_adam_consts *exempt,
+                                     const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
+                                     const zoe_adam_state *st, size_t n, const float *grad,
+                                     void *out, zoe_dtype out_dtype);
+#ifdef ZOE_HAVE_CUDA
+zoe_status zoe_adam_state_runs_cuda(void *stream, const zoe_adam_consts *decayed,
+                                    const zoe_adam_consts *exempt, const zoe_adam_rounding *r,
+                                    const zoe_adam_state_dtypes *dt, const zoe_adam_state *st,
+                                    const zoe_adam_run_cuda *runs, int count, size_t n,
+                                    const float *grad, void *out, zoe_dtype out_dtype);
+#endif
 
 /* Element size in bytes of a state dtype (ZOE_I8: the code; the scales come on top,
  * 4 / ZOE_ADAM_INT8_BLOCK bytes per element). */

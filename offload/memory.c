@@ -70,12 +70,17 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t int8_moments =
         (z->host_dtypes.exp_avg == ZOE_I8) + (z->host_dtypes.exp_avg_sq == ZOE_I8);
     size_t scales = int8_moments * z->h_blocks * f;
+    /* The device share holds the host's dtypes, its int8 scales by blocks from its element 0. */
+    size_t d_state_bytes = zoe_adam_state_esize(z->host_dtypes.master) +
+                           zoe_adam_state_esize(z->host_dtypes.exp_avg) +
+                           zoe_adam_state_esize(z->host_dtypes.exp_avg_sq);
+    size_t d_scales = int8_moments * zoe_adam_int8_blocks(z->d_state) * f;
     *out = (zoe_optimizer_footprint){
         .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales +
                       (z->snap_pinned ? 0 : snap),
         .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
-                        z->d_state * f * (size_t)(3 + z->d_grads),
+                        z->d_state * (d_state_bytes + f * (size_t)z->d_grads) + d_scales,
         .pinned_ring_bytes = slots_pinned + ring,
         .device_ring_bytes = slots_device,
         .params_numel = lay->flat_numel,

@@ -328,10 +328,74 @@ static zoe_status int8_state_copy(zoe_optimizer *opt, int which, size_t h0, size
     return ZOE_OK;
 }
 
+static size_t min_size(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+
+/* Partition coordinates [a, e) of state array which in the device share (CUDA with partial
+ * offload: [0, sz.h_lo), held in the host's dtypes) to or from host, of dtype dt, through host
+ * staging a chunk at a time: read back as fp32, and written by reading back, replacing the range
+ * and storing again, an int8 moment by whole blocks requantised to nearest as int8_state_copy
+ * does (a block's untouched values requantise to their own codes). */
+static zoe_status device_state_copy(zoe_optimizer *opt, int which, size_t a, size_t e, char *host,
+                                    zoe_dtype dt, int write) {
+    enum { BLOCK = ZOE_ADAM_INT8_BLOCK, CHUNK = 64 * ZOE_ADAM_INT8_BLOCK };
+    void *arrays[] = {opt->d_master, opt->d_m, opt->d_v};
+    float *scale_arrays[] = {NULL, opt->d_m_scale, opt->d_v_scale};
+    const zoe_dtype held = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);
+    const size_t hsz = zoe_adam_state_esize(held), esz = zoe_dtype_size(dt), pd = opt->sz.h_lo;
+    const int int8 = held == ZOE_I8;
+    float *x = malloc(CHUNK * sizeof(float)), scales[CHUNK / BLOCK];
+    void *raw = malloc(CHUNK * hsz);
+    zoe_status st =
+        x && raw ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state copy staging of %d", CHUNK);
+    for (size_t c0 = a / CHUNK * CHUNK; st == ZOE_OK && c0 < e; c0 += CHUNK) {
+        size_t lo = a > c0 ? a : c0, hi = min_size(e, c0 + CHUNK);
+        /* what moves: the range, or the whole blocks holding it */
+        size_t s0 = int8 ? lo / BLOCK * BLOCK : lo,
+               s1 = int8 ? min_size((hi + BLOCK - 1) / BLOCK * BLOCK, pd) : hi, n = s1 - s0;
+        char *dev = (char *)arrays[which] + s0 * hsz;
+        float *dev_scales = int8 ? scale_arrays[which] + s0 / BLOCK : NULL;
+        size_t nb = zoe_adam_int8_blocks(n);
+        st = zoe_memcpy_async(raw, dev, n * hsz, ZOE_COPY_DEVICE_TO_HOST, opt->update_stream);
+        if (st == ZOE_OK && int8)
+            st = zoe_memcpy_async(scales, dev_scales, nb * sizeof(float), ZOE_COPY_DEVICE_TO_HOST,
+                                  opt->update_stream);
+        if (st == ZOE_OK) st = zoe_stream_synchronize(opt->update_stream);
+        if (st != ZOE_OK) break;
+        if (int8 && which == 1)
+            zoe_adam_int8_dequantize_m(raw, scales, n, x);
+        else if (int8)
+            zoe_adam_int8_dequantize_v(raw, scales, n, x);
+        else if ((st = zoe_convert(x, ZOE_F32, raw, held, n)) != ZOE_OK)
+            break;
+        char *u = host + (lo - a) * esz;
+        if (!write) {
+            st = zoe_convert(u, dt, x + (lo - s0), ZOE_F32, hi - lo);
+            continue;
+        }
+        if ((st = zoe_convert(x + (lo - s0), ZOE_F32, u, dt, hi - lo)) != ZOE_OK) break;
+        if (int8 && which == 1)
+            zoe_adam_int8_quantize_m(x, n, raw, scales);
+        else if (int8)
+            zoe_adam_int8_quantize_v(x, NULL, n, raw, scales);
+        else if ((st = zoe_convert(raw, held, x, ZOE_F32, n)) != ZOE_OK)
+            break;
+        st = zoe_memcpy_async(dev, raw, n * hsz, ZOE_COPY_HOST_TO_DEVICE, opt->update_stream);
+        if (st == ZOE_OK && int8)
+            st = zoe_memcpy_async(dev_scales, scales, nb * sizeof(float), ZOE_COPY_HOST_TO_DEVICE,
+                                  opt->update_stream);
+        if (st == ZOE_OK) st = zoe_stream_synchronize(opt->update_stream);
+    }
+    free(x);
+    free(raw);
+    return st;
+}
+
 /* Copies [offset, offset + count) of one state array between the caller's host buffer, of
  * dtype dt (fp32 or bf16), and the partition, whose first sz.h_lo elements live in device memory
- * (CUDA with partial offload, always fp32). Into bf16 the values round to nearest even; a state
- * held in bf16 and read into bf16 or fp32 moves exactly. */
+ * (CUDA with partial offload, in the host's dtypes). Into bf16 the values round to nearest even;
+ * a state held in bf16 and read into bf16 or fp32 moves exactly. */
 static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
                              size_t count, void *host, zoe_dtype dt, int write) {
     const char *what = write ? "write_state" : "read_state";
@@ -372,23 +436,9 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         }
         return ZOE_OK;
     }
-    float *dev[] = {opt->d_master, opt->d_m, opt->d_v};
     size_t pd = opt->sz.h_lo; /* the device arrays hold [0, h_lo), the host arrays the rest */
-    /* The device share moves as fp32; into another dtype through a small bounce buffer. */
-    enum { BOUNCE = 4096 };
-    float bounce[BOUNCE];
-    for (size_t a = offset; a < (end < pd ? end : pd);) {
-        size_t n = (end < pd ? end : pd) - a, direct = dt == ZOE_F32;
-        if (!direct && n > BOUNCE) n = BOUNCE;
-        float *d = dev[which] + a, *f = direct ? (float *)(buf + (a - offset) * esz) : bounce;
-        if (write && !direct) ZOE_TRY(zoe_convert(f, ZOE_F32, buf + (a - offset) * esz, dt, n));
-        ZOE_TRY(zoe_memcpy_async(write ? (void *)d : f, write ? (void *)f : d, n * sizeof(float),
-                                 write ? ZOE_COPY_HOST_TO_DEVICE : ZOE_COPY_DEVICE_TO_HOST,
-                                 opt->update_stream));
-        ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
-        if (!write && !direct) ZOE_TRY(zoe_convert(buf + (a - offset) * esz, dt, f, ZOE_F32, n));
-        a += n;
-    }
+    if (offset < pd)
+        ZOE_TRY(device_state_copy(opt, (int)which, offset, min_size(end, pd), buf, dt, write));
     if (end > pd && zoe_optimizer_state_dtype(opt, which) == ZOE_I8)
         return int8_state_copy(opt, (int)which, (offset > pd ? offset : pd) - pd, end - pd,
                                buf + ((offset > pd ? offset : pd) - offset) * esz, dt, write);

@@ -56,7 +56,7 @@ typedef struct zoe_state_sizes {
     int h_master;   /* 1: a host master array */
     /* The host arrays' dtypes (zoe_optimizer_config.main_params_dtype ...); compressed: one of
      * them is not fp32, and the host step is kernels/adam_state.h's. The master in the
-     * parameters is an fp32 master; the device share on CUDA is fp32 state. */
+     * parameters is an fp32 master; the device share on CUDA has the same dtypes. */
     zoe_adam_state_dtypes host_dtypes;
     int compressed;
     size_t h_blocks; /* blocks of the host arrays (ZOE_ADAM_INT8_BLOCK): an int8 moment's scales */
@@ -68,7 +68,7 @@ typedef struct zoe_state_sizes {
     size_t part_out; /* device, compute dtype: the partition buffer (CUDA with DPU or a device
                       * share) the update writes before the all-gather; 0: none, the updated
                       * partition lands in the parameter buffer's own slices */
-    size_t d_state;  /* device fp32 master, m and v of the device share (CUDA) */
+    size_t d_state;  /* device master, m and v of the device share (CUDA), in host_dtypes */
     int d_grads;     /* device fp32 gradient partitions of d_state elements: 1, 2 with DPU */
     size_t out_ring; /* pinned copy-out ring (CUDA without DPU): elements per slot, compute dtype */
     int out_slots;
@@ -158,9 +158,11 @@ struct zoe_optimizer {
 
     void *params;   /* device, lay.flat_numel elements of compute dtype */
     void *part_out; /* device partition buffer (sz.part_out), or NULL */
-    /* Device-resident state (partial offload), partition coordinates [0, device_numel). On the
-     * CPU backend these alias the host arrays (whose element 0 is partition coordinate 0). */
-    float *d_master, *d_m, *d_v, *d_grad[2];
+    /* Device-resident state (partial offload), partition coordinates [0, device_numel), in
+     * sz.host_dtypes (the scales: int8 moments, one per block). On the CPU backend these alias
+     * the host arrays (whose element 0 is partition coordinate 0). */
+    void *d_master, *d_m, *d_v;
+    float *d_m_scale, *d_v_scale, *d_grad[2];
     zoe_adam_table *device_table; /* the device segments, for one-launch steps and norms */
     /* Host state, partition coordinates [sz.h_lo, part_numel) shifted to 0. h_master is NULL
      * with the master in the parameters; h_grad[1] is h_grad[0] unless sz.dpu_swap. */

@@ -117,11 +117,18 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
     const zoe_state_sizes *z = &opt->sz;
     ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
     if (z->part_out) ZOE_TRY(device_array(opt, z->part_out * opt->esz, 0, &opt->part_out));
-    if (z->d_state) {
-        float **dev_arrays[] = {&opt->d_master, &opt->d_m, &opt->d_v, &opt->d_grad[0],
-                                &opt->d_grad[1]};
-        for (int i = 0; i < 3 + z->d_grads; i++)
-            ZOE_TRY(device_array(opt, z->d_state * sizeof(float), 0, (void **)dev_arrays[i]));
+    if (z->d_state) { /* the device share, in the host's dtypes */
+        const zoe_adam_state_dtypes *dt = &z->host_dtypes;
+        void **state[] = {&opt->d_master, &opt->d_m, &opt->d_v};
+        const zoe_dtype dts[] = {dt->master, dt->exp_avg, dt->exp_avg_sq};
+        for (int i = 0; i < 3; i++)
+            ZOE_TRY(device_array(opt, z->d_state * zoe_adam_state_esize(dts[i]), 0, state[i]));
+        size_t scales = zoe_adam_int8_blocks(z->d_state) * sizeof(float);
+        if (dt->exp_avg == ZOE_I8) ZOE_TRY(device_array(opt, scales, 0, (void **)&opt->d_m_scale));
+        if (dt->exp_avg_sq == ZOE_I8)
+            ZOE_TRY(device_array(opt, scales, 0, (void **)&opt->d_v_scale));
+        for (int g = 0; g < z->d_grads; g++)
+            ZOE_TRY(device_array(opt, z->d_state * sizeof(float), 0, (void **)&opt->d_grad[g]));
     }
     if (z->h_numel) ZOE_TRY(host_arrays(opt));
     if (zoe_device_is_host_memory(opt)) { /* the device share lives in the host arrays */
@@ -154,6 +161,8 @@ void zoe_state_destroy(zoe_optimizer *opt) {
         zoe_device_free(opt->dev, opt->d_master);
         zoe_device_free(opt->dev, opt->d_m);
         zoe_device_free(opt->dev, opt->d_v);
+        zoe_device_free(opt->dev, opt->d_m_scale);
+        zoe_device_free(opt->dev, opt->d_v_scale);
         zoe_device_free(opt->dev, opt->d_grad[0]);
         zoe_device_free(opt->dev, opt->d_grad[1]);
     }
@@ -228,6 +237,7 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "init_from_params: optimizer is NULL");
     ZOE_TRY(zoe_update_join(opt));
     const zoe_layout *lay = &opt->lay;
+    const zoe_adam_state_dtypes *dt = &opt->sz.host_dtypes;
     size_t pd = opt->sz.d_state;
     ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_written));
@@ -238,17 +248,24 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
         size_t lo, mid, hi;
         zoe_bucket_split(lay, b, &lo, &mid, &hi);
         if (mid > lo)
-            ZOE_TRY(zoe_convert_stream(opt->update_stream, opt->d_master + lo, ZOE_F32, mine,
-                                       opt->dtype, mid - lo));
+            ZOE_TRY(zoe_convert_stream(
+                opt->update_stream, (char *)opt->d_master + lo * zoe_adam_state_esize(dt->master),
+                dt->master, mine, opt->dtype, mid - lo));
     }
     if (pd) {
-        ZOE_TRY(zoe_memset_async(opt->d_m, 0, pd * sizeof(float), opt->update_stream));
-        ZOE_TRY(zoe_memset_async(opt->d_v, 0, pd * sizeof(float), opt->update_stream));
+        size_t scales = zoe_adam_int8_blocks(pd) * sizeof(float);
+        ZOE_TRY(zoe_memset_async(opt->d_m, 0, pd * zoe_adam_state_esize(dt->exp_avg),
+                                 opt->update_stream));
+        ZOE_TRY(zoe_memset_async(opt->d_v, 0, pd * zoe_adam_state_esize(dt->exp_avg_sq),
+                                 opt->update_stream));
+        if (opt->d_m_scale)
+            ZOE_TRY(zoe_memset_async(opt->d_m_scale, 0, scales, opt->update_stream));
+        if (opt->d_v_scale)
+            ZOE_TRY(zoe_memset_async(opt->d_v_scale, 0, scales, opt->update_stream));
     }
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     ZOE_TRY(host_master_copy(opt, 1));
     if (opt->sz.h_numel) {
-        const zoe_adam_state_dtypes *dt = &opt->sz.host_dtypes;
         memset(opt->h_m, 0, opt->sz.h_numel * zoe_adam_state_esize(dt->exp_avg));
         memset(opt->h_v, 0, opt->sz.h_numel * zoe_adam_state_esize(dt->exp_avg_sq));
         clear_scales(opt);
@@ -272,7 +289,7 @@ zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt) {
     ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->refreshed));
     if (pd)
         ZOE_TRY(zoe_convert_stream(opt->update_stream, opt->part_out, opt->dtype, opt->d_master,
-                                   ZOE_F32, pd));
+                                   opt->sz.host_dtypes.master, pd));
     ZOE_TRY(host_master_copy(opt, 0));
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     opt->refresh_due = 0;

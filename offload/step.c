@@ -272,11 +272,21 @@ static zoe_status update_start(zoe_optimizer *opt, const zoe_step_consts *c, int
         ZOE_TRY(zoe_event_record(opt->grads_written, opt->stream));
         ZOE_TRY(zoe_stream_wait_event(opt->update_stream, opt->grads_written));
     }
-    if (!zoe_device_is_host_memory(opt)) /* on the CPU backend the host step covers it */
-        ZOE_TRY(zoe_adam_table_step(opt->update_stream, opt->device_table, &c->decayed, &c->exempt,
-                                    opt->d_master, opt->d_m, opt->d_v, opt->d_grad[buf],
-                                    opt->part_out, opt->dtype));
-    return ZOE_OK;
+    if (zoe_device_is_host_memory(opt)) return ZOE_OK; /* the host step covers it */
+    if (opt->sz.compressed) { /* rounded as the host would round it: the same bits */
+        const zoe_adam_state st = {.master = opt->d_master,
+                                   .exp_avg = opt->d_m,
+                                   .exp_avg_sq = opt->d_v,
+                                   .exp_avg_scale = opt->d_m_scale,
+                                   .exp_avg_sq_scale = opt->d_v_scale};
+        return zoe_adam_table_step_state(opt->update_stream, opt->device_table, &c->decayed,
+                                         &c->exempt, &c->rounding, &opt->sz.host_dtypes, &st,
+                                         opt->sz.d_state, opt->d_grad[buf], opt->part_out,
+                                         opt->dtype);
+    }
+    return zoe_adam_table_step(opt->update_stream, opt->device_table, &c->decayed, &c->exempt,
+                               opt->d_master, opt->d_m, opt->d_v, opt->d_grad[buf], opt->part_out,
+                               opt->dtype);
 }
 
 /* One update: device part on the update stream, host part on the host threads; returns when all

@@ -186,8 +186,8 @@ typedef struct zoe_optimizer_config {
      * docs/offload.md "Blockwise int8 moments"; the partition then aligns to whole blocks). A
      * compressed state needs dpu_schedule exact or plain (or no DPU): predict and dc recompute
      * a step from fp32 state; with int8 moments exact does not speculate (a wrong guess could
-     * not be undone) and steps synchronously. On CUDA the device share of partial offload keeps
-     * fp32 state. */
+     * not be undone) and steps synchronously. On CUDA the device share of partial offload is
+     * held in the same dtypes and rounds as the host would (the CPU backend's bits). */
     zoe_dtype main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
     uint64_t rounding_seed; /* 0 is a seed like any other */
     /* The dtype of the host gradient partition (Megatron's --main-grads-dtype): ZOE_F32 (0, the
@@ -316,8 +316,8 @@ zoe_status zoe_optimizer_read_state_as(zoe_optimizer *opt, zoe_optimizer_state w
 zoe_status zoe_optimizer_write_state_as(zoe_optimizer *opt, zoe_optimizer_state which,
                                         size_t offset, size_t count, zoe_dtype dtype,
                                         const void *src);
-/* The dtype the host holds a state array in (main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
- * the device share of partial offload holds fp32). */
+/* The dtype a state array is held in (main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype; the
+ * host's share and the device share of partial offload alike). */
 zoe_dtype zoe_optimizer_state_dtype(const zoe_optimizer *opt, zoe_optimizer_state which);
 /* The step count (for bias correction) after a restore. */
 zoe_status zoe_optimizer_set_step(zoe_optimizer *opt, long step);

@@ -37,8 +37,8 @@ static inline __attribute__((always_inline)) VF INT8_VEC_FN(unit)(VF k, VF inv_t
     return V_MUL(V_MUL(k, k), inv_top2);
 }
 
-/* INT8_FN(code_below) lane-wise: the largest code k whose unit is <= y, y in [0, 1]. The guess is
- * g = trunc(y * rsqrt(y) * top * (1 - 2^-10)), rsqrt(y) being 1 / sqrt(y) within a relative
+/* zoe_adam_int8_code_below lane-wise: the largest code k whose unit is <= y, y in [0, 1]. The guess
+ * is g = trunc(y * rsqrt(y) * top * (1 - 2^-10)), rsqrt(y) being 1 / sqrt(y) within a relative
  * 2^-11: its argument is t = top * sqrt(y) times a factor within (1 - 2^-9, 1 - 2^-11), the
  * roundings included. The answer k is floor(t (1 + d)) with |d| < 2^-22 (the units' roundings),
  * so g <= k (the factor is below 1 - d) and g >= k - 1 (t * 2^-9 < 255 / 512 < 1): one
@@ -70,7 +70,7 @@ static inline uint32_t INT8_VEC_FN(block_top)(const float *x, size_t len) {
  * unscaled: pre is 1, so x * pre is x and is not computed (a constant at each call). Returns
  * the elements done. */
 static inline __attribute__((always_inline)) size_t
-INT8_VEC_FN(quantize_m_vectors)(const float *x, size_t len, int8_t *codes, int8_inverse inv,
+INT8_VEC_FN(quantize_m_vectors)(const float *x, size_t len, int8_t *codes, zoe_int8_inverse inv,
                                 int unscaled) {
     const VF pre = V_SET1(inv.pre), post = V_SET1(inv.post),
              top_shrunk = V_SET1(INT8_TOP_SHRUNK(127.0f)), inv_top2 = V_SET1(1.0f / 16129.0f),
@@ -91,21 +91,21 @@ INT8_VEC_FN(quantize_m_vectors)(const float *x, size_t len, int8_t *codes, int8_
 }
 
 static void INT8_VEC_FN(quantize_m)(const float *x, size_t len, int8_t *codes, float *scale) {
-    int8_inverse inv;
+    zoe_int8_inverse inv;
     int usable = INT8_FN(scale_block)(INT8_VEC_FN(block_top)(x, len), x, scale, &inv);
     size_t i = 0; /* not usable: every y is 0, the element loop */
     if (usable && inv.pre == 1.0f)
         i = INT8_VEC_FN(quantize_m_vectors)(x, len, codes, inv, 1);
     else if (usable)
         i = INT8_VEC_FN(quantize_m_vectors)(x, len, codes, inv, 0);
-    for (; i < len; i++) codes[i] = INT8_FN(m_code)(x[i], usable, inv);
+    for (; i < len; i++) codes[i] = zoe_adam_int8_m_code(x[i], usable, inv);
 }
 
 /* v's codes of the whole vectors of a block with a usable scale, as quantize_m_vectors, with
  * the step's random bits (bits16 not NULL: the step's quantiser; NULL, conversions: nearest). */
 static inline __attribute__((always_inline)) size_t
 INT8_VEC_FN(quantize_v_vectors)(const float *x, const uint16_t *bits16, size_t len, uint8_t *codes,
-                                int8_inverse inv, int unscaled) {
+                                zoe_int8_inverse inv, int unscaled) {
     const VF pre = V_SET1(inv.pre), post = V_SET1(inv.post), top = V_SET1(255.0f),
              top_shrunk = V_SET1(INT8_TOP_SHRUNK(255.0f)), inv_top2 = V_SET1(1.0f / 65025.0f),
              one = V_SET1(1.0f), zero = V_SET1(0.0f), half = V_SET1(0.5f),
@@ -137,14 +137,14 @@ static void INT8_VEC_FN(quantize_v)(const float *x, const uint16_t *bits16, size
         INT8_FN(quantize_v)(x, NULL, len, codes, scale);
         return;
     }
-    int8_inverse inv;
+    zoe_int8_inverse inv;
     int usable = INT8_FN(scale_block)(INT8_VEC_FN(block_top)(x, len), x, scale, &inv);
     size_t i = 0; /* not usable: every y is 0, the element loop */
     if (usable && inv.pre == 1.0f)
         i = INT8_VEC_FN(quantize_v_vectors)(x, bits16, len, codes, inv, 1);
     else if (usable)
         i = INT8_VEC_FN(quantize_v_vectors)(x, bits16, len, codes, inv, 0);
-    for (; i < len; i++) codes[i] = INT8_FN(v_code)(x[i], bits16[i], 1, usable, inv);
+    for (; i < len; i++) codes[i] = zoe_adam_int8_v_code(x[i], bits16[i], 1, usable, inv);
 }
 
 /* zoe_adam_int8_m_value lane-wise: the sign of the code put on its unit, then times s. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/adam.h"
+#include "kernels/adam_state.h"
 #include "runtime/error.h"
 
 static int on_cuda(zoe_stream *stream) {
@@ -123,6 +124,47 @@ zoe_status zoe_adam_table_step(zoe_stream *stream, const zoe_adam_table *t,
                               ZOE_F32, out ? (char *)out + a * esz : NULL, out_dtype, run->len));
     }
     return ZOE_OK;
+}
+
+zoe_status zoe_adam_table_step_state(zoe_stream *stream, const zoe_adam_table *t,
+                                     const zoe_adam_consts *decayed, const zoe_adam_consts *exempt,
+                                     const zoe_adam_rounding *r, const zoe_adam_state_dtypes *dt,
+                                     const zoe_adam_state *st, size_t n, const float *grad,
+                                     void *out, zoe_dtype out_dtype) {
+    if (!t || !decayed || !exempt || !r || !dt || !st)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam table step (state): NULL argument");
+    ZOE_TRY(zoe_adam_state_dtypes_check(dt));
+    for (int i = 0; i < t->count; i++) {
+        const zoe_adam_run *run = &t->host_runs[i];
+        size_t end_before = i ? t->host_runs[i - 1].offset + t->host_runs[i - 1].len : 0;
+        if (run->offset < end_before || run->offset > n || run->len > n - run->offset)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "adam table step (state): run %d [%zu, %zu) overlaps the one before "
+                            "or leaves the %zu elements",
+                            i, run->offset, run->offset + run->len, n);
+    }
+    if (t->total == 0 && !zoe_adam_state_has_int8(dt)) return ZOE_OK;
+#ifdef ZOE_HAVE_CUDA
+    if (on_cuda(stream))
+        return zoe_adam_state_runs_cuda(zoe_stream_native(stream), decayed, exempt, r, dt, st,
+                                        t->device_runs, t->count, n, grad, out, out_dtype);
+#endif
+    zoe_adam_state_piece *pieces = malloc((t->count ? (size_t)t->count : 1) * sizeof *pieces);
+    if (!pieces) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "adam table step: %d pieces", t->count);
+    const size_t wsz = zoe_adam_state_esize(dt->master), osz = zoe_dtype_size(out_dtype);
+    for (int i = 0; i < t->count; i++) {
+        const zoe_adam_run *run = &t->host_runs[i];
+        pieces[i] = (zoe_adam_state_piece){.offset = run->offset,
+                                           .len = run->len,
+                                           .c = run->no_decay ? exempt : decayed,
+                                           .master = (char *)st->master + run->offset * wsz,
+                                           .grad = grad + run->offset,
+                                           .out = out ? (char *)out + run->offset * osz : NULL};
+    }
+    zoe_status status =
+        zoe_adam_state_host_pieces(r, dt, st, 0, pieces, t->count, ZOE_F32, out_dtype, n);
+    free(pieces);
+    return status;
 }
 
 zoe_status zoe_adam_table_sumsq(zoe_stream *stream, zoe_adam_table *t, const float *grad,

@@ -1,59 +1,19 @@
-// The device Adam for partial offload (one launch over a table of runs), and the gradient
-// accumulation, the fixed-order norm and the casts that feed it on a CUDA stream. The arithmetic is
-// the host's (kernels/adam.h) operation by operation, with the _rn intrinsics so that nvcc
-// contracts nothing beyond the host's own fused multiply-adds: a partition updated on the device
-// matches one updated on the host bit for bit.
+// The device Adam for partial offload over fp32 state (one launch over a table of runs; the
+// element is adam_element.cuh's, bit for bit the host's), and the gradient accumulation, the
+// fixed-order norm and the casts that feed it on a CUDA stream.
 //
 // Explained in docs/offload.md, "One step".
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-#include <stdint.h>
-extern "C" {
-#include "kernels/adam.h"
-#include "runtime/error.h"
-}
+#include "kernels/cuda/adam_element.cuh"
 
 namespace {
 
-constexpr int kThreads = 256;
+using namespace zoe_adam_device;
 
-zoe_status check(cudaError_t err, const char *what) {
-    if (err != cudaSuccess) return zoe_fail(ZOE_ERR_CUDA, "%s: %s", what, cudaGetErrorString(err));
-    return ZOE_OK;
-}
-
-unsigned blocks_for(size_t n) {
-    size_t b = (n + kThreads - 1) / kThreads;
-    return (unsigned)(b < 65535u * 8u ? (b ? b : 1) : 65535u * 8u);
-}
-
-__device__ float load_as_f32(const void *p, size_t i, int dt) {
-    if (dt == ZOE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (dt == ZOE_F16) return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-__device__ void store_from_f32(void *p, size_t i, int dt, float x) {
-    if (dt == ZOE_BF16)
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
-    else if (dt == ZOE_F16)
-        ((__half *)p)[i] = __float2half_rn(x);
-    else
-        ((float *)p)[i] = x;
-}
-
-/* The step of element i, in the order of kernels/adam.h. */
+/* The step of element i of fp32 state. */
 __device__ void adam_element(const zoe_adam_consts &c, float *master, float *m, float *v,
                              const float *grad, void *out, int odt, size_t i) {
-    float w = master[i];
-    float g = __fmul_rn(grad[i], c.grad_scale);
-    if (!c.decoupled) g = __fmaf_rn(c.l2, w, g);
-    float mm = __fmaf_rn(c.beta1, m[i], __fmul_rn(c.one_minus_beta1, g));
-    float vv = __fmaf_rn(c.beta2, v[i], __fmul_rn(c.one_minus_beta2, __fmul_rn(g, g)));
-    if (c.decoupled) w = __fmul_rn(w, c.decay);
-    float denom = __fmaf_rn(__fsqrt_rn(vv), c.inv_sqrt_bc2, c.eps);
-    w = __fmaf_rn(-c.step_size, __fdiv_rn(mm, denom), w);
+    float w = master[i], mm = m[i], vv = v[i];
+    adam_update(c, grad[i], w, mm, vv);
     master[i] = w, m[i] = mm, v[i] = vv;
     if (out) store_from_f32(out, i, odt, w);
 }
@@ -63,19 +23,6 @@ __global__ void adam_kernel(zoe_adam_consts c, float *master, float *m, float *v
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         adam_element(c, master, m, v, grad, out, odt, i);
-}
-
-/* The run holding position i of the runs' concatenation: the last with begin <= i. */
-__device__ int run_of(const zoe_adam_run_cuda *runs, int count, size_t i) {
-    int lo = 0, hi = count - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (runs[mid].begin <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
 }
 
 /* Every run of the table in one launch: thread positions walk the concatenation of the runs. */

@@ -10,11 +10,19 @@
  *    snapshot, the device partition buffer); and everything on the host without DPU, where
  *    the new weights stream to the device through the pinned copy-out ring in blocks of one
  *    tile (several blocks, both slots) into the parameter buffer, all-gathered in place.
- *    Both again with int8 moments on the host (the same host step on both backends).
+ *  - The device step over compressed state (kernels/cuda/adam_state.cu) against the CPU
+ *    backend's over the same run table: the same bits, NaN payloads aside.
+ *  - Compressed state (bf16 master and moments; bf16 master and int8 moments; int8 moments
+ *    alone) with and without a device share: the device share held and stepped in the host's
+ *    dtypes, so the CUDA run equals the CPU run bit for bit (weights and every state array read
+ *    back; clipping off, so the norm's summation order does not enter; at 1 and 2 ranks a sum
+ *    over DP does not depend on its order). The states read back, written back in pieces that cut
+ *    int8 blocks, twice over, and read again give the same bits.
  *  - The memory the CUDA optimizer allocated (its count and the device layer's) equals
  *    zoe_optimizer_footprint_of() for the CUDA backend (test_optimizer_memory checks the
  *    per-parameter figures from the same sizing code). */
 #include "kernels/adam.h"
+#include "kernels/adam_state.h"
 #include "offload_test.h"
 
 enum { NT = 3, NTOTAL = 50000, STEPS = 10 };
@@ -79,25 +87,17 @@ static void kernel_checks(zoe_device *dev, zoe_stream *s) {
     zoe_device_free(dev, d);
 }
 
-/* The device step over a run table (one launch) against the CPU backend's table step (the host
- * path run by run): bit-identical; the norm over the counted runs twice, equal bits (a fixed
- * order), and within n eps64 = 2.2e-12 relative of the float64 sum (both add exact squares in
- * double, in different orders). */
-static void table_checks(zoe_device *dev, zoe_stream *s, zoe_stream *cpu_stream) {
-    enum { N = 20000 };
-    const zoe_adam_run runs[] = {{.offset = 0, .len = 4099, .no_decay = 0, .counted = 1},
-                                 {.offset = 4160, .len = 1, .no_decay = 1, .counted = 1},
-                                 {.offset = 4224, .len = 9000, .no_decay = 1, .counted = 0},
-                                 {.offset = 13248, .len = 6752, .no_decay = 0, .counted = 1}};
-    const int nruns = 4;
-    static float w[N], m[N], v[N], g[N], hw[N], hm[N], hv[N], rw[N], rm[N], rv[N];
-    static uint16_t hout[N], rout[N];
-    test_rng rng;
-    test_rng_seed(&rng, 9);
-    for (int i = 0; i < N; i++) {
-        w[i] = (float)test_rng_normal(&rng), m[i] = (float)(0.1 * test_rng_normal(&rng));
-        v[i] = (float)(0.01 * test_rng_uniform(&rng)), g[i] = (float)test_rng_normal(&rng);
-    }
+/* The run table of the table checks: gaps between runs (inside int8 blocks too), runs of both
+ * decays, counted and not, the last ending in a short block of N elements. */
+enum { N_TABLE = 20000, N_RUNS = 4 };
+static const zoe_adam_run runs[N_RUNS] = {
+    {.offset = 0, .len = 4099, .no_decay = 0, .counted = 1},
+    {.offset = 4160, .len = 1, .no_decay = 1, .counted = 1},
+    {.offset = 4224, .len = 9000, .no_decay = 1, .counted = 0},
+    {.offset = 13248, .len = 6752, .no_decay = 0, .counted = 1}};
+
+/* Their AdamW constants: decayed, and exempt (no weight decay). */
+static void table_consts(zoe_adam_consts *decayed, zoe_adam_consts *exempt) {
     zoe_adam_hparams h = {.lr = 1e-3f,
                           .beta1 = 0.9f,
                           .beta2 = 0.95f,
@@ -106,10 +106,33 @@ static void table_checks(zoe_device *dev, zoe_stream *s, zoe_stream *cpu_stream)
                           .decoupled = 1,
                           .grad_scale = 0.25f,
                           .step = 4};
-    zoe_adam_consts decayed, exempt;
-    zoe_adam_consts_init(&decayed, &h);
+    zoe_adam_consts_init(decayed, &h);
     h.weight_decay = 0;
-    zoe_adam_consts_init(&exempt, &h);
+    zoe_adam_consts_init(exempt, &h);
+}
+
+/* Random weights, moments (v > 0) and gradients of N_TABLE elements. */
+static void table_inputs(uint64_t seed, float *w, float *m, float *v, float *g) {
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    for (int i = 0; i < N_TABLE; i++) {
+        w[i] = (float)test_rng_normal(&rng), m[i] = (float)(0.1 * test_rng_normal(&rng));
+        v[i] = (float)(0.01 * test_rng_uniform(&rng)), g[i] = (float)test_rng_normal(&rng);
+    }
+}
+
+/* The device step over a run table (one launch) against the CPU backend's table step (the host
+ * path run by run): bit-identical; the norm over the counted runs twice, equal bits (a fixed
+ * order), and within n eps64 = 2.2e-12 relative of the float64 sum (both add exact squares in
+ * double, in different orders). */
+static void table_checks(zoe_device *dev, zoe_stream *s, zoe_stream *cpu_stream) {
+    enum { N = N_TABLE };
+    const int nruns = N_RUNS;
+    static float w[N], m[N], v[N], g[N], hw[N], hm[N], hv[N], rw[N], rm[N], rv[N];
+    static uint16_t hout[N], rout[N];
+    table_inputs(9, w, m, v, g);
+    zoe_adam_consts decayed, exempt;
+    table_consts(&decayed, &exempt);
     zoe_adam_table *ht = NULL, *dt = NULL;
     CHECK_OK(zoe_adam_table_create(cpu_stream, runs, nruns, &ht));
     CHECK_OK(zoe_adam_table_create(s, runs, nruns, &dt));
@@ -146,6 +169,137 @@ static void table_checks(zoe_device *dev, zoe_stream *s, zoe_stream *cpu_stream)
     zoe_device_free(dev, d);
     zoe_adam_table_destroy(ht);
     zoe_adam_table_destroy(dt);
+}
+
+/* Whether n elements of dtype dt hold the same values: the same bits, or NaN in both (CUDA's
+ * arithmetic and bf16 rounding write its canonical NaN where the host keeps a payload). */
+static int same_values(const void *a, const void *b, size_t n, zoe_dtype dt) {
+    for (size_t i = 0; i < n; i++) {
+        if (dt == ZOE_F32) {
+            float x = ((const float *)a)[i], y = ((const float *)b)[i];
+            if (memcmp(&x, &y, sizeof x) && !(x != x && y != y)) return 0;
+        } else if (dt == ZOE_BF16) {
+            uint16_t x = ((const uint16_t *)a)[i], y = ((const uint16_t *)b)[i];
+            if (x != y && !((x & 0x7fff) > 0x7f80 && (y & 0x7fff) > 0x7f80)) return 0;
+        } else if (((const uint8_t *)a)[i] != ((const uint8_t *)b)[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Host state arrays of one dtype combination for the kernel checks: values x quantised or
+ * rounded into each array's dtype (int8 with its scales). */
+typedef struct state_arrays {
+    void *a[3];
+    float *scales[3];
+} state_arrays;
+
+static void state_arrays_fill(state_arrays *h, const zoe_adam_state_dtypes *dt, float *const x[3],
+                              size_t n) {
+    const zoe_dtype dts[] = {dt->master, dt->exp_avg, dt->exp_avg_sq};
+    for (int k = 0; k < 3; k++) {
+        h->a[k] = malloc(n * zoe_adam_state_esize(dts[k]));
+        h->scales[k] = dts[k] == ZOE_I8 ? malloc(zoe_adam_int8_blocks(n) * sizeof(float)) : NULL;
+        if (dts[k] == ZOE_I8 && k == 1)
+            zoe_adam_int8_quantize_m(x[k], n, h->a[k], h->scales[k]);
+        else if (dts[k] == ZOE_I8)
+            zoe_adam_int8_quantize_v(x[k], NULL, n, h->a[k], h->scales[k]);
+        else
+            CHECK_OK(zoe_convert(h->a[k], dts[k], x[k], ZOE_F32, n));
+    }
+}
+
+static void state_arrays_free(state_arrays *h) {
+    for (int k = 0; k < 3; k++) free(h->a[k]), free(h->scales[k]);
+}
+
+static zoe_adam_state state_of(const state_arrays *h) {
+    return (zoe_adam_state){.master = h->a[0],
+                            .exp_avg = h->a[1],
+                            .exp_avg_sq = h->a[2],
+                            .exp_avg_scale = h->scales[1],
+                            .exp_avg_sq_scale = h->scales[2]};
+}
+
+/* The compressed device step against the CPU backend's on one run table: the runs leave gaps
+ * inside int8 blocks (positions of no run are requantised with their block, as on the host) and
+ * end in a short block; one gradient is NaN, so its block's int8 scales take the NaN. */
+static void state_table_checks(zoe_device *dev, zoe_stream *s, zoe_stream *cpu_stream) {
+    enum { N = N_TABLE };
+    const zoe_dtype F = ZOE_F32, B = ZOE_BF16, Q = ZOE_I8;
+    const zoe_adam_state_dtypes combos[] = {{B, B, B}, {B, Q, Q}, {F, Q, B}, {F, B, Q}};
+    static float w[N], m[N], v[N], g[N];
+    table_inputs(11, w, m, v, g);
+    g[5003] = NAN;
+    float *const x[3] = {w, m, v};
+    zoe_adam_consts decayed, exempt;
+    table_consts(&decayed, &exempt);
+    const zoe_adam_rounding rounding = {.seed = 0x5eed0123456789abull, .step = 4};
+    zoe_adam_table *ht = NULL, *dtab = NULL;
+    CHECK_OK(zoe_adam_table_create(cpu_stream, runs, N_RUNS, &ht));
+    CHECK_OK(zoe_adam_table_create(s, runs, N_RUNS, &dtab));
+    char *d = NULL;
+    const size_t slot = N * sizeof(float), blocks = zoe_adam_int8_blocks(N);
+    if (!CHECK_OK(zoe_device_alloc(dev, 6 * slot, (void **)&d))) return;
+    for (size_t c = 0; c < sizeof combos / sizeof combos[0]; c++) {
+        const zoe_adam_state_dtypes *dt = &combos[c];
+        const zoe_dtype dts[] = {dt->master, dt->exp_avg, dt->exp_avg_sq};
+        state_arrays host, back;
+        state_arrays_fill(&host, dt, x, N);
+        state_arrays_fill(&back, dt, x, N);
+        /* device: the three arrays, their scales, the gradient and the output, a slot each */
+        state_arrays on_dev = {.a = {d, d + slot, d + 2 * slot}};
+        for (int k = 0; k < 3; k++) {
+            CHECK_OK(zoe_memcpy_async(on_dev.a[k], host.a[k], N * zoe_adam_state_esize(dts[k]),
+                                      ZOE_COPY_HOST_TO_DEVICE, s));
+            if (host.scales[k]) {
+                on_dev.scales[k] = (float *)(d + 3 * slot) + k * blocks;
+                CHECK_OK(zoe_memcpy_async(on_dev.scales[k], host.scales[k], blocks * sizeof(float),
+                                          ZOE_COPY_HOST_TO_DEVICE, s));
+            }
+        }
+        float *dg = (float *)(d + 4 * slot);
+        uint16_t *dout = (uint16_t *)(d + 5 * slot);
+        static uint16_t hout[N], rout[N];
+        memset(hout, 0, sizeof hout);
+        CHECK_OK(zoe_memcpy_async(dg, g, sizeof g, ZOE_COPY_HOST_TO_DEVICE, s));
+        CHECK_OK(zoe_memset_async(dout, 0, sizeof hout, s));
+        const zoe_adam_state hst = state_of(&host), dst = state_of(&on_dev);
+        CHECK_OK(zoe_adam_table_step_state(cpu_stream, ht, &decayed, &exempt, &rounding, dt, &hst,
+                                           N, g, hout, ZOE_BF16));
+        CHECK_OK(zoe_adam_table_step_state(s, dtab, &decayed, &exempt, &rounding, dt, &dst, N, dg,
+                                           dout, ZOE_BF16));
+        for (int k = 0; k < 3; k++) {
+            CHECK_OK(zoe_memcpy_async(back.a[k], on_dev.a[k], N * zoe_adam_state_esize(dts[k]),
+                                      ZOE_COPY_DEVICE_TO_HOST, s));
+            if (back.scales[k])
+                CHECK_OK(zoe_memcpy_async(back.scales[k], on_dev.scales[k], blocks * sizeof(float),
+                                          ZOE_COPY_DEVICE_TO_HOST, s));
+        }
+        CHECK_OK(zoe_memcpy_async(rout, dout, sizeof rout, ZOE_COPY_DEVICE_TO_HOST, s));
+        CHECK_OK(zoe_stream_synchronize(s));
+        const char *names[] = {"master", "exp_avg", "exp_avg_sq"};
+        for (int k = 0; k < 3; k++) {
+            CHECK(same_values(back.a[k], host.a[k], N, dts[k]),
+                  "state %s/%s/%s: the device's %s differs from the host's",
+                  zoe_dtype_name(dt->master), zoe_dtype_name(dt->exp_avg),
+                  zoe_dtype_name(dt->exp_avg_sq), names[k]);
+            CHECK(!host.scales[k] || same_values(back.scales[k], host.scales[k], blocks, ZOE_F32),
+                  "state %s/%s/%s: the device's %s scales differ from the host's",
+                  zoe_dtype_name(dt->master), zoe_dtype_name(dt->exp_avg),
+                  zoe_dtype_name(dt->exp_avg_sq), names[k]);
+        }
+        CHECK(same_values(rout, hout, N, ZOE_BF16),
+              "state %s/%s/%s: the device's bf16 weights differ from the host's",
+              zoe_dtype_name(dt->master), zoe_dtype_name(dt->exp_avg),
+              zoe_dtype_name(dt->exp_avg_sq));
+        state_arrays_free(&host);
+        state_arrays_free(&back);
+    }
+    zoe_device_free(dev, d);
+    zoe_adam_table_destroy(ht);
+    zoe_adam_table_destroy(dtab);
 }
 
 /* Parameters in and out through host staging (device memory is not host-addressable). */
@@ -193,9 +347,42 @@ static void check_memory(zoe_grid *grid, zoe_device *dev, const zoe_memory_stats
           plan.device_bytes);
 }
 
-/* int8: the host share's moments in blockwise int8 (the device share keeps fp32 state). */
-static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, int dpu, int int8,
-                double *w_out) {
+/* The three state arrays of a run's partition, read back as fp32 (states[k] of numel each). */
+typedef struct run_states {
+    float *states[3];
+    size_t numel;
+} run_states;
+
+static void run_states_free(run_states *r) {
+    for (int k = 0; k < 3; k++) free(r->states[k]);
+}
+
+/* Reads every state array back; then writes them back in pieces of 1000 elements (cutting int8
+ * blocks and, with a device share, the boundary between device and host share) twice over, and
+ * checks that a second read gives the same bits. */
+static void read_states(zoe_optimizer *opt, run_states *out) {
+    size_t n = zoe_optimizer_partition_numel(opt);
+    out->numel = n;
+    float *again = malloc(n * sizeof(float));
+    for (int k = 0; k < 3; k++) {
+        zoe_optimizer_state which = (zoe_optimizer_state)(ZOE_STATE_MASTER + k);
+        out->states[k] = malloc(n * sizeof(float));
+        CHECK_OK(zoe_optimizer_read_state(opt, which, 0, n, out->states[k]));
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t a = 0; a < n; a += 1000)
+                CHECK_OK(zoe_optimizer_write_state(opt, which, a, n - a < 1000 ? n - a : 1000,
+                                                   out->states[k] + a));
+        CHECK_OK(zoe_optimizer_read_state(opt, which, 0, n, again));
+        CHECK(memcmp(again, out->states[k], n * sizeof(float)) == 0,
+              "state %d written back in pieces reads back different bits", k);
+    }
+    free(again);
+}
+
+/* state: the state dtypes of both shares (NULL: fp32); with a compressed state clipping is off
+ * (the CPU and CUDA norms sum in different orders). states: NULL, or where the states go. */
+static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, int dpu,
+                const zoe_adam_state_dtypes *state, double *w_out, run_states *states) {
     zoe_optimizer_config cfg;
     zoe_optimizer_config_default(&cfg);
     cfg.bucket_numel = 20000;
@@ -203,7 +390,11 @@ static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, i
     cfg.dpu_warmup = dpu;
     cfg.weight_decay = 0.01f;
     cfg.copy_out_numel = 1; /* one tile per block */
-    if (int8) cfg.exp_avg_dtype = cfg.exp_avg_sq_dtype = ZOE_I8;
+    if (state) {
+        cfg.main_params_dtype = state->master;
+        cfg.exp_avg_dtype = state->exp_avg, cfg.exp_avg_sq_dtype = state->exp_avg_sq;
+        cfg.clip_norm = 0;
+    }
     zoe_param_tensor t[NT] = {{"a", numel[0], 0, 0}, {"b", numel[1], 1, 0}, {"c", numel[2], 0, 0}};
     zoe_optimizer *opt = NULL;
     zoe_memory_stats before;
@@ -238,6 +429,7 @@ static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, i
     }
     CHECK_OK(zoe_optimizer_flush(opt));
     copy_params(opt, s, w_out, 0);
+    if (states) read_states(opt, states);
     zoe_optimizer_destroy(opt);
 }
 
@@ -254,26 +446,40 @@ int main(int argc, char **argv) {
     CHECK_OK(zoe_stream_create(cpu, &cs));
     kernel_checks(gpu, gs);
     table_checks(gpu, gs, cs);
+    state_table_checks(gpu, gs, cs);
     static double w_gpu[NTOTAL], w_gpu_again[NTOTAL], w_cpu[NTOTAL];
-    run(grid, gpu, gs, 0.5f, 2, 0, w_gpu);
-    run(grid, cpu, cs, 0.5f, 2, 0, w_cpu);
+    run(grid, gpu, gs, 0.5f, 2, NULL, w_gpu, NULL);
+    run(grid, cpu, cs, 0.5f, 2, NULL, w_cpu, NULL);
     CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA optimizer vs CPU optimizer, partial 0.5, DPU");
     /* Reproducible: the same run again gives the same bits (the device norm is a fixed-order
      * reduction; NCCL's sums are deterministic for a fixed communicator and size). */
-    run(grid, gpu, gs, 0.5f, 2, 0, w_gpu_again);
+    run(grid, gpu, gs, 0.5f, 2, NULL, w_gpu_again, NULL);
     CHECK(memcmp(w_gpu, w_gpu_again, sizeof w_gpu) == 0,
           "two identical CUDA runs differ: not bit-reproducible");
-    run(grid, gpu, gs, 0.0f, 0, 0, w_gpu);
-    run(grid, cpu, cs, 0.0f, 0, 0, w_cpu);
+    run(grid, gpu, gs, 0.0f, 0, NULL, w_gpu, NULL);
+    run(grid, cpu, cs, 0.0f, 0, NULL, w_cpu, NULL);
     CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA optimizer vs CPU optimizer, copy-out ring");
-    /* int8 moments on the host: the same host step on both backends (the host share starts at a
-     * block boundary on CUDA too), the device share fp32 */
-    run(grid, gpu, gs, 0.5f, 2, 1, w_gpu);
-    run(grid, cpu, cs, 0.5f, 2, 1, w_cpu);
-    CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA vs CPU optimizer, int8 moments, partial 0.5");
-    run(grid, gpu, gs, 0.0f, 0, 1, w_gpu);
-    run(grid, cpu, cs, 0.0f, 0, 1, w_cpu);
-    CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0, "CUDA vs CPU optimizer, int8 moments, copy-out");
+    /* Compressed state in both shares: the same bits on both backends (the header says when). */
+    const zoe_dtype F = ZOE_F32, B = ZOE_BF16, Q = ZOE_I8;
+    const zoe_adam_state_dtypes states[] = {{F, Q, Q}, {B, B, B}, {B, Q, Q}};
+    const struct {
+        float partial;
+        int dpu;
+    } setups[] = {{0.5f, 2}, {0.5f, 0}, {0.0f, 0}};
+    for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)
+        for (size_t u = 0; u < sizeof setups / sizeof setups[0]; u++) {
+            run_states on_gpu = {0}, on_cpu = {0};
+            run(grid, gpu, gs, setups[u].partial, setups[u].dpu, &states[k], w_gpu, &on_gpu);
+            run(grid, cpu, cs, setups[u].partial, setups[u].dpu, &states[k], w_cpu, &on_cpu);
+            int same = memcmp(w_gpu, w_cpu, sizeof w_gpu) == 0 && on_gpu.numel == on_cpu.numel;
+            for (int a = 0; same && a < 3; a++)
+                same = memcmp(on_gpu.states[a], on_cpu.states[a], on_gpu.numel * 4) == 0;
+            CHECK(same, "state %s/%s/%s, partial %g, DPU after %d: CUDA and CPU runs differ",
+                  zoe_dtype_name(states[k].master), zoe_dtype_name(states[k].exp_avg),
+                  zoe_dtype_name(states[k].exp_avg_sq), (double)setups[u].partial, setups[u].dpu);
+            run_states_free(&on_gpu);
+            run_states_free(&on_cpu);
+        }
     zoe_stream_destroy(gs), zoe_stream_destroy(cs);
     zoe_device_destroy(gpu), zoe_device_destroy(cpu);
     zoe_grid_destroy(grid);

@@ -261,6 +261,44 @@ static void gpu_box(int d) {
     }
 }
 
+/* The device share of partial offload on the GPU box, from the sizing code alone: held in the
+ * host's state dtypes. Its element count is what DPU's second device gradient partition adds
+ * (4 bytes each, nothing else on the device changes); its state is then what partial offload adds
+ * beyond that gradient and the partition buffer the update writes. */
+static void gpu_box_device_share(int d) {
+    const zoe_dtype F = ZOE_F32, B = ZOE_BF16, Q = ZOE_I8;
+    const struct {
+        zoe_dtype master, m, v;
+        size_t bytes; /* per element: master, m and v (codes) */
+        int int8_moments;
+    } cases[] = {{F, F, F, 12, 0}, {B, B, B, 6, 0}, {B, Q, Q, 4, 2}, {F, Q, B, 7, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        zoe_optimizer_config sync =
+            with_state(config(0, ZOE_GRAD_BUCKETS, 0.5f), cases[i].master, cases[i].m, cases[i].v);
+        zoe_optimizer_config dpu = sync, none = sync;
+        dpu.dpu_warmup = 1, dpu.dpu_schedule = ZOE_DPU_PLAIN;
+        none.partial_ratio = 0;
+        zoe_optimizer_footprint f = footprint(ZOE_BACKEND_CUDA, ZOE_BF16, d, &sync),
+                                fd = footprint(ZOE_BACKEND_CUDA, ZOE_BF16, d, &dpu),
+                                f0 = footprint(ZOE_BACKEND_CUDA, ZOE_BF16, d, &none);
+        size_t share = (fd.device_bytes - f.device_bytes) / 4;
+        size_t state = f.device_bytes - f0.device_bytes - 2 * f.partition_numel - 4 * share;
+        size_t want = share * cases[i].bytes + (size_t)cases[i].int8_moments *
+                                                   ((share + 255) / 256) *
+                                                   4; /* a scale per block */
+        CHECK(share > 0 && share < f.partition_numel && state == want,
+              "CUDA device share, state %s/%s/%s, DP=%d: %zu elements hold %zu bytes of state; "
+              "want %zu",
+              zoe_dtype_name(cases[i].master), zoe_dtype_name(cases[i].m),
+              zoe_dtype_name(cases[i].v), d, share, state, want);
+        if (test_rank() == 0)
+            printf("CUDA device share, state %s/%s/%s, DP=%d: %.3f B/param of state + 4 of "
+                   "gradient\n",
+                   zoe_dtype_name(cases[i].master), zoe_dtype_name(cases[i].m),
+                   zoe_dtype_name(cases[i].v), d, (double)state / (double)share);
+    }
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     zoe_grid *grid = NULL;
@@ -318,6 +356,7 @@ int main(int argc, char **argv) {
     zoe_optimizer_config q_partial = with_state(partial, B, Q, Q);
     measure(grid, ZOE_BF16, &q_partial, -1, "CPU bf16 DPU full-buffer partial 0.5, int8 moments");
     gpu_box(zoe_grid_dp_size(grid));
+    gpu_box_device_share(zoe_grid_dp_size(grid));
     zoe_grid_destroy(grid);
     return test_finish("test_optimizer_memory");
 }
