@@ -217,17 +217,23 @@ zoe_status zoe_adam_state_host_pieces_isa(zoe_cpu_isa isa, const zoe_adam_roundi
                                           size_t n);
 
 /* The step of constants c undone (ZOE_DPU_EXACT's redo), as zoe_adam_undo_host in float64 from
- * the step's formula solved backwards, on the widened state; each restored value is stored with
- * round-to-nearest-even in its dtype. Not bit-exact: with bf16 state each restored value is
+ * the step's formula solved backwards, on the widened state, from the gradient the step read
+ * (grad_dtype: fp32, or a 2-byte gradient partition); each restored value is stored with
+ * round-to-nearest-even in its dtype, an int8 moment a block at a time (its blocks from element
+ * 0, each requantised to nearest once). Not bit-exact: with bf16 state each restored value is
  * within the step's own rounding of what it wrote (one bf16 unit in the last place of that value)
  * divided by beta1, beta2 or decay, plus, for the master, the shift recomputed from rounded
  * moments (2^-8 relative of m, 2^-9 of v) and, with L2, the gradient term recomputed from the
  * restored weight, plus half a unit of the restored value (tests/offload/test_adam_state.c checks
- * this bound per element). fp32 states as zoe_adam_undo_host. out = out_dtype(fp32(master)) when
- * out is not NULL. */
+ * this bound per element). With int8 moments the same with the step's quantisation in place of
+ * bf16's rounding, and the restored moment's own requantisation: within the block's code
+ * interval at the value stored, divided by beta, plus one interval at the restored value
+ * (tests/offload/test_adam_int8.c checks it). fp32 states as zoe_adam_undo_host.
+ * out = out_dtype(fp32(master)) when out is not NULL. */
 zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_state_dtypes *dt,
-                                    const zoe_adam_state *st, const float *grad, void *out,
-                                    zoe_dtype out_dtype, size_t n);
+                                    const zoe_adam_state *st, const void *grad,
+                                    zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype,
+                                    size_t n);
 
 /* The device part of a step over a table of runs (kernels/adam.h) on compressed state: the
  * device share of partial offload, held in the host's dtypes. st holds state arrays of n

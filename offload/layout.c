@@ -72,7 +72,7 @@ static void add_segments(zoe_layout *lay, size_t lo, size_t hi, int dp_rank,
 
 zoe_status zoe_layout_build(zoe_layout *lay, const zoe_param_tensor *tensors, int num_tensors,
                             size_t bucket_numel, int dp_size, int dp_rank, size_t align,
-                            int counted_replicated, double partial_ratio) {
+                            size_t tensor_align, int counted_replicated, double partial_ratio) {
     memset(lay, 0, sizeof *lay);
     int n = num_tensors;
     lay->num_tensors = n;
@@ -105,10 +105,13 @@ zoe_status zoe_layout_build(zoe_layout *lay, const zoe_param_tensor *tensors, in
     for (int t = 0; t < n;) {
         zoe_bucket *bk = &lay->buckets[lay->num_buckets];
         bk->first_tensor = t;
-        while (t < n && (bk->num_tensors == 0 || bk->numel + lay->numel[t] <= bucket_numel)) {
-            lay->offset[t] = flat + bk->numel;
+        while (t < n && (bk->num_tensors == 0 ||
+                         round_up(bk->numel, tensor_align) + lay->numel[t] <= bucket_numel)) {
+            size_t at =
+                round_up(bk->numel, tensor_align); /* the padding before it is no tensor's */
+            lay->offset[t] = flat + at;
             lay->bucket_of[t] = lay->num_buckets;
-            bk->numel += lay->numel[t];
+            bk->numel = at + lay->numel[t];
             bk->num_tensors++, t++;
         }
         bk->part = round_up((bk->numel + (size_t)dp_size - 1) / (size_t)dp_size, align);

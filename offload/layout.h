@@ -98,11 +98,13 @@ static inline int zoe_slices_next(zoe_slices *it) {
 }
 
 /* Builds the layout of the tensors for DP rank dp_rank of dp_size (tensors already checked).
- * align is the partition alignment in elements; counted_replicated says whether this rank
- * counts TP-replicated tensors in the norm (tp_rank 0). */
+ * align is the partition alignment in elements; tensor_align that of each tensor's first element
+ * within its bucket (1: packed; a multiple of align leaves padding between tensors);
+ * counted_replicated says whether this rank counts TP-replicated tensors in the norm
+ * (tp_rank 0). */
 zoe_status zoe_layout_build(zoe_layout *lay, const zoe_param_tensor *tensors, int num_tensors,
                             size_t bucket_numel, int dp_size, int dp_rank, size_t align,
-                            int counted_replicated, double partial_ratio);
+                            size_t tensor_align, int counted_replicated, double partial_ratio);
 void zoe_layout_free(zoe_layout *lay);
 
 #endif

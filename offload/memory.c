@@ -167,7 +167,8 @@ zoe_status zoe_optimizer_footprint_of(const zoe_optimizer_footprint_args *args,
     zoe_layout lay;
     size_t align = zoe_partition_align(args->config, dt);
     zoe_status st = zoe_layout_build(&lay, tensors, args->num_tensors, args->config->bucket_numel,
-                                     args->dp_size, 0, align, 1, args->config->partial_ratio);
+                                     args->dp_size, 0, align, zoe_tensor_align(args->config), 1,
+                                     args->config->partial_ratio);
     free(tensors);
     ZOE_TRY(st);
     st = zoe_grads_dtype_check(args->config, args->backend, dt, &lay);

@@ -119,7 +119,8 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
     ZOE_TRY(zoe_event_create(opt->dev, &opt->refreshed));
     ZOE_TRY(zoe_layout_build(&opt->lay, tensors, n, opt->cfg.bucket_numel, opt->dp_size,
                              opt->dp_rank, zoe_partition_align(&opt->cfg, opt->dtype),
-                             zoe_grid_tp_rank(opt->grid) == 0, opt->cfg.partial_ratio));
+                             zoe_tensor_align(&opt->cfg), zoe_grid_tp_rank(opt->grid) == 0,
+                             opt->cfg.partial_ratio));
     ZOE_TRY(zoe_grads_dtype_check(&opt->cfg, zoe_device_backend(opt->dev), opt->dtype, &opt->lay));
     zoe_state_sizes_of(zoe_device_backend(opt->dev), opt->dtype, &opt->lay, opt->dp_size, &opt->cfg,
                        &opt->sz);
@@ -134,13 +135,10 @@ static zoe_status create(zoe_optimizer *opt, const zoe_param_tensor *tensors, in
                         (double)opt->cfg.partial_ratio);
     ZOE_TRY(zoe_state_create(opt));
     ZOE_TRY(zoe_grads_create(opt));
-    /* A speculated step that turns out wrong is undone from the state it left, which int8
-     * moments keep too little of (kernels/adam_state.h), and from the fp32 gradient: with int8
-     * moments or a 2-byte gradient partition the exact schedule does not speculate, and its
-     * step is the synchronous one, after the backward. */
+    /* A speculated step that turns out wrong is undone from the state it left and the gradient
+     * it read (in any state dtype: kernels/adam_state.h says within what). */
     if (opt->cfg.dpu_warmup > 0 && opt->cfg.dpu_schedule == ZOE_DPU_EXACT &&
-        opt->cfg.grad_mode == ZOE_GRAD_BUCKETS && !zoe_adam_state_has_int8(&opt->sz.host_dtypes) &&
-        opt->sz.grad_dtype == ZOE_F32)
+        opt->cfg.grad_mode == ZOE_GRAD_BUCKETS)
         ZOE_TRY(zoe_spec_create(opt));
     opt->loss_scale = opt->cfg.loss_scale;
     opt->stats.loss_scale = opt->loss_scale;

@@ -89,6 +89,18 @@ static inline size_t zoe_partition_align(const zoe_optimizer_config *cfg, zoe_dt
                                                                        : align;
 }
 
+/* The alignment of each tensor within its bucket, in elements: with an int8 moment whole blocks,
+ * so that a block holds one tensor's elements. A block's scale is its largest value, and a
+ * tensor held alike by several TP ranks (TP-replicated, or a sharded block on each of its
+ * replicas) must quantise alike there: its blocks may not hold a neighbour that differs between
+ * those ranks. The partition boundaries of DP ranks are whole blocks too (zoe_partition_align). */
+static inline size_t zoe_tensor_align(const zoe_optimizer_config *cfg) {
+    const zoe_adam_state_dtypes dt = {.master = cfg->main_params_dtype,
+                                      .exp_avg = cfg->exp_avg_dtype,
+                                      .exp_avg_sq = cfg->exp_avg_sq_dtype};
+    return zoe_adam_state_has_int8(&dt) ? ZOE_ADAM_INT8_BLOCK : 1;
+}
+
 void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
                         const zoe_optimizer_config *cfg, zoe_state_sizes *out);
 void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,

@@ -72,15 +72,17 @@ static zoe_adam_state compressed_moments(const zoe_optimizer *opt, size_t h) {
                             .exp_avg_sq_scale = zoe_host_scale_at(opt, 2, h)};
 }
 
-/* The undo of a compressed step on [a, e) of segment sg (ZOE_DPU_EXACT, no int8 moments). */
+/* The undo of a compressed step on [a, e) of segment sg (ZOE_DPU_EXACT): a starts at a block of
+ * int8 moments (tensors, partitions, the host share and tiles do), and the blocks from a hold
+ * elements of sg alone (zoe_tensor_align). */
 static zoe_status compressed_undo(zoe_optimizer *opt, const zoe_step_consts *c,
                                   const zoe_segment *sg, size_t a, size_t e, int buf,
                                   void *block_out, size_t block_lo) {
     zoe_adam_state_piece pc = compressed_piece(opt, c, sg, a, e, a, buf, 0, block_out, block_lo);
     zoe_adam_state st = compressed_moments(opt, a - opt->sz.h_lo);
     st.master = pc.master;
-    return zoe_adam_state_undo_host(pc.c, &opt->sz.host_dtypes, &st, pc.grad, pc.out, opt->dtype,
-                                    e - a);
+    return zoe_adam_state_undo_host(pc.c, &opt->sz.host_dtypes, &st, pc.grad, opt->sz.grad_dtype,
+                                    pc.out, opt->dtype, e - a);
 }
 
 /* The weight prediction (ZOE_DPU_PREDICT) over host elements [h, h + n) with constants k, into
@@ -107,9 +109,9 @@ static zoe_status predict_range(const zoe_optimizer *opt, const zoe_adam_consts 
 }
 
 /* The compressed update of host coordinates [lo, hi) (one tile, or its part in a block): every
- * segment reaching into it as one piece of one call, so that a block of int8 moments holding
- * two tensors' elements is read and requantised once (kernels/adam_state.h). lo is at a block
- * boundary: tiles and copy-out blocks are whole tiles, and with int8 moments every bucket's
+ * segment reaching into it as one piece of one call, each block of int8 moments read and
+ * requantised once (kernels/adam_state.h; a block holds one tensor: zoe_tensor_align). lo is at a
+ * block boundary: tiles and copy-out blocks are whole tiles, and with int8 moments every bucket's
  * partition and the host share start at a block boundary (zoe_partition_align). The rounding is
  * keyed by the element's partition coordinate, so it does not depend on the tiling. */
 static zoe_status compressed_tile(zoe_optimizer *opt, const zoe_step_consts *c,

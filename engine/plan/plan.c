@@ -326,12 +326,7 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     double embedding_share =
         r->rank_params > 0 ? (double)m->vocab * m->hidden / t / (double)r->rank_params : 0.0;
     double exposed_host = fmax(host - backward_mb - forward_mb, host * fmin(1.0, embedding_share));
-    /* The exact schedule does not speculate over int8 moments or a 2-byte gradient partition
-     * (offload/optimizer.c: a wrong guess could not be undone): its step is the synchronous one. */
-    int synchronous = p->dpu_schedule == ZOE_DPU_EXACT &&
-                      (p->exp_avg_dtype == ZOE_STATE_INT8 ||
-                       p->exp_avg_sq_dtype == ZOE_STATE_INT8 || p->main_grads_dtype != ZOE_F32);
-    double dpu = cpu || synchronous ? sync : device + exposed_host + r->time.dp_all_gather;
+    double dpu = cpu ? sync : device + exposed_host + r->time.dp_all_gather;
     r->time.step = p->dpu ? dpu : sync;
     r->time.hidden_by_dpu = sync - dpu;
     r->time.tokens = tokens_rank * d;
@@ -341,9 +336,8 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     const char *names[] = {"gpu compute", "tp all-reduce", "pcie", "host adam", "dp all-gather"};
     double exposed_share = host > 0 ? exposed_host / host : 0.0;
     double terms[] = {r->time.compute, r->time.tp_comm,
-                      (p->dpu && !cpu && !synchronous ? exposed_share : 1.0) * r->time.pcie_in +
-                          exposed_out,
-                      (p->dpu && !cpu && !synchronous ? exposed_share : 1.0) * r->time.host_adam,
+                      (p->dpu && !cpu ? exposed_share : 1.0) * r->time.pcie_in + exposed_out,
+                      (p->dpu && !cpu ? exposed_share : 1.0) * r->time.host_adam,
                       r->time.dp_all_gather};
     int best = 0;
     for (int i = 1; i < 5; i++)

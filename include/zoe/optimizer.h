@@ -185,8 +185,8 @@ typedef struct zoe_optimizer_config {
      * int8 codes with one fp32 scale per 256 elements of the partition (kernels/adam_state.h,
      * docs/offload.md "Blockwise int8 moments"; the partition then aligns to whole blocks). A
      * compressed state needs dpu_schedule exact or plain (or no DPU): predict and dc recompute
-     * a step from fp32 state; with int8 moments exact does not speculate (a wrong guess could
-     * not be undone) and steps synchronously. On CUDA the device share of partial offload is
+     * a step from fp32 state; exact speculates, and a redo restores int8 moments within their
+     * quantisation (kernels/adam_state.h). On CUDA the device share of partial offload is
      * held in the same dtypes and rounds as the host would (the CPU backend's bits). */
     zoe_dtype main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
     uint64_t rounding_seed; /* 0 is a seed like any other */
@@ -194,8 +194,8 @@ typedef struct zoe_optimizer_config {
      * default), into which micro-batches accumulate, or the compute dtype (2 bytes) for steps of
      * one micro-batch: the reduced gradient is stored as it arrives, times 1 / dp_size (exact
      * for a power-of-two DP size), and a second micro-batch in a step is refused. Not with DPU
-     * predict or dc, nor with a device share on the CPU backend; the exact schedule then does
-     * not speculate (its undo reads an fp32 gradient) and steps synchronously. */
+     * predict or dc, nor with a device share on the CPU backend; the exact schedule's undo reads
+     * the gradient as stored. */
     zoe_dtype main_grads_dtype;
 } zoe_optimizer_config;
 

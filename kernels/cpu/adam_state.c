@@ -182,36 +182,72 @@ static void store_nearest(void *p, size_t i, zoe_dtype dt, double x) {
         ((float *)p)[i] = (float)x;
 }
 
+/* The len elements of one block of a moment (which 1: m, 2: v) from element b0 of the range, as
+ * fp32 values into x, and back: an int8 moment through its block's scale (requantised to
+ * nearest), fp32 and bf16 elementwise (to nearest even). */
+static void moment_block_read(const zoe_adam_state *st, const zoe_adam_state_dtypes *dt, int which,
+                              size_t b0, size_t len, float *x) {
+    zoe_dtype d = which == 1 ? dt->exp_avg : dt->exp_avg_sq;
+    const void *p = which == 1 ? st->exp_avg : st->exp_avg_sq;
+    const float *scale = which == 1 ? st->exp_avg_scale : st->exp_avg_sq_scale;
+    size_t b = b0 / ZOE_ADAM_INT8_BLOCK;
+    if (d == ZOE_I8 && which == 1)
+        zoe_adam_int8_dequantize_m((const int8_t *)p + b0, scale + b, len, x);
+    else if (d == ZOE_I8)
+        zoe_adam_int8_dequantize_v((const uint8_t *)p + b0, scale + b, len, x);
+    else
+        for (size_t i = 0; i < len; i++) x[i] = adam_state_load(p, b0 + i, d);
+}
+
+static void moment_block_write(const zoe_adam_state *st, const zoe_adam_state_dtypes *dt, int which,
+                               size_t b0, size_t len, const float *x) {
+    zoe_dtype d = which == 1 ? dt->exp_avg : dt->exp_avg_sq;
+    void *p = which == 1 ? st->exp_avg : st->exp_avg_sq;
+    float *scale = which == 1 ? st->exp_avg_scale : st->exp_avg_sq_scale;
+    size_t b = b0 / ZOE_ADAM_INT8_BLOCK;
+    if (d == ZOE_I8 && which == 1)
+        zoe_adam_int8_quantize_m(x, len, (int8_t *)p + b0, scale + b);
+    else if (d == ZOE_I8)
+        zoe_adam_int8_quantize_v(x, NULL, len, (uint8_t *)p + b0, scale + b);
+    else
+        for (size_t i = 0; i < len; i++) store_nearest(p, b0 + i, d, x[i]);
+}
+
 zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_state_dtypes *dt,
-                                    const zoe_adam_state *st, const float *grad, void *out,
-                                    zoe_dtype out_dtype, size_t n) {
-    ZOE_TRY(check_call(dt, st, grad, ZOE_F32, out, out_dtype, n, "adam state undo"));
+                                    const zoe_adam_state *st, const void *grad,
+                                    zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype,
+                                    size_t n) {
+    ZOE_TRY(check_call(dt, st, grad, grad_dtype, out, out_dtype, n, "adam state undo"));
     if (n && !c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "adam state undo: NULL constants");
-    if (zoe_adam_state_has_int8(dt))
-        return zoe_fail(ZOE_ERR_UNSUPPORTED,
-                        "adam state undo: int8 moments cannot be solved back (a block's new scale "
-                        "and codes keep too little of the step to undo it); hold the moments in "
-                        "fp32 or bf16 for the exact DPU");
     if (!(c->beta1 > 0) || !(c->beta2 > 0) || !(c->decay > 0))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "undo: beta1 %g, beta2 %g and decay %g must be > 0 to solve the step back",
                         (double)c->beta1, (double)c->beta2, (double)c->decay);
-    for (size_t i = 0; i < n; i++) {
-        /* As zoe_adam_undo_host: the step's shift is known again from the moments it left. */
-        double w = adam_state_load(st->master, i, dt->master);
-        double m = adam_state_load(st->exp_avg, i, dt->exp_avg);
-        double v = adam_state_load(st->exp_avg_sq, i, dt->exp_avg_sq);
-        double w0 = w + (double)c->step_size * (m / (sqrt(v) * c->inv_sqrt_bc2 + c->eps));
-        if (c->decoupled) w0 /= c->decay;
-        float gf = grad[i] * c->grad_scale;
-        if (!c->decoupled) gf = gf + c->l2 * (float)w0;
-        double g = gf;
-        double m0 = (m - (double)c->one_minus_beta1 * g) / c->beta1;
-        double v0 = (v - (double)c->one_minus_beta2 * (g * g)) / c->beta2;
-        store_nearest(st->master, i, dt->master, w0);
-        store_nearest(st->exp_avg, i, dt->exp_avg, m0);
-        store_nearest(st->exp_avg_sq, i, dt->exp_avg_sq, v0 > 0 ? v0 : 0);
-        if (out) adam_store_scalar(out, i, out_dtype, adam_state_load(st->master, i, dt->master));
+    /* A block at a time (int8 moments: each block read back and requantised once). */
+    float m[ZOE_ADAM_INT8_BLOCK], v[ZOE_ADAM_INT8_BLOCK];
+    for (size_t b0 = 0; b0 < n; b0 += ZOE_ADAM_INT8_BLOCK) {
+        size_t len = n - b0 < ZOE_ADAM_INT8_BLOCK ? n - b0 : ZOE_ADAM_INT8_BLOCK;
+        moment_block_read(st, dt, 1, b0, len, m);
+        moment_block_read(st, dt, 2, b0, len, v);
+        for (size_t j = 0; j < len; j++) {
+            size_t i = b0 + j;
+            /* As zoe_adam_undo_host: the step's shift is known again from the moments it left. */
+            double w = adam_state_load(st->master, i, dt->master);
+            double mi = m[j], vi = v[j];
+            double w0 = w + (double)c->step_size * (mi / (sqrt(vi) * c->inv_sqrt_bc2 + c->eps));
+            if (c->decoupled) w0 /= c->decay;
+            float gf = adam_load_scalar(grad, i, grad_dtype) * c->grad_scale;
+            if (!c->decoupled) gf = gf + c->l2 * (float)w0;
+            double g = gf;
+            double m0 = (mi - (double)c->one_minus_beta1 * g) / c->beta1;
+            double v0 = (vi - (double)c->one_minus_beta2 * (g * g)) / c->beta2;
+            store_nearest(st->master, i, dt->master, w0);
+            m[j] = (float)m0, v[j] = (float)(v0 > 0 ? v0 : 0);
+            if (out)
+                adam_store_scalar(out, i, out_dtype, adam_state_load(st->master, i, dt->master));
+        }
+        moment_block_write(st, dt, 1, b0, len, m);
+        moment_block_write(st, dt, 2, b0, len, v);
     }
     return ZOE_OK;
 }

@@ -6,8 +6,9 @@
  * never-stopped run's losses and, at the end, the same bytes in every tensor of model and
  * optimizer files. The file holds the int8 moments' values in F32 (a block's scale is the
  * partition's, not a tensor's), exact; the load writes them back through the blocks twice, so
- * that a block cut by several tensors' runs gets its own codes and scale back (with one pass
- * the TP = 2 cases part at the first step after the resume: checked when this test was written).
+ * that a block written in several pieces gets its own codes and scale back (with one pass the
+ * TP = 2 cases parted at the first step after the resume when blocks still held several
+ * tensors: checked when this test was written).
  *
  * Conversion, at another grid (TP x DP swapped where the world allows): int8 moments saved,
  * loaded into fp32 state and saved again hold the same values in every tensor (the values of

@@ -18,7 +18,9 @@
  *    y = |x| / s at and within 8 ulps of every code's unit and of every midpoint between two
  *    codes, signed for m, at scale 1 and 2^-120, v with random bits (an offline run compared
  *    every float y in [0, 1] the same way: docs/offload.md);
- *  - the undo refuses int8 moments, and an int8 master is refused. */
+ *  - the undo (the exact DPU's redo) restores the state before the step within the bound of
+ *    kernels/adam_state.h (check_undo), from an fp32 or a bf16 gradient; an int8 master is
+ *    refused. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -367,13 +369,83 @@ static void check_block_paths(void) {
     }
 }
 
+/* Half the interval between the two codes around |x| in a block of scale s, on the square law
+ * of top (127: m, 255: v): s (2c + 1) / (2 top^2), c = floor(top sqrt(|x| / s)). */
+static double half_interval(double x, double s, int top) {
+    if (!(s > 0)) return 0;
+    double c = floor(top * sqrt(fmin(fabs(x) / s, 1.0)));
+    return s * (2 * c + 1) / (2.0 * top * top);
+}
+
+/* The undo over int8 moments (the exact DPU's redo) against the state before the step: m within
+ * the step's rounding (half an interval at the stored m') over beta1 plus the restored value's
+ * own (half an interval at the restored m); v the same with a whole interval for the step's
+ * stochastic rounding, over beta2; the master within step_size times the shift that quantising
+ * m' and v' made in m / (sqrt(v) inv_sqrt_bc2 + eps) (over decay for AdamW), plus 4 fp32 ulps
+ * of the larger of w and w';
+ * 2^-20 of each bound's scale on top for fp32 arithmetic. The gradient is read in bf16 too (a
+ * 2-byte gradient partition). */
+static void check_undo(int dec, zoe_dtype gdt) {
+    const zoe_adam_state_dtypes dt = {ZOE_F32, ZOE_I8, ZOE_I8};
+    static held h, before, stepped;
+    test_rng rng;
+    test_rng_seed(&rng, 41 + (uint64_t)dec);
+    fill(&rng, &dt, &h, 0);
+    zoe_bf16 g16[N];
+    for (int i = 0; i < N; i++) { /* the same gradient in both dtypes */
+        g16[i] = zoe_f32_to_bf16(h.g[i]);
+        h.g[i] = zoe_bf16_to_f32(g16[i]);
+    }
+    const void *grad = gdt == ZOE_BF16 ? (const void *)g16 : (const void *)h.g;
+    before = h;
+    zoe_adam_consts c = consts_of(dec, 7);
+    zoe_adam_rounding r = {.seed = 9, .step = 7};
+    zoe_adam_state st = view(&h);
+    CHECK_OK(zoe_adam_state_host(&c, &r, &dt, &st, 0, grad, gdt, NULL, ZOE_F32, N));
+    stepped = h;
+    CHECK_OK(zoe_adam_state_undo_host(&c, &dt, &st, grad, gdt, NULL, ZOE_F32, N));
+    int bad_w = 0, bad_m = 0, bad_v = 0;
+    double worst_m = 0, worst_v = 0;
+    for (int i = 0; i < N; i++) {
+        size_t b = (size_t)i / 256;
+        double w0 = ((float *)before.w)[i], m0 = read_moment(&before, ZOE_I8, 0, (size_t)i),
+               v0 = read_moment(&before, ZOE_I8, 1, (size_t)i);
+        double g = (double)h.g[i] * c.grad_scale;
+        if (!dec) g += (double)c.l2 * w0;
+        double m1 = c.beta1 * m0 + (double)c.one_minus_beta1 * g;
+        double v1 = c.beta2 * v0 + (double)c.one_minus_beta2 * g * g;
+        double m1q = read_moment(&stepped, ZOE_I8, 0, (size_t)i),
+               v1q = read_moment(&stepped, ZOE_I8, 1, (size_t)i);
+        double mr = read_moment(&h, ZOE_I8, 0, (size_t)i),
+               vr = read_moment(&h, ZOE_I8, 1, (size_t)i);
+        double bound_m = half_interval(m1q, stepped.m_scale[b], 127) / c.beta1 +
+                         half_interval(mr, h.m_scale[b], 127) + 0x1p-20 * stepped.m_scale[b];
+        double bound_v = 2 * half_interval(v1q, stepped.v_scale[b], 255) / c.beta2 +
+                         half_interval(vr, h.v_scale[b], 255) + 0x1p-20 * stepped.v_scale[b];
+        double shift = fabs(m1q / (sqrt(v1q) * c.inv_sqrt_bc2 + c.eps) -
+                            m1 / (sqrt(v1) * c.inv_sqrt_bc2 + c.eps)) *
+                       c.step_size / (dec ? c.decay : 1);
+        /* with L2 the restored weight enters the gradient: m and v move with it */
+        double l2_term = dec ? 0 : (double)c.l2 * (shift + 4 * ldexp(fabs(w0), -23));
+        /* fp32 roundings: of the step's w', over decay, and of the restored value */
+        double ulps = 4 * ldexp(fmax(fabs(w0), fabs(((float *)stepped.w)[i])), -23);
+        if (fabs(((float *)h.w)[i] - w0) > shift + ulps) bad_w++;
+        if (fabs(mr - m0) > bound_m + l2_term) bad_m++;
+        if (fabs(vr - v0) > bound_v + 2 * fabs(g) * l2_term) bad_v++;
+        worst_m = fmax(worst_m, fabs(mr - m0) / bound_m);
+        worst_v = fmax(worst_v, fabs(vr - v0) / bound_v);
+    }
+    CHECK(bad_w == 0 && bad_m == 0 && bad_v == 0,
+          "undo over int8 moments (dec %d, %s gradient): %d masters, %d m and %d v outside the "
+          "bound (worst m %.3f, v %.3f of it)",
+          dec, zoe_dtype_name(gdt), bad_w, bad_m, bad_v, worst_m, worst_v);
+}
+
 static void check_errors(void) {
     static held h;
     zoe_adam_state st = view(&h);
     zoe_adam_consts c = consts_of(1, 7);
     const zoe_adam_state_dtypes i8 = {ZOE_F32, ZOE_I8, ZOE_I8}, bad = {ZOE_I8, ZOE_F32, ZOE_F32};
-    CHECK(zoe_adam_state_undo_host(&c, &i8, &st, h.g, NULL, ZOE_F32, 4) == ZOE_ERR_UNSUPPORTED,
-          "undo accepted int8 moments");
     zoe_adam_rounding r = {0};
     CHECK(zoe_adam_state_host(&c, &r, &bad, &st, 0, h.g, ZOE_F32, NULL, ZOE_F32, 4) ==
               ZOE_ERR_INVALID_ARGUMENT,
@@ -401,6 +473,8 @@ int main(int argc, char **argv) {
     check_v_rounding();
     check_tiny_scale();
     check_block_paths();
+    for (int dec = 0; dec < 2; dec++) check_undo(dec, ZOE_F32);
+    check_undo(1, ZOE_BF16);
     check_errors();
     return test_finish("test_adam_int8");
 }

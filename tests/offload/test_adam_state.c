@@ -266,7 +266,7 @@ static void check_undo(int dec) {
         hold(&s, dt, ZOE_F32, &h);
         zoe_adam_state st = view(&h);
         CHECK_OK(zoe_adam_state_host(&c, &r, dt, &st, 0, h.g, ZOE_F32, NULL, ZOE_F32, N));
-        CHECK_OK(zoe_adam_state_undo_host(&c, dt, &st, (const float *)h.g, h.out, ZOE_F32, N));
+        CHECK_OK(zoe_adam_state_undo_host(&c, dt, &st, h.g, ZOE_F32, h.out, ZOE_F32, N));
         int bad = 0;
         double worst = 0;
         for (int i = 0; i < N; i++) {

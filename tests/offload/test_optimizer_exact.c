@@ -49,9 +49,19 @@ typedef struct exact_case {
     int redo;           /* 1: the speculation fails: compare within tolerance, expect a redo */
     int gated;          /* gated_forward: the settling runs while the next "forward" reads */
     int bf16_state;     /* master, m and v held in bf16 (kernels/adam_state.h) */
+    int int8_moments;   /* a bf16 master with int8 m and v */
+    int grads_2byte;    /* the gradient partition in the compute dtype (main_grads_dtype) */
 } exact_case;
 
 #define LR 1e-2
+/* int8 moments: a redo restores each moment within its block's code interval over beta (the
+ * undo reads the quantised value the step stored) plus the restored value's own requantisation,
+ * and the redone step quantises anew: the redone moments land a few code intervals from the
+ * synchronous run's (2^-7 of the block's scale each near its largest value), and the weights
+ * follow through lr times the shift of m / sqrt(v). Measured: at most 0.015 at 1, 2 and 4 ranks
+ * (the run prints it); an undo broken by a second step's shift (checked when this was written)
+ * leaves every int8 redo case outside. */
+#define TOL_INT8 0.03
 
 /* One iteration of optimizer opt from the weights it holds: k micro-batches, the last declared
  * (expect_step) when declared_lr >= 0. */
@@ -103,6 +113,11 @@ static void run_case(zoe_grid *grid, const exact_case *c) {
     cfg.weight_decay = 0.1f;
     cfg.adamw = c->dtype == ZOE_F32; /* bf16 cases: Adam with its L2 term, undone as well */
     if (c->bf16_state) cfg.main_params_dtype = cfg.exp_avg_dtype = cfg.exp_avg_sq_dtype = ZOE_BF16;
+    if (c->int8_moments) {
+        cfg.main_params_dtype = ZOE_BF16;
+        cfg.exp_avg_dtype = cfg.exp_avg_sq_dtype = ZOE_I8;
+    }
+    if (c->grads_2byte) cfg.main_grads_dtype = c->dtype;
     zoe_param_tensor t[NT] = {
         {"a", 100, 0, 0}, {"b", 77, 0, 1}, {"c", 123, 0, 0}, {"d", 64, 0, 1}, {"e", 36, 0, 0}};
     zoe_optimizer *sync = NULL, *exact = NULL;
@@ -125,9 +140,10 @@ static void run_case(zoe_grid *grid, const exact_case *c) {
      * the redone step stochastically anew, so B leaves A's bits; 2^-5 of 1 + |x| bounds ten
      * redone steps of 2 units (2^-7 relative) each with room, and a broken undo (a whole step
      * of lr = 1e-2 off, test_optimizer_exact's header) exceeds it. */
-    const double tol = c->bf16_state ? 0x1p-5 : 2e-6, param_tol = c->bf16_state         ? tol
-                                                                  : c->dtype == ZOE_F32 ? tol
-                                                                                        : 0x1p-7;
+    const double tol = c->int8_moments ? TOL_INT8 : c->bf16_state ? 0x1p-5 : 2e-6;
+    const double param_tol = c->bf16_state || c->int8_moments ? tol
+                             : c->dtype == ZOE_F32            ? tol
+                                                              : 0x1p-7;
     double worst = 0;
     for (int s = 1; s <= STEPS; s++) {
         iterate(sync, c, s, -1, me, last);
@@ -164,7 +180,9 @@ static void run_case(zoe_grid *grid, const exact_case *c) {
         CHECK(sb.skipped_total == 1, "%s: %ld steps skipped", c->name, sb.skipped_total);
     /* Every rank redoes a step with another lr; a skip is undone where buckets were applied. */
     long redone = sb.redone_total;
-    if (c->lr_declared != LR)
+    /* (int8 moments: each of these small tensors' buckets partitions into whole blocks of 256,
+     * all on DP rank 0, so the other ranks hold nothing to redo) */
+    if (c->lr_declared != LR && !(c->int8_moments && me != 0))
         CHECK(redone == STEPS - WARMUP, "%s: %ld of %d steps redone", c->name, redone,
               STEPS - WARMUP);
     if (!c->redo) CHECK(redone == 0, "%s: %ld steps redone", c->name, redone);
@@ -280,6 +298,53 @@ int main(int argc, char **argv) {
          .lr_declared = LR,
          .redo = 1,
          .bf16_state = 1},
+        /* int8 moments (and a 2-byte gradient partition): the speculation holds bit for bit,
+         * and a redo stays within TOL_INT8. */
+        {.name = "int8 moments, no clipping",
+         .dtype = ZOE_BF16,
+         .k = 2,
+         .lr_declared = LR,
+         .int8_moments = 1},
+        {.name = "int8 moments, bf16 gradient",
+         .dtype = ZOE_BF16,
+         .k = 1,
+         .lr_declared = LR,
+         .int8_moments = 1,
+         .grads_2byte = 1},
+        {.name = "gated, int8 moments",
+         .dtype = ZOE_BF16,
+         .k = 1,
+         .lr_declared = LR,
+         .gated = 1,
+         .int8_moments = 1},
+        {.name = "int8 moments, declared lr differs",
+         .dtype = ZOE_BF16,
+         .k = 1,
+         .lr_declared = 0.5 * LR,
+         .redo = 1,
+         .int8_moments = 1},
+        {.name = "int8, bf16 gradient, lr differs",
+         .dtype = ZOE_BF16,
+         .k = 1,
+         .lr_declared = 0.5 * LR,
+         .redo = 1,
+         .int8_moments = 1,
+         .grads_2byte = 1},
+        {.name = "int8 moments, non-finite gradient",
+         .dtype = ZOE_BF16,
+         .k = 1,
+         .partial = 0.5f,
+         .lr_declared = LR,
+         .nan_step = 5,
+         .redo = 1,
+         .int8_moments = 1},
+        {.name = "int8 moments, clips late",
+         .dtype = ZOE_F32,
+         .k = 1,
+         .clip = 6.0f,
+         .lr_declared = LR,
+         .redo = 1,
+         .int8_moments = 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(grid, &cases[i]);
     zoe_grid_destroy(grid);

@@ -1,9 +1,9 @@
 /* Blockwise int8 moments held by the optimizer (docs/offload.md, "Blockwise int8 moments"), on
  * the CPU backend at 1, 2 and 4 DP ranks: the kernel's step (tested in test_adam_int8) driven
- * over a partition whose blocks of 256 hold elements of several tensors, with and without weight
- * decay, and whose buckets and host share start at block boundaries.
+ * over a partition of tensors with and without weight decay, whose buckets, host share and
+ * tensors start at block boundaries (a block ends in padding where its tensor does).
  *
- * Four tensors of odd sizes in buckets of 2^15, so blocks straddle tensors of different decay.
+ * Four tensors of odd sizes in buckets of 2^15, of different decay.
  * Random weights, and random gradients whose magnitudes spread over four decades within a
  * block (so that a block's smallest v is far below what its scale resolves). Checked, for a
  * bf16 master with bf16 weights and for the fp32 master in the fp32 weights, DPU off and plain:
@@ -26,8 +26,8 @@
  *    near a block's largest value and coarser below), 0.25 for the bf16 master (measured
  *    0.116-0.139: its stochastic rounding is keyed by partition coordinates, which int8's
  *    alignment to blocks moves, so the two runs' masters also round apart).
- * The exact schedule with int8 moments is the synchronous step (it does not speculate: a wrong
- * guess could not be undone from int8 moments); predict predicts from the state as stored; dc is
+ * The exact schedule with int8 moments speculates, and where the guess holds gives the synchronous
+ * step's bits (test_optimizer_exact redoes it); predict predicts from the state as stored; dc is
  * refused by name. */
 #include "offload_test.h"
 
@@ -223,20 +223,25 @@ static void one_case(zoe_dtype dt, zoe_dtype master, int dpu) {
     finish(&q), finish(&b), finish(&f);
 }
 
-/* The exact schedule does not speculate over int8 moments (a wrong guess could not be undone):
- * its steps are the synchronous ones, bit for bit, and none is counted as speculated. */
-static void exact_is_synchronous(void) {
+/* The exact schedule over int8 moments (and a gradient partition of grads) speculates; with
+ * nothing to redo (no clipping, the declared lr) its weights are the synchronous run's bits. */
+static void exact_speculates(zoe_dtype grads) {
     zoe_optimizer_config ce = config(1, ZOE_BF16, ZOE_I8, ZOE_I8),
                          cs = config(0, ZOE_BF16, ZOE_I8, ZOE_I8);
     ce.dpu_schedule = ZOE_DPU_EXACT;
+    ce.clip_norm = cs.clip_norm = 0;
+    ce.main_grads_dtype = cs.main_grads_dtype = grads;
     run e = start(ZOE_BF16, &ce), s = start(ZOE_BF16, &cs);
     if (!e.opt || !s.opt) return;
     steps(&e, ZOE_BF16, 0, 4), steps(&s, ZOE_BF16, 0, 4);
     zoe_optimizer_stats st;
     CHECK_OK(zoe_optimizer_stats_get(e.opt, &st));
-    CHECK(memcmp(e.w, s.w, TOTAL * sizeof(double)) == 0 && st.speculated == 0,
-          "exact schedule with int8 moments: weights %s the synchronous run's, speculated %d",
-          memcmp(e.w, s.w, TOTAL * sizeof(double)) ? "differ from" : "equal", st.speculated);
+    CHECK(memcmp(e.w, s.w, TOTAL * sizeof(double)) == 0 && st.speculated > 0 &&
+              st.redone_total == 0,
+          "exact schedule with int8 moments, %s gradients: weights %s the synchronous run's, "
+          "speculated %d, redone %ld",
+          zoe_dtype_name(grads), memcmp(e.w, s.w, TOTAL * sizeof(double)) ? "differ from" : "equal",
+          st.speculated, st.redone_total);
     finish(&e), finish(&s);
 }
 
@@ -351,7 +356,8 @@ int main(int argc, char **argv) {
     one_case(ZOE_BF16, ZOE_BF16, 0);
     one_case(ZOE_BF16, ZOE_BF16, 1);
     one_case(ZOE_F32, ZOE_F32, 0);
-    exact_is_synchronous();
+    exact_speculates(ZOE_F32);
+    exact_speculates(ZOE_BF16);
     bf16_gradients(0, ZOE_I8, ZOE_I8);
     bf16_gradients(1, ZOE_I8, ZOE_I8);
     bf16_gradients(0, ZOE_BF16, ZOE_BF16);
