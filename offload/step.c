@@ -44,8 +44,8 @@ static const zoe_step_consts *compressed_consts(const zoe_optimizer *opt, const 
 /* Partition coordinates [a, e) of segment sg as a piece of a compressed update whose range
  * starts at partition coordinate x0: the master (a host array, or the fp32 master in the
  * parameters when only the moments are compressed) is updated in place, never into a second
- * array (no dpu_swap); no compensation (zoe_config_check: dc refuses compressed state). The
- * gradient is the snapshot for an update in flight that reads one, and the output goes where
+ * array (no dpu_swap). The gradient is the snapshot for an update in flight that reads one (dc
+ * replaces it with its compensated fp32 copy: compressed_tile), and the output goes where
  * adam_range's would (the prediction, if any, replaces it afterwards: compressed_tile). */
 static zoe_adam_state_piece compressed_piece(const zoe_optimizer *opt, const zoe_step_consts *sc,
                                              const zoe_segment *sg, size_t a, size_t e, size_t x0,
@@ -85,6 +85,18 @@ static zoe_status compressed_undo(zoe_optimizer *opt, const zoe_step_consts *c,
                                     pc.out, opt->dtype, e - a);
 }
 
+/* Elements of compressed state widened to fp32 at a time, on the stack (three arrays: 12 KiB). */
+enum { STATE_CHUNK = 1024 };
+
+/* Host elements [h, h + n) of the master, m and v, n <= STATE_CHUNK, widened to fp32 as stored
+ * (bf16 exactly, int8 codes through their blocks' scales). */
+static zoe_status widen_state(const zoe_optimizer *opt, size_t h, size_t n, float *w, float *m,
+                              float *v) {
+    ZOE_TRY(zoe_host_state_read(opt, 0, h, n, w));
+    ZOE_TRY(zoe_host_state_read(opt, 1, h, n, m));
+    return zoe_host_state_read(opt, 2, h, n, v);
+}
+
 /* The weight prediction (ZOE_DPU_PREDICT) over host elements [h, h + n) with constants k, into
  * out (compute dtype), from the state as the step stored it: a compressed state widened to fp32
  * a chunk at a time (the prediction then starts from the rounded master and moments: it is the
@@ -95,17 +107,48 @@ static zoe_status predict_range(const zoe_optimizer *opt, const zoe_adam_consts 
     if (!opt->sz.compressed)
         return zoe_adam_predict_host(k, scale, (float *)opt->h_master + h, (float *)opt->h_m + h,
                                      (float *)opt->h_v + h, out, opt->dtype, n);
-    enum { CHUNK = 1024 };
-    float w[CHUNK], m[CHUNK], v[CHUNK];
-    for (size_t i = 0; i < n; i += CHUNK) {
-        size_t len = n - i < CHUNK ? n - i : CHUNK;
-        ZOE_TRY(zoe_host_state_read(opt, 0, h + i, len, w));
-        ZOE_TRY(zoe_host_state_read(opt, 1, h + i, len, m));
-        ZOE_TRY(zoe_host_state_read(opt, 2, h + i, len, v));
+    float w[STATE_CHUNK], m[STATE_CHUNK], v[STATE_CHUNK];
+    for (size_t i = 0; i < n; i += STATE_CHUNK) {
+        size_t len = n - i < STATE_CHUNK ? n - i : STATE_CHUNK;
+        ZOE_TRY(widen_state(opt, h + i, len, w, m, v));
         ZOE_TRY(
             zoe_adam_predict_host(k, scale, w, m, v, (char *)out + i * opt->esz, opt->dtype, len));
     }
     return ZOE_OK;
+}
+
+/* The delay compensation (ZOE_DPU_DC) of an update in flight: grad, the fp32 gradient of host
+ * elements [h, h + n) of segment sg that the update multiplies by grad_scale, corrected in place
+ * for the step the update is late by (flight_prev_consts), from the master and moments as that
+ * step stored them, before this one overwrites them. fp32 state is read where it lies (w: the
+ * fp32 master, in the parameters or the host array; not read with compressed state); compressed
+ * state is widened to fp32 a chunk at a time, so the correction starts from the rounded values,
+ * as the prediction does. */
+static zoe_status compensate_range(const zoe_optimizer *opt, const zoe_segment *sg,
+                                   float grad_scale, const float *w, size_t h, size_t n,
+                                   float *grad) {
+    const zoe_adam_consts *prev = zoe_segment_consts(&opt->flight_prev_consts, sg);
+    float lambda = opt->flight_dc_lambda;
+    if (!opt->sz.compressed)
+        return zoe_adam_compensate_host(prev, lambda, grad_scale, grad, w, (float *)opt->h_m + h,
+                                        (float *)opt->h_v + h, n);
+    float wc[STATE_CHUNK], m[STATE_CHUNK], v[STATE_CHUNK];
+    for (size_t i = 0; i < n; i += STATE_CHUNK) {
+        size_t len = n - i < STATE_CHUNK ? n - i : STATE_CHUNK;
+        ZOE_TRY(widen_state(opt, h + i, len, wc, m, v));
+        ZOE_TRY(zoe_adam_compensate_host(prev, lambda, grad_scale, grad + i, wc, m, v, len));
+    }
+    return ZOE_OK;
+}
+
+/* dc over the compute-dtype snapshot (sz.dpu_snapshot) of host elements [h, h + n) of segment
+ * sg: widened into dc_grad (fp32, n elements) and compensated there, so that the correction is
+ * not rounded back to the compute dtype; the update then reads dc_grad as an fp32 gradient. */
+static zoe_status compensated_snapshot(const zoe_optimizer *opt, const zoe_segment *sg,
+                                       float grad_scale, const float *w, size_t h, size_t n,
+                                       float *dc_grad) {
+    ZOE_TRY(zoe_convert(dc_grad, ZOE_F32, (const char *)opt->h_snap + h * opt->esz, opt->dtype, n));
+    return compensate_range(opt, sg, grad_scale, w, h, n, dc_grad);
 }
 
 /* The compressed update of host coordinates [lo, hi) (one tile, or its part in a block): every
@@ -113,11 +156,13 @@ static zoe_status predict_range(const zoe_optimizer *opt, const zoe_adam_consts 
  * requantised once (kernels/adam_state.h; a block holds one tensor: zoe_tensor_align). lo is at a
  * block boundary: tiles and copy-out blocks are whole tiles, and with int8 moments every bucket's
  * partition and the host share start at a block boundary (zoe_partition_align). The rounding is
- * keyed by the element's partition coordinate, so it does not depend on the tiling. */
+ * keyed by the element's partition coordinate, so it does not depend on the tiling. dc_grad:
+ * for dc in flight, the thread's fp32 tile into which each piece's snapshot is compensated
+ * before any piece is stepped (the step overwrites the state the correction reads), else NULL. */
 static zoe_status compressed_tile(zoe_optimizer *opt, const zoe_step_consts *c,
                                   const zoe_step_consts *snap_c, int first_segment, int buf,
                                   int in_flight, size_t lo, size_t hi, void *block_out,
-                                  size_t block_lo) {
+                                  size_t block_lo, float *dc_grad) {
     const zoe_layout *lay = &opt->lay;
     const zoe_state_sizes *z = &opt->sz;
     const zoe_step_consts *sc = compressed_consts(opt, c, snap_c, in_flight);
@@ -142,15 +187,21 @@ static zoe_status compressed_tile(zoe_optimizer *opt, const zoe_step_consts *c,
             if (pieces != stack) free(pieces);
             pieces = grown, cap *= 2;
         }
-        pieces[count++] = compressed_piece(opt, sc, sg, a + z->h_lo, e + z->h_lo, lo + z->h_lo, buf,
-                                           in_flight, block_out, block_lo);
+        zoe_adam_state_piece *pc = &pieces[count++];
+        *pc = compressed_piece(opt, sc, sg, a + z->h_lo, e + z->h_lo, lo + z->h_lo, buf, in_flight,
+                               block_out, block_lo);
+        if (dc_grad) { /* in flight, so from the snapshot: compressed DPU has no dpu_swap */
+            st = compensated_snapshot(opt, sg, pc->c->grad_scale, NULL, a, e - a, dc_grad + a - lo);
+            if (st != ZOE_OK) break;
+            pc->grad = dc_grad + a - lo;
+        }
     }
     if (st == ZOE_OK) {
         const zoe_adam_state moments = compressed_moments(opt, lo);
         int from_snap = in_flight && z->dpu_snapshot;
+        zoe_dtype grad_dtype = dc_grad ? ZOE_F32 : from_snap ? opt->dtype : z->grad_dtype;
         st = zoe_adam_state_host_pieces(&sc->rounding, &z->host_dtypes, &moments, lo + z->h_lo,
-                                        pieces, count, from_snap ? opt->dtype : z->grad_dtype,
-                                        opt->dtype, hi - lo);
+                                        pieces, count, grad_dtype, opt->dtype, hi - lo);
     }
     /* The prediction replaces the weights the step wrote, piece by piece (the snapshot). */
     for (int p = 0; st == ZOE_OK && in_flight && opt->flight_predict && p < count; p++)
@@ -161,11 +212,12 @@ static zoe_status compressed_tile(zoe_optimizer *opt, const zoe_step_consts *c,
 
 /* One host Adam call on partition coordinates [a, e) of segment sg; block_out is the copy-out
  * slot holding partition coordinate block_lo (CUDA without DPU), else NULL. Where each array
- * lives is the memory layout's choice (zoe_state_sizes). */
+ * lives is the memory layout's choice (zoe_state_sizes). dc_grad: for dc in flight over the
+ * snapshot, the thread's fp32 tile (host_update), else NULL. */
 static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
                              const zoe_step_consts *snap_c, const zoe_segment *sg, size_t a,
                              size_t e, int buf, int in_flight, void *block_out, size_t block_lo,
-                             int undo) {
+                             int undo, float *dc_grad) {
     const zoe_state_sizes *z = &opt->sz;
     size_t h = a - z->h_lo, flat = sg->flat + (a - sg->offset), esz = opt->esz;
     if (z->compressed) /* only its undo comes here: the step goes a tile at a time */
@@ -175,20 +227,21 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
     const void *grad = from_snap ? (const void *)snap : (const void *)zoe_host_grad_at(opt, buf, h);
+    zoe_dtype grad_dtype = from_snap ? opt->dtype : z->grad_dtype;
     void *out = range_output(opt, a, flat, in_flight, block_out, block_lo);
     const zoe_adam_consts *k = zoe_segment_consts(from_snap ? snap_c : c, sg);
     if (undo) /* ZOE_DPU_EXACT, whose layout is that of no DPU: the master and fp32 gradient */
         return zoe_adam_undo_host(k, w_in, (float *)opt->h_m + h, (float *)opt->h_v + h,
                                   zoe_host_grad_f32(opt, buf) + h, out, opt->dtype, e - a);
     int predict = in_flight && opt->flight_predict;
-    if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
-        ZOE_TRY(zoe_adam_compensate_host(zoe_segment_consts(&opt->flight_prev_consts, sg),
-                                         opt->flight_dc_lambda, k->grad_scale,
-                                         zoe_host_grad_f32(opt, buf) + h, w_in,
-                                         (float *)opt->h_m + h, (float *)opt->h_v + h, e - a));
+    if (in_flight && opt->flight_dc && from_snap) { /* into the thread's fp32 tile */
+        ZOE_TRY(compensated_snapshot(opt, sg, k->grad_scale, w_in, h, e - a, dc_grad));
+        grad = dc_grad, grad_dtype = ZOE_F32;
+    } else if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
+        ZOE_TRY(compensate_range(opt, sg, k->grad_scale, w_in, h, e - a,
+                                 zoe_host_grad_f32(opt, buf) + h));
     ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)opt->h_m + h, (float *)opt->h_v + h, grad,
-                             from_snap ? opt->dtype : z->grad_dtype, predict ? NULL : out,
-                             opt->dtype, e - a));
+                             grad_dtype, predict ? NULL : out, opt->dtype, e - a));
     /* The prediction replaces the compute-dtype copy, over the tile the step has just touched. */
     return predict
                ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out, (float *)opt->h_m + h,
@@ -197,7 +250,9 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
 }
 
 /* The host Adam over host coordinates [b0, b1) (a block): OpenMP over its tiles, each thread
- * on the tiles it first-touched. */
+ * on the tiles it first-touched. dc over the snapshot compensates a widened fp32 copy of the
+ * gradient (a compute-dtype snapshot could not hold the correction): each thread owns one tile
+ * of it for the update, on the heap (64 KiB, too much for a worker thread's stack). */
 static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
                               const zoe_step_consts *snap_c, int buf, int in_flight, size_t b0,
                               size_t b1, void *block_out, int undo) {
@@ -205,26 +260,38 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
     size_t h_lo = opt->sz.h_lo;
     long first = (long)(b0 / ZOE_ADAM_TILE),
          last = (long)((b1 + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
+    int dc_copy = in_flight && opt->flight_dc && opt->sz.dpu_snapshot && !undo;
     zoe_worker_error err = {ZOE_OK, ""};
-#pragma omp parallel for schedule(static) if (last - first > 1) /* one tile: no team */
-    for (long ch = first; ch < last; ch++) {
-        size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
-        lo = lo < b0 ? b0 : lo;
-        if (opt->sz.compressed && !undo) {
-            zoe_worker_error_record(&err,
-                                    compressed_tile(opt, c, snap_c, opt->chunk_segment[ch], buf,
-                                                    in_flight, lo, hi, block_out, b0 + h_lo));
-            continue;
+#pragma omp parallel if (last - first > 1) /* one tile: no team */
+    {
+        float *dc_grad = dc_copy ? malloc(ZOE_ADAM_TILE * sizeof *dc_grad) : NULL;
+        if (dc_copy && !dc_grad)
+            zoe_worker_error_record(
+                &err,
+                zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "dc: a tile of %zu fp32 gradients", ZOE_ADAM_TILE));
+#pragma omp for schedule(static) /* the first touch's: the same tiles on the same threads */
+        for (long ch = first; ch < last; ch++) {
+            if (dc_copy && !dc_grad) continue; /* failed above; the team still runs the loop */
+            size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
+            lo = lo < b0 ? b0 : lo;
+            if (opt->sz.compressed && !undo) {
+                zoe_worker_error_record(
+                    &err, compressed_tile(opt, c, snap_c, opt->chunk_segment[ch], buf, in_flight,
+                                          lo, hi, block_out, b0 + h_lo, dc_grad));
+                continue;
+            }
+            for (int s = opt->chunk_segment[ch]; s < lay->num_segments; s++) {
+                const zoe_segment *sg = &lay->segments[s];
+                size_t a = sg->offset - h_lo, e = a + sg->len;
+                if (a >= hi) break;
+                a = a < lo ? lo : a, e = e > hi ? hi : e;
+                if (e <= a) continue; /* ends before a range that starts inside the tile */
+                zoe_worker_error_record(&err,
+                                        adam_range(opt, c, snap_c, sg, a + h_lo, e + h_lo, buf,
+                                                   in_flight, block_out, b0 + h_lo, undo, dc_grad));
+            }
         }
-        for (int s = opt->chunk_segment[ch]; s < lay->num_segments; s++) {
-            const zoe_segment *sg = &lay->segments[s];
-            size_t a = sg->offset - h_lo, e = a + sg->len;
-            if (a >= hi) break;
-            a = a < lo ? lo : a, e = e > hi ? hi : e;
-            if (e <= a) continue; /* ends before a range that starts inside the tile */
-            zoe_worker_error_record(&err, adam_range(opt, c, snap_c, sg, a + h_lo, e + h_lo, buf,
-                                                     in_flight, block_out, b0 + h_lo, undo));
-        }
+        free(dc_grad);
     }
     return zoe_worker_error_raise(&err, "host Adam");
 }

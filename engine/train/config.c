@@ -791,18 +791,10 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
             "--beta1=%g --beta2=%g: --dpu-schedule exact undoes a step from the moments "
             "it left and needs both > 0 (or --dpu off)",
             (double)c->beta1, (double)c->beta2);
-    const int compressed = c->main_params_dtype != ZOE_STATE_FP32 ||
-                           c->exp_avg_dtype != ZOE_STATE_FP32 ||
-                           c->exp_avg_sq_dtype != ZOE_STATE_FP32;
     if (c->main_params_dtype == ZOE_STATE_INT8)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--main-params-dtype=int8: the master weights are fp32 or bf16 (int8 is "
                         "for the moments, --exp-avg-dtype and --exp-avg-sq-dtype)");
-    if (compressed && c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0 && c->dpu_schedule == ZOE_DPU_DC)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "--dpu-schedule dc compensates the fp32 gradient with fp32 optimizer "
-                        "state: with compressed state (--main-params-dtype, --exp-avg-dtype, "
-                        "--exp-avg-sq-dtype) use plain, predict or exact");
 
     if (c->main_grads_dtype != ZOE_F32) {
         const char *g = zoe_dtype_name(c->main_grads_dtype);
@@ -816,11 +808,6 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
                             "--main-grads-dtype=%s with --grad-accum=%d: micro-batches accumulate "
                             "in fp32 (a %s partition holds one)",
                             g, c->grad_accum, g);
-        if (c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0 && c->dpu_schedule == ZOE_DPU_DC)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                            "--main-grads-dtype=%s with --dpu-schedule dc, which compensates an "
-                            "fp32 gradient: use plain, predict or exact",
-                            g);
         if (c->backend == ZOE_BACKEND_CPU &&
             (c->offload == ZOE_OFFLOAD_NONE ||
              (c->offload_ratio < 1 && c->offload_ratio != ZOE_OFFLOAD_RATIO_AUTO)))

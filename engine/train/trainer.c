@@ -176,10 +176,10 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     oc->bucket_ring = 3 + (int)((block + oc->bucket_numel - 1) / oc->bucket_numel);
     oc->dpu_warmup = c->dpu_warmup;
     oc->dpu_schedule = (zoe_dpu_schedule)c->dpu_schedule;
-    /* The device Adam of a GPU's device share does not predict (not built): the paper's
-     * schedule there, rather than a refusal of zoe-train's default. */
-    if (oc->dpu_schedule == ZOE_DPU_PREDICT && c->backend == ZOE_BACKEND_CUDA &&
-        zoe_train_offload_ratio(c) < 1.0f)
+    /* The device Adam of a GPU's device share neither predicts nor compensates (not built;
+     * zoe_optimizer_create refuses both there): the paper's schedule there instead. */
+    if ((oc->dpu_schedule == ZOE_DPU_PREDICT || oc->dpu_schedule == ZOE_DPU_DC) &&
+        c->backend == ZOE_BACKEND_CUDA && zoe_train_offload_ratio(c) < 1.0f)
         oc->dpu_schedule = ZOE_DPU_PLAIN;
     oc->dpu_dc_kappa = c->dpu_dc_kappa;
     oc->dpu_predict_scale = c->dpu_predict_scale;

@@ -128,7 +128,9 @@ typedef enum zoe_dpu_schedule {
      * fp32 weights. */
     ZOE_DPU_PREDICT = 1,
     /* Delay compensation (DC-ASGD): g_i + lambda g_i^2 / sqrt(v) (w_{i-1} - w_{i-2}), the last
-     * step recomputed from the moments; fp32 weights on the CPU backend only. */
+     * step recomputed from the master and moments as stored, in the host update (over the fp32
+     * gradient partition in place, or a widened fp32 copy of the compute-dtype snapshot); not
+     * with a device share on a GPU (the device Adam does not compensate). */
     ZOE_DPU_DC = 2,
     /* Exact, nothing stale: the host update of each bucket starts on a host thread as soon as
      * its gradient is final during the backward of the step's last micro-batch (declared by
@@ -183,9 +185,9 @@ typedef struct zoe_optimizer_config {
      * tensors round alike on every TP rank, and
      * a resumed run rounds as the uninterrupted one. The moments may also be ZOE_I8: blockwise
      * int8 codes with one fp32 scale per 256 elements of the partition (kernels/adam_state.h,
-     * docs/offload.md "Blockwise int8 moments"; the partition then aligns to whole blocks). A
-     * compressed state needs dpu_schedule exact or plain (or no DPU): predict and dc recompute
-     * a step from fp32 state; exact speculates, and a redo restores int8 moments within their
+     * docs/offload.md "Blockwise int8 moments"; the partition then aligns to whole blocks). Every
+     * DPU schedule runs over it: predict and dc recompute the last step from the state as
+     * stored, widened to fp32; exact speculates, and a redo restores int8 moments within their
      * quantisation (kernels/adam_state.h). On CUDA the device share of partial offload is
      * held in the same dtypes and rounds as the host would (the CPU backend's bits). */
     zoe_dtype main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype;
@@ -193,9 +195,9 @@ typedef struct zoe_optimizer_config {
     /* The dtype of the host gradient partition (Megatron's --main-grads-dtype): ZOE_F32 (0, the
      * default), into which micro-batches accumulate, or the compute dtype (2 bytes) for steps of
      * one micro-batch: the reduced gradient is stored as it arrives, times 1 / dp_size (exact
-     * for a power-of-two DP size), and a second micro-batch in a step is refused. Not with DPU
-     * predict or dc, nor with a device share on the CPU backend; the exact schedule's undo reads
-     * the gradient as stored. */
+     * for a power-of-two DP size), and a second micro-batch in a step is refused. Not with a
+     * device share on the CPU backend; the exact schedule's undo reads the gradient as stored,
+     * and dc compensates a widened fp32 copy of it. */
     zoe_dtype main_grads_dtype;
 } zoe_optimizer_config;
 

@@ -18,6 +18,8 @@
  *    back; clipping off, so the norm's summation order does not enter; at 1 and 2 ranks a sum
  *    over DP does not depend on its order). The states read back, written back in pieces that cut
  *    int8 blocks, twice over, and read again give the same bits.
+ *  - The dc schedule without a device share (fp32 state; a bf16 master with int8 moments)
+ *    against the CPU backend's dc within 2e-5; with a device share it is refused.
  *  - The memory the CUDA optimizer allocated (its count and the device layer's) equals
  *    zoe_optimizer_footprint_of() for the CUDA backend (test_optimizer_memory checks the
  *    per-parameter figures from the same sizing code). */
@@ -381,10 +383,12 @@ static void read_states(zoe_optimizer *opt, run_states *out) {
 
 /* state: the state dtypes of both shares (NULL: fp32); with a compressed state clipping is off
  * (the CPU and CUDA norms sum in different orders). states: NULL, or where the states go. */
-static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, int dpu,
-                const zoe_adam_state_dtypes *state, double *w_out, run_states *states) {
+static void run_schedule(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, int dpu,
+                         zoe_dpu_schedule schedule, const zoe_adam_state_dtypes *state,
+                         double *w_out, run_states *states) {
     zoe_optimizer_config cfg;
     zoe_optimizer_config_default(&cfg);
+    cfg.dpu_schedule = schedule;
     cfg.bucket_numel = 20000;
     cfg.partial_ratio = partial;
     cfg.dpu_warmup = dpu;
@@ -430,6 +434,39 @@ static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, i
     CHECK_OK(zoe_optimizer_flush(opt));
     copy_params(opt, s, w_out, 0);
     if (states) read_states(opt, states);
+    zoe_optimizer_destroy(opt);
+}
+
+static void run(zoe_grid *grid, zoe_device *dev, zoe_stream *s, float partial, int dpu,
+                const zoe_adam_state_dtypes *state, double *w_out, run_states *states) {
+    run_schedule(grid, dev, s, partial, dpu, ZOE_DPU_PLAIN, state, w_out, states);
+}
+
+/* dc on CUDA: the host share's update in flight compensates a widened fp32 copy of the pinned
+ * snapshot (fp32 state, and a bf16 master with int8 moments), against the CPU backend (which
+ * compensates its fp32 gradient partition in place with fp32 state, the fp32 snapshot with
+ * compressed state: with one micro-batch the same inputs); with a device share it is refused
+ * (the device Adam does not compensate). */
+static void dc_checks(zoe_grid *grid, zoe_device *gpu, zoe_stream *gs, zoe_device *cpu,
+                      zoe_stream *cs) {
+    static double w_gpu[NTOTAL], w_cpu[NTOTAL];
+    const zoe_adam_state_dtypes int8 = {ZOE_BF16, ZOE_I8, ZOE_I8};
+    for (int k = 0; k < 2; k++) {
+        run_schedule(grid, gpu, gs, 0.0f, 2, ZOE_DPU_DC, k ? &int8 : NULL, w_gpu, NULL);
+        run_schedule(grid, cpu, cs, 0.0f, 2, ZOE_DPU_DC, k ? &int8 : NULL, w_cpu, NULL);
+        CHECK_CLOSE(w_gpu, w_cpu, NTOTAL, 2e-5, 0,
+                    k ? "CUDA vs CPU optimizer, dc, bf16 master, int8 moments"
+                      : "CUDA vs CPU optimizer, dc");
+    }
+    zoe_optimizer_config cfg;
+    zoe_optimizer_config_default(&cfg);
+    cfg.partial_ratio = 0.5f, cfg.dpu_warmup = 2, cfg.dpu_schedule = ZOE_DPU_DC;
+    zoe_param_tensor t[NT] = {{"a", numel[0], 0, 0}, {"b", numel[1], 1, 0}, {"c", numel[2], 0, 0}};
+    zoe_optimizer *opt = NULL;
+    zoe_status st = zoe_optimizer_create(grid, gpu, gs, ZOE_F32, t, NT, &cfg, &opt);
+    CHECK(st == ZOE_ERR_UNSUPPORTED && !opt &&
+              strstr(zoe_last_error(), "the device Adam does not compensate"),
+          "dc with a device share on a GPU: status %d, '%s'", (int)st, zoe_last_error());
     zoe_optimizer_destroy(opt);
 }
 
@@ -480,6 +517,7 @@ int main(int argc, char **argv) {
             run_states_free(&on_gpu);
             run_states_free(&on_cpu);
         }
+    dc_checks(grid, gpu, gs, cpu, cs);
     zoe_stream_destroy(gs), zoe_stream_destroy(cs);
     zoe_device_destroy(gpu), zoe_device_destroy(cpu);
     zoe_grid_destroy(grid);

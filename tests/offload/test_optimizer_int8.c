@@ -27,8 +27,8 @@
  *    0.116-0.139: its stochastic rounding is keyed by partition coordinates, which int8's
  *    alignment to blocks moves, so the two runs' masters also round apart).
  * The exact schedule with int8 moments speculates, and where the guess holds gives the synchronous
- * step's bits (test_optimizer_exact redoes it); predict predicts from the state as stored; dc is
- * refused by name. */
+ * step's bits (test_optimizer_exact redoes it); predict predicts from the state as stored; dc over
+ * int8 moments: test_optimizer_dpu. */
 #include "offload_test.h"
 
 enum { NT = 4, STEPS = 20 };
@@ -337,17 +337,6 @@ static void predict_case(zoe_dtype m, zoe_dtype v) {
     finish(&q), finish(&p), finish(&f);
 }
 
-static void refused(zoe_dpu_schedule schedule, const char *want) {
-    zoe_optimizer_config c = config(1, ZOE_F32, ZOE_F32, ZOE_I8);
-    c.dpu_schedule = schedule;
-    zoe_optimizer *opt = NULL;
-    zoe_status st = zoe_optimizer_create(grid, dev, stream, ZOE_BF16, tensors, NT, &c, &opt);
-    CHECK(st == ZOE_ERR_INVALID_ARGUMENT && !opt && strstr(zoe_last_error(), want),
-          "schedule %d with int8 v: status %d, '%s' (want '%s')", (int)schedule, (int)st,
-          zoe_last_error(), want);
-    zoe_optimizer_destroy(opt);
-}
-
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &dev));
@@ -372,7 +361,6 @@ int main(int argc, char **argv) {
     zoe_optimizer_destroy(opt);
     predict_case(ZOE_I8, ZOE_I8);
     predict_case(ZOE_BF16, ZOE_BF16);
-    refused(ZOE_DPU_DC, "exp_avg_sq_dtype int8 with DPU schedule dc");
     zoe_grid_destroy(grid);
     zoe_stream_destroy(stream);
     zoe_device_destroy(dev);

@@ -318,6 +318,7 @@ int main(int argc, char **argv) {
     zoe_optimizer_config dc = dpu;
     dc.dpu_schedule = ZOE_DPU_DC; /* the last step recomputed from m and v: no array */
     measure(grid, ZOE_F32, &dc, 20, "CPU fp32 DPU dc");
+    measure(grid, ZOE_BF16, &dc, 20, "CPU bf16 DPU dc"); /* a tile per thread while it runs */
     zoe_optimizer_config exact = dpu;
     exact.dpu_schedule = ZOE_DPU_EXACT; /* the layout of DPU off */
     measure(grid, ZOE_F32, &exact, 16, "CPU fp32 DPU exact");
@@ -350,6 +351,10 @@ int main(int argc, char **argv) {
             "CPU bf16, bf16 master, int8 moments, bf16 gradient");
     measure(grid, ZOE_BF16, &qd16, 2 + 2 * I8 + 2 + 2 + 2,
             "CPU bf16 DPU, bf16 master, int8 moments, bf16 gradient");
+    zoe_optimizer_config qd16_dc = qd16; /* dc: no array either */
+    qd16_dc.dpu_schedule = ZOE_DPU_DC;
+    measure(grid, ZOE_BF16, &qd16_dc, 2 + 2 * I8 + 2 + 2 + 2,
+            "CPU bf16 DPU dc, bf16 master, int8 moments, bf16 gradient");
     zoe_optimizer_config partial = config(1, ZOE_GRAD_FULL_BUFFER, 0.5f);
     measure(grid, ZOE_F32, &partial, -1, "CPU fp32 DPU full-buffer partial 0.5");
     measure(grid, ZOE_BF16, &partial, -1, "CPU bf16 DPU full-buffer partial 0.5");
