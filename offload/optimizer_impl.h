@@ -240,8 +240,9 @@ static inline void *zoe_host_grad_at(const zoe_optimizer *opt, int buf, size_t h
     return (char *)opt->h_grad[buf] + h * zoe_dtype_size(opt->sz.grad_dtype);
 }
 /* Gradient partition buf as fp32, for what only an fp32 partition reaches (an fp32 master in the
- * parameters' dpu_swap, the exact schedule's undo and speculation, dc's compensation: the
- * configurations a 2-byte partition refuses or steps without, zoe_grads_dtype_check). */
+ * parameters' dpu_swap and dc's compensation in place there, the exact schedule's undo and
+ * speculation: the configurations a 2-byte partition refuses or steps without,
+ * zoe_grads_dtype_check). */
 static inline float *zoe_host_grad_f32(const zoe_optimizer *opt, int buf) {
     return (float *)opt->h_grad[buf];
 }
