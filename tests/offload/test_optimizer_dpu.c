@@ -213,8 +213,9 @@ static void dpu_case(zoe_grid *grid, zoe_dtype dt, int warmup, int k, zoe_grad_m
  * more than a fifth of the elements must have an m whose uncompensated value lies outside the bound
  * (measured at step 8: 0.86 of them with int8 moments, 0.99-1.00 with bf16 and fp32; the worst
  * element used 0.92-0.98 of the bf16 master's bound, 0.64 of int8's). Tensors of 40000, 1237, 30001
- * and 77 elements (two of them exempt from decay) in buckets of 2^15: int8 blocks straddle tensors,
- * and a rank's partition spans several tiles of the host step. */
+ * and 77 elements (two of them exempt from decay) in buckets of 2^15: each tensor starts at an
+ * int8 block (padding between them, which the check skips), and a rank's partition spans several
+ * tiles of the host step. */
 enum { CNT = 4, CTOTAL = 40000 + 1237 + 30001 + 77, CSTEPS = 8 };
 static const size_t cnumel[CNT] = {40000, 1237, 30001, 77};
 
