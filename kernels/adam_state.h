@@ -120,6 +120,17 @@ void zoe_adam_int8_quantize_v(const float *x, const uint16_t *bits16, size_t n, 
 void zoe_adam_int8_dequantize_m(const int8_t *codes, const float *scales, size_t n, float *x);
 void zoe_adam_int8_dequantize_v(const uint8_t *codes, const float *scales, size_t n, float *x);
 
+/* Elements [i0, i0 + n) of a moment array held in dt (ZOE_F32, ZOE_BF16, or ZOE_I8: codes with
+ * one scale per block, block 0 at element 0 of p and scales; is_v: the second moment's codes) as
+ * fp32 values into x, and back from x: to nearest (bf16 to nearest even; int8 requantised to
+ * nearest, v's floor at code 1 kept). An int8 write starts at a block boundary and requantises
+ * every block it reaches from the values given (its last block as a short one when n ends
+ * inside it). Every reader and writer of a stored moment goes through these. */
+zoe_status zoe_adam_moment_to_f32(zoe_dtype dt, int is_v, const void *p, const float *scales,
+                                  size_t i0, size_t n, float *x);
+zoe_status zoe_adam_moment_from_f32(zoe_dtype dt, int is_v, const float *x, size_t i0, size_t n,
+                                    void *p, float *scales);
+
 /* What the rounding of one step is keyed by: the caller's seed (the run's seed mixed with the
  * DP rank, offload/optimizer.c says why not the TP rank) and the step number (1-based, the
  * bias correction's). */
@@ -232,8 +243,7 @@ zoe_status zoe_adam_state_host_pieces_isa(zoe_cpu_isa isa, const zoe_adam_roundi
  * out = out_dtype(fp32(master)) when out is not NULL. */
 zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_state_dtypes *dt,
                                     const zoe_adam_state *st, const void *grad,
-                                    zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype,
-                                    size_t n);
+                                    zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype, size_t n);
 
 /* The device part of a step over a table of runs (kernels/adam.h) on compressed state: the
  * device share of partial offload, held in the host's dtypes. st holds state arrays of n

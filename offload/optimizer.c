@@ -302,8 +302,6 @@ static zoe_status int8_state_copy(zoe_optimizer *opt, int which, size_t h0, size
     for (size_t b0 = h0 / bs * bs; b0 < h1; b0 += bs) {
         size_t len = opt->sz.h_numel - b0 < bs ? opt->sz.h_numel - b0 : bs;
         size_t a = b0 > h0 ? b0 : h0, e = b0 + len < h1 ? b0 + len : h1;
-        void *codes = zoe_host_state_at(opt, which, b0);
-        float *scale = zoe_host_scale_at(opt, which, b0);
         ZOE_TRY(zoe_host_state_read(opt, which, b0, len, x));
         char *u = host + (a - h0) * esz;
         if (!write) {
@@ -311,10 +309,9 @@ static zoe_status int8_state_copy(zoe_optimizer *opt, int which, size_t h0, size
             continue;
         }
         ZOE_TRY(zoe_convert(x + (a - b0), ZOE_F32, u, dt, e - a));
-        if (which == 1)
-            zoe_adam_int8_quantize_m(x, len, codes, scale);
-        else
-            zoe_adam_int8_quantize_v(x, NULL, len, codes, scale);
+        ZOE_TRY(zoe_adam_moment_from_f32(ZOE_I8, which == 2, x, b0, len,
+                                         zoe_host_state_at(opt, which, 0),
+                                         zoe_host_scale_at(opt, which, 0)));
     }
     return ZOE_OK;
 }
@@ -354,23 +351,14 @@ static zoe_status device_state_copy(zoe_optimizer *opt, int which, size_t a, siz
                                   opt->update_stream);
         if (st == ZOE_OK) st = zoe_stream_synchronize(opt->update_stream);
         if (st != ZOE_OK) break;
-        if (int8 && which == 1)
-            zoe_adam_int8_dequantize_m(raw, scales, n, x);
-        else if (int8)
-            zoe_adam_int8_dequantize_v(raw, scales, n, x);
-        else if ((st = zoe_convert(x, ZOE_F32, raw, held, n)) != ZOE_OK)
-            break;
+        if ((st = zoe_adam_moment_to_f32(held, which == 2, raw, scales, 0, n, x)) != ZOE_OK) break;
         char *u = host + (lo - a) * esz;
         if (!write) {
             st = zoe_convert(u, dt, x + (lo - s0), ZOE_F32, hi - lo);
             continue;
         }
         if ((st = zoe_convert(x + (lo - s0), ZOE_F32, u, dt, hi - lo)) != ZOE_OK) break;
-        if (int8 && which == 1)
-            zoe_adam_int8_quantize_m(x, n, raw, scales);
-        else if (int8)
-            zoe_adam_int8_quantize_v(x, NULL, n, raw, scales);
-        else if ((st = zoe_convert(raw, held, x, ZOE_F32, n)) != ZOE_OK)
+        if ((st = zoe_adam_moment_from_f32(held, which == 2, x, 0, n, raw, scales)) != ZOE_OK)
             break;
         st = zoe_memcpy_async(dev, raw, n * hsz, ZOE_COPY_HOST_TO_DEVICE, opt->update_stream);
         if (st == ZOE_OK && int8)

@@ -50,18 +50,8 @@ static void first_touch(zoe_optimizer *opt) {
 zoe_status zoe_host_state_read(const zoe_optimizer *opt, int which, size_t h, size_t n,
                                float *dst) {
     zoe_dtype dt = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);
-    if (dt != ZOE_I8) return zoe_convert(dst, ZOE_F32, zoe_host_state_at(opt, which, h), dt, n);
-    for (size_t a = h; a < h + n;) { /* a block's piece at a time: each has its one scale */
-        size_t e = min_size((a / ZOE_ADAM_INT8_BLOCK + 1) * ZOE_ADAM_INT8_BLOCK, h + n);
-        const void *codes = zoe_host_state_at(opt, which, a);
-        const float *scale = zoe_host_scale_at(opt, which, a);
-        if (which == 1)
-            zoe_adam_int8_dequantize_m(codes, scale, e - a, dst + (a - h));
-        else
-            zoe_adam_int8_dequantize_v(codes, scale, e - a, dst + (a - h));
-        a = e;
-    }
-    return ZOE_OK;
+    return zoe_adam_moment_to_f32(dt, which == 2, zoe_host_state_at(opt, which, 0),
+                                  zoe_host_scale_at(opt, which, 0), h, n, dst);
 }
 
 static zoe_status device_array(zoe_optimizer *opt, size_t bytes, int ring, void **out) {

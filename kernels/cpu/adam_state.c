@@ -182,37 +182,6 @@ static void store_nearest(void *p, size_t i, zoe_dtype dt, double x) {
         ((float *)p)[i] = (float)x;
 }
 
-/* The len elements of one block of a moment (which 1: m, 2: v) from element b0 of the range, as
- * fp32 values into x, and back: an int8 moment through its block's scale (requantised to
- * nearest), fp32 and bf16 elementwise (to nearest even). */
-static void moment_block_read(const zoe_adam_state *st, const zoe_adam_state_dtypes *dt, int which,
-                              size_t b0, size_t len, float *x) {
-    zoe_dtype d = which == 1 ? dt->exp_avg : dt->exp_avg_sq;
-    const void *p = which == 1 ? st->exp_avg : st->exp_avg_sq;
-    const float *scale = which == 1 ? st->exp_avg_scale : st->exp_avg_sq_scale;
-    size_t b = b0 / ZOE_ADAM_INT8_BLOCK;
-    if (d == ZOE_I8 && which == 1)
-        zoe_adam_int8_dequantize_m((const int8_t *)p + b0, scale + b, len, x);
-    else if (d == ZOE_I8)
-        zoe_adam_int8_dequantize_v((const uint8_t *)p + b0, scale + b, len, x);
-    else
-        for (size_t i = 0; i < len; i++) x[i] = adam_state_load(p, b0 + i, d);
-}
-
-static void moment_block_write(const zoe_adam_state *st, const zoe_adam_state_dtypes *dt, int which,
-                               size_t b0, size_t len, const float *x) {
-    zoe_dtype d = which == 1 ? dt->exp_avg : dt->exp_avg_sq;
-    void *p = which == 1 ? st->exp_avg : st->exp_avg_sq;
-    float *scale = which == 1 ? st->exp_avg_scale : st->exp_avg_sq_scale;
-    size_t b = b0 / ZOE_ADAM_INT8_BLOCK;
-    if (d == ZOE_I8 && which == 1)
-        zoe_adam_int8_quantize_m(x, len, (int8_t *)p + b0, scale + b);
-    else if (d == ZOE_I8)
-        zoe_adam_int8_quantize_v(x, NULL, len, (uint8_t *)p + b0, scale + b);
-    else
-        for (size_t i = 0; i < len; i++) store_nearest(p, b0 + i, d, x[i]);
-}
-
 zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_state_dtypes *dt,
                                     const zoe_adam_state *st, const void *grad,
                                     zoe_dtype grad_dtype, void *out, zoe_dtype out_dtype,
@@ -227,8 +196,9 @@ zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_sta
     float m[ZOE_ADAM_INT8_BLOCK], v[ZOE_ADAM_INT8_BLOCK];
     for (size_t b0 = 0; b0 < n; b0 += ZOE_ADAM_INT8_BLOCK) {
         size_t len = n - b0 < ZOE_ADAM_INT8_BLOCK ? n - b0 : ZOE_ADAM_INT8_BLOCK;
-        moment_block_read(st, dt, 1, b0, len, m);
-        moment_block_read(st, dt, 2, b0, len, v);
+        ZOE_TRY(zoe_adam_moment_to_f32(dt->exp_avg, 0, st->exp_avg, st->exp_avg_scale, b0, len, m));
+        ZOE_TRY(zoe_adam_moment_to_f32(dt->exp_avg_sq, 1, st->exp_avg_sq, st->exp_avg_sq_scale, b0,
+                                       len, v));
         for (size_t j = 0; j < len; j++) {
             size_t i = b0 + j;
             /* As zoe_adam_undo_host: the step's shift is known again from the moments it left. */
@@ -246,8 +216,10 @@ zoe_status zoe_adam_state_undo_host(const zoe_adam_consts *c, const zoe_adam_sta
             if (out)
                 adam_store_scalar(out, i, out_dtype, adam_state_load(st->master, i, dt->master));
         }
-        moment_block_write(st, dt, 1, b0, len, m);
-        moment_block_write(st, dt, 2, b0, len, v);
+        ZOE_TRY(
+            zoe_adam_moment_from_f32(dt->exp_avg, 0, m, b0, len, st->exp_avg, st->exp_avg_scale));
+        ZOE_TRY(zoe_adam_moment_from_f32(dt->exp_avg_sq, 1, v, b0, len, st->exp_avg_sq,
+                                         st->exp_avg_sq_scale));
     }
     return ZOE_OK;
 }

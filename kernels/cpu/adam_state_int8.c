@@ -40,6 +40,40 @@ void zoe_adam_int8_dequantize_v(const uint8_t *codes, const float *scales, size_
         dequantize_v_scalar(codes + lo, scales[lo / ZOE_ADAM_INT8_BLOCK], block_len(n, lo), x + lo);
 }
 
+static size_t min_size(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+
+zoe_status zoe_adam_moment_to_f32(zoe_dtype dt, int is_v, const void *p, const float *scales,
+                                  size_t i0, size_t n, float *x) {
+    if (dt != ZOE_I8)
+        return zoe_convert(x, ZOE_F32, (const char *)p + i0 * zoe_dtype_size(dt), dt, n);
+    for (size_t a = i0; a < i0 + n;) { /* a block's piece at a time: each has its one scale */
+        size_t e = min_size((a / ZOE_ADAM_INT8_BLOCK + 1) * ZOE_ADAM_INT8_BLOCK, i0 + n);
+        const float *scale = scales + a / ZOE_ADAM_INT8_BLOCK;
+        if (is_v)
+            zoe_adam_int8_dequantize_v((const uint8_t *)p + a, scale, e - a, x + (a - i0));
+        else
+            zoe_adam_int8_dequantize_m((const int8_t *)p + a, scale, e - a, x + (a - i0));
+        a = e;
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_adam_moment_from_f32(zoe_dtype dt, int is_v, const float *x, size_t i0, size_t n,
+                                    void *p, float *scales) {
+    if (dt != ZOE_I8) return zoe_convert((char *)p + i0 * zoe_dtype_size(dt), dt, x, ZOE_F32, n);
+    if (i0 % ZOE_ADAM_INT8_BLOCK)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "int8 moment write at element %zu: not at a block boundary", i0);
+    float *scale = scales + i0 / ZOE_ADAM_INT8_BLOCK;
+    if (is_v)
+        zoe_adam_int8_quantize_v(x, NULL, n, (uint8_t *)p + i0, scale);
+    else
+        zoe_adam_int8_quantize_m(x, n, (int8_t *)p + i0, scale);
+    return ZOE_OK;
+}
+
 static zoe_int8_block_fns block_fns_of(zoe_cpu_isa isa) {
     switch (isa) {
     case ZOE_CPU_ISA_AVX512_BF16:
@@ -50,10 +84,6 @@ static zoe_int8_block_fns block_fns_of(zoe_cpu_isa isa) {
     default:
         return zoe_int8_block_fns_scalar();
     }
-}
-
-static size_t min_size(size_t a, size_t b) {
-    return a < b ? a : b;
 }
 
 /* Blocks stepped together: each group's blocks read back, the pieces within the group stepped

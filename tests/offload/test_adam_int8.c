@@ -158,6 +158,22 @@ static int is_scale_of(float s, const float *x, size_t n) {
     return absmax == 0 ? s == 0 : frexpf(s, &e) == 0.5f && absmax / s > 0.5 && absmax / s <= 1;
 }
 
+/* The float64 step of element i from the state before it (int8 moments read back): its
+ * weight w, gradient term g, and new moments m1 and v1. */
+typedef struct step64 {
+    double w, g, m1, v1;
+} step64;
+
+static step64 step64_of(const held *before, const zoe_adam_consts *c, int dec, size_t i) {
+    step64 s = {.w = ((const float *)before->w)[i]};
+    double m = read_moment(before, ZOE_I8, 0, i), v = read_moment(before, ZOE_I8, 1, i);
+    s.g = (double)before->g[i] * c->grad_scale;
+    if (!dec) s.g += (double)c->l2 * s.w;
+    s.m1 = c->beta1 * m + (double)c->one_minus_beta1 * s.g;
+    s.v1 = c->beta2 * v + (double)c->one_minus_beta2 * s.g * s.g;
+    return s;
+}
+
 static void check_reference(int dec) {
     const zoe_adam_state_dtypes dt = {ZOE_F32, ZOE_I8, ZOE_I8};
     static held h, before;
@@ -172,12 +188,8 @@ static void check_reference(int dec) {
     float m64f[N], v64f[N];
     int bad_w = 0, bad_m = 0, bad_v = 0, zero_v = 0;
     for (int i = 0; i < N; i++) {
-        double w = ((float *)before.w)[i], m = read_moment(&before, ZOE_I8, 0, (size_t)i),
-               v = read_moment(&before, ZOE_I8, 1, (size_t)i);
-        double g = (double)before.g[i] * c.grad_scale;
-        if (!dec) g += (double)c.l2 * w;
-        double m1 = c.beta1 * m + (double)c.one_minus_beta1 * g;
-        double v1 = c.beta2 * v + (double)c.one_minus_beta2 * g * g;
+        step64 s = step64_of(&before, &c, dec, (size_t)i);
+        double w = s.w, m1 = s.m1, v1 = s.v1;
         double upd = c.step_size * m1 / (sqrt(v1) * c.inv_sqrt_bc2 + c.eps);
         double w1 = (dec ? w * c.decay : w) - upd;
         double wg = ((float *)h.w)[i];
@@ -408,12 +420,10 @@ static void check_undo(int dec, zoe_dtype gdt) {
     double worst_m = 0, worst_v = 0;
     for (int i = 0; i < N; i++) {
         size_t b = (size_t)i / 256;
-        double w0 = ((float *)before.w)[i], m0 = read_moment(&before, ZOE_I8, 0, (size_t)i),
+        step64 s = step64_of(&before, &c, dec, (size_t)i);
+        double w0 = s.w, g = s.g, m1 = s.m1, v1 = s.v1;
+        double m0 = read_moment(&before, ZOE_I8, 0, (size_t)i),
                v0 = read_moment(&before, ZOE_I8, 1, (size_t)i);
-        double g = (double)h.g[i] * c.grad_scale;
-        if (!dec) g += (double)c.l2 * w0;
-        double m1 = c.beta1 * m0 + (double)c.one_minus_beta1 * g;
-        double v1 = c.beta2 * v0 + (double)c.one_minus_beta2 * g * g;
         double m1q = read_moment(&stepped, ZOE_I8, 0, (size_t)i),
                v1q = read_moment(&stepped, ZOE_I8, 1, (size_t)i);
         double mr = read_moment(&h, ZOE_I8, 0, (size_t)i),
