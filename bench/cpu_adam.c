@@ -28,7 +28,15 @@
  * on a shared one its two minima may come from different minutes. Default N is 16M parameters
  * (~0.4 GB) and REPS 15; pass N = 67108864 or more where the last-level cache is large. The
  * summary's worst ratios are over every mode and thread count; its bytes are the largest mode's
- * (bf16_weights), against the goal of issue 14. */
+ * (bf16_weights), against the goal of issue 14.
+ *
+ * Whether a step can reach the probe depends on the host's balance: cached_ns_per_param is one
+ * core's time per parameter with the data in cache (the arithmetic alone, cached_ns_per_param()
+ * below), arithmetic_gb_s_per_core the step's bytes over it (the per-core share of memory
+ * bandwidth below which the step waits on memory), probe_ns_per_param the probe's time per
+ * parameter at the line's thread count, and cores_to_memory_bound the first over the last: how
+ * many cores' arithmetic this machine's memory, as fast as the probe found it, keeps busy. Above
+ * 1 at the machine's own core count, the step is compute-bound here. */
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -361,6 +369,28 @@ static figures summarize(const timing *t, int reps) {
     return f;
 }
 
+/* The step's arithmetic alone: the first CACHED_N elements (two tiles, 14 to 30 bytes each: within
+ * a core's L2 cache) stepped on one thread, CACHED_BATCHES times CACHED_PASSES passes, the fastest
+ * batch's process CPU time per element and pass. The step's bytes over that time is the memory
+ * bandwidth one core's arithmetic keeps up with: on a host whose cores each get less (a DGX-2's 48
+ * share about 200 GB/s), the step waits on memory, at the probe's speed; on one whose cores get
+ * more (this development VM: one core streams about 44 GB/s), on its arithmetic. The state the
+ * passes leave is stepped on by the timed runs that follow, as any earlier step's would be. */
+enum { CACHED_N = 2 * ZOE_ADAM_TILE, CACHED_PASSES = 10, CACHED_BATCHES = 20 };
+
+static double cached_ns_per_param(const arrays *a, const zoe_adam_consts *c, mode md) {
+    arrays slice = *a;
+    slice.n = a->n < CACHED_N ? a->n : CACHED_N;
+    double fastest = INFINITY;
+    fused_step(&slice, c, md); /* into cache */
+    for (int b = 0; b < CACHED_BATCHES; b++) {
+        double c0 = cpu_ms();
+        for (int p = 0; p < CACHED_PASSES; p++) fused_step(&slice, c, md);
+        fastest = fmin(fastest, cpu_ms() - c0);
+    }
+    return fastest * 1e6 / ((double)CACHED_PASSES * (double)slice.n);
+}
+
 /* AdamW as it is usually first written: one thread, bias corrections per element. */
 static void naive_adamw(const arrays *a, const zoe_adam_hparams *h, mode md) {
     for (size_t i = 0; i < a->n; i++) {
@@ -440,6 +470,7 @@ int main(int argc, char **argv) {
     zoe_adam_consts c;
     zoe_adam_consts_init(&c, &h);
     figures worst = {0};
+    double cached[NUM_MODES]; /* each mode's cached_ns_per_param, measured at one thread */
     double max_bytes = 0;
     int max_threads = omp_get_num_procs() < 2 ? omp_get_num_procs() : 2;
     for (int threads = 1; threads <= max_threads; threads++) {
@@ -462,6 +493,13 @@ int main(int argc, char **argv) {
                 if (r % 2 == 1) time_step(&t[r], &a, &c, md);
             }
             figures f = summarize(t, reps);
+            /* one thread's arithmetic, measured at one thread (the runs above use every thread) */
+            double cached_ns = threads == 1 ? cached_ns_per_param(&a, &c, md) : NAN;
+            if (threads == 1)
+                cached[md] = cached_ns;
+            else
+                cached_ns = cached[md];
+            double probe_ns = f.probe_ms * 1e6 / (double)n;
             int naive = with_naive && threads == 1 && (md == FP32 || md == BF16_WEIGHTS);
             for (int r = 0; naive && r < (reps < 3 ? reps : 3); r++) {
                 double t0 = now_ms();
@@ -480,12 +518,15 @@ int main(int argc, char **argv) {
                 "\"step_over_probe\":%.3f,\"step_first\":%.3f,\"probe_first\":%.3f,"
                 "\"cpu_step_over_probe\":%.3f,\"fastest_step_over_probe\":%.3f,"
                 "\"fastest_cpu_step_over_probe\":%.3f,\"probe_spread\":%.3f,\"step_gb_s\":%.2f,"
-                "\"step_median_ms\":%.3f,\"step_cpu_median_ms\":%.3f",
+                "\"step_median_ms\":%.3f,\"step_cpu_median_ms\":%.3f,\"cached_ns_per_param\":%.3f,"
+                "\"probe_ns_per_param\":%.3f,\"arithmetic_gb_s_per_core\":%.2f,"
+                "\"cores_to_memory_bound\":%.2f",
                 mode_names[md], zoe_cpu_isa_name(zoe_cpu_isa_best()), threads, n, bytes, f.step_ms,
                 f.probe_ms, f.probe_min_ms[0], f.probe_min_ms[1],
                 f.probe_form ? "prefetch" : "plain", f.paired, f.paired_order[0], f.paired_order[1],
                 f.cpu_paired, f.ratio, f.cpu_ratio, f.probe_spread, bytes * n / f.step_ms * 1e-6,
-                f.step_median_ms, f.step_cpu_median_ms);
+                f.step_median_ms, f.step_cpu_median_ms, cached_ns, probe_ns, bytes / cached_ns,
+                cached_ns / probe_ns);
             if (naive)
                 printf(",\"naive_ms\":%.3f,\"naive_over_step\":%.2f", naive_ms,
                        naive_ms / f.step_ms);
