@@ -1,5 +1,6 @@
 /* bench_cpu_adam [N] [REPS] [--no-naive] [--mode NAME]: the fused host Adam step against a
- * streaming probe that moves the same bytes with trivial arithmetic, at 1 and 2 threads, in the
+ * streaming probe that moves the same bytes with trivial arithmetic, at 1 and 2 threads (and at
+ * OpenMP's default thread count where it is more: OMP_NUM_THREADS, else every core), in the
  * layouts of docs/offload.md ("Memory layout"); and a naive scalar AdamW for the factor gained.
  *
  * Bytes per parameter of the step, by mode:
@@ -472,8 +473,15 @@ int main(int argc, char **argv) {
     figures worst = {0};
     double cached[NUM_MODES]; /* each mode's cached_ns_per_param, measured at one thread */
     double max_bytes = 0;
-    int max_threads = omp_get_num_procs() < 2 ? omp_get_num_procs() : 2;
-    for (int threads = 1; threads <= max_threads; threads++) {
+    /* 1 and 2 threads, and OpenMP's default count (OMP_NUM_THREADS, else every core) where it
+     * is more: on a server the step's balance against memory is that of all its cores. */
+    int thread_counts[3] = {1, 2, omp_get_max_threads()}, num_counts = 0;
+    for (int k = 0; k < 3; k++)
+        if (thread_counts[k] <= omp_get_num_procs() &&
+            (num_counts == 0 || thread_counts[k] > thread_counts[num_counts - 1]))
+            thread_counts[num_counts++] = thread_counts[k];
+    for (int tc = 0; tc < num_counts; tc++) {
+        int threads = thread_counts[tc];
         omp_set_num_threads(threads);
         arrays a;
         if (!alloc_arrays(&a, n)) {
