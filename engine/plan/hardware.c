@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/plan/plan_impl.h"
 #include "kernels/kernels.h"
 #include "runtime/clock.h"
 #include "runtime/proc_file.h"
@@ -38,6 +39,37 @@
  * 64 8 fp32 0 1, before this allowance). */
 #define CPU_RANK_INIT_BYTES (16.5 * 1024 * 1024)
 #define CPU_RANK_LATE_BYTES (3.5 * 1024 * 1024)
+
+/* One core's host Adam arithmetic, nanoseconds per parameter with the data in cache, by the
+ * layouts of bench/cpu_adam.c: fp32 state with the weights as master (fp32), then a bf16 copy of
+ * the weights written besides (bf16_weights), then bf16 master, m and v (bf16_state: the
+ * compressed path, its per-element hash and stochastic stores), then int8 m and v in place of
+ * the bf16 ones (int8_state). Measured on the 2-core development VM (AMD EPYC, Zen 4, the
+ * AVX512_BF16 path) on 2026-12-03, quiet (load average below 1.5), the smallest of 12 runs of
+ *   OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 build/bench/bench_cpu_adam 32768 200 --no-naive
+ *     --mode MODE
+ * (its cached_ns_per_param: CPU time, the fastest batch; the median whole step of the same runs,
+ * step_cpu_median_ms / 32768, is 2-16% more). Other cores differ: a Skylake or Sapphire Rapids core
+ * on the AVX-512 path is assumed within 2x of these; an AVX2-only core (Zen 2, the DGX A100's EPYC
+ * 7742) runs the int8 quantisers about 2x slower (docs/offload.md, "Host Adam speed"). The plan
+ * applies these to every box: docs/plan.md says how far that holds. */
+#define ADAM_NS_FP32         0.139
+#define ADAM_NS_BF16_WEIGHTS 0.158
+#define ADAM_NS_BF16_STATE   0.312
+#define ADAM_NS_INT8_STATE   1.060
+
+double zoe_plan_adam_ns_per_param(zoe_dtype master, zoe_dtype exp_avg, zoe_dtype exp_avg_sq,
+                                  int weights_out_16bit) {
+    const int compressed = master != ZOE_F32 || exp_avg != ZOE_F32 || exp_avg_sq != ZOE_F32;
+    const int int8_moments = (exp_avg == ZOE_I8) + (exp_avg_sq == ZOE_I8);
+    /* Each step of the layouts above adds its cost to the last; an int8 moment costs half of
+     * what two cost, and the compressed path the same whatever mix of fp32 and bf16 arrays it
+     * holds (its cost is the hash, computed once per element). A gradient partition in the
+     * compute dtype is widened by a shift: not counted. */
+    return ADAM_NS_FP32 + (weights_out_16bit ? ADAM_NS_BF16_WEIGHTS - ADAM_NS_FP32 : 0.0) +
+           (compressed ? ADAM_NS_BF16_STATE - ADAM_NS_BF16_WEIGHTS : 0.0) +
+           int8_moments * (ADAM_NS_INT8_STATE - ADAM_NS_BF16_STATE) / 2.0;
+}
 
 #define V100_FRACTION_SOURCE                                                                       \
     "Megatron-LM (Shoeybi et al. 2019): one V100 sustains 39 TFLOPS training a 1.2B GPT-2, 30% "   \

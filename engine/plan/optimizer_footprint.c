@@ -59,5 +59,8 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     /* The host Adam reads and writes master, m and v in their dtypes, reads the fp32 gradient
      * and writes the compute-dtype weights (offload/memory.c says which arrays exist). */
     out->adam_bytes_per_param = (double)f.step_bytes_per_element;
+    /* and computes: a 16-bit compute dtype always has a weight copy apart from the master */
+    out->adam_ns_per_param = zoe_plan_adam_ns_per_param(oc.main_params_dtype, oc.exp_avg_dtype,
+                                                        oc.exp_avg_sq_dtype, esz == 2);
     return ZOE_OK;
 }

@@ -128,12 +128,17 @@ static int host_threads(const zoe_plan_config *p, int ranks_per_node) {
  * than cores, or threads, they time-slice the cores they use. A GEMM's rate grows about
  * linearly with its cores, so a rank gets the busy cores' share of the probe, divided by the
  * ranks running on them. */
-static double cpu_share(const zoe_plan_config *p, int ranks_per_node) {
+static int busy_cores(const zoe_plan_config *p, int ranks_per_node) {
     const int ranks = ranks_per_node > 0 ? ranks_per_node : 1;
     const int cores = p->hardware.host_cores > 0 ? p->hardware.host_cores : 1;
     const int threads = host_threads(p, ranks);
-    const int busy = threads * ranks < cores ? threads * ranks : cores;
-    return (double)busy / cores / ranks;
+    return threads * ranks < cores ? threads * ranks : cores;
+}
+
+static double cpu_share(const zoe_plan_config *p, int ranks_per_node) {
+    const int ranks = ranks_per_node > 0 ? ranks_per_node : 1;
+    const int cores = p->hardware.host_cores > 0 ? p->hardware.host_cores : 1;
+    return (double)busy_cores(p, ranks) / cores / ranks;
 }
 
 /* NCCL's buffers per communicator of more than one rank: NCCL_BUFFSIZE (4 MiB, NCCL's
@@ -304,10 +309,21 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     r->time.pcie_out = cpu ? 0.0 : k * host_part * esz * sharing / hw->pcie_bandwidth;
     r->time.pcie_in = cpu ? 0.0 : host_part * esz * sharing / hw->pcie_bandwidth;
     /* Host Adam: every rank of the box streams its partition at once, sharing the bandwidth;
-     * the accumulation of micro-batches beyond the first reads and writes the fp32 sum. */
+     * the accumulation of micro-batches beyond the first reads and writes the fp32 sum. And
+     * every rank computes its partition on its cores, the box's ranks on their busy cores
+     * together: the slower of the two binds (int8 moments on a host whose cores each have much
+     * bandwidth). The accumulation's adds are left out of the arithmetic: they stream. */
     double node_params = host_part * r->ranks_per_node;
     double accumulate = (k - 1) * (esz + 8.0);
-    r->time.host_adam = node_params * (o->adam_bytes_per_param + accumulate) / hw->host_bandwidth;
+    r->time.host_adam_memory =
+        node_params * (o->adam_bytes_per_param + accumulate) / hw->host_bandwidth;
+    r->time.host_adam_ns_per_param = o->adam_ns_per_param;
+    r->time.host_adam_cores = busy_cores(p, r->ranks_per_node);
+    r->time.host_adam_compute = node_params * o->adam_ns_per_param * 1e-9 / r->time.host_adam_cores;
+    const int compute_bound = r->time.host_adam_compute > r->time.host_adam_memory;
+    r->time.host_adam = compute_bound ? r->time.host_adam_compute : r->time.host_adam_memory;
+    snprintf(r->time.host_adam_bound, sizeof r->time.host_adam_bound, "%s",
+             compute_bound ? "compute" : "memory");
 
     double backward_mb = r->time.compute / k * (2.0 / passes);
     double out = fmax(r->time.pcie_out, r->time.dp_reduce_scatter) / k;

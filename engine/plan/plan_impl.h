@@ -23,7 +23,14 @@ typedef struct zoe_plan_optimizer {
     double comm_root;    /* and MPI's temporary on each DP group's root (dp_rank 0) */
     size_t part_numel, host_numel; /* the partition, and its host part, in elements */
     double adam_bytes_per_param;   /* host memory the host step moves per element */
+    double adam_ns_per_param;      /* one core's arithmetic of the host step per element */
 } zoe_plan_optimizer;
+
+/* One core's host Adam arithmetic in nanoseconds per element for the state's dtypes (ZOE_F32,
+ * ZOE_BF16; the moments also ZOE_I8) and whether it writes a 16-bit copy of the weights, from
+ * constants measured on one core (engine/plan/hardware.c). */
+double zoe_plan_adam_ns_per_param(zoe_dtype master, zoe_dtype exp_avg, zoe_dtype exp_avg_sq,
+                                  int weights_out_16bit);
 
 /* The optimizer the trainer would build for c and model g at dp DP ranks. */
 zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, int dp,

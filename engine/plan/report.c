@@ -87,8 +87,12 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
             r->time.pcie_out, hw->gpus_per_link, hw->gpus_per_link == 1 ? "" : "s",
             hw->pcie_bandwidth / 1e9);
     fprintf(out, "  PCIe in (weights)         %9.3f\n", r->time.pcie_in);
-    fprintf(out, "  host Adam                 %9.3f   at %.0f GB/s host memory bandwidth\n",
-            r->time.host_adam, hw->host_bandwidth / 1e9);
+    fprintf(out,
+            "  host Adam                 %9.3f   %s-bound: memory %.3f at %.0f GB/s host "
+            "memory bandwidth, compute %.3f at %.2f ns/param per core on %d cores\n",
+            r->time.host_adam, r->time.host_adam_bound, r->time.host_adam_memory,
+            hw->host_bandwidth / 1e9, r->time.host_adam_compute, r->time.host_adam_ns_per_param,
+            r->time.host_adam_cores);
     fprintf(out, "  host stall without DPU    %9.3f   (%.0f%% of the synchronous step)\n",
             r->time.host_stall, 100.0 * r->time.stall_share);
     fprintf(out, "  %-25s %9.3f\n", c->dpu ? "DPU hides" : "DPU would hide", r->time.hidden_by_dpu);
@@ -206,6 +210,11 @@ zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *c, const zoe_pl
     cJSON_AddNumberToObject(t, "pcie_out", r->time.pcie_out);
     cJSON_AddNumberToObject(t, "pcie_in", r->time.pcie_in);
     cJSON_AddNumberToObject(t, "host_adam", r->time.host_adam);
+    cJSON_AddNumberToObject(t, "host_adam_memory", r->time.host_adam_memory);
+    cJSON_AddNumberToObject(t, "host_adam_compute", r->time.host_adam_compute);
+    cJSON_AddNumberToObject(t, "host_adam_ns_per_param", r->time.host_adam_ns_per_param);
+    cJSON_AddNumberToObject(t, "host_adam_cores", r->time.host_adam_cores);
+    cJSON_AddStringToObject(t, "host_adam_bound", r->time.host_adam_bound);
     cJSON_AddNumberToObject(t, "host_stall", r->time.host_stall);
     cJSON_AddNumberToObject(t, "stall_share", r->time.stall_share);
     cJSON_AddNumberToObject(t, "hidden_by_dpu", r->time.hidden_by_dpu);

@@ -9,7 +9,8 @@
  * Time is a model, not a measurement: GPU compute at a stated share of the GPU's peak (one
  * published figure per GPU, never fitted), the PCIe copies of gradients out and weights back
  * (2 bytes per parameter each way, the box's host links shared as it shares them), the host
- * Adam at the host's memory bandwidth times the bytes it moves, the tensor-parallel
+ * Adam at the host's memory bandwidth times the bytes it moves or at its cores' measured
+ * arithmetic, whichever is slower, the tensor-parallel
  * all-reduces and the data-parallel reduce-scatter and all-gather at the box's NVLink/NVSwitch
  * bandwidth, and what the delayed parameter update (DPU) hides.
  *
@@ -147,7 +148,15 @@ typedef struct zoe_plan_result {
         double tp_comm;          /* TP all-reduces (not overlapped) */
         double dp_reduce_scatter, dp_all_gather;
         double pcie_out, pcie_in; /* gradients device -> host, weights host -> device */
-        double host_adam;
+        double host_adam;         /* the larger of the two below */
+        /* The host Adam at the host's memory bandwidth (the bytes it moves), and at its cores'
+         * arithmetic (one core's measured nanoseconds per parameter for the state's dtypes,
+         * host_adam_ns_per_param, over the cores the box's ranks run it on); host_adam_bound
+         * says which is larger: "memory" or "compute". */
+        double host_adam_memory, host_adam_compute;
+        double host_adam_ns_per_param;
+        int host_adam_cores;
+        char host_adam_bound[8];
         double hidden_by_dpu; /* time DPU takes (or would take) off the critical path */
         double host_stall;    /* what the host step would add to the step without DPU */
         double stall_share;   /* host_stall / the step without DPU */

@@ -6,10 +6,36 @@
  *     ~122B to >= 180B on a DGX A100-80GB (TP=8);
  *   - the 70b preset's host Adam on a DGX-2 at TP=16 takes <= 0.65 of the fp32 state's time
  *     (18 bytes moved per parameter instead of 30: 0.6);
- *   - a bf16 master with int8 moments (8.03 bytes held, 14 moved) goes further on both. */
+ *   - a bf16 master with int8 moments (8.03 bytes held, 14 moved) goes further on both.
+ * And the host Adam's two terms (docs/plan.md, "Time: a model with stated figures"): the bytes
+ * it moves at the host's bandwidth, and its arithmetic, one core's nanoseconds per parameter
+ * over the box's busy cores; the slower binds. Here each term is worked out again from the
+ * plan's partition, the bytes of the layout and bench_cpu_adam's measured figure for the same
+ * layout (not the plan's sum of its parts), on a host of few cores and high bandwidth where the
+ * arithmetic binds, and on the presets, where memory binds and the 70B figures that docs/plan.md
+ * and docs/offload.md quote stay as they were. */
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include "testing.h"
 #include "zoe/plan.h"
+
+/* bench_cpu_adam's cached_ns_per_param for each layout (engine/plan/hardware.c says how and where
+ * it was measured): the plan's arithmetic for a state of that layout is this figure. */
+typedef struct adam_layout {
+    const char *bench_mode;
+    zoe_backend backend;
+    zoe_dtype compute;
+    int state; /* as on_box's below */
+    double bytes_per_param, ns_per_param;
+} adam_layout;
+
+static const adam_layout layouts[] = {
+    {"fp32", ZOE_BACKEND_CPU, ZOE_F32, 0, 28, 0.139},
+    {"bf16_weights", ZOE_BACKEND_CUDA, ZOE_BF16, 0, 30, 0.158},
+    {"bf16_state", ZOE_BACKEND_CUDA, ZOE_BF16, 1, 18, 0.312},
+    {"int8_state", ZOE_BACKEND_CUDA, ZOE_BF16, 2, 14, 1.060},
+};
 
 /* state: 0 fp32, 1 bf16 master, m and v, 2 a bf16 master with int8 m and v. */
 static zoe_plan_config on_box(const char *model, const char *hardware, int tp, int state) {
@@ -34,8 +60,52 @@ static double largest(const char *hardware, int tp, int state) {
     return (double)zoe_model_param_count(&best) / 1e9;
 }
 
+/* The plan of the 1.3b preset with `layout`'s state, one rank, on
+ * a host of `cores` cores and `bandwidth` bytes/s: memory and arithmetic worked out here from the
+ * rank's partition (all of it on the host: offload ratio 1) against the plan's. */
+static void check_terms(const adam_layout *l, int cores, double bandwidth, const char *bound) {
+    zoe_plan_config p = on_box("1.3b", "h200", 1, l->state);
+    p.hardware.host_cores = cores, p.hardware.host_bandwidth = bandwidth;
+    if (l->backend == ZOE_BACKEND_CPU) {
+        zoe_hardware cpu = p.hardware;
+        CHECK_OK(zoe_hardware_local(0, &cpu));
+        cpu.host_cores = cores, cpu.host_bandwidth = bandwidth;
+        cpu.gpu_peak_flops = 1e12, cpu.nvlink_bandwidth = bandwidth;
+        p.hardware = cpu;
+    }
+    p.dtype = l->compute;
+    zoe_plan_result r;
+    if (!CHECK_OK(zoe_plan(&p, &r))) return;
+    double n = (double)r.state_params;
+    double memory = n * l->bytes_per_param / bandwidth,
+           compute = n * l->ns_per_param * 1e-9 / cores;
+    double expect = fmax(memory, compute);
+    printf("%-12s on %3d cores at %4.0f GB/s: host Adam %.4f s (memory %.4f, compute %.4f; worked "
+           "out here %.4f, %.4f), %s-bound\n",
+           l->bench_mode, cores, bandwidth / 1e9, r.time.host_adam, r.time.host_adam_memory,
+           r.time.host_adam_compute, memory, compute, r.time.host_adam_bound);
+    /* the plan's constants are the bench's figures written to 3 decimals: their sum matches to
+     * rounding (1e-9 relative), the bytes are integers */
+    CHECK(fabs(r.time.host_adam_memory - memory) <= 1e-9 * memory,
+          "%s: memory %.6f s, expected %.6f", l->bench_mode, r.time.host_adam_memory, memory);
+    CHECK(fabs(r.time.host_adam_compute - compute) <= 1e-9 * compute,
+          "%s: compute %.6f s, expected %.6f", l->bench_mode, r.time.host_adam_compute, compute);
+    CHECK(fabs(r.time.host_adam - expect) <= 1e-9 * expect, "%s: host Adam %.6f s, expected %.6f",
+          l->bench_mode, r.time.host_adam, expect);
+    CHECK(!strcmp(r.time.host_adam_bound, bound), "%s on %d cores at %.0f GB/s: %s-bound, not %s",
+          l->bench_mode, cores, bandwidth / 1e9, r.time.host_adam_bound, bound);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
+    /* Two cores with 1000 GB/s (500 per core) compute more slowly than they stream, every
+     * layout (its bytes over its ns: 28 / 0.139 = 201 GB/s per core at the most); 16 cores with
+     * 100 GB/s, the h200 preset's host, stream more slowly than they compute (int8: 14 bytes /
+     * 1.06 ns = 13 GB/s per core's arithmetic against 6.25 of bandwidth per core). */
+    for (int i = 0; i < (int)(sizeof layouts / sizeof layouts[0]); i++) {
+        check_terms(&layouts[i], 2, 1000e9, "compute");
+        check_terms(&layouts[i], 16, 100e9, "memory");
+    }
     double dgx2[3] = {largest("dgx2", 16, 0), largest("dgx2", 16, 1), largest("dgx2", 16, 2)};
     double a100[3] = {largest("dgx-a100-80g", 8, 0), largest("dgx-a100-80g", 8, 1),
                       largest("dgx-a100-80g", 8, 2)};
@@ -80,6 +150,36 @@ int main(int argc, char **argv) {
     printf("70b on a DGX-2, TP=16: host Adam %.2f s -> %.2f s (%.3f), step %.2f s -> %.2f s\n",
            r32.time.host_adam, r16.time.host_adam, ratio, r32.time.step, r16.time.step);
     CHECK(ratio <= 0.65, "host Adam with bf16 state takes %.3f of fp32's", ratio);
+    /* The 70B figures that docs/plan.md, docs/offload.md and README.md quote, from before the
+     * arithmetic term, stay: the DGX-2's host Adam is memory-bound in every state dtype, the
+     * bytes moved (30, 18, 14 per parameter) over 75% of 2 x 6 channels of DDR4-2666. */
+    const double dgx2_bandwidth = 0.75 * 2 * 6 * 2666e6 * 8, bytes[3] = {30, 18, 14};
+    const zoe_plan_result *seventy[3] = {&r32, &r16, &r8};
+    for (int s = 0; s < 3; s++) {
+        const zoe_plan_result *q = seventy[s];
+        double memory = (double)q->state_params * q->ranks_per_node * bytes[s] / dgx2_bandwidth;
+        CHECK(!strcmp(q->time.host_adam_bound, "memory") &&
+                  fabs(q->time.host_adam - memory) <= 1e-9 * memory,
+              "70b on a DGX-2, state %d: host Adam %.4f s %s-bound, expected %.4f memory-bound", s,
+              q->time.host_adam, q->time.host_adam_bound, memory);
+    }
+    CHECK(fabs(r32.time.host_adam - 11.10) < 0.005 && fabs(r16.time.host_adam - 6.66) < 0.005 &&
+              fabs(r8.time.host_adam - 5.18) < 0.005 && fabs(r32.time.step - 21.24) < 0.005,
+          "70b on a DGX-2: host Adam %.3f / %.3f / %.3f s, step %.3f s (docs: 11.10 / 6.66 / 5.18, "
+          "21.24)",
+          r32.time.host_adam, r16.time.host_adam, r8.time.host_adam, r32.time.step);
+    /* and the other presets with int8 moments, their arithmetic the slowest: memory binds */
+    const char *boxes[] = {"dgx-a100-80g", "dgx-h100", "h200"};
+    for (int b = 0; b < 3; b++) {
+        zoe_plan_config pb = on_box(b == 2 ? "13b" : "70b", boxes[b], b == 2 ? 1 : 8, 2);
+        zoe_plan_result rb;
+        if (!CHECK_OK(zoe_plan(&pb, &rb))) continue;
+        printf("%s, int8 moments: host Adam %.3f s, memory %.3f, compute %.3f (%d cores)\n",
+               boxes[b], rb.time.host_adam, rb.time.host_adam_memory, rb.time.host_adam_compute,
+               rb.time.host_adam_cores);
+        CHECK(!strcmp(rb.time.host_adam_bound, "memory"), "%s with int8 moments: %s-bound",
+              boxes[b], rb.time.host_adam_bound);
+    }
     CHECK(r16.fits && r32.fits, "70b does not fit a DGX-2 (fp32 %d, bf16 %d)", r32.fits, r16.fits);
     return test_finish("test_plan_state");
 }
