@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/formats/safetensors.h"
+#include "engine/train/trainer_impl.h"
 #include "runtime/error.h"
 
 void ckpt_test_config(zoe_train_config *c, int tp, int dp, int grad_accum, float dropout,
@@ -50,6 +51,9 @@ zoe_status ckpt_session_steps(ckpt_session *s, int to, float *losses) {
         zoe_step_stats st;
         ZOE_TRY(zoe_trainer_step(s->tr, zoe_train_lr_at(&s->cfg, step), &st));
         if (losses) losses[step] = st.loss;
+        zoe_optimizer_stats os;
+        ZOE_TRY(zoe_optimizer_stats_get(zoe_trainer_optimizer(s->tr), &os));
+        s->speculated_steps += os.speculated, s->redone_steps += os.redone;
     }
     return ZOE_OK;
 }

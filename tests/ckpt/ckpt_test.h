@@ -18,6 +18,9 @@ typedef struct ckpt_session {
     zoe_dataset *ds;
     zoe_loader *loader;
     int32_t *tokens, *targets;
+    /* Steps run by ckpt_session_steps whose exact-DPU speculation held, and those redone (the
+     * speculated update undone and done again): which paths of the schedule a case exercised. */
+    int speculated_steps, redone_steps;
 } ckpt_session;
 
 zoe_status ckpt_session_open(ckpt_session *s, MPI_Comm comm, const zoe_train_config *cfg,

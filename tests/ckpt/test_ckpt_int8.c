@@ -1,14 +1,21 @@
 /* Checkpoints of int8 moments (docs/checkpoint.md, "Compressed state"), at 1, 2 and 4 ranks.
  *
  * Resume bit for bit: bf16 weights, a bf16 master and int8 m and v, at TP = 1 and (where the
- * world allows) TP = 2, DPU off and plain (warm-up 2, so the save at step 4 falls while a
- * delayed update is in flight). A run saved at step 4 and resumed by a fresh trainer gives the
- * never-stopped run's losses and, at the end, the same bytes in every tensor of model and
- * optimizer files. The file holds the int8 moments' values in F32 (a block's scale is the
- * partition's, not a tensor's), exact; the load writes them back through the blocks twice, so
- * that a block written in several pieces gets its own codes and scale back (with one pass the
- * TP = 2 cases parted at the first step after the resume when blocks still held several
- * tensors: checked when this test was written).
+ * world allows) TP = 2, DPU off and under every schedule (warm-up 2, so the save at step 4 falls
+ * while a delayed update is in flight, or with exact while the step's update is still settling
+ * behind the forward's gate): plain, predict and dc (delay compensation, over the fp32
+ * gradient partition and over the 2-byte one, main_grads_dtype bf16 with one micro-batch a
+ * step), and exact over both gradient dtypes with its speculation held and with it undone and
+ * redone (see EXACT_CLIP_REDOES). None of them needs more in the file than the state and
+ * trainer.json: dc and predict recompute the last step from the master and moments as stored and
+ * the last lr (trainer.json), exact leaves nothing speculated once the step is settled, and the
+ * stale schedules' weights in use go to params-in-use.safetensors. A run saved at step 4 and
+ * resumed by a fresh trainer gives the never-stopped run's losses and, at the end, the same bytes
+ * in every tensor of model and optimizer files. The file holds the int8 moments' values in F32 (a
+ * block's scale is the partition's, not a tensor's), exact; the load writes them back through the
+ * blocks twice, so that a block written in several pieces gets its own codes and scale back (with
+ * one pass the TP = 2 cases parted at the first step after the resume when blocks still held
+ * several tensors: checked when this test was written).
  *
  * Conversion, at another grid (TP x DP swapped where the world allows): int8 moments saved,
  * loaded into fp32 state and saved again hold the same values in every tensor (the values of
@@ -26,15 +33,57 @@ static void int8_state(zoe_train_config *c) {
     c->exp_avg_dtype = c->exp_avg_sq_dtype = ZOE_STATE_INT8;
 }
 
-static void resume_case(const char *corpus, const char *root, int tp, int dpu) {
-    int dp = test_world_size() / tp;
+/* One resume case: a DPU schedule (dpu_warmup 2 when on), the host gradient partition's dtype
+ * (fp32 with grad-accum 2, or bf16 with one micro-batch a step: main_grads_dtype accumulates
+ * nothing) and the clip threshold, which decides which path of the exact schedule runs. */
+typedef struct resume_case_spec {
+    int tp;
+    int dpu; /* 0: DPU off; 1: on, with schedule */
+    zoe_dpu_schedule schedule;
+    zoe_dtype grads_dtype; /* ZOE_F32 or ZOE_BF16 */
+    float clip_grad;
+} resume_case_spec;
+
+/* The clip thresholds of the exact cases. The model's gradients fit in one bucket, so a rank
+ * speculates on it when its own part of the norm is below the clip, and the guess holds when
+ * the global norm is too. The norms after the warm-up are 2.0 .. 2.2: with no clip (0) every
+ * speculation holds; with 1.8, a rank whose part of the norm (over DP or TP > 1) is below it
+ * speculates and the step clips, so its update is undone (the undo over int8 moments and the
+ * gradient as stored, 2-byte or fp32) and redone; at one rank the clip is certain at the bucket
+ * and nothing speculates. The test checks that each path ran (a change of numerics that moved
+ * the norms would fail it rather than quietly test less). */
+#define EXACT_CLIP_HOLDS  0.0f
+#define EXACT_CLIP_REDOES 1.8f
+
+static const char *schedule_name(const resume_case_spec *k) {
+    if (!k->dpu) return "off";
+    switch (k->schedule) {
+    case ZOE_DPU_PLAIN:
+        return "plain";
+    case ZOE_DPU_PREDICT:
+        return "predict";
+    case ZOE_DPU_DC:
+        return "dc";
+    case ZOE_DPU_EXACT:
+        return k->clip_grad > 0 ? "exact (clipping)" : "exact (no clip)";
+    }
+    return "?";
+}
+
+static void resume_case(const char *corpus, const char *root, const resume_case_spec *k) {
+    int tp = k->tp, dp = test_world_size() / tp;
     zoe_train_config c;
-    ckpt_test_config(&c, tp, dp, 2, 0.1f, dpu ? 2 : 0);
-    c.dpu_schedule = ZOE_DPU_PLAIN;
+    ckpt_test_config(&c, tp, dp, k->grads_dtype == ZOE_F32 ? 2 : 1, 0.1f, k->dpu ? 2 : 0);
+    c.dpu_schedule = k->schedule;
     int8_state(&c);
+    c.main_grads_dtype = k->grads_dtype;
+    c.clip_grad = k->clip_grad;
+    const char *sched = schedule_name(k), *grads = zoe_dtype_name(k->grads_dtype);
     char ref_dir[512], res_dir[512], at[600], end_ref[600], end_res[600];
-    snprintf(ref_dir, sizeof ref_dir, "%s/ref-tp%d-dpu%d", root, tp, dpu);
-    snprintf(res_dir, sizeof res_dir, "%s/res-tp%d-dpu%d", root, tp, dpu);
+    snprintf(ref_dir, sizeof ref_dir, "%s/ref-tp%d-dpu%d-%d-%s-clip%g", root, tp, k->dpu,
+             (int)k->schedule, grads, (double)k->clip_grad);
+    snprintf(res_dir, sizeof res_dir, "%s/res-tp%d-dpu%d-%d-%s-clip%g", root, tp, k->dpu,
+             (int)k->schedule, grads, (double)k->clip_grad);
     float ref[STEPS], resumed[STEPS];
     ckpt_session s;
     CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c, corpus));
@@ -42,23 +91,36 @@ static void resume_case(const char *corpus, const char *root, int tp, int dpu) {
     CHECK_OK(zoe_trainer_save(s.tr, ref_dir, 0, at, sizeof at));
     CHECK_OK(ckpt_session_steps(&s, STEPS, ref));
     CHECK_OK(zoe_trainer_save(s.tr, ref_dir, 0, end_ref, sizeof end_ref));
+    /* the paths of the exact schedule this case is meant to take (see EXACT_CLIP_REDOES) */
+    int paths[2] = {s.speculated_steps, s.redone_steps}, all[2];
+    MPI_Allreduce(paths, all, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     ckpt_session_close(&s);
+    if (k->dpu && k->schedule == ZOE_DPU_EXACT && k->clip_grad <= 0)
+        CHECK(paths[0] == STEPS - 2 && all[1] == 0,
+              "exact, no clip: %d of the %d delayed steps speculated and held on this rank, %d "
+              "redone",
+              paths[0], STEPS - 2, all[1]);
+    if (k->dpu && k->schedule == ZOE_DPU_EXACT && k->clip_grad > 0 && test_world_size() > 1)
+        CHECK(all[1] > 0, "exact, clip %g: %d rank-steps redone (undone and done again)",
+              (double)k->clip_grad, all[1]);
     CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c, corpus));
     CHECK_OK(zoe_trainer_load(s.tr, at, NULL, 0));
     CHECK_OK(ckpt_session_steps(&s, STEPS, resumed));
     CHECK_OK(zoe_trainer_save(s.tr, res_dir, 0, end_res, sizeof end_res));
     ckpt_session_close(&s);
     for (int i = SAVE_AT; i < STEPS; i++)
-        CHECK(resumed[i] == ref[i], "int8 TP=%d x DP=%d DPU %d: resumed step %d: %.9g vs %.9g", tp,
-              dp, dpu, i, resumed[i], ref[i]);
+        CHECK(resumed[i] == ref[i],
+              "int8 TP=%d x DP=%d DPU %s, %s grads: resumed step %d: %.9g vs %.9g", tp, dp, sched,
+              grads, i, resumed[i], ref[i]);
     if (test_rank() == 0) {
         const char *files[] = {"model.safetensors", "optimizer.safetensors"};
         for (int f = 0; f < 2; f++)
             CHECK(ckpt_test_same_tensors(end_ref, end_res, files[f]),
-                  "int8 TP=%d x DP=%d DPU %d: %s of the resumed run", tp, dp, dpu, files[f]);
-        printf("int8 moments, TP=%d x DP=%d, DPU %s: resumed at step %d, losses %.4f .. %.4f "
-               "equal, weights and moments equal\n",
-               tp, dp, dpu ? "plain" : "off", SAVE_AT, ref[0], ref[STEPS - 1]);
+                  "int8 TP=%d x DP=%d DPU %s, %s grads: %s of the resumed run", tp, dp, sched,
+                  grads, files[f]);
+        printf("int8 moments, TP=%d x DP=%d, DPU %s, %s grads: resumed at step %d, losses %.4f .. "
+               "%.4f equal, weights and moments equal (%d steps held, %d redone over the ranks)\n",
+               tp, dp, sched, grads, SAVE_AT, ref[0], ref[STEPS - 1], all[0], all[1]);
     }
 }
 
@@ -130,8 +192,37 @@ int main(int argc, char **argv) {
     ckpt_test_tmpdir(MPI_COMM_WORLD, root, sizeof root);
     for (int tp = 1; tp <= 2; tp++) {
         if (test_world_size() % tp) continue;
-        resume_case(argv[1], root, tp, 0);
-        resume_case(argv[1], root, tp, 1);
+        /* Under a sanitizer each grid runs its share of the cases, a different share per grid:
+         * the grids scripts/sanitize runs (TP=1 at one rank, TP=1 and TP=2 at two) together run
+         * all of them, and the redone ones at two ranks, where they redo. */
+        const int grid = test_world_size() == 1 ? 0 : tp;
+        const zoe_dtype f32 = ZOE_F32, bf16 = ZOE_BF16;
+        const float holds = EXACT_CLIP_HOLDS, redoes = EXACT_CLIP_REDOES;
+        /* in this order so that the sanitizer's two-rank grids get the redone exact cases */
+        const resume_case_spec cases[] = {
+            {.tp = tp, .dpu = 0, .schedule = ZOE_DPU_PLAIN, .grads_dtype = f32, .clip_grad = 1},
+            {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_PLAIN, .grads_dtype = f32, .clip_grad = 1},
+            {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_DC, .grads_dtype = f32, .clip_grad = 1},
+            {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_PREDICT, .grads_dtype = bf16, .clip_grad = 1},
+            {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_DC, .grads_dtype = bf16, .clip_grad = 1},
+            {.tp = tp,
+             .dpu = 1,
+             .schedule = ZOE_DPU_EXACT,
+             .grads_dtype = f32,
+             .clip_grad = redoes},
+            {.tp = tp,
+             .dpu = 1,
+             .schedule = ZOE_DPU_EXACT,
+             .grads_dtype = bf16,
+             .clip_grad = holds},
+            {.tp = tp,
+             .dpu = 1,
+             .schedule = ZOE_DPU_EXACT,
+             .grads_dtype = bf16,
+             .clip_grad = redoes},
+        };
+        for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++)
+            if (!test_sanitized() || i % 3 == grid) resume_case(argv[1], root, &cases[i]);
     }
     convert_case(argv[1], root);
     ckpt_test_rmdir(MPI_COMM_WORLD, root);
