@@ -3,7 +3,9 @@
  * world allows (TP = 1 and 2), DPU off and on (warm-up 2: with the one-step-stale `predict`
  * schedule the save at step 4 falls while a delayed update is in flight; with zoe-train's
  * default `exact` it falls while the step's update is still settling, and nothing is in flight
- * once settled), dropout 0.1 and gradient accumulation 2. Compared exactly:
+ * once settled: in fp32 without clipping every delayed step's speculation holds, in bf16 at
+ * the clip of 1 and more than one rank a rank's speculation is undone and redone), dropout 0.1
+ * and gradient accumulation 2. Compared exactly:
  * every loss, and the bytes of every tensor of model.safetensors and optimizer.safetensors
  * saved at the end, in fp32 and in bf16 (whose master and DPU staging live apart from the
  * weights). The reference run saves nothing until after its last step.
@@ -28,6 +30,14 @@ static void one_case(const char *corpus, const char *root, int tp, int dpu, zoe_
     /* dpu: 0 off, 1 stale, 2 exact */
     c.dpu_schedule = dpu != 1 ? ZOE_DPU_EXACT : bf16_state ? ZOE_DPU_PLAIN : ZOE_DPU_PREDICT;
     c.dtype = dtype; /* fp32: the master is the weights; bf16: a separate master (and snapshot) */
+    /* The exact schedule's two paths across a save (one bucket: a rank speculates when its part
+     * of the norm is below the clip). fp32 without clipping: every delayed step speculates and
+     * its guess holds. bf16 at the clip of 1: at 2 and 4 ranks a rank whose part of the norm is
+     * below 1 speculates, the step clips (the norms are 2.0 .. 2.2), and its update is undone
+     * and redone; at one rank the clip is certain and nothing speculates. Checked below, so that
+     * a change that moved the norms fails rather than quietly tests less. */
+    const int exact_holds = dpu == 2 && dtype == ZOE_F32;
+    if (exact_holds) c.clip_grad = 0;
     if (bf16_state) c.main_params_dtype = c.exp_avg_dtype = c.exp_avg_sq_dtype = ZOE_STATE_BF16;
     char ref_dir[512], run_dir[512], res_dir[512], at[600], end_ref[600], end_run[600],
         end_res[600];
@@ -42,6 +52,15 @@ static void one_case(const char *corpus, const char *root, int tp, int dpu, zoe_
     CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c, corpus));
     CHECK_OK(ckpt_session_steps(&s, STEPS, ref));
     CHECK_OK(zoe_trainer_save(s.tr, ref_dir, 0, end_ref, sizeof end_ref));
+    int redone = 0;
+    MPI_Allreduce(&s.redone_steps, &redone, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (exact_holds)
+        CHECK(s.speculated_steps == STEPS - 2 && redone == 0,
+              "exact, no clip: %d of the %d delayed steps speculated and held, %d redone",
+              s.speculated_steps, STEPS - 2, redone);
+    else if (dpu == 2 && test_world_size() > 1)
+        CHECK(redone > 0, "exact, clip 1: %d rank-steps redone at %d ranks", redone,
+              test_world_size());
     ckpt_session_close(&s);
     /* the run that saves at 4 and 6 and goes on */
     CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &c, corpus));
