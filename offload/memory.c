@@ -5,10 +5,6 @@
 #include "runtime/error.h"
 #include "runtime/host_array.h"
 
-static size_t min_size(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
 void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *lay, int dp_size,
                         const zoe_optimizer_config *cfg, zoe_state_sizes *out) {
     /* The exact schedule's update is never in flight past its step: the layout of no DPU. */
@@ -42,7 +38,7 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.d_grads = !z.d_state ? 0 : dpu ? 2 : 1;
     if (!cpu && !dpu && z.h_numel) {
         size_t tiles = (cfg->copy_out_numel + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE;
-        z.out_ring = min_size(z.h_numel, tiles * ZOE_ADAM_TILE); /* blocks of whole tiles */
+        z.out_ring = zoe_min_size(z.h_numel, tiles * ZOE_ADAM_TILE); /* blocks of whole tiles */
         z.out_slots = 2;
     }
     if (cfg->grad_mode == ZOE_GRAD_FULL_BUFFER) {

@@ -316,10 +316,6 @@ static zoe_status int8_state_copy(zoe_optimizer *opt, int which, size_t h0, size
     return ZOE_OK;
 }
 
-static size_t min_size(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
 /* Partition coordinates [a, e) of state array which in the device share (CUDA with partial
  * offload: [0, sz.h_lo), held in the host's dtypes) to or from host, of dtype dt, through host
  * staging a chunk at a time: read back as fp32, and written by reading back, replacing the range
@@ -338,10 +334,10 @@ static zoe_status device_state_copy(zoe_optimizer *opt, int which, size_t a, siz
     zoe_status st =
         x && raw ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state copy staging of %d", CHUNK);
     for (size_t c0 = a / CHUNK * CHUNK; st == ZOE_OK && c0 < e; c0 += CHUNK) {
-        size_t lo = a > c0 ? a : c0, hi = min_size(e, c0 + CHUNK);
+        size_t lo = a > c0 ? a : c0, hi = zoe_min_size(e, c0 + CHUNK);
         /* what moves: the range, or the whole blocks holding it */
         size_t s0 = int8 ? lo / BLOCK * BLOCK : lo,
-               s1 = int8 ? min_size((hi + BLOCK - 1) / BLOCK * BLOCK, pd) : hi, n = s1 - s0;
+               s1 = int8 ? zoe_min_size((hi + BLOCK - 1) / BLOCK * BLOCK, pd) : hi, n = s1 - s0;
         char *dev = (char *)arrays[which] + s0 * hsz;
         float *dev_scales = int8 ? scale_arrays[which] + s0 / BLOCK : NULL;
         size_t nb = zoe_adam_int8_blocks(n);
@@ -417,7 +413,7 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
     }
     size_t pd = opt->sz.h_lo; /* the device arrays hold [0, h_lo), the host arrays the rest */
     if (offset < pd)
-        ZOE_TRY(device_state_copy(opt, (int)which, offset, min_size(end, pd), buf, dt, write));
+        ZOE_TRY(device_state_copy(opt, (int)which, offset, zoe_min_size(end, pd), buf, dt, write));
     if (end > pd && zoe_optimizer_state_dtype(opt, which) == ZOE_I8)
         return int8_state_copy(opt, (int)which, (offset > pd ? offset : pd) - pd, end - pd,
                                buf + ((offset > pd ? offset : pd) - offset) * esz, dt, write);

@@ -77,6 +77,11 @@ typedef struct zoe_state_sizes {
     size_t full_grad, full_pinned;   /* ZOE_GRAD_FULL_BUFFER, compute dtype */
 } zoe_state_sizes;
 
+/* The smaller of two sizes (the offload files' one copy). */
+static inline size_t zoe_min_size(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+
 /* The partition alignment, in elements: 64 bytes of the compute dtype, and with an int8 moment
  * whole blocks of it, so that every bucket's partition and the host share start at a block
  * boundary (a block never holds two buckets' elements, nor device and host ones). */

@@ -8,10 +8,6 @@
 #include "offload/optimizer_impl.h"
 #include "runtime/error.h"
 
-static size_t min_size(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
 size_t zoe_host_block(const zoe_optimizer *opt) {
     return opt->sz.out_ring ? opt->sz.out_ring : opt->sz.h_numel;
 }
@@ -35,10 +31,10 @@ static void first_touch(zoe_optimizer *opt) {
     void *snap = opt->sz.snap_pinned ? NULL : opt->h_snap; /* pinned memory is placed already */
     for (size_t b0 = 0; b0 < n; b0 += block) {
         long first = (long)(b0 / ZOE_ADAM_TILE);
-        long last = (long)((min_size(b0 + block, n) + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
+        long last = (long)((zoe_min_size(b0 + block, n) + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
 #pragma omp parallel for schedule(static)
         for (long ch = first; ch < last; ch++) {
-            size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
+            size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = zoe_min_size(lo + ZOE_ADAM_TILE, n) - lo;
             for (int a = 0; a < 5; a++)
                 if (arrays[a]) memset((char *)arrays[a] + lo * esizes[a], 0, len * esizes[a]);
             if (snap) memset((char *)snap + lo * opt->esz, 0, len * opt->esz);
@@ -203,7 +199,7 @@ static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
     void *stage = opt->h_snap ? opt->h_snap : opt->out_ring[0];
     size_t block = opt->h_snap ? z->h_numel : z->out_ring;
     for (size_t b0 = 0; b0 < z->h_numel; b0 += block) {
-        size_t n = min_size(block, z->h_numel - b0);
+        size_t n = zoe_min_size(block, z->h_numel - b0);
         void *master = zoe_host_state_at(opt, 0, b0);
         if (to_master) {
             for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo + b0, n);

@@ -12,10 +12,6 @@
 #include "runtime/clock.h"
 #include "runtime/error.h"
 
-static size_t min_size(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
 /* Where the host Adam over partition coordinates [a, ...) of a segment (at flat in the
  * parameter buffer) writes the compute-dtype weights: block_out is the copy-out slot holding
  * partition coordinate block_lo (CUDA without DPU), else NULL. NULL: none, the fp32 master is
@@ -109,7 +105,7 @@ static zoe_status predict_range(const zoe_optimizer *opt, const zoe_adam_consts 
                                      (float *)opt->h_v + h, out, opt->dtype, n);
     float w[STATE_CHUNK], m[STATE_CHUNK], v[STATE_CHUNK];
     for (size_t i = 0; i < n; i += STATE_CHUNK) {
-        size_t len = n - i < STATE_CHUNK ? n - i : STATE_CHUNK;
+        size_t len = zoe_min_size(n - i, STATE_CHUNK);
         ZOE_TRY(widen_state(opt, h + i, len, w, m, v));
         ZOE_TRY(
             zoe_adam_predict_host(k, scale, w, m, v, (char *)out + i * opt->esz, opt->dtype, len));
@@ -134,7 +130,7 @@ static zoe_status compensate_range(const zoe_optimizer *opt, const zoe_segment *
                                         (float *)opt->h_v + h, n);
     float wc[STATE_CHUNK], m[STATE_CHUNK], v[STATE_CHUNK];
     for (size_t i = 0; i < n; i += STATE_CHUNK) {
-        size_t len = n - i < STATE_CHUNK ? n - i : STATE_CHUNK;
+        size_t len = zoe_min_size(n - i, STATE_CHUNK);
         ZOE_TRY(widen_state(opt, h + i, len, wc, m, v));
         ZOE_TRY(zoe_adam_compensate_host(prev, lambda, grad_scale, grad + i, wc, m, v, len));
     }
@@ -272,7 +268,7 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
 #pragma omp for schedule(static) /* the first touch's: the same tiles on the same threads */
         for (long ch = first; ch < last; ch++) {
             if (dc_copy && !dc_grad) continue; /* failed above; the team still runs the loop */
-            size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = min_size(lo + ZOE_ADAM_TILE, b1);
+            size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = zoe_min_size(lo + ZOE_ADAM_TILE, b1);
             lo = lo < b0 ? b0 : lo;
             if (opt->sz.compressed && !undo) {
                 zoe_worker_error_record(
@@ -302,7 +298,7 @@ zoe_status zoe_host_range_update(zoe_optimizer *opt, const zoe_step_consts *c, i
     if (b0 >= b1) return ZOE_OK;
     if (!z->out_ring) return host_update(opt, c, c, buf, 0, b0, b1, NULL, undo);
     for (size_t x = b0; x < b1;) {
-        size_t next = min_size(x + z->out_ring, b1);
+        size_t next = zoe_min_size(x + z->out_ring, b1);
         int k = opt->out_next;
         opt->out_next ^= 1;
         ZOE_TRY(zoe_event_synchronize(opt->out_done[k])); /* its previous copy is done */
@@ -406,7 +402,7 @@ static zoe_status snapshot_grads(zoe_optimizer *opt, int buf, float scale) {
     zoe_worker_error err = {ZOE_OK, ""};
 #pragma omp parallel for schedule(static)
     for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
-        size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = min_size(lo + ZOE_ADAM_TILE, n) - lo;
+        size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = zoe_min_size(lo + ZOE_ADAM_TILE, n) - lo;
         char *dst = (char *)opt->h_snap + lo * opt->esz;
         if (copy)
             memcpy(dst, zoe_host_grad_at(opt, buf, lo), len * opt->esz);
