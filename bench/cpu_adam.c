@@ -50,6 +50,7 @@
 #include "runtime/cpu.h"
 #include "runtime/host_array.h"
 #include "zoe/dtype.h"
+#include "zoe/train.h"
 
 typedef struct arrays {
     size_t n;
@@ -437,29 +438,36 @@ static void free_arrays(arrays *a) {
 }
 
 int main(int argc, char **argv) {
-    size_t n = argc > 1 ? (size_t)strtoull(argv[1], NULL, 10) : (size_t)16 << 20;
-    int reps = argc > 2 ? atoi(argv[2]) : 15;
-    /* --no-naive leaves out the naive AdamW (minutes at 64M parameters); --mode NAME runs one
-     * mode only (bench/deepspeed_adam.sh: bf16_state). */
-    int with_naive = 1, only = -1, bad = n == 0 || reps < 2 || reps > MAX_REPS;
-    for (int i = 3; i < argc && !bad; i++) {
+    /* N and REPS as every zoe program reads numbers (zoe_parse_u64: " 5", "0x10", an overflow
+     * are not numbers); --no-naive leaves out the naive AdamW (minutes at 64M parameters);
+     * --mode NAME, given once, runs one mode only (bench/deepspeed_adam.sh: bf16_state). */
+    uint64_t n_arg = (uint64_t)16 << 20, reps_arg = 15;
+    int with_naive = 1, only = -1, bad_at = 0;
+    if (argc > 1 && (!zoe_parse_u64(argv[1], &n_arg) || n_arg == 0 || n_arg > SIZE_MAX / 4))
+        bad_at = 1;
+    else if (argc > 2 &&
+             (!zoe_parse_u64(argv[2], &reps_arg) || reps_arg < 2 || reps_arg > MAX_REPS))
+        bad_at = 2;
+    for (int i = 3; i < argc && !bad_at; i++) {
         if (strcmp(argv[i], "--no-naive") == 0) {
             with_naive = 0;
-        } else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc && only < 0) {
             for (int mi = 0; mi < NUM_MODES; mi++)
                 if (strcmp(argv[i + 1], mode_names[mi]) == 0) only = mi;
-            bad = only < 0, i++;
+            bad_at = only < 0 ? i + 1 : 0, i++;
         } else {
-            bad = 1;
+            bad_at = i;
         }
     }
-    if (bad) {
+    if (bad_at) {
         fprintf(stderr,
-                "usage: bench_cpu_adam [N > 0] [REPS in 2..%d] [--no-naive] [--mode fp32|"
-                "bf16_weights|fp32_dpu|bf16_dpu|bf16_state|int8_state]\n",
-                MAX_REPS);
+                "bench_cpu_adam: bad argument '%s'\nusage: bench_cpu_adam [N > 0] [REPS in 2..%d] "
+                "[--no-naive] [--mode fp32|bf16_weights|fp32_dpu|bf16_dpu|bf16_state|int8_state]\n",
+                argv[bad_at], MAX_REPS);
         return 2;
     }
+    const size_t n = (size_t)n_arg;
+    const int reps = (int)reps_arg;
     zoe_adam_hparams h = {.lr = 1e-4f,
                           .beta1 = 0.9f,
                           .beta2 = 0.999f,
