@@ -93,14 +93,15 @@ static int check_device_cap(const zoe_train_config *cfg, const zoe_plan_result *
     const double cap = (double)cfg->device_memory, mib = 1 << 20;
     if (!cfg->device_memory || cfg->no_plan_check || r->gpu.total <= cap) return 0;
     char msg[640];
-    snprintf(msg, sizeof msg,
-             "the run does not fit --device-memory=%.1f MiB (%llu bytes): the plan needs %.1f MiB "
-             "on each rank's device (weights %.1f, gradient ring %.1f, optimizer %.1f, "
-             "activations %.1f, workspace %.1f, communication %.1f MiB; --no-plan-check runs it "
-             "anyway)",
-             cap / mib, (unsigned long long)cfg->device_memory, r->gpu.total / mib,
-             r->gpu.weights / mib, r->gpu.grad_ring / mib, r->gpu.optimizer / mib,
-             r->gpu.activations / mib, r->gpu.workspace / mib, r->gpu.comm / mib);
+    snprintf(
+        msg, sizeof msg,
+        "the run does not fit --device-memory=%.1f MiB (%llu bytes): the plan needs %.1f MiB "
+        "(%.0f bytes) on each rank's device (weights %.1f, gradient ring %.1f, optimizer %.1f, "
+        "activations %.1f, workspace %.1f, communication %.1f MiB; --no-plan-check runs it "
+        "anyway)",
+        cap / mib, (unsigned long long)cfg->device_memory, r->gpu.total / mib, r->gpu.total,
+        r->gpu.weights / mib, r->gpu.grad_ring / mib, r->gpu.optimizer / mib,
+        r->gpu.activations / mib, r->gpu.workspace / mib, r->gpu.comm / mib);
     return fail(rank, EXIT_USAGE, msg);
 }
 
