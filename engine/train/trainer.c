@@ -105,6 +105,7 @@ static zoe_status create_device(zoe_trainer *tr) {
         tr->gpu_node_index = gc.node_index;
     }
     ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
+    ZOE_TRY(zoe_device_set_memory_limit(tr->dev, (size_t)tr->cfg.device_memory));
     return zoe_stream_create(tr->dev, &tr->stream);
 }
 
@@ -433,6 +434,12 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     double sums[3] = {tr->loss_sum, (double)tr->micro_batches, (double)tr->loss_tokens};
     int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
     if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the step's loss over DP");
+    zoe_memory_stats ms;
+    ZOE_TRY(zoe_device_memory_stats(tr->dev, &ms));
+    long long device_peak = (long long)ms.device_peak;
+    rc = MPI_Allreduce(MPI_IN_PLACE, &device_peak, 1, MPI_LONG_LONG, MPI_MAX,
+                       zoe_grid_world_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the device peak");
     if (stats) {
         const zoe_train_config *c = &tr->cfg;
         memset(stats, 0, sizeof *stats);
@@ -453,6 +460,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         stats->overlapped = c->dpu_warmup > 0 && tr->steps_done >= c->dpu_warmup && !os.skipped;
         if (c->dpu_schedule == ZOE_DPU_EXACT) stats->overlapped = os.speculated || os.deferred;
         stats->redone = os.redone;
+        stats->device_peak_bytes = device_peak;
         stats->ms_total = t1 - tr->step_started;
     }
     tr->steps_done++;
