@@ -171,11 +171,11 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
     r->host.pinned_per_rank = o->pinned + (p->evaluates && stale ? o->device_params : 0.0) +
                               (p->checkpoints ? (double)ckpt_round_bytes() : 0.0);
-    /* On the CPU backend the device is host memory, and so are the kernels' workspace and the
-     * MPI staging of 16-bit collectives. */
+    /* On the CPU backend the device is host memory, and so are the kernels' workspace, the
+     * MPI staging of 16-bit collectives and the packing of those past INT_MAX elements. */
     r->host.other_per_rank =
         hw->rank_base_bytes + m->host_other +
-        (cpu ? r->gpu.total + m->workspace + o->comm_staging + o->comm_root : 0);
+        (cpu ? r->gpu.total + m->workspace + o->comm_staging + o->comm_root + o->comm_pack : 0);
     r->host.per_rank =
         r->host.optimizer_per_rank + r->host.pinned_per_rank + r->host.other_per_rank;
     /* per_rank is the fullest rank, a DP root; the other ranks of the box hold no root
