@@ -343,9 +343,9 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
     const double head_fwd = weight > 0 ? per_mb * head_flops / weight : 0.0;
     r->stream.layer_forward = layer_fwd;
     /* the fewest units ahead whose forward compute (or, where the copies are slower, whose
-     * copies) covers one layer's latency */
+     * copies) covers one layer's latency; on the CPU backend nothing overlaps: one */
     const double cover = fmax(layer_fwd, r->stream.layer_copy);
-    int need = cover > 0 ? (int)ceil(r->stream.layer_latency / cover - 1e-9) : 1;
+    int need = cover > 0 && !cpu ? (int)ceil(r->stream.layer_latency / cover - 1e-9) : 1;
     need = need < 1 ? 1 : need > L ? L : need;
     r->stream.prefetch_from_plan = p->prefetch_layers <= 0;
     r->stream.prefetch = r->stream.prefetch_from_plan ? need : p->prefetch_layers;

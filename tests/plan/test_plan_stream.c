@@ -115,6 +115,51 @@ static void check_stream(const char *what, zoe_plan_config p) {
            fmax(lp, lg), hide, r.time.bound);
 }
 
+/* The CPU backend: the "device" is host memory, so the ring counts in the host's total; the
+ * copies are memcpys at the host's bandwidth shared by its ranks, on the compute's cores, so
+ * none hides: every pass exposes each unit's copy and gather in turn. An fp32 master computing in
+ * fp32 is the parameter buffer (no copy); computing in bf16 it is not. */
+static void check_cpu(zoe_dtype dtype, int dp) {
+    zoe_plan_config p;
+    zoe_plan_config_init(&p);
+    CHECK_OK(zoe_model_preset("gpt2-124m", &p.model));
+    CHECK_OK(zoe_hardware_local(0, &p.hardware));
+    p.hardware.host_cores = 2, p.hardware.host_bandwidth = 20e9;
+    p.hardware.gpu_peak_flops = 100e9, p.hardware.nvlink_bandwidth = 10e9;
+    p.dtype = dtype, p.dp = dp, p.micro_batch = 2, p.recompute = 1, p.offload_params = 1;
+    zoe_plan_result r, resident;
+    if (!CHECK_OK(zoe_plan(&p, &r))) return;
+    zoe_plan_config q = p;
+    q.offload_params = 0;
+    if (!CHECK_OK(zoe_plan(&q, &resident))) return;
+    const double h = p.model.hidden, T = p.model.seq_len, V = p.model.vocab, L = p.model.layers;
+    const double d = dp, esz = dtype == ZOE_F32 ? 4 : 2, padded = ceil(V / 128) * 128;
+    const double layer = (12 * h * h + 13 * h) * esz, emb = (padded * h + T * h + 2 * h) * esz;
+    const double link = p.hardware.host_bandwidth / dp, nv = p.hardware.nvlink_bandwidth;
+    const double lp = layer / d / link, lg = dp > 1 ? layer * (d - 1) / d / nv : 0;
+    const double ep = emb / d / link, eg = dp > 1 ? emb * (d - 1) / d / nv : 0;
+    const double exposed = 2 * (L * (lp + lg) + 2 * (ep + eg));
+    const double host_weights = dtype == ZOE_F32 ? 0 : (double)r.state_params * esz;
+    const double ring = (r.stream.prefetch + 1) * fmax(layer, emb);
+    printf("CPU backend, %s, DP=%d: ring %.1f MiB, host weights %.1f MiB, exposed %.4f s "
+           "(expected %.4f), copies hide from micro-batch %d\n",
+           zoe_dtype_name(dtype), dp, ring / (1 << 20), r.stream.host_weights / (1 << 20),
+           r.stream.exposed, exposed, r.stream.hide_micro_batch);
+    CHECK(rel(r.stream.exposed, exposed) < 1e-9 && r.stream.hide_micro_batch == 0 &&
+              r.stream.prefetch == 1,
+          "CPU %s DP=%d: exposed %.6f s (expected %.6f), hides from %d", zoe_dtype_name(dtype), dp,
+          r.stream.exposed, exposed, r.stream.hide_micro_batch);
+    CHECK(r.stream.host_weights == host_weights && r.gpu.weights == ring,
+          "CPU %s: host weights %.0f (expected %.0f), device weights %.0f (ring %.0f)",
+          zoe_dtype_name(dtype), r.stream.host_weights, host_weights, r.gpu.weights, ring);
+    /* the device is host memory: the host total moves by the ring less the weights, and the
+     * copy, on every rank */
+    const double moved = dp * (ring - resident.gpu.weights + host_weights);
+    CHECK(rel(r.host.total, resident.host.total + moved) < 1e-12,
+          "CPU %s DP=%d: host %.0f, expected the resident %.0f %+.0f", zoe_dtype_name(dtype), dp,
+          r.host.total, resident.host.total, moved);
+}
+
 /* The largest GPT of GPT-3's family with streamed weights at the issue's run: it fits, the next
  * (tp more layers) does not, and the host is what stops it. Returns its parameters. */
 static double largest_streamed(const char *hardware, int tp, double at_least) {
@@ -165,6 +210,8 @@ int main(int argc, char **argv) {
     /* TP x DP on a box: the link shared by two GPUs, the all-gather over DP */
     check_stream("70b dgx-a100 TP=2 x DP=4", box("70b", "dgx-a100-80g", 2, 4, 2));
     check_stream("13b dgx2 TP=1 x DP=16", box("13b", "dgx2", 1, 16, 1));
+    check_cpu(ZOE_F32, 1);
+    check_cpu(ZOE_BF16, 2);
     /* a prefetch given: the ring follows it, and too few units expose the latency */
     zoe_plan_config g = box("13b", "dgx2", 1, 16, 1);
     g.prefetch_layers = 7;
