@@ -370,9 +370,10 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
     r->stream.hide_micro_batch =
         cpu || fwd <= 0 ? 0 : (int)ceil(unpaced / (fwd / p->micro_batch) - 1e-9);
     if (r->stream.hide_micro_batch < 1 && !cpu && fwd > 0) r->stream.hide_micro_batch = 1;
-    const char *pace = layer_pace > r->stream.layer_copy * (1 + 1e-9) ? "latency"
-                       : layer_pcie >= layer_gather                   ? "pcie"
-                                                                      : "dp all-gather";
+    const char *pace = cpu                                              ? "host copies"
+                       : layer_pace > r->stream.layer_copy * (1 + 1e-9) ? "latency"
+                       : layer_pcie >= layer_gather                     ? "pcie"
+                                                                        : "dp all-gather";
     snprintf(r->stream.bound, sizeof r->stream.bound, "%s",
              r->stream.exposed > (emb_pcie + emb_gather) * (1 + 1e-9) ? pace : "compute");
     return r->stream.exposed;

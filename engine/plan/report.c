@@ -80,6 +80,7 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
 
 static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
     const zoe_hardware *hw = &c->hardware;
+    const int cpu = hw->backend == ZOE_BACKEND_CPU;
     if (!strcmp(r->time.bound, "not probed")) {
         fprintf(out, "\nOne step: no time model (the hardware's rates were not probed)\n");
         return;
@@ -112,9 +113,9 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
             r->time.host_adam_cores);
     if (c->version >= 3 && c->offload_params) {
         fprintf(out,
-                "  weights in, PCIe          %9.3f   %.2f GiB per rank per step (each unit's 1/%d "
+                "  weights in, %-13s %9.3f   %.2f GiB per rank per step (each unit's 1/%d "
                 "partition, once per forward and once per backward of each micro-batch)\n",
-                r->stream.pcie, gib(r->stream.pcie_bytes), c->dp);
+                cpu ? "host copies" : "PCIe", r->stream.pcie, gib(r->stream.pcie_bytes), c->dp);
         fprintf(out, "  weights in, DP all-gather %9.3f   %.2f GiB per rank per step\n",
                 r->stream.all_gather, gib(r->stream.gather_bytes));
         fprintf(out,

@@ -201,6 +201,7 @@ typedef struct zoe_plan_result {
         int hide_micro_batch;
         int hide_fits;
         char bound[32]; /* what paces the stream: "compute" (hidden), "pcie", "dp all-gather",
+                         * "host copies" (the CPU backend),
                          * "latency" (too few units prefetched) */
     } stream;
     /* Model FLOPs utilisation: the model's FLOPs per step (forward and backward, 3 x the
