@@ -24,6 +24,9 @@ check headline-why 0 "host adam binds" -- "$plan" --model 70b --hardware dgx2 --
 check no-offload 0 "does not fit: GPU: .* > 32.0 GiB" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-ratio 0
 check json 0 '^\{"model":\{"name":"70b".*"fits":true' -- "$plan" --model 70b --hardware dgx2 --tp 16 --json
 check search 0 "^ +16 +1 +8 +on +on" -- "$plan" --search --model 70b --hardware dgx2
+# nothing fits: exit 1 and a line saying so (the JSON form printed nothing at all)
+check search-none 1 "^zoe-plan --search: none of [0-9]+ combinations fits" -- "$plan" --search --model 70b --hardware v100-32g
+check search-none-json 1 "^zoe-plan --search: none of [0-9]+ combinations fits" -- "$plan" --search --model 70b --hardware v100-32g --json
 check max-model 0 "largest scaled GPT: .*B parameters" -- "$plan" --max-model --model 10b --hardware v100-32g --offload-ratio 0
 check auto-ratio 0 "--offload-ratio auto chose" -- "$plan" --model 13b --hardware v100-32g --offload-ratio auto
 check local 0 "^on local: this machine" -- "$plan" --model demo

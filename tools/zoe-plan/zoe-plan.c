@@ -277,7 +277,10 @@ static int search(const options *o) {
     const size_t nratios = sizeof ratios / sizeof ratios[0], states = o->state_auto ? 3 : 1;
     size_t cap = 4096, n = 0, tried = 0;
     candidate *c = malloc(cap * sizeof *c);
-    if (!c) return EXIT_FAILURE;
+    if (!c) {
+        fprintf(stderr, "zoe-plan: out of memory for %zu candidates\n", cap);
+        return EXIT_FAILURE;
+    }
     for (int tp = 1; tp <= ranks; tp++) {
         if (ranks % tp) continue;
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
@@ -297,12 +300,18 @@ static int search(const options *o) {
                         c[n++] = k;
                     }
     }
+    if (!n) {
+        fprintf(stderr, "zoe-plan --search: none of %zu combinations fits %s on %s\n", tried,
+                o->cfg.model.name, o->cfg.hardware.name);
+        free(c);
+        return 1;
+    }
     qsort(c, n, sizeof *c, by_throughput);
     if (o->json) {
         for (size_t i = 0; i < n && i < (size_t)o->top; i++)
             zoe_plan_write_json(stdout, &c[i].cfg, &c[i].r);
         free(c);
-        return n ? 0 : 1;
+        return 0;
     }
     printf("zoe-plan --search: %s on %s, %zu of %zu combinations fit; best predicted first\n",
            o->cfg.model.name, o->cfg.hardware.name, n, tried);
@@ -317,7 +326,7 @@ static int search(const options *o) {
                r->host.total / (1 << 30), r->time.step, r->time.tokens_per_second, r->time.bound);
     }
     free(c);
-    return n ? 0 : 1;
+    return 0;
 }
 
 static int max_model(const options *o) {
@@ -343,6 +352,9 @@ static int max_model(const options *o) {
                best_preset ? (long long)zoe_model_param_count(best_preset) : 0LL,
                have_scaled ? scaled.layers : 0, have_scaled ? scaled.hidden : 0,
                have_scaled ? (long long)zoe_model_param_count(&scaled) : 0LL);
+        if (!best_preset && !have_scaled)
+            fprintf(stderr, "zoe-plan --max-model: no preset and no scaled GPT fits: %s\n",
+                    zoe_last_error());
         return best_preset || have_scaled ? 0 : 1;
     }
     printf("zoe-plan --max-model on %s, TP %d x DP %d, micro-batch %d x %d, %s, recompute %s, "
