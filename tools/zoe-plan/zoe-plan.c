@@ -325,7 +325,10 @@ static int search(const options *o) {
     const size_t nratios = sizeof ratios / sizeof ratios[0], states = o->state_auto ? 3 : 1;
     size_t cap = 4096, n = 0, tried = 0;
     candidate *c = malloc(cap * sizeof *c);
-    if (!c) return EXIT_FAILURE;
+    if (!c) {
+        fprintf(stderr, "zoe-plan: out of memory for %zu candidates\n", cap);
+        return EXIT_FAILURE;
+    }
     for (int tp = 1; tp <= ranks; tp++) {
         if (ranks % tp) continue;
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
@@ -347,12 +350,18 @@ static int search(const options *o) {
                         c[n++] = k;
                     }
     }
+    if (!n) {
+        fprintf(stderr, "zoe-plan --search: none of %zu combinations fits %s on %s\n", tried,
+                o->cfg.model.name, o->cfg.hardware.name);
+        free(c);
+        return 1;
+    }
     qsort(c, n, sizeof *c, by_throughput);
     if (o->json) {
         for (size_t i = 0; i < n && i < (size_t)o->top; i++)
             zoe_plan_write_json(stdout, &c[i].cfg, &c[i].r);
         free(c);
-        return n ? 0 : 1;
+        return 0;
     }
     printf("zoe-plan --search: %s on %s, %zu of %zu combinations fit; best predicted first\n",
            o->cfg.model.name, o->cfg.hardware.name, n, tried);
@@ -367,7 +376,7 @@ static int search(const options *o) {
                r->host.total / (1 << 30), r->time.step, r->time.tokens_per_second, r->time.bound);
     }
     free(c);
-    return n ? 0 : 1;
+    return 0;
 }
 
 /* What stops GPT-3's family at `scaled`: the memory its next member (tp more layers and heads)
@@ -428,6 +437,9 @@ static int max_model(const options *o) {
                    r.gpu.total, r.host.total, r.time.bound, binds, r.time.step,
                    r.time.tokens_per_second, r.mfu);
         printf("}\n");
+        if (!best_preset && !have_scaled)
+            fprintf(stderr, "zoe-plan --max-model: no preset and no scaled GPT fits: %s\n",
+                    zoe_last_error());
         return best_preset || have_scaled ? 0 : 1;
     }
     printf("zoe-plan --max-model on %s, TP %d x DP %d, micro-batch %d x seq %d, vocabulary %d, "
