@@ -22,6 +22,13 @@ static int fail(int rank, int code, const char *what) {
     return code;
 }
 
+/* A failure that may be one rank's own (an allocation, a file): every rank that has it says so,
+ * naming itself, and the status's name stands in where no message was recorded. */
+static void say_failed(int rank, zoe_status st) {
+    const char *why = zoe_last_error();
+    fprintf(stderr, "zoe-train: rank %d: %s\n", rank, why[0] ? why : zoe_status_string(st));
+}
+
 static void list_models(void) {
     printf("%-12s %-6s %6s %6s %8s %6s %7s %7s %9s  %-11s %s\n", "model", "family", "layers",
            "hidden", "heads/kv", "ffn", "seq", "vocab", "params", "TP x DP", "shape from");
@@ -365,10 +372,13 @@ int main(int argc, char **argv) {
     }
     zoe_dataset *ds = data.train;
     zoe_trainer *tr = NULL;
-    if (zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr) != ZOE_OK) {
+    st = zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr);
+    if (st != ZOE_OK) {
+        say_failed(rank, st);
         zoe_progress_destroy(progress);
         run_data_destroy(&data);
-        return fail(rank, EXIT_FAILURE, zoe_last_error());
+        MPI_Finalize();
+        return EXIT_FAILURE;
     }
     char ckpt[ZOE_PATH_MAX * 2] = "";
     if (cfg.resume[0] && zoe_trainer_load(tr, cfg.resume, ckpt, sizeof ckpt) != ZOE_OK) {
@@ -460,7 +470,7 @@ int main(int argc, char **argv) {
         st = zoe_trainer_save(tr, cfg.save, cfg.keep_last, ckpt, sizeof ckpt);
     if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     if (st != ZOE_OK) {
-        fprintf(stderr, "zoe-train: rank %d: %s\n", rank, zoe_last_error());
+        say_failed(rank, st);
         code = EXIT_FAILURE;
     } else if (rank == 0 && stopped) {
         if (cfg.save[0])
