@@ -32,7 +32,7 @@ check max-model-run 0 "micro-batch 1 x seq 2048, vocabulary 50257, fp16, recompu
 check max-model-json 0 '"seq_len":4096,"vocab":128256,"micro_batch":2,"recompute":false,.*"scaled_layers":[0-9]+,"scaled_hidden":[0-9]+' -- "$plan" --max-model --hardware h200 --seq-len 4096 --vocab 128256 --micro-batch 2 --no-recompute --json
 check max-model-preset-run 0 "largest preset: 70b .* at its documented run: micro-batch 8 x seq 1024" -- "$plan" --max-model --hardware dgx2 --tp 16 --state int8
 check max-model-model 2 "max-model scales GPT-3's family" -- "$plan" --max-model --model 10b
-check stream 0 "weights ring \(fp16\) .* streamed: 1 \+ 1 units" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-params cpu --state int8
+check stream 0 "weights ring \(fp16\) .* streamed: 1 \+ 1 layers of 0.12, the embedding's 0.07 held" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-params cpu --state int8
 check stream-json 0 '"offload_params":"cpu".*"stream":\{"prefetch":[0-9]+,.*"hide_micro_batch":[0-9]+' -- "$plan" --model 13b --hardware h200 --offload-params cpu --json
 check stream-max 0 "copies hide behind compute from micro-batch [0-9]+" -- "$plan" --max-model --hardware v100-32g --offload-params cpu --state int8 --main-grads-dtype fp16
 check bad-offload-params 2 "--offload-params: 'gpu' is not cpu or none" -- "$plan" --offload-params gpu
