@@ -166,13 +166,14 @@ static double nccl_bytes(int group) {
     return group > 1 ? 16.0 * 2.0 * 4.0 * 1024 * 1024 : 0.0;
 }
 
-/* Streamed weights, the sizes: the units the ring holds (a layer; the embedding and the LM head,
- * one tensor in GPT, two in an untied Llama) in the compute dtype of the rank's TP shard, and the
- * host's compute-dtype copy of the rank's partition, none where the master is those weights: a
- * bf16 master with a 16-bit compute dtype (the master crosses as it is; for fp16 the device
- * rounds it in place to nearest even, the rounding by which the host step writes resident fp16
- * weights from a bf16 master, kernels/adam_state.h: the same bits), and fp32 on the CPU
- * backend (offload/memory.c: the master is the parameter buffer). */
+/* Streamed weights, the sizes, as the streaming engine holds them (offload/param_stream.h): the
+ * units (a layer; the embedding, which in GPT is also the LM head; an untied Llama's head) in the
+ * compute dtype of the rank's TP shard, and the host's compute-dtype copy of the rank's
+ * partition, none where the master is those weights: a bf16 master with a 16-bit compute dtype
+ * (the master crosses as it is; for fp16 the device rounds it in place to nearest even, the
+ * rounding by which the host step writes resident fp16 weights from a bf16 master,
+ * kernels/adam_state.h: the same bits), and fp32 on the CPU backend (offload/memory.c: the
+ * master is the parameter buffer). */
 static void stream_sizes(const zoe_plan_config *p, const zoe_gpt *g, const zoe_plan_optimizer *o,
                          zoe_plan_result *r) {
     if (!streamed(p)) return;
@@ -182,10 +183,21 @@ static void stream_sizes(const zoe_plan_config *p, const zoe_gpt *g, const zoe_p
     const int untied = p->model.family == ZOE_MODEL_LLAMA && !p->model.tie_embeddings;
     r->stream.layer_bytes = layer * esz;
     r->stream.embedding_bytes = (untied ? rest / 2 : rest) * esz;
+    r->stream.head_bytes = untied ? rest / 2 * esz : 0.0;
     const int master_is_weights = (p->main_params_dtype == ZOE_STATE_BF16 && esz == 2) ||
                                   (p->hardware.backend == ZOE_BACKEND_CPU &&
                                    p->main_params_dtype == ZOE_STATE_FP32 && p->dtype == ZOE_F32);
     r->stream.host_weights = master_is_weights ? 0.0 : (double)o->part_numel * esz;
+}
+
+/* The device's buffers of streamed weights: prefetch + 1 of the largest unit the ring cycles
+ * through (a layer, an untied head), one of the embedding's own (held through a pass: the tied
+ * head reads it last), and over DP a staging buffer of every rank's block of the largest unit. */
+static double stream_ring(const zoe_plan_config *p, const zoe_plan_result *r) {
+    const double cycled = fmax(r->stream.layer_bytes, r->stream.head_bytes);
+    const double largest = fmax(cycled, r->stream.embedding_bytes);
+    return (r->stream.prefetch + 1.0) * cycled + r->stream.embedding_bytes +
+           (p->dp > 1 ? largest : 0.0);
 }
 
 static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_plan_optimizer *o,
@@ -310,16 +322,16 @@ static double attention_seconds(const zoe_plan_config *p, char *path, size_t pat
 }
 
 /* Streamed weights, the time (docs/plan.md, "Streamed weights"). Each pass of each micro-batch
- * fetches the embedding, the layers and the LM head (two embedding-sized units): per unit, the
- * rank's 1/d of its TP shard over the host link (PCIe, shared by the GPUs on it; on the CPU
- * backend a copy at the host's bandwidth, shared by its ranks), then the rest by the DP
- * all-gather. The two links pipeline over units, so a unit's copy paces at the slower of the two
- * and takes both in turn (its latency); with `prefetch` units in flight a unit arrives every
- * max(pace, latency / prefetch). A pass's copies hide behind its compute where they arrive
- * faster than the pass consumes them: the forward of a layer (1 of the `passes` shares of its
- * FLOPs) is the tightest, the backward (2, and 1 more recomputed) has room. What they outlast
- * is exposed, and so is the first unit's fetch of the step. On the CPU backend the copies run on
- * the compute's cores: none hides. Returns the exposed seconds. */
+ * fetches every unit once: per unit, the rank's 1/d of its TP shard over the host link (PCIe,
+ * shared by the GPUs on it; on the CPU backend a copy at the host's bandwidth, shared by its
+ * ranks), then the rest by the DP all-gather. The two links pipeline over units, so a unit's copy
+ * paces at the slower of the two and takes both in turn (its latency); with `prefetch` units in
+ * flight a layer arrives every max(pace, latency / prefetch). A pass's layer copies hide behind
+ * its compute where they arrive faster than the pass consumes them: the forward of a layer (1
+ * of the `passes` shares of its FLOPs) is the tightest, the backward (2, and 1 more recomputed)
+ * has room. The embedding opens each pass and is released at its end, so its fetch is exposed
+ * in every pass. On the CPU backend the copies run on the compute's cores: none hides. Returns
+ * the exposed seconds. */
 static double stream_time(const zoe_plan_config *p, double layers_flops, double head_flops,
                           double passes, zoe_plan_result *r) {
     const zoe_hardware *hw = &p->hardware;
@@ -331,9 +343,12 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
     if (sharing < 1) sharing = 1;
     const double link = (cpu ? hw->host_bandwidth : hw->pcie_bandwidth) / sharing;
     const double share = (d - 1.0) / d, gather = hw->nvlink_bandwidth;
-    const double lb = r->stream.layer_bytes, eb = r->stream.embedding_bytes;
+    const double lb = r->stream.layer_bytes, eb = r->stream.embedding_bytes,
+                 hb = r->stream.head_bytes;
+    /* each unit's copy: its partition over the host link, the rest over DP */
     const double layer_pcie = lb / d / link, layer_gather = d > 1 ? lb * share / gather : 0.0;
-    const double emb_pcie = eb / d / link, emb_gather = d > 1 ? eb * share / gather : 0.0;
+    const double head_pcie = hb / d / link, head_gather = d > 1 ? hb * share / gather : 0.0;
+    const double emb_latency = eb / d / link + (d > 1 ? eb * share / gather : 0.0);
     r->stream.layer_copy = fmax(layer_pcie, layer_gather);
     r->stream.layer_latency = layer_pcie + layer_gather;
     /* this rank's compute per micro-batch, split by the model FLOPs' shares: a layer's forward
@@ -351,22 +366,22 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
     r->stream.prefetch = r->stream.prefetch_from_plan ? need : p->prefetch_layers;
     const double q = r->stream.prefetch;
     const double layer_pace = fmax(r->stream.layer_copy, r->stream.layer_latency / q);
-    const double emb_pace = fmax(fmax(emb_pcie, emb_gather), (emb_pcie + emb_gather) / q);
-    const double pass_copy = L * layer_pace + 2.0 * emb_pace;
+    const double head_pace = fmax(fmax(head_pcie, head_gather), (head_pcie + head_gather) / q);
+    const double pass_copy = L * layer_pace + head_pace;
     const double fwd = L * layer_fwd + head_fwd,
                  bwd = L * layer_fwd * (passes - 1.0) + 2 * head_fwd;
-    const double per_pass_bytes = L * lb + 2.0 * eb;
+    const double per_pass_bytes = L * lb + eb + hb;
     r->stream.pcie_bytes = k * 2.0 * per_pass_bytes / d;
     r->stream.gather_bytes = k * 2.0 * per_pass_bytes * share;
     r->stream.pcie = r->stream.pcie_bytes / link;
     r->stream.all_gather = d > 1 ? r->stream.gather_bytes / gather : 0.0;
-    const double serial = L * r->stream.layer_latency + 2.0 * (emb_pcie + emb_gather);
+    const double serial = L * r->stream.layer_latency + head_pcie + head_gather + emb_latency;
     r->stream.exposed =
         cpu ? k * 2.0 * serial
-            : k * (fmax(0.0, pass_copy - fwd) + fmax(0.0, pass_copy - bwd)) + emb_pcie + emb_gather;
-    /* copies per micro-batch are fixed and compute grows with it: the forward hides them from
-     * the micro-batch where it takes as long as the paced copies (the plan's prefetch) */
-    const double unpaced = L * r->stream.layer_copy + 2.0 * fmax(emb_pcie, emb_gather);
+            : k * (fmax(0.0, pass_copy - fwd) + fmax(0.0, pass_copy - bwd) + 2.0 * emb_latency);
+    /* copies per micro-batch are fixed and compute grows with it: the forward hides the layers'
+     * (and an untied head's) from the micro-batch where it takes as long as they do */
+    const double unpaced = L * r->stream.layer_copy + fmax(head_pcie, head_gather);
     r->stream.hide_micro_batch =
         cpu || fwd <= 0 ? 0 : (int)ceil(unpaced / (fwd / p->micro_batch) - 1e-9);
     if (r->stream.hide_micro_batch < 1 && !cpu && fwd > 0) r->stream.hide_micro_batch = 1;
@@ -375,7 +390,7 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
                        : layer_pcie >= layer_gather                     ? "pcie"
                                                                         : "dp all-gather";
     snprintf(r->stream.bound, sizeof r->stream.bound, "%s",
-             r->stream.exposed > (emb_pcie + emb_gather) * (1 + 1e-9) ? pace : "compute");
+             r->stream.exposed > k * 2.0 * emb_latency * (1 + 1e-9) ? pace : "compute");
     return r->stream.exposed;
 }
 
@@ -533,8 +548,7 @@ static zoe_status plan_once(const zoe_plan_config *p, zoe_plan_result *r) {
     if (streamed(p)) {
         if (r->stream.prefetch <= 0) /* no time model: the given prefetch, or double buffering */
             r->stream.prefetch = p->prefetch_layers > 0 ? p->prefetch_layers : 1;
-        r->stream.ring =
-            (r->stream.prefetch + 1.0) * fmax(r->stream.layer_bytes, r->stream.embedding_bytes);
+        r->stream.ring = stream_ring(p, r);
     }
     memory(p, &m, &o, r);
     return ZOE_OK;

@@ -23,11 +23,11 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
     fprintf(out, "\n%s, per rank (GiB):\n", cpu ? "Device (CPU backend: host memory)" : "Per GPU");
     if (c->version >= 3 && c->offload_params)
         fprintf(out,
-                "  weights ring (%s)       %9.2f   streamed: %d + 1 units of up to %.2f GiB "
-                "(a layer %.2f, the embedding %.2f)\n",
+                "  weights ring (%s)       %9.2f   streamed: %d + 1 layers of %.2f, the "
+                "embedding's %.2f held%s\n",
                 zoe_dtype_name(c->dtype), gib(r->gpu.weights), r->stream.prefetch,
-                gib(fmax(r->stream.layer_bytes, r->stream.embedding_bytes)),
-                gib(r->stream.layer_bytes), gib(r->stream.embedding_bytes));
+                gib(fmax(r->stream.layer_bytes, r->stream.head_bytes)),
+                gib(r->stream.embedding_bytes), c->dp > 1 ? ", the DP gather's staging" : "");
     else
         fprintf(out, "  weights (%s)            %9.2f\n", zoe_dtype_name(c->dtype),
                 gib(r->gpu.weights));

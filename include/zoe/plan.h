@@ -181,10 +181,11 @@ typedef struct zoe_plan_result {
         int prefetch;           /* units fetched ahead: the ring holds prefetch + 1 */
         int prefetch_from_plan; /* 1: the plan chose it (no prefetch_layers given) */
         double layer_bytes;     /* a transformer layer's TP shard in the compute dtype */
-        double embedding_bytes; /* the embedding's, and the LM head's (GPT: the same tensor) */
-        double ring;            /* (prefetch + 1) x the larger of the two, on the device */
-        double host_weights;    /* per rank: the compute-dtype weights of its partition, 0 where
-                                 * the master is those weights (a bf16 master, 16-bit compute) */
+        double embedding_bytes; /* the embedding's (GPT: also the LM head), held through a pass */
+        double ring; /* on the device: prefetch + 1 buffers of the largest unit the ring cycles
+                      * through, the embedding's own, and over DP the gather's staging */
+        double host_weights; /* per rank: the compute-dtype weights of its partition, 0 where
+                              * the master is those weights (a bf16 master, 16-bit compute) */
         double host_bytes_per_param; /* the box's host total over the parameters it holds */
         /* Per rank per step: each unit crosses once per forward and once per backward of every
          * micro-batch, its 1/(t*d) partition host->device and the rest by the DP all-gather. */
@@ -195,14 +196,16 @@ typedef struct zoe_plan_result {
          * PCIe and all-gather, which pipeline over units), and its latency (both in turn). */
         double layer_forward, layer_copy, layer_latency;
         double exposed; /* what the copies add to the step: where they outlast the forward's or
-                         * the backward's compute, and the first unit's fetch */
+                         * the backward's compute, and the embedding's fetch that opens
+                         * each pass */
         /* The smallest micro-batch from which the forward's compute hides its copies (copies per
          * micro-batch are fixed, compute grows with it), and whether that run fits. */
         int hide_micro_batch;
         int hide_fits;
-        char bound[32]; /* what paces the stream: "compute" (hidden), "pcie", "dp all-gather",
-                         * "host copies" (the CPU backend),
-                         * "latency" (too few units prefetched) */
+        char bound[32];    /* what paces the stream: "compute" (hidden), "pcie", "dp all-gather",
+                            * "host copies" (the CPU backend),
+                            * "latency" (too few units prefetched) */
+        double head_bytes; /* an untied LM head's (Llama), a unit of its own; 0 when tied */
     } stream;
     /* Model FLOPs utilisation: the model's FLOPs per step (forward and backward, 3 x the
      * forward; a recomputed forward not counted) per GPU over the step, against the GPU's peak. */

@@ -37,7 +37,7 @@ rows=(
   "README.md|241.59B|$plan --max-model --hardware v100-32g --offload-params cpu --state int8 --main-grads-dtype fp16"
   "README.md|323.85B|$plan --max-model --hardware dgx-a100-80g --offload-params cpu --state int8 --main-grads-dtype bf16"
   "docs/plan.md|19.45B|$plan --max-model --hardware h200 --offload-params cpu --state int8 --main-grads-dtype bf16"
-  "docs/plan.md|134.54 s|$plan --max-model --hardware v100-32g --offload-params cpu --state int8 --main-grads-dtype fp16"
+  "docs/plan.md|134.42 s|$plan --max-model --hardware v100-32g --offload-params cpu --state int8 --main-grads-dtype fp16"
   "docs/plan.md|175.59B|$plan --max-model --hardware dgx2 --tp 16 --state int8 --seq-len 4096 --vocab 128256"
   "docs/offload.md|DGX-2 TP=16 51.97B -> 101.21B -> 174.60B -> 174.60B|$state"
   "docs/offload.md|A100-80GB TP=8 101.21B -> 174.60B -> 221.87B -> 276.99B|$state"

@@ -472,7 +472,8 @@ static int max_model(const options *o) {
         printf("  its step: %.2f s, %.0f tokens/s, MFU %.1f%%; %s binds\n", r.time.step,
                r.time.tokens_per_second, 100.0 * r.mfu, r.time.bound);
     if (c->offload_params && strcmp(r.time.bound, "not probed"))
-        printf("  streamed weights: ring of %d + 1 units (%.2f GiB), %.1f host bytes per "
+        printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding), %.1f "
+               "host bytes per "
                "parameter; copies hide behind compute from micro-batch %d%s\n",
                r.stream.prefetch, r.stream.ring / (1 << 30), r.stream.host_bytes_per_param,
                r.stream.hide_micro_batch,
