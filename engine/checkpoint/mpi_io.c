@@ -328,11 +328,12 @@ static zoe_status open_file(ckpt_io *io, const char *path, int amode, MPI_File *
     return st;
 }
 
-/* After the file is written and synced: its size, and the checksums of what every rank reads
- * back against those of what it wrote. A write lost without an error (a hole where a full disk
- * refused it) reads back as zeros and changes its tensor's sum. */
-static zoe_status verify_written(ckpt_io *io, const char *path, const zoe_safetensors *table,
-                                 const ckpt_runs *runs, const uint64_t *written) {
+/* After the file is written and synced, through the same handle: its size, and the checksums
+ * of what every rank reads back against those of what it wrote. A write lost without an error
+ * (a hole where a full disk refused it) reads back as zeros and changes its tensor's sum. */
+static zoe_status verify_written(ckpt_io *io, MPI_File fh, const char *path,
+                                 const zoe_safetensors *table, const ckpt_runs *runs,
+                                 const uint64_t *written) {
     uint64_t bytes = table->data_offset + table->data_size;
     uint64_t *back = calloc((size_t)table->count, sizeof *back);
     zoe_status st = back ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
@@ -342,14 +343,8 @@ static zoe_status verify_written(ckpt_io *io, const char *path, const zoe_safete
     if (st == ZOE_OK && rank == 0 && (stat(path, &sb) != 0 || (uint64_t)sb.st_size != bytes))
         st = zoe_fail(ZOE_ERR_IO, "%s: %lld bytes after writing, not %" PRIu64, path,
                       (long long)sb.st_size, bytes);
-    st = ckpt_agree(io->comm, st);
-    MPI_File fh;
-    if (st == ZOE_OK) st = open_file(io, path, MPI_MODE_RDONLY, &fh);
-    if (st == ZOE_OK) {
-        st = move_rounds(io, fh, path, table, runs, ROUND_VERIFY, back);
-        MPI_File_close(&fh);
-        st = finish_checksums(io, table->count, back, st);
-    }
+    zoe_status read = move_rounds(io, fh, path, table, runs, ROUND_VERIFY, back);
+    st = finish_checksums(io, table->count, back, st != ZOE_OK ? st : read);
     for (int i = 0; st == ZOE_OK && i < table->count; i++)
         if (back[i] != written[i]) {
             char room[128];
@@ -372,8 +367,8 @@ zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table
     const uint64_t bytes = table->data_offset + table->data_size;
     int rank;
     MPI_Comm_rank(io->comm, &rank);
-    MPI_File fh;
-    zoe_status st = open_file(io, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, &fh);
+    MPI_File fh; /* read and write: the file is read back through it */
+    zoe_status st = open_file(io, path, MPI_MODE_CREATE | MPI_MODE_RDWR, &fh);
     if (st != ZOE_OK) {
         free(header);
         return st;
@@ -399,13 +394,12 @@ zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table
     double t1 = MPI_Wtime();
     rc = MPI_File_sync(fh);
     if (rc != MPI_SUCCESS && st == ZOE_OK) st = mpi_fail(rc, "syncing", path, bytes);
-    zoe_log(ZOE_LOG_DEBUG, "wrote %s: %d runs in %.3f s, sync %.3f s", path, runs->count, t1 - t0,
-            MPI_Wtime() - t1);
+    st = finish_checksums(io, table->count, checksums, st);
+    double t2 = MPI_Wtime();
+    if (st == ZOE_OK) st = verify_written(io, fh, path, table, runs, checksums);
+    zoe_log(ZOE_LOG_DEBUG, "wrote %s: %d runs in %.3f s, sync %.3f s, read back %.3f s", path,
+            runs->count, t1 - t0, t2 - t1, MPI_Wtime() - t2);
     MPI_File_close(&fh);
-    ZOE_TRY(finish_checksums(io, table->count, checksums, st));
-    t0 = MPI_Wtime();
-    st = verify_written(io, path, table, runs, checksums);
-    zoe_log(ZOE_LOG_DEBUG, "read back %s in %.3f s", path, MPI_Wtime() - t0);
     return st;
 }
 
