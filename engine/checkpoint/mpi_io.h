@@ -81,7 +81,8 @@ zoe_status ckpt_file_read(ckpt_io *io, const char *path, const zoe_safetensors *
  * round, ZOE_CKPT_TEST_CRASH_AT kills the rank (SIGKILL) when its bytes written in this process
  * would pass that count in one save, ZOE_CKPT_TEST_NO_RESERVE=1 skips the reservation (so a
  * full disk is met by the writes themselves; ZOE_CKPT_TEST_NO_ROOM_CHECK, directory.h, skips
- * the room checks before). */
+ * the room checks before), ZOE_CKPT_TEST_LOSE_WRITES=1 makes every data write report success
+ * and write nothing (without collective buffering), for the read-back to find. */
 size_t ckpt_round_bytes(void);
 
 #endif
