@@ -86,6 +86,8 @@ check "scripts/test installs them before python3 -m venv (lines ${apt_line:-none
 check "scripts/test fills the venv from the requirements" \
   'grep -q "^venv-pip install .*-r $root/tests/python/requirements.txt" "$calls"'
 check "scripts/test runs ctest with its arguments" 'grep -q "^ctest .*-R none" "$calls"'
+check "scripts/test builds the Python package's tests with its venv, whoever configured first" \
+  'grep -q "^cmake -S .* -DZOE_PYTHON=$dir/fbuild/venv/bin/python -DZOE_PYTHON_MODULE=ON" "$calls"'
 
 # scripts/build: CUDA where a GPU is, else only when ZOE_CUDA asks; a bad ZOE_CUDA is named.
 : >"$calls"
