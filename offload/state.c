@@ -101,7 +101,12 @@ static zoe_status create_device_table(zoe_optimizer *opt) {
 zoe_status zoe_state_create(zoe_optimizer *opt) {
     const zoe_layout *lay = &opt->lay;
     const zoe_state_sizes *z = &opt->sz;
-    ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
+    if (z->host_params) {
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->host_params * opt->esz, 0, &opt->params));
+        memset(opt->params, 0, z->host_params * opt->esz);
+    } else {
+        ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
+    }
     if (z->part_out) ZOE_TRY(device_array(opt, z->part_out * opt->esz, 0, &opt->part_out));
     if (z->d_state) { /* the device share, in the host's dtypes */
         const zoe_adam_state_dtypes *dt = &z->host_dtypes;
@@ -141,7 +146,10 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
 }
 
 void zoe_state_destroy(zoe_optimizer *opt) {
-    zoe_device_free(opt->dev, opt->params);
+    if (opt->sz.host_params)
+        zoe_host_free(opt->dev, opt->params);
+    else
+        zoe_device_free(opt->dev, opt->params);
     zoe_device_free(opt->dev, opt->part_out);
     if (opt->sz.d_state) {
         zoe_device_free(opt->dev, opt->d_master);
@@ -172,10 +180,11 @@ zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, 
     if (opt->part_out)
         return zoe_memcpy_async((char *)opt->part_out + x0 * opt->esz, src, n * opt->esz,
                                 ZOE_COPY_HOST_TO_DEVICE, stream);
+    zoe_copy_kind kind = opt->cfg.params_on_host ? ZOE_COPY_HOST_TO_HOST : ZOE_COPY_HOST_TO_DEVICE;
     for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, x0, n); zoe_slices_next(&it);)
-        ZOE_TRY(zoe_memcpy_async((char *)opt->params + it.flat * opt->esz,
-                                 (const char *)src + (it.x - x0) * opt->esz, it.len * opt->esz,
-                                 ZOE_COPY_HOST_TO_DEVICE, stream));
+        ZOE_TRY(zoe_memcpy_async(
+            (char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz,
+            (const char *)src + (it.x - x0) * opt->esz, it.len * opt->esz, kind, stream));
     return ZOE_OK;
 }
 
@@ -186,11 +195,11 @@ static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
     const zoe_state_sizes *z = &opt->sz;
     if (z->master_in_params || !z->h_numel) return ZOE_OK;
     zoe_dtype mdt = z->host_dtypes.master;
-    if (zoe_device_is_host_memory(opt)) {
+    if (zoe_params_in_host_memory(opt)) {
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo, z->h_numel);
              zoe_slices_next(&it);) {
             void *master = zoe_host_state_at(opt, 0, it.x - z->h_lo);
-            char *w = (char *)opt->params + it.flat * opt->esz;
+            char *w = (char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz;
             ZOE_TRY(to_master ? zoe_convert(master, mdt, w, opt->dtype, it.len)
                               : zoe_convert(w, opt->dtype, master, mdt, it.len));
         }

@@ -132,7 +132,21 @@ typedef struct zoe_train_config {
     /* The host gradient partition (zoe_optimizer_config.main_grads_dtype): ZOE_F32, or the
      * compute dtype for runs of one micro-batch a step (--main-grads-dtype). */
     zoe_dtype main_grads_dtype;
+    /* Where the weights live (--offload-params; docs/offload.md, "Streamed weights"):
+     * ZOE_OFFLOAD_PARAMS_NONE, on the device (each rank its TP shard); ZOE_OFFLOAD_PARAMS_CPU, in
+     * host memory (each rank its 1/(tp dp) partition, the optimizer's), each layer gathered onto
+     * the device just before it is used and released after. Needs the whole optimizer on the
+     * host (--offload cpu, --offload-ratio 1). zoe-train turns --recompute on with it unless
+     * told otherwise. */
+    int offload_params;
+    int prefetch_layers; /* streamed weights: layers fetched ahead of the one in use (1) */
 } zoe_train_config;
+
+/* The values of zoe_train_config.offload_params. */
+typedef enum zoe_offload_params {
+    ZOE_OFFLOAD_PARAMS_NONE = 0,
+    ZOE_OFFLOAD_PARAMS_CPU = 1,
+} zoe_offload_params;
 
 /* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16,
  * --exp-avg-dtype and --exp-avg-sq-dtype fp32|bf16|int8). */

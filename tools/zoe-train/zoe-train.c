@@ -63,6 +63,14 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
            world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype), where,
            dpu ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch, c->model.seq_len);
     if (dpu) printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
+    printf("zoe-train: weights %s, recompute %s\n",
+           c->offload_params == ZOE_OFFLOAD_PARAMS_CPU
+               ? "on the host, streamed to the device layer by layer"
+               : "on the device",
+           c->recompute ? "on" : "off");
+    if (c->offload_params == ZOE_OFFLOAD_PARAMS_CPU)
+        printf("zoe-train: %d layer%s fetched ahead of the one in use\n", c->prefetch_layers,
+               c->prefetch_layers == 1 ? "" : "s");
     /* Open MPI's mpirun answers its own SIGTERM/SIGINT (a Ctrl-C) with SIGCONT to the ranks (a
      * stop request here), then SIGTERM and SIGKILL, odls_base_sigkill_timeout (1 s) apart: too
      * soon to finish most saves. */
