@@ -12,6 +12,10 @@
  * weights-in-use files the same bytes. The exact cases clip at 1 where every step clips, so its
  * speculation is undone and redone as well as held (both paths of the gate the fetches wait on).
  *
+ * With DPU off and fp32 state, downstream of both checkpoints: the generator's logits and greedy
+ * tokens, and runs initialised from their Hugging Face export. Every equality case also
+ * evaluates halfway, and its validation loss must agree.
+ *
  * Resume across modes, under the exact and plain schedules with fp32 state: a resident run saved
  * at step SAVE_AT and resumed with streamed weights (and the other way round) ends with the
  * uninterrupted resident run's losses and bytes.
@@ -26,6 +30,8 @@
 #include <string.h>
 #include "ckpt_test.h"
 #include "engine/train/trainer_impl.h"
+#include "runtime/error.h"
+#include "zoe/generate.h"
 
 enum { STEPS = 6, SAVE_AT = 3 };
 
@@ -58,13 +64,25 @@ static void config(zoe_train_config *c, const stream_case *k, int dp, int stream
     c->offload_params = streamed ? ZOE_OFFLOAD_PARAMS_CPU : ZOE_OFFLOAD_PARAMS_NONE;
 }
 
-/* Trains from a fresh trainer (or the checkpoint `resume`) up to step `to`, saving into root
- * (the checkpoint's directory into saved). */
+/* The validation loss of one batch (the loader's first), as an evaluation between steps. */
+static zoe_status eval_loss(ckpt_session *s, float *loss) {
+    ZOE_TRY(zoe_loader_fetch(s->loader, 0, 0, s->tokens, s->targets));
+    ZOE_TRY(zoe_trainer_eval_begin(s->tr));
+    ZOE_TRY(zoe_trainer_eval_micro_batch(s->tr, s->tokens, s->targets));
+    return zoe_trainer_eval_end(s->tr, loss);
+}
+
+/* Trains from a fresh trainer (or the checkpoint `resume`) up to step `to`, with an evaluation
+ * halfway (its loss into *val, when given: under a stale schedule it puts the weights in use
+ * back), saving into root (the checkpoint's directory into saved). */
 static zoe_status run(MPI_Comm comm, const zoe_train_config *c, const char *resume, int to,
-                      const char *root, char saved[300], float *losses, size_t *device_peak) {
+                      const char *root, char saved[300], float *losses, size_t *device_peak,
+                      float *val) {
     ckpt_session s;
     zoe_status st = ckpt_session_open(&s, comm, c, corpus);
     if (st == ZOE_OK && resume) st = zoe_trainer_load(s.tr, resume, NULL, 0);
+    if (st == ZOE_OK && val) st = ckpt_session_steps(&s, to / 2, losses);
+    if (st == ZOE_OK && val) st = eval_loss(&s, val);
     if (st == ZOE_OK) st = ckpt_session_steps(&s, to, losses);
     if (st == ZOE_OK) st = zoe_trainer_save(s.tr, root, 0, saved, 300);
     zoe_memory_stats ms = {0};
@@ -90,17 +108,76 @@ static void same_files(const char *a, const char *b, const char *what) {
     if (fb) fclose(fb);
 }
 
+/* What the checkpoints of both modes give downstream: the generator (which streams for the
+ * streamed run's checkpoint, its trainer.json naming the mode) scores a sequence and generates
+ * greedily alike; and their Hugging Face export, imported with streamed and with resident weights
+ * (a unit at a time through the stream's buffers, or into the parameter buffer), trains alike. */
+static void outputs_case(MPI_Comm comm, char dir[2][300], const char *what) {
+    enum { N = 12, NEW = 8 };
+    int32_t prompt[N];
+    for (int i = 0; i < N; i++) prompt[i] = (int32_t)(31 * i + 7) % ZOE_BYTE_VOCAB_SIZE;
+    float *logits[2];
+    int32_t tokens[2][NEW];
+    int64_t made[2] = {0, 0};
+    for (int m = 0; m < 2; m++) {
+        zoe_generate_config gc = ZOE_GENERATE_CONFIG_INITIALIZER;
+        snprintf(gc.checkpoint, sizeof gc.checkpoint, "%s", dir[m]);
+        gc.max_new_tokens = NEW;
+        logits[m] = calloc((size_t)N * ZOE_BYTE_VOCAB_SIZE, sizeof(float));
+        zoe_generator *g = NULL;
+        zoe_status st = zoe_generator_create(comm, &gc, &g);
+        if (st == ZOE_OK) st = zoe_generator_logits(g, prompt, N, logits[m]);
+        if (st == ZOE_OK) st = zoe_generator_generate(g, prompt, N, -1, tokens[m], &made[m]);
+        CHECK(st == ZOE_OK, "%s: generator of the %s checkpoint: %s", what,
+              m ? "streamed" : "resident", zoe_last_error());
+        zoe_generator_destroy(g);
+    }
+    CHECK(memcmp(logits[0], logits[1], (size_t)N * ZOE_BYTE_VOCAB_SIZE * sizeof(float)) == 0,
+          "%s: the generator's logits differ between the checkpoints", what);
+    CHECK(made[0] == NEW && made[1] == NEW && memcmp(tokens[0], tokens[1], sizeof tokens[0]) == 0,
+          "%s: greedy generation differs between the checkpoints", what);
+    free(logits[0]), free(logits[1]);
+
+    char hf[256];
+    ckpt_test_tmpdir(comm, hf, sizeof hf);
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    zoe_status st = rank == 0 ? zoe_checkpoint_export_hf(dir[0], hf) : ZOE_OK;
+    CHECK(st == ZOE_OK, "%s: export: %s", what, zoe_last_error());
+    MPI_Barrier(comm);
+    float losses[2][2];
+    char root[2][256], saved[2][300];
+    for (int m = 0; m < 2; m++) {
+        stream_case k = {.tp = 1};
+        zoe_train_config c;
+        int world;
+        MPI_Comm_size(comm, &world);
+        config(&c, &k, world, m);
+        snprintf(c.init_from, sizeof c.init_from, "%s", hf);
+        ckpt_test_tmpdir(comm, root[m], sizeof root[m]);
+        CHECK(run(comm, &c, NULL, 2, root[m], saved[m], losses[m], NULL, NULL) == ZOE_OK,
+              "%s: init from the export, %s: %s", what, m ? "streamed" : "resident",
+              zoe_last_error());
+    }
+    CHECK(memcmp(losses[0], losses[1], sizeof losses[0]) == 0,
+          "%s: runs from the export differ (%.9g, %.9g)", what, (double)losses[0][1],
+          (double)losses[1][1]);
+    same_files(saved[0], saved[1], what);
+    for (int m = 0; m < 2; m++) ckpt_test_rmdir(comm, root[m]);
+    ckpt_test_rmdir(comm, hf);
+}
+
 static void equality_case(MPI_Comm comm, const stream_case *k, int dp) {
     char what[128], root[2][256], dir[2][300];
     snprintf(what, sizeof what, "TP %d x DP %d, DPU %s, %s state", k->tp, dp, schedule_name(k),
              k->int8 ? "int8" : "fp32");
-    float losses[2][STEPS];
+    float losses[2][STEPS], val[2];
     for (int streamed = 0; streamed < 2; streamed++) {
         zoe_train_config c;
         config(&c, k, dp, streamed);
         ckpt_test_tmpdir(comm, root[streamed], sizeof root[streamed]);
-        zoe_status st =
-            run(comm, &c, NULL, STEPS, root[streamed], dir[streamed], losses[streamed], NULL);
+        zoe_status st = run(comm, &c, NULL, STEPS, root[streamed], dir[streamed], losses[streamed],
+                            NULL, &val[streamed]);
         CHECK(st == ZOE_OK, "%s, %s weights: %s", what, streamed ? "streamed" : "resident",
               zoe_last_error());
     }
@@ -108,7 +185,12 @@ static void equality_case(MPI_Comm comm, const stream_case *k, int dp) {
           "%s: losses differ (step 0: %.9g resident, %.9g streamed; last: %.9g, %.9g)", what,
           (double)losses[0][0], (double)losses[1][0], (double)losses[0][STEPS - 1],
           (double)losses[1][STEPS - 1]);
+    CHECK(memcmp(&val[0], &val[1], sizeof val[0]) == 0,
+          "%s: validation loss %.9g resident, %.9g "
+          "streamed",
+          what, (double)val[0], (double)val[1]);
     same_files(dir[0], dir[1], what);
+    if (!k->dpu && !k->int8) outputs_case(comm, dir, what);
     for (int i = 0; i < 2; i++) ckpt_test_rmdir(comm, root[i]);
 }
 
@@ -123,11 +205,11 @@ static void resume_case(MPI_Comm comm, const stream_case *k, int dp, int from) {
     for (int i = 0; i < 3; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
     float whole[STEPS], resumed[STEPS];
     char saved[300];
-    CHECK(run(comm, &c[from], NULL, STEPS, root[0], dir[0], whole, NULL) == ZOE_OK,
+    CHECK(run(comm, &c[from], NULL, STEPS, root[0], dir[0], whole, NULL, NULL) == ZOE_OK,
           "%s: whole run: %s", what, zoe_last_error());
-    CHECK(run(comm, &c[from], NULL, SAVE_AT, root[1], saved, resumed, NULL) == ZOE_OK,
+    CHECK(run(comm, &c[from], NULL, SAVE_AT, root[1], saved, resumed, NULL, NULL) == ZOE_OK,
           "%s: first half: %s", what, zoe_last_error());
-    CHECK(run(comm, &c[!from], saved, STEPS, root[2], dir[1], resumed, NULL) == ZOE_OK,
+    CHECK(run(comm, &c[!from], saved, STEPS, root[2], dir[1], resumed, NULL, NULL) == ZOE_OK,
           "%s: second half: %s", what, zoe_last_error());
     CHECK(memcmp(whole, resumed, sizeof whole) == 0, "%s: losses differ (last %.9g, %.9g)", what,
           (double)whole[STEPS - 1], (double)resumed[STEPS - 1]);
@@ -144,7 +226,7 @@ static void memory_case(MPI_Comm comm, int tp, int dp) {
         c.model.layers = 16;
         char root[256], saved[300];
         ckpt_test_tmpdir(comm, root, sizeof root);
-        CHECK(run(comm, &c, NULL, 2, root, saved, NULL, &peak[streamed]) == ZOE_OK,
+        CHECK(run(comm, &c, NULL, 2, root, saved, NULL, &peak[streamed], NULL) == ZOE_OK,
               "memory, TP %d x DP %d: %s", tp, dp, zoe_last_error());
         ckpt_test_rmdir(comm, root);
         if (!streamed) {
