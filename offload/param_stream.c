@@ -202,8 +202,9 @@ zoe_status zoe_param_stream_create(zoe_optimizer *opt, MPI_Comm dp_group, zoe_de
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_param_stream_create: NULL argument");
     *out = NULL;
     ZOE_TRY(check_config(cfg));
-    if (!zoe_optimizer_params(opt) ||
-        zoe_optimizer_params_numel(opt) != zoe_optimizer_partition_numel(opt))
+    zoe_optimizer_footprint held;
+    ZOE_TRY(zoe_optimizer_memory(opt, &held));
+    if (held.params_numel != 0) /* a device parameter buffer */
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "weight stream: the optimizer keeps its weights on the device "
                         "(create it with params_on_host)");
@@ -360,6 +361,10 @@ zoe_status zoe_param_stream_acquire(zoe_param_stream *ps, int u, int pass, void 
         ZOE_TRY(fetch(ps, u, sl));
     }
     sl->state = SLOT_IN_USE;
+    /* The host waits for the unit's copies (not for compute): once its tensors' gradients are
+     * final the host step may write their pieces of the partition (the exact schedule's
+     * speculation, during this very backward), which a copy still in flight would read. */
+    ZOE_TRY(zoe_event_synchronize(sl->fetched));
     ZOE_TRY(zoe_stream_wait_event(ps->compute, sl->fetched));
     addresses(ps, u, sl, weights);
     return prefetch(ps, u, pass);

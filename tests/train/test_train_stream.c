@@ -12,6 +12,8 @@
  * weights-in-use files the same bytes. The exact cases clip at 1 where every step clips, so its
  * speculation is undone and redone as well as held (both paths of the gate the fetches wait on).
  *
+ * The same for a Llama whose untied LM head streams with the final norm (exact schedule).
+ *
  * With DPU off and fp32 state, downstream of both checkpoints: the generator's logits and greedy
  * tokens, and runs initialised from their Hugging Face export. Every equality case also
  * evaluates halfway, and its validation loss must agree.
@@ -41,7 +43,8 @@ typedef struct stream_case {
     int tp;
     int dpu; /* 0: off */
     zoe_dpu_schedule schedule;
-    int int8; /* 1: bf16 weights and master, int8 moments */
+    int int8;  /* 1: bf16 weights and master, int8 moments */
+    int llama; /* 1: Llama (RMSNorm, RoPE, 2 KV heads) with an untied LM head in the tail unit */
 } stream_case;
 
 static const char *schedule_name(const stream_case *k) {
@@ -62,6 +65,12 @@ static void config(zoe_train_config *c, const stream_case *k, int dp, int stream
         c->exp_avg_dtype = c->exp_avg_sq_dtype = ZOE_STATE_INT8;
     }
     c->offload_params = streamed ? ZOE_OFFLOAD_PARAMS_CPU : ZOE_OFFLOAD_PARAMS_NONE;
+    if (k->llama) {
+        c->model.family = ZOE_MODEL_LLAMA;
+        c->model.kv_heads = 2;
+        c->model.tie_embeddings = 0;
+        c->model.dropout = 0; /* the Llama block has none */
+    }
 }
 
 /* The validation loss of one batch (the loader's first), as an evaluation between steps. */
@@ -169,8 +178,8 @@ static void outputs_case(MPI_Comm comm, char dir[2][300], const char *what) {
 
 static void equality_case(MPI_Comm comm, const stream_case *k, int dp) {
     char what[128], root[2][256], dir[2][300];
-    snprintf(what, sizeof what, "TP %d x DP %d, DPU %s, %s state", k->tp, dp, schedule_name(k),
-             k->int8 ? "int8" : "fp32");
+    snprintf(what, sizeof what, "%s, TP %d x DP %d, DPU %s, %s state", k->llama ? "Llama" : "GPT",
+             k->tp, dp, schedule_name(k), k->int8 ? "int8" : "fp32");
     float losses[2][STEPS], val[2];
     for (int streamed = 0; streamed < 2; streamed++) {
         zoe_train_config c;
@@ -190,7 +199,7 @@ static void equality_case(MPI_Comm comm, const stream_case *k, int dp) {
           "streamed",
           what, (double)val[0], (double)val[1]);
     same_files(dir[0], dir[1], what);
-    if (!k->dpu && !k->int8) outputs_case(comm, dir, what);
+    if (!k->dpu && !k->int8 && !k->llama) outputs_case(comm, dir, what);
     for (int i = 0; i < 2; i++) ckpt_test_rmdir(comm, root[i]);
 }
 
@@ -259,6 +268,8 @@ int main(int argc, char **argv) {
                                  .int8 = int8};
                 equality_case(comm, &k, dp);
             }
+        stream_case llama = {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_EXACT, .llama = 1};
+        equality_case(comm, &llama, dp);
         const zoe_dpu_schedule resumed[2] = {ZOE_DPU_EXACT, ZOE_DPU_PLAIN};
         for (int r = 0; r < 2; r++) {
             stream_case k = {.tp = tp, .dpu = 1, .schedule = resumed[r]};
