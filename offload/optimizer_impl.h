@@ -297,7 +297,9 @@ void zoe_state_destroy(zoe_optimizer *opt);
 size_t zoe_host_block(const zoe_optimizer *opt);
 /* Partition range [x0, x0 + n) of compute-dtype weights from host buffer src to the device:
  * into the partition buffer when there is one, else into this rank's slices of the parameter
- * buffer. On stream; src must stay untouched until the stream has done. */
+ * buffer. On stream; src must stay untouched until the stream has done. With params_on_host a
+ * copy into the host partition, done on return (the weight stream's fetches read it in host
+ * order, after no stream). */
 zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, size_t n,
                                 zoe_stream *stream);
 

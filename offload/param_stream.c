@@ -53,7 +53,6 @@ struct zoe_param_stream {
     stream_slot *slots;    /* ring slots, then the held unit's */
     int num_slots;         /* prefetch + 1, + 1 with a held unit */
     void *staging;         /* dp_size x the largest block (DP > 1) */
-    zoe_event *host_ready; /* on the compute stream: what it wrote to the partition is there */
     size_t device_bytes;
     long fetches;
 };
@@ -176,7 +175,6 @@ static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
     ZOE_TRY(build_tables(ps, dp_group));
     ZOE_TRY(zoe_comm_create_for_device(dp_group, ps->dev, &ps->dp));
     ZOE_TRY(zoe_stream_create(ps->dev, &ps->copy));
-    ZOE_TRY(zoe_event_create(ps->dev, &ps->host_ready));
     size_t ring = 0, block = 0;
     for (int u = 0; u < nu; u++) {
         if (u != c->held_unit) ring = max_size(ring, ps->unit_numel[u]);
@@ -233,7 +231,6 @@ void zoe_param_stream_destroy(zoe_param_stream *ps) {
         zoe_event_destroy(ps->slots[s].released);
     }
     zoe_device_free(ps->dev, ps->staging);
-    zoe_event_destroy(ps->host_ready);
     zoe_stream_destroy(ps->copy);
     zoe_comm_destroy(ps->dp);
     free(ps->numel), free(ps->offset), free(ps->host), free(ps->pieces), free(ps->units);
@@ -266,10 +263,9 @@ static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
     const int d = ps->dp_size, me = ps->dp_rank;
     /* The exact DPU schedule's settling: the unit's buckets hold their updated weights. */
     ZOE_TRY(zoe_optimizer_weights_ready(ps->opt, un->first, un->n));
-    /* After what the compute stream wrote to the partition (a delayed update's weights) and its
-     * last read of the slot's previous unit. */
-    ZOE_TRY(zoe_event_record(ps->host_ready, ps->compute));
-    ZOE_TRY(zoe_stream_wait_event(ps->copy, ps->host_ready));
+    /* After the compute stream's last read of the slot's previous unit; not after the rest of
+     * its queue: the partition is written by the host, in host order (zoe_partition_upload), so
+     * the copy may run ahead of the compute it prefetches for. */
     ZOE_TRY(zoe_stream_wait_event(ps->copy, sl->released));
     void *host = zoe_optimizer_params(ps->opt);
     size_t block = ps->unit_block[u];

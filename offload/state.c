@@ -180,11 +180,14 @@ zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, 
     if (opt->part_out)
         return zoe_memcpy_async((char *)opt->part_out + x0 * opt->esz, src, n * opt->esz,
                                 ZOE_COPY_HOST_TO_DEVICE, stream);
-    zoe_copy_kind kind = opt->cfg.params_on_host ? ZOE_COPY_HOST_TO_HOST : ZOE_COPY_HOST_TO_DEVICE;
+    if (opt->cfg.params_on_host) { /* host to host, now: no stream orders the weight stream */
+        memcpy((char *)opt->params + x0 * opt->esz, src, n * opt->esz);
+        return ZOE_OK;
+    }
     for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, x0, n); zoe_slices_next(&it);)
-        ZOE_TRY(zoe_memcpy_async(
-            (char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz,
-            (const char *)src + (it.x - x0) * opt->esz, it.len * opt->esz, kind, stream));
+        ZOE_TRY(zoe_memcpy_async((char *)opt->params + it.flat * opt->esz,
+                                 (const char *)src + (it.x - x0) * opt->esz, it.len * opt->esz,
+                                 ZOE_COPY_HOST_TO_DEVICE, stream));
     return ZOE_OK;
 }
 
