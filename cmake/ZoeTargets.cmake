@@ -1,8 +1,12 @@
 # The environment of every test: one thread per rank (tests run side by side on few cores),
-# passive OpenMP waiting, and, in sanitizer builds, LeakSanitizer told about the MPI libraries'
-# own allocations. Tests registered by hand use it too.
+# passive OpenMP waiting, ranks that yield their core while they wait in MPI, and, in sanitizer
+# builds, LeakSanitizer told about the MPI libraries' own allocations. Tests registered by hand
+# use it too. Open MPI spins in a blocking call unless it counts more ranks than cores; beside
+# other work there are fewer free cores than it counts, and a spinning rank takes the core its
+# peer needs: test_train_dpu_np2 took 55 s spinning and 35 s yielding on a 2-core VM at load 20
+# (twice the CPU time spinning), and once ran past its 120 s timeout under ctest -j2.
 set(ZOE_TEST_ENV "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;OMP_WAIT_POLICY=passive;ZOE_LOG=warn"
-    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_mpi_yield_when_idle=1")
 # Added for the tests whose mpiexec runs are refused on purpose (bad input: every rank exits 2
 # before any work). When a rank exits non-zero, Open MPI's mpirun sends the job SIGCONT, SIGTERM
 # odls_base_sigkill_timeout (default 1) s later and SIGKILL as long after, even when every rank
@@ -30,6 +34,25 @@ elseif(ZOE_SANITIZE)
        "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
        "OMPI_MCA_mca_base_component_disable_dlclose=1")
 endif()
+
+# Every test its own Open MPI session directory. Open MPI 4 keeps the session directories of all
+# of a user's jobs under one top directory, $TMPDIR/ompi.HOST.UID, and a job that ends removes
+# that top directory when it looks empty: a job starting at that moment beside it (another test
+# of ctest -j, another build's tests, a second CI on the box) fails in MPI_Init ("A call to mkdir
+# was unable to create the desired directory ... No such file or directory", open-mpi/ompi#8510)
+# and exits 1. Under load the window widens; zoe-generate in test_cli_rules was seen to exit 1
+# that way. A top directory per test shares nothing with any other job.
+set(ZOE_MPI_SESSIONS "${CMAKE_BINARY_DIR}/mpi-sessions")
+# zoe_isolate_mpi_sessions(): the last line of each tests/*/CMakeLists.txt (tests/CMakeLists.txt
+# refuses a folder of tests without it).
+function(zoe_isolate_mpi_sessions)
+  get_property(_tests DIRECTORY PROPERTY TESTS)
+  foreach(_test ${_tests})
+    set_property(TEST ${_test} APPEND PROPERTY ENVIRONMENT
+                 "OMPI_MCA_orte_tmpdir_base=${ZOE_MPI_SESSIONS}/${_test}")
+  endforeach()
+  set_property(DIRECTORY PROPERTY ZOE_MPI_SESSIONS_ISOLATED TRUE)
+endfunction()
 
 # zoe_add_layer(NAME DEPS ...): one static library per folder, sources globbed so that
 # adding a file needs no edit here. CUDA halves (cuda/*.cu, *_cuda.c) join only with ZOE_CUDA.
@@ -77,7 +100,7 @@ function(zoe_add_test name)
     zoe_add_program(${name} SOURCES ${T_SOURCES} LIBS ${T_LIBS} zoe_testing)
   endif()
   if(NOT T_TIMEOUT)
-    set(T_TIMEOUT 300)
+    set(T_TIMEOUT ${ZOE_TEST_TIMEOUT})
   endif()
   set(_labels ${T_LABELS})
   if(T_GPU)

@@ -245,7 +245,8 @@ zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream
     zoe_status st = g->losses ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "GPT loss table");
     if (st == ZOE_OK) st = zoe_kernels_create(dev, stream, &g->kernel_plan, &g->kernels);
     if (st == ZOE_OK) st = zoe_tp_init(&g->tp, g->kernels, tp_comm, cfg->dtype, cfg->seed);
-    if (st == ZOE_OK) st = zoe_device_alloc(dev, g->arena_bytes, &g->arena);
+    if (st == ZOE_OK)
+        st = zoe_device_alloc_for(dev, g->arena_bytes, "the model's activations", &g->arena);
     if (st == ZOE_OK) layout(g, g->arena);
     if (st == ZOE_OK)
         st = zoe_host_alloc(dev, 2 * (size_t)g->N * sizeof(int32_t), (void **)&g->staged_ids);

@@ -85,7 +85,7 @@ zoe_status zoe_gpt_kv_cache_create(zoe_gpt *g, int64_t max_tokens, int64_t max_c
     c->layers = calloc((size_t)g->cfg.shape.layers, sizeof *c->layers);
     zoe_status st = c->layers ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "KV cache table");
     const size_t bytes = st == ZOE_OK ? layout(g, c, NULL) : 0;
-    if (st == ZOE_OK) st = zoe_device_alloc(g->dev, bytes, &c->arena);
+    if (st == ZOE_OK) st = zoe_device_alloc_for(g->dev, bytes, "the KV cache", &c->arena);
     if (st == ZOE_OK) layout(g, c, c->arena);
     if (st == ZOE_OK)
         st = zoe_host_alloc(g->dev, (size_t)max_chunk * sizeof(int32_t), (void **)&c->staged);

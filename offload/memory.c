@@ -109,7 +109,10 @@ zoe_status zoe_grads_dtype_check(const zoe_optimizer_config *cfg, zoe_backend ba
 }
 
 zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
-    ZOE_TRY(zoe_device_alloc(opt->dev, bytes, out));
+    ZOE_TRY(zoe_device_alloc_for(opt->dev, bytes,
+                                 ring ? "a gradient bucket of the ring"
+                                      : "the optimizer's device arrays (weights, gradients, state)",
+                                 out));
     opt->mem.device_bytes += bytes;
     if (ring) opt->mem.device_ring_bytes += bytes;
     return ZOE_OK;

@@ -11,13 +11,16 @@
  * Counts: NCCL takes size_t counts and gets them unchanged. MPI takes int counts, so the MPI
  * paths run a call whose count (or total count, size x count, for reduce-scatter and
  * all-gather, whose implementations add up the blocks in int) is above the limit in chunks of
- * at most max_count elements; tests lower the limit with zoe_comm_set_max_count.
+ * at most max_count elements; tests lower the limit with zoe_comm_set_max_count. The chunks of
+ * a reduce-scatter or all-gather are packed through one buffer bounded to ZOE_MPI_PACK_BYTES
+ * (runtime/mpi_chunk.h), so that the largest collective costs a fixed 64 MiB on the rank.
  *
  * Explained in docs/architecture.md, "Layers of the code". */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/comm_impl.h"
+#include "runtime/mpi_chunk.h"
 #include "runtime/device_impl.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
@@ -201,6 +204,12 @@ static size_t min_count(size_t a, size_t b) {
 
 /* ---- MPI calls with size_t counts: chunked where the count passes the limit ---- */
 
+/* Elements of each rank's block in one chunked call: within the call's count limit, and the
+ * [size][chunk] packing within ZOE_MPI_PACK_BYTES. */
+static size_t block_chunk(const zoe_comm *c, size_t esz) {
+    return zoe_mpi_chunk_rows(1, (size_t)c->size, esz, c->max_count, ZOE_MPI_PACK_BYTES);
+}
+
 static zoe_status mpi_all_reduce(zoe_comm *c, const void *send, void *recv, size_t count,
                                  MPI_Datatype t, size_t esz, MPI_Op op) {
     for (size_t lo = 0; lo < count; lo += c->max_count) {
@@ -216,8 +225,8 @@ static zoe_status mpi_all_reduce(zoe_comm *c, const void *send, void *recv, size
  * into [size][len] so that each call is an ordinary reduce-scatter of len per rank. */
 static zoe_status mpi_reduce_scatter(zoe_comm *c, const void *send, void *recv, size_t recv_count,
                                      MPI_Datatype t, size_t esz, MPI_Op op) {
-    const size_t size = (size_t)c->size, chunk = c->max_count / size;
-    if (recv_count <= chunk) {
+    const size_t size = (size_t)c->size, chunk = block_chunk(c, esz);
+    if (recv_count <= c->max_count / size) {
         MPI_TRY(MPI_Reduce_scatter_block(send, recv, (int)recv_count, t, op, c->group),
                 "MPI_Reduce_scatter_block");
         return ZOE_OK;
@@ -238,9 +247,9 @@ static zoe_status mpi_reduce_scatter(zoe_comm *c, const void *send, void *recv, 
 /* Chunks gather into [size][len] and are unpacked into their blocks of recv. */
 static zoe_status mpi_all_gather(zoe_comm *c, const void *send, void *recv, size_t send_count,
                                  MPI_Datatype t, size_t esz) {
-    const size_t size = (size_t)c->size, chunk = c->max_count / size;
+    const size_t size = (size_t)c->size, chunk = block_chunk(c, esz);
     int in_place = (const char *)send == (const char *)recv + (size_t)c->rank * send_count * esz;
-    if (send_count <= chunk) {
+    if (send_count <= c->max_count / size) {
         MPI_TRY(MPI_Allgather(in_place ? MPI_IN_PLACE : send, (int)send_count, t, recv,
                               (int)send_count, t, c->group),
                 "MPI_Allgather");

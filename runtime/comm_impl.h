@@ -18,7 +18,8 @@ struct zoe_comm {
     float *stage;
     size_t stage_count;
     /* MPI backend: the largest count of one MPI call (INT_MAX; lowered by tests), and the
-     * buffer that chunked reduce-scatters and all-gathers pack their blocks into. */
+     * buffer that chunked reduce-scatters and all-gathers pack their blocks into
+     * (at most ZOE_MPI_PACK_BYTES: runtime/mpi_chunk.h). */
     size_t max_count;
     void *pack;
     size_t pack_bytes;

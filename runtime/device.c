@@ -2,6 +2,8 @@
  * which is a valid in-order stream: every later op sees every earlier one complete.
  *
  * Explained in docs/architecture.md, "Layers of the code". */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -57,6 +59,7 @@ zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out)
     *out = NULL;
     if (backend != ZOE_BACKEND_CPU && backend != ZOE_BACKEND_CUDA)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "unknown backend %d", (int)backend);
+    size_t memory_total = SIZE_MAX; /* CPU: the device's memory is the host's, not limited */
     if (backend == ZOE_BACKEND_CUDA) {
 #ifdef ZOE_HAVE_CUDA
         /* Before anything is allocated: without code for this GPU the run would fail only at
@@ -65,6 +68,7 @@ zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out)
         ZOE_TRY(zoe_gpu_info_of(ordinal, &gpu));
         ZOE_TRY(zoe_gpu_check_build(&gpu));
         ZOE_TRY(zoe_cuda_set_device(ordinal));
+        ZOE_TRY(zoe_cuda_memory_total(&memory_total));
 #else
         return zoe_fail(ZOE_ERR_UNSUPPORTED, "this zoe was built without CUDA (ZOE_CUDA=OFF)");
 #endif
@@ -73,6 +77,7 @@ zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out)
     if (!dev) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "device struct");
     dev->backend = backend;
     dev->ordinal = backend == ZOE_BACKEND_CUDA ? ordinal : -1;
+    dev->memory_limit = dev->memory_total = memory_total;
     if (pthread_mutex_init(&dev->lock, NULL) != 0) {
         free(dev);
         return zoe_fail(ZOE_ERR_INTERNAL, "device accounting lock");
@@ -100,7 +105,53 @@ static zoe_status cpu_alloc(size_t bytes, void **out) {
     return ZOE_OK;
 }
 
-/* The accounting: every live allocation with its size, so that a free knows what it returns. */
+/* "100 bytes", "512.0 MiB": a size in a message. */
+static void format_bytes(char *buf, size_t n, double bytes) {
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (bytes < 1024) {
+        snprintf(buf, n, "%.0f bytes", bytes);
+        return;
+    }
+    int u = 0;
+    for (bytes /= 1024; bytes >= 1024 && u < 4; u++) bytes /= 1024;
+    snprintf(buf, n, "%.1f %s", bytes, units[u]);
+}
+
+/* Counts bytes as held before the backend allocates them, so that two threads cannot both pass
+ * the limit, and refuses device bytes that would pass it. The peaks count what was asked for at
+ * once (an allocation that the backend then fails included: the run stops there anyway). */
+static zoe_status reserve(zoe_device *dev, size_t bytes, int pinned, const char *what) {
+    pthread_mutex_lock(&dev->lock);
+    zoe_memory_stats *m = &dev->stats;
+    size_t *now = pinned ? &m->pinned_bytes : &m->device_bytes;
+    size_t *peak = pinned ? &m->pinned_peak : &m->device_peak;
+    const size_t held = *now, limit = dev->memory_limit;
+    const int over = !pinned && (bytes > limit || held > limit - bytes);
+    if (!over) {
+        *now += bytes;
+        if (*now > *peak) *peak = *now;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    if (!over) return ZOE_OK;
+    char cap[32], asked[32], need[32], have[32];
+    format_bytes(cap, sizeof cap, (double)limit);
+    format_bytes(asked, sizeof asked, (double)bytes);
+    format_bytes(need, sizeof need, (double)held + (double)bytes);
+    format_bytes(have, sizeof have, (double)held);
+    return zoe_fail(ZOE_ERR_OUT_OF_MEMORY,
+                    "device memory cap %s (%zu bytes): allocating %s for %s would need %s (%.0f "
+                    "bytes) with the %s held",
+                    cap, limit, asked, what && what[0] ? what : "a device buffer", need,
+                    (double)held + (double)bytes, have);
+}
+
+static void release(zoe_device *dev, size_t bytes, int pinned) {
+    pthread_mutex_lock(&dev->lock);
+    *(pinned ? &dev->stats.pinned_bytes : &dev->stats.device_bytes) -= bytes;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+/* Every live allocation with its size, so that a free knows what it returns. */
 static zoe_status track(zoe_device *dev, void *ptr, size_t bytes, int pinned) {
     zoe_status st = ZOE_OK;
     pthread_mutex_lock(&dev->lock);
@@ -112,14 +163,8 @@ static zoe_status track(zoe_device *dev, void *ptr, size_t bytes, int pinned) {
         else
             st = ZOE_ERR_OUT_OF_MEMORY;
     }
-    if (st == ZOE_OK) {
+    if (st == ZOE_OK)
         dev->live[dev->num_live++] = (zoe_allocation){.ptr = ptr, .bytes = bytes, .pinned = pinned};
-        zoe_memory_stats *m = &dev->stats;
-        size_t *now = pinned ? &m->pinned_bytes : &m->device_bytes;
-        size_t *peak = pinned ? &m->pinned_peak : &m->device_peak;
-        *now += bytes;
-        if (*now > *peak) *peak = *now;
-    }
     pthread_mutex_unlock(&dev->lock);
     return st == ZOE_OK ? ZOE_OK : zoe_fail(st, "allocation table of %zu entries", dev->num_live);
 }
@@ -134,6 +179,37 @@ static void untrack(zoe_device *dev, void *ptr) {
         break;
     }
     pthread_mutex_unlock(&dev->lock);
+}
+
+zoe_status zoe_device_set_memory_limit(zoe_device *dev, size_t bytes) {
+    if (!dev) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "device memory limit: NULL device");
+    const size_t limit = bytes ? bytes : dev->memory_total;
+    char want[32], other[32];
+    format_bytes(want, sizeof want, (double)limit);
+    if (limit > dev->memory_total) {
+        format_bytes(other, sizeof other, (double)dev->memory_total);
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "device memory cap %s (%zu bytes) is more than GPU %d's %s", want, limit,
+                        dev->ordinal, other);
+    }
+    pthread_mutex_lock(&dev->lock);
+    const size_t held = dev->stats.device_bytes;
+    if (limit >= held) dev->memory_limit = limit;
+    pthread_mutex_unlock(&dev->lock);
+    if (limit >= held) return ZOE_OK;
+    format_bytes(other, sizeof other, (double)held);
+    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                    "device memory cap %s (%zu bytes) is below the %s the device's allocations "
+                    "hold now",
+                    want, limit, other);
+}
+
+size_t zoe_device_memory_limit(const zoe_device *dev) {
+    if (!dev) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&dev->lock);
+    size_t limit = dev->memory_limit;
+    pthread_mutex_unlock((pthread_mutex_t *)&dev->lock);
+    return limit;
 }
 
 zoe_status zoe_device_memory_stats(const zoe_device *dev, zoe_memory_stats *out) {
@@ -166,16 +242,19 @@ static void raw_free(zoe_device *dev, void *ptr, int pinned) {
     free(ptr);
 }
 
-static zoe_status tracked_alloc(zoe_device *dev, size_t bytes, int pinned, void **out) {
+static zoe_status tracked_alloc(zoe_device *dev, size_t bytes, int pinned, const char *what,
+                                void **out) {
     if (!dev || !out)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s alloc: NULL argument",
                         pinned ? "host" : "device");
     *out = NULL;
-    ZOE_TRY(raw_alloc(dev, bytes, pinned, out));
-    zoe_status st = track(dev, *out, bytes, pinned);
+    ZOE_TRY(reserve(dev, bytes, pinned, what));
+    zoe_status st = raw_alloc(dev, bytes, pinned, out);
+    if (st == ZOE_OK) st = track(dev, *out, bytes, pinned);
     if (st != ZOE_OK) {
-        raw_free(dev, *out, pinned);
+        if (*out) raw_free(dev, *out, pinned);
         *out = NULL;
+        release(dev, bytes, pinned);
     }
     return st;
 }
@@ -187,13 +266,16 @@ static void tracked_free(zoe_device *dev, void *ptr, int pinned) {
 }
 
 zoe_status zoe_device_alloc(zoe_device *dev, size_t bytes, void **out) {
-    return tracked_alloc(dev, bytes, 0, out);
+    return tracked_alloc(dev, bytes, 0, NULL, out);
+}
+zoe_status zoe_device_alloc_for(zoe_device *dev, size_t bytes, const char *what, void **out) {
+    return tracked_alloc(dev, bytes, 0, what, out);
 }
 void zoe_device_free(zoe_device *dev, void *ptr) {
     tracked_free(dev, ptr, 0);
 }
 zoe_status zoe_host_alloc(zoe_device *dev, size_t bytes, void **out) {
-    return tracked_alloc(dev, bytes, 1, out);
+    return tracked_alloc(dev, bytes, 1, NULL, out);
 }
 void zoe_host_free(zoe_device *dev, void *ptr) {
     tracked_free(dev, ptr, 1);

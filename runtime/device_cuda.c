@@ -39,6 +39,12 @@ zoe_status zoe_cuda_set_device(int ordinal) {
     return ZOE_OK;
 }
 
+zoe_status zoe_cuda_memory_total(size_t *out) {
+    size_t free_bytes = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_bytes, out));
+    return ZOE_OK;
+}
+
 zoe_status zoe_cuda_alloc(size_t bytes, void **out) {
     cudaError_t err = cudaMalloc(out, bytes ? bytes : 1);
     if (err != cudaSuccess)

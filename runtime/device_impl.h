@@ -22,6 +22,9 @@ struct zoe_device {
     zoe_allocation *live; /* the allocations not yet freed, in allocation order */
     size_t num_live, cap_live;
     zoe_memory_stats stats;
+    /* The most device bytes the allocations may hold together (zoe_device_set_memory_limit),
+     * and the device's own memory, the default: the GPU's total, SIZE_MAX on CPU (no limit). */
+    size_t memory_limit, memory_total;
     /* CUDA: the NCCL collectives of every communicator on this GPU keep the order the host
      * issued them in (comm_nccl_cuda.c), by NCCL's launch order or, when nccl_serial, one after
      * another: then the event marks the last one. The communicators count themselves (the last
@@ -45,6 +48,8 @@ struct zoe_event {
 int zoe_cuda_count(void);
 zoe_status zoe_cuda_info(int ordinal, zoe_gpu_info *out);
 zoe_status zoe_cuda_set_device(int ordinal);
+/* The current GPU's memory in bytes, as cudaMemGetInfo reports its total. */
+zoe_status zoe_cuda_memory_total(size_t *out);
 zoe_status zoe_cuda_alloc(size_t bytes, void **out);
 void zoe_cuda_free(void *ptr);
 zoe_status zoe_cuda_host_alloc(size_t bytes, void **out);

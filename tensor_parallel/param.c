@@ -154,7 +154,8 @@ zoe_status zoe_tp_param_gather(const zoe_tp *tp, const zoe_tp_param *p, bool of_
         return zoe_stream_synchronize(tp->stream);
     }
     void *blocks = NULL;
-    ZOE_TRY(zoe_device_alloc(tp->device, local * (size_t)tp->size * es, &blocks));
+    ZOE_TRY(zoe_device_alloc_for(tp->device, local * (size_t)tp->size * es,
+                                 "a tensor gathered over TP", &blocks));
     zoe_status st = zoe_comm_all_gather(tp->comm, src, blocks, local, tp->dtype, tp->stream);
     /* Row shards gathered in rank order are the global tensor (one copy of each sharded
      * block: the first of its replicas); column shards arrive as [t][rows][cols / t] and are

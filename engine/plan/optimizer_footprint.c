@@ -3,10 +3,12 @@
  * zoe_optimizer_create.
  *
  * Explained in docs/plan.md, "Memory: from the code that allocates". */
+#include <limits.h>
 #include <stdlib.h>
 #include "engine/plan/plan_impl.h"
 #include "engine/train/trainer_impl.h"
 #include "runtime/error.h"
+#include "runtime/mpi_chunk.h"
 
 zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, int dp,
                                  zoe_plan_optimizer *out) {
@@ -18,7 +20,11 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "plan: tensor table of %d", n);
     }
     zoe_trainer_param_tensors(g, 0, tensors);
-    for (int t = 0; t < n; t++) numel[t] = tensors[t].numel;
+    size_t largest = 0; /* the largest tensor's TP shard */
+    for (int t = 0; t < n; t++) {
+        numel[t] = tensors[t].numel;
+        if (numel[t] > largest) largest = numel[t];
+    }
     free(tensors);
     zoe_optimizer_config oc;
     zoe_trainer_optimizer_config(c, g, &oc);
@@ -52,6 +58,13 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     double bucket = (double)slot.device_ring_bytes / (double)esz, part = bucket / dp;
     out->comm_staging = cpu && dp > 1 ? (bucket + part) * sizeof(float) : 0.0;
     out->comm_root = cpu && dp > 1 ? bucket * sizeof(float) : 0.0;
+    /* A collective of more than INT_MAX elements in all is cut into MPI calls packed through a
+     * buffer of at most ZOE_MPI_PACK_BYTES (runtime/comm.c): the DP group's for a bucket that
+     * large (one tensor of that many elements is a bucket of its own), the TP group's for such a
+     * tensor gathered whole (checkpoints, export). */
+    int dp_packs = dp > 1 && part > (double)(INT_MAX / dp);
+    int tp_packs = c->tp > 1 && (double)largest * c->tp > (double)INT_MAX;
+    out->comm_pack = cpu ? (dp_packs + tp_packs) * (double)ZOE_MPI_PACK_BYTES : 0.0;
     out->part_numel = f.partition_numel;
     /* On CPU the whole partition is the host's; on a GPU the device keeps partial_ratio. */
     out->host_numel =

@@ -28,6 +28,8 @@ void zoe_plan_config_init(zoe_plan_config *cfg) {
     cfg->offload_ratio = 1.0f;
     cfg->bucket_mb = 16;
     cfg->dpu_schedule = ZOE_DPU_EXACT;
+    cfg->offload_params = 0;
+    cfg->prefetch_layers = 0;
 }
 
 zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, const zoe_hardware *hw,
@@ -51,6 +53,8 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     out->exp_avg_dtype = c->exp_avg_dtype;
     out->exp_avg_sq_dtype = c->exp_avg_sq_dtype;
     out->dpu_schedule = c->dpu_schedule;
+    out->offload_params = c->offload_params;
+    out->prefetch_layers = c->prefetch_layers;
     out->evaluates = c->val_data[0] != '\0' || c->split_val > 0;
     out->checkpoints = c->save[0] != '\0' || c->resume[0] != '\0';
     const char *threads = getenv("OMP_NUM_THREADS");
@@ -81,11 +85,27 @@ static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
     c->dpu_schedule = p->dpu_schedule;
 }
 
+/* Streamed weights: the fields of version 3, read only from configs that have them. */
+static int streamed(const zoe_plan_config *p) {
+    return p->version >= 3 && p->offload_params != 0;
+}
+
 static zoe_status check(const zoe_plan_config *p) {
-    if (p->version != ZOE_PLAN_CONFIG_VERSION)
+    if (p->version < 2 || p->version > ZOE_PLAN_CONFIG_VERSION)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "plan config version %d (this zoe knows %d: zoe_plan_config_init)",
+                        "plan config version %d (this zoe knows 2 to %d: zoe_plan_config_init)",
                         p->version, ZOE_PLAN_CONFIG_VERSION);
+    if (streamed(p) && p->offload_params != 1)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: offload_params=%d is not 0 or 1",
+                        p->offload_params);
+    if (streamed(p) && p->offload_ratio < 1.0f)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan: --offload-params cpu with --offload-ratio %g: streamed weights keep "
+                        "the whole optimizer state on the host (ratio 1)",
+                        (double)p->offload_ratio);
+    if (p->version >= 3 && p->prefetch_layers < 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: prefetch_layers=%d is negative",
+                        p->prefetch_layers);
     if (!p->hardware.name[0])
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: no hardware (zoe_hardware_preset)");
     if (p->tp <= 0 || p->dp <= 0 || p->micro_batch <= 0 || p->grad_accum <= 0 || p->bucket_mb <= 0)
@@ -148,11 +168,45 @@ static double nccl_bytes(int group) {
     return group > 1 ? 16.0 * 2.0 * 4.0 * 1024 * 1024 : 0.0;
 }
 
+/* Streamed weights, the sizes, as the streaming engine holds them (offload/param_stream.h): the
+ * units (a layer; the embedding, which in GPT is also the LM head; an untied Llama's head) in the
+ * compute dtype of the rank's TP shard, and the host's compute-dtype copy of the rank's
+ * partition, none where the master is those weights: a bf16 master with a 16-bit compute dtype
+ * (the master crosses as it is; for fp16 the device rounds it in place to nearest even, the
+ * rounding by which the host step writes resident fp16 weights from a bf16 master,
+ * kernels/adam_state.h: the same bits), and fp32 on the CPU backend (offload/memory.c: the
+ * master is the parameter buffer). */
+static void stream_sizes(const zoe_plan_config *p, const zoe_gpt *g, const zoe_plan_optimizer *o,
+                         zoe_plan_result *r) {
+    if (!streamed(p)) return;
+    const double esz = (double)zoe_dtype_size(p->dtype);
+    const double layer = (double)zoe_gpt_block_local_numel(g);
+    const double rest = (double)zoe_gpt_local_numel(g) - layer * p->model.layers;
+    const int untied = p->model.family == ZOE_MODEL_LLAMA && !p->model.tie_embeddings;
+    r->stream.layer_bytes = layer * esz;
+    r->stream.embedding_bytes = (untied ? rest / 2 : rest) * esz;
+    r->stream.head_bytes = untied ? rest / 2 * esz : 0.0;
+    const int master_is_weights = (p->main_params_dtype == ZOE_STATE_BF16 && esz == 2) ||
+                                  (p->hardware.backend == ZOE_BACKEND_CPU &&
+                                   p->main_params_dtype == ZOE_STATE_FP32 && p->dtype == ZOE_F32);
+    r->stream.host_weights = master_is_weights ? 0.0 : (double)o->part_numel * esz;
+}
+
+/* The device's buffers of streamed weights: prefetch + 1 of the largest unit the ring cycles
+ * through (a layer, an untied head), one of the embedding's own (held through a pass: the tied
+ * head reads it last), and over DP a staging buffer of every rank's block of the largest unit. */
+static double stream_ring(const zoe_plan_config *p, const zoe_plan_result *r) {
+    const double cycled = fmax(r->stream.layer_bytes, r->stream.head_bytes);
+    const double largest = fmax(cycled, r->stream.embedding_bytes);
+    return (r->stream.prefetch + 1.0) * cycled + r->stream.embedding_bytes +
+           (p->dp > 1 ? largest : 0.0);
+}
+
 static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_plan_optimizer *o,
                    zoe_plan_result *r) {
     const zoe_hardware *hw = &p->hardware;
     int cpu = hw->backend == ZOE_BACKEND_CPU;
-    r->gpu.weights = o->device_params;
+    r->gpu.weights = streamed(p) ? r->stream.ring : o->device_params;
     r->gpu.grad_ring = o->device_ring;
     r->gpu.optimizer = o->device_other;
     r->gpu.activations = p->recompute ? m->act_recompute : m->act_full;
@@ -170,12 +224,13 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
      * bounded staging buffer (engine/checkpoint/mpi_io.c). */
     int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
     r->host.pinned_per_rank = o->pinned + (p->evaluates && stale ? o->device_params : 0.0) +
-                              (p->checkpoints ? (double)ckpt_round_bytes() : 0.0);
-    /* On the CPU backend the device is host memory, and so are the kernels' workspace and the
-     * MPI staging of 16-bit collectives. */
+                              (p->checkpoints ? (double)ckpt_round_bytes() : 0.0) +
+                              r->stream.host_weights;
+    /* On the CPU backend the device is host memory, and so are the kernels' workspace, the
+     * MPI staging of 16-bit collectives and the packing of those past INT_MAX elements. */
     r->host.other_per_rank =
         hw->rank_base_bytes + m->host_other +
-        (cpu ? r->gpu.total + m->workspace + o->comm_staging + o->comm_root : 0);
+        (cpu ? r->gpu.total + m->workspace + o->comm_staging + o->comm_root + o->comm_pack : 0);
     r->host.per_rank =
         r->host.optimizer_per_rank + r->host.pinned_per_rank + r->host.other_per_rank;
     /* per_rank is the fullest rank, a DP root; the other ranks of the box hold no root
@@ -186,6 +241,10 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     r->host.capacity = hw->host_bytes;
     r->host.reserve = hw->host_bytes * hw->host_reserve;
     r->host.available = r->host.capacity - r->host.reserve;
+    /* the box holds ranks_per_node of the ranks' partitions of the model */
+    if (streamed(p) && r->params > 0)
+        r->stream.host_bytes_per_param =
+            r->host.total / ((double)r->params * r->ranks_per_node / r->ranks);
 
     /* a capacity of 0 is unknown (zoe-train on a GPU it cannot size): not checked */
     r->fits_gpu = cpu || r->gpu.capacity <= 0 || r->gpu.total <= r->gpu.capacity;
@@ -264,6 +323,79 @@ static double attention_seconds(const zoe_plan_config *p, char *path, size_t pat
     return per_layer * m->layers * p->grad_accum;
 }
 
+/* Streamed weights, the time (docs/plan.md, "Streamed weights"). Each pass of each micro-batch
+ * fetches every unit once: per unit, the rank's 1/d of its TP shard over the host link (PCIe,
+ * shared by the GPUs on it; on the CPU backend a copy at the host's bandwidth, shared by its
+ * ranks), then the rest by the DP all-gather. The two links pipeline over units, so a unit's copy
+ * paces at the slower of the two and takes both in turn (its latency); with `prefetch` units in
+ * flight a layer arrives every max(pace, latency / prefetch). A pass's layer copies hide behind
+ * its compute where they arrive faster than the pass consumes them: the forward of a layer (1
+ * of the `passes` shares of its FLOPs) is the tightest, the backward (2, and 1 more recomputed)
+ * has room. The embedding opens each pass and is released at its end, so its fetch is exposed
+ * in every pass. On the CPU backend the copies run on the compute's cores: none hides. Returns
+ * the exposed seconds. */
+static double stream_time(const zoe_plan_config *p, double layers_flops, double head_flops,
+                          double passes, zoe_plan_result *r) {
+    const zoe_hardware *hw = &p->hardware;
+    const int cpu = hw->backend == ZOE_BACKEND_CPU, d = p->dp, k = p->grad_accum;
+    const int L = p->model.layers;
+    int sharing =
+        cpu ? r->ranks_per_node
+            : (hw->gpus_per_link < r->ranks_per_node ? hw->gpus_per_link : r->ranks_per_node);
+    if (sharing < 1) sharing = 1;
+    const double link = (cpu ? hw->host_bandwidth : hw->pcie_bandwidth) / sharing;
+    const double share = (d - 1.0) / d, gather = hw->nvlink_bandwidth;
+    const double lb = r->stream.layer_bytes, eb = r->stream.embedding_bytes,
+                 hb = r->stream.head_bytes;
+    /* each unit's copy: its partition over the host link, the rest over DP */
+    const double layer_pcie = lb / d / link, layer_gather = d > 1 ? lb * share / gather : 0.0;
+    const double head_pcie = hb / d / link, head_gather = d > 1 ? hb * share / gather : 0.0;
+    const double emb_latency = eb / d / link + (d > 1 ? eb * share / gather : 0.0);
+    r->stream.layer_copy = fmax(layer_pcie, layer_gather);
+    r->stream.layer_latency = layer_pcie + layer_gather;
+    /* this rank's compute per micro-batch, split by the model FLOPs' shares: a layer's forward
+     * and the LM head's (its backward twice that) */
+    const double per_mb = r->time.compute / k, weight = layers_flops * passes + head_flops * 3.0;
+    const double layer_fwd = weight > 0 ? per_mb * layers_flops / L / weight : 0.0;
+    const double head_fwd = weight > 0 ? per_mb * head_flops / weight : 0.0;
+    r->stream.layer_forward = layer_fwd;
+    /* the fewest units ahead whose forward compute (or, where the copies are slower, whose
+     * copies) covers one layer's latency; on the CPU backend nothing overlaps: one */
+    const double cover = fmax(layer_fwd, r->stream.layer_copy);
+    int need = cover > 0 && !cpu ? (int)ceil(r->stream.layer_latency / cover - 1e-9) : 1;
+    need = need < 1 ? 1 : need > L ? L : need;
+    r->stream.prefetch_from_plan = p->prefetch_layers <= 0;
+    r->stream.prefetch = r->stream.prefetch_from_plan ? need : p->prefetch_layers;
+    const double q = r->stream.prefetch;
+    const double layer_pace = fmax(r->stream.layer_copy, r->stream.layer_latency / q);
+    const double head_pace = fmax(fmax(head_pcie, head_gather), (head_pcie + head_gather) / q);
+    const double pass_copy = L * layer_pace + head_pace;
+    const double fwd = L * layer_fwd + head_fwd,
+                 bwd = L * layer_fwd * (passes - 1.0) + 2 * head_fwd;
+    const double per_pass_bytes = L * lb + eb + hb;
+    r->stream.pcie_bytes = k * 2.0 * per_pass_bytes / d;
+    r->stream.gather_bytes = k * 2.0 * per_pass_bytes * share;
+    r->stream.pcie = r->stream.pcie_bytes / link;
+    r->stream.all_gather = d > 1 ? r->stream.gather_bytes / gather : 0.0;
+    const double serial = L * r->stream.layer_latency + head_pcie + head_gather + emb_latency;
+    r->stream.exposed =
+        cpu ? k * 2.0 * serial
+            : k * (fmax(0.0, pass_copy - fwd) + fmax(0.0, pass_copy - bwd) + 2.0 * emb_latency);
+    /* copies per micro-batch are fixed and compute grows with it: the forward hides the layers'
+     * (and an untied head's) from the micro-batch where it takes as long as they do */
+    const double unpaced = L * r->stream.layer_copy + fmax(head_pcie, head_gather);
+    r->stream.hide_micro_batch =
+        cpu || fwd <= 0 ? 0 : (int)ceil(unpaced / (fwd / p->micro_batch) - 1e-9);
+    if (r->stream.hide_micro_batch < 1 && !cpu && fwd > 0) r->stream.hide_micro_batch = 1;
+    const char *pace = cpu                                              ? "host copies"
+                       : layer_pace > r->stream.layer_copy * (1 + 1e-9) ? "latency"
+                       : layer_pcie >= layer_gather                     ? "pcie"
+                                                                        : "dp all-gather";
+    snprintf(r->stream.bound, sizeof r->stream.bound, "%s",
+             r->stream.exposed > k * 2.0 * emb_latency * (1 + 1e-9) ? pace : "compute");
+    return r->stream.exposed;
+}
+
 static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe_plan_result *r) {
     const zoe_hardware *hw = &p->hardware;
     if (hw->gpu_peak_flops <= 0 || hw->host_bandwidth <= 0 || hw->gpu_fraction <= 0) {
@@ -300,14 +432,16 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     r->time.tp_comm = t > 1 ? n_ar * ar_bytes * 2.0 * (t - 1) / t / hw->nvlink_bandwidth : 0.0;
     double shard_bytes = (double)r->rank_params * esz;
     r->time.dp_reduce_scatter = d > 1 ? k * shard_bytes * (d - 1) / d / hw->nvlink_bandwidth : 0.0;
-    r->time.dp_all_gather = d > 1 ? shard_bytes * (d - 1) / d / hw->nvlink_bandwidth : 0.0;
+    /* streamed weights are fetched from the host for each pass: nothing refreshes the device */
+    r->time.dp_all_gather =
+        d > 1 && !streamed(p) ? shard_bytes * (d - 1) / d / hw->nvlink_bandwidth : 0.0;
     /* PCIe: the host part of the partition's gradients out (each micro-batch) and its new
      * weights in, each link carrying the ranks that share it. No copies on the CPU backend. */
     int sharing = hw->gpus_per_link < r->ranks_per_node ? hw->gpus_per_link : r->ranks_per_node;
     if (sharing < 1) sharing = 1;
     double host_part = (double)o->host_numel;
     r->time.pcie_out = cpu ? 0.0 : k * host_part * esz * sharing / hw->pcie_bandwidth;
-    r->time.pcie_in = cpu ? 0.0 : host_part * esz * sharing / hw->pcie_bandwidth;
+    r->time.pcie_in = cpu || streamed(p) ? 0.0 : host_part * esz * sharing / hw->pcie_bandwidth;
     /* Host Adam: every rank of the box streams its partition at once, sharing the bandwidth;
      * the accumulation of micro-batches beyond the first reads and writes the fp32 sum. And
      * every rank computes its partition on its cores, the box's ranks on their busy cores
@@ -328,7 +462,8 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     double backward_mb = r->time.compute / k * (2.0 / passes);
     double out = fmax(r->time.pcie_out, r->time.dp_reduce_scatter) / k;
     double exposed_out = k * fmax(0.0, out - backward_mb);
-    double device = r->time.compute + r->time.tp_comm + exposed_out;
+    const double stream = streamed(p) ? stream_time(p, layers, head, passes, r) : 0.0;
+    double device = r->time.compute + r->time.tp_comm + exposed_out + stream;
     double host = r->time.host_adam + r->time.pcie_in;
     double sync = device + host + r->time.dp_all_gather;
     r->time.host_stall = host;
@@ -348,21 +483,28 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     r->time.tokens = tokens_rank * d;
     r->time.tokens_per_second = r->time.step > 0 ? r->time.tokens / r->time.step : 0.0;
     r->time.tflops_per_gpu = r->time.step > 0 ? r->time.flops_per_gpu / r->time.step / 1e12 : 0.0;
+    const double model_flops = tokens_rank * (layers + head) * 3.0 / t;
+    r->mfu = r->time.step > 0 ? model_flops / r->time.step / hw->gpu_peak_flops : 0.0;
     /* What binds: the largest term on the critical path. */
-    const char *names[] = {"gpu compute", "tp all-reduce", "pcie", "host adam", "dp all-gather"};
+    char stream_name[32];
+    snprintf(stream_name, sizeof stream_name, "weights in: %.16s", r->stream.bound);
+    const char *names[] = {"gpu compute", "tp all-reduce", "pcie",
+                           "host adam",   "dp all-gather", stream_name};
     double exposed_share = host > 0 ? exposed_host / host : 0.0;
-    double terms[] = {r->time.compute, r->time.tp_comm,
+    double terms[] = {r->time.compute,
+                      r->time.tp_comm,
                       (p->dpu && !cpu ? exposed_share : 1.0) * r->time.pcie_in + exposed_out,
                       (p->dpu && !cpu ? exposed_share : 1.0) * r->time.host_adam,
-                      r->time.dp_all_gather};
+                      r->time.dp_all_gather,
+                      stream};
     int best = 0;
-    for (int i = 1; i < 5; i++)
+    for (int i = 1; i < 6; i++)
         if (terms[i] > terms[best]) best = i;
     if (cpu && best == 0) names[0] = "cpu compute";
     snprintf(r->time.bound, sizeof r->time.bound, "%s", names[best]);
 }
 
-zoe_status zoe_plan(const zoe_plan_config *p, zoe_plan_result *r) {
+static zoe_status plan_once(const zoe_plan_config *p, zoe_plan_result *r) {
     if (!p || !r) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_plan: NULL argument");
     memset(r, 0, sizeof *r);
     ZOE_TRY(check(p));
@@ -397,13 +539,33 @@ zoe_status zoe_plan(const zoe_plan_config *p, zoe_plan_result *r) {
     if (hw->backend == ZOE_BACKEND_CPU && p->tp > 1)
         m.host_other += tokens * p->model.hidden * sizeof(float) * (p->dtype == ZOE_F32 ? 1 : 2);
     zoe_status st = zoe_plan_optimizer_of(&c, g, p->dp, &o);
+    if (st == ZOE_OK) stream_sizes(p, g, &o, r);
     zoe_gpt_destroy(g);
     ZOE_TRY(st);
     ZOE_TRY(activation_bytes(&c, 1, &m.act_recompute));
     ZOE_TRY(activation_bytes(&c, 0, &m.act_full));
     r->state_params = (int64_t)o.part_numel;
-    memory(p, &m, &o, r);
+    /* the time first: with streamed weights it chooses how many units the ring holds */
     step_time(p, &o, r);
+    if (streamed(p)) {
+        if (r->stream.prefetch <= 0) /* no time model: the given prefetch, or double buffering */
+            r->stream.prefetch = p->prefetch_layers > 0 ? p->prefetch_layers : 1;
+        r->stream.ring = stream_ring(p, r);
+    }
+    memory(p, &m, &o, r);
+    return ZOE_OK;
+}
+
+zoe_status zoe_plan(const zoe_plan_config *p, zoe_plan_result *r) {
+    ZOE_TRY(plan_once(p, r));
+    /* and whether the run at the micro-batch that hides the copies fits */
+    if (streamed(p) && r->stream.hide_micro_batch > 0) {
+        zoe_plan_config at = *p;
+        at.micro_batch = r->stream.hide_micro_batch;
+        zoe_plan_result h;
+        r->stream.hide_fits =
+            at.micro_batch == p->micro_batch ? r->fits : plan_once(&at, &h) == ZOE_OK && h.fits;
+    }
     return ZOE_OK;
 }
 
@@ -428,47 +590,45 @@ zoe_status zoe_plan_auto_offload_ratio(const zoe_plan_config *cfg, float *ratio)
                     "--offload-ratio auto: does not fit even fully offloaded (%s)", r.verdict);
 }
 
+void zoe_plan_family_member(const zoe_model_config *base, int layers, zoe_model_config *m) {
+    *m = (zoe_model_config){.layers = layers,
+                            .hidden = layers * ZOE_PLAN_FAMILY_HEAD_DIM,
+                            .heads = layers,
+                            .seq_len = base->seq_len,
+                            .vocab = base->vocab,
+                            .dropout = base->dropout,
+                            .source = "GPT-3's family scaled to fit (zoe_plan_max_model)",
+                            .family = ZOE_MODEL_GPT};
+    snprintf(m->name, sizeof m->name, "scaled");
+}
+
 zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
                               zoe_plan_result *best_plan) {
     if (!cfg || !best) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "max model: NULL argument");
     zoe_plan_config p = *cfg;
     zoe_plan_result r;
-    int64_t best_params = 0;
-    /* GPT shapes with 128-wide heads, their count a multiple of tp; for each width the most
-     * layers that fit (memory grows with layers, so a bisection finds it). Past the widest that
-     * fits a single layer nothing wider will. */
-    int tp = cfg->tp, step = 128 * (tp > 4 ? tp : 4);
-    for (int h = step; h <= 65536; h += step) {
-        int heads = h / 128;
-        if (heads % tp != 0) continue;
-        p.model = cfg->model;
-        snprintf(p.model.name, sizeof p.model.name, "scaled");
-        p.model.source = "a GPT scaled to fit (zoe_plan_max_model)";
-        p.model.hidden = h, p.model.heads = heads, p.model.ffn = 0;
-        memset(p.model.grids, 0, sizeof p.model.grids);
-        /* at most hidden / 64 layers, the deepest ratio of the GPT-2/GPT-3 family and the
-         * presets (gpt2-124m: 12 at 768), so the answer stays a GPT anyone would train */
-        int lo = 0, hi = h / 64;
-        while (lo < hi) {
-            int mid = (lo + hi + 1) / 2;
-            p.model.layers = mid;
-            ZOE_TRY(zoe_plan(&p, &r));
-            if (r.fits)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        if (lo == 0) break;
-        p.model.layers = lo;
-        int64_t params = zoe_model_param_count(&p.model);
-        if (params > best_params) {
-            best_params = params;
-            *best = p.model;
-            if (best_plan) ZOE_TRY(zoe_plan(&p, best_plan));
-        }
+    /* L layers and heads, L a multiple of tp (each rank its share of the heads), hidden 128 L up
+     * to 65536. Memory grows with L, so a bisection over the multiples of tp finds the largest
+     * that fits. */
+    const int tp = cfg->tp, most = 65536 / ZOE_PLAN_FAMILY_HEAD_DIM / tp;
+    int lo = 0, hi = most;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        zoe_plan_family_member(&cfg->model, mid * tp, &p.model);
+        ZOE_TRY(zoe_plan(&p, &r));
+        if (r.fits)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
-    if (!best_params)
-        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "max model: not even one layer fits on %s",
-                        cfg->hardware.name);
+    if (lo == 0)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY,
+                        "max model: not even %d layers of hidden %d (GPT-3's family) fit on %s", tp,
+                        tp * ZOE_PLAN_FAMILY_HEAD_DIM, cfg->hardware.name);
+    zoe_plan_family_member(&cfg->model, lo * tp, best);
+    if (best_plan) {
+        p.model = *best;
+        ZOE_TRY(zoe_plan(&p, best_plan));
+    }
     return ZOE_OK;
 }

@@ -21,6 +21,7 @@ typedef struct zoe_plan_optimizer {
     double host, pinned;                             /* host allocations */
     double comm_staging; /* the CPU backend's fp32 staging of DP collectives, on every rank */
     double comm_root;    /* and MPI's temporary on each DP group's root (dp_rank 0) */
+    double comm_pack;    /* the CPU backend's packing of collectives past INT_MAX elements */
     size_t part_numel, host_numel; /* the partition, and its host part, in elements */
     double adam_bytes_per_param;   /* host memory the host step moves per element */
     double adam_ns_per_param;      /* one core's arithmetic of the host step per element */

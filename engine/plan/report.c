@@ -2,6 +2,7 @@
  *
  * Explained in docs/plan.md. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/error.h"
@@ -20,8 +21,16 @@ static const char *yes_no(int fits) {
 static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
     int cpu = c->hardware.backend == ZOE_BACKEND_CPU;
     fprintf(out, "\n%s, per rank (GiB):\n", cpu ? "Device (CPU backend: host memory)" : "Per GPU");
-    fprintf(out, "  weights (%s)            %9.2f\n", zoe_dtype_name(c->dtype),
-            gib(r->gpu.weights));
+    if (c->version >= 3 && c->offload_params)
+        fprintf(out,
+                "  weights ring (%s)       %9.2f   streamed: %d + 1 layers of %.2f, the "
+                "embedding's %.2f held%s\n",
+                zoe_dtype_name(c->dtype), gib(r->gpu.weights), r->stream.prefetch,
+                gib(fmax(r->stream.layer_bytes, r->stream.head_bytes)),
+                gib(r->stream.embedding_bytes), c->dp > 1 ? ", the DP gather's staging" : "");
+    else
+        fprintf(out, "  weights (%s)            %9.2f\n", zoe_dtype_name(c->dtype),
+                gib(r->gpu.weights));
     fprintf(out, "  gradient bucket ring      %9.2f\n", gib(r->gpu.grad_ring));
     fprintf(out, "  optimizer on the device   %9.2f\n", gib(r->gpu.optimizer));
     fprintf(out, "  activations (%s)%*s%9.2f   [recompute %.2f, without %.2f]\n",
@@ -48,6 +57,14 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
             part >= 1e9 ? 2 : 1, part >= 1e9 ? part / 1e9 : part / 1e6, part >= 1e9 ? 'B' : 'M',
             (r->host.optimizer_per_rank + r->host.pinned_per_rank) * per_param);
     fprintf(out, "  pinned staging per rank   %9.2f GiB\n", gib(r->host.pinned_per_rank));
+    if (c->version >= 3 && c->offload_params)
+        fprintf(out,
+                "    of which the weights    %9.2f GiB  (%s; the box's host holds %.2f bytes per "
+                "parameter of the model's share on it)\n",
+                gib(r->stream.host_weights),
+                r->stream.host_weights > 0 ? "the compute-dtype copy of the partition"
+                                           : "none apart: the master is the weights",
+                r->stream.host_bytes_per_param);
     fprintf(out, "  other per rank            %9.2f GiB  (rank base %.2f%s)\n",
             gib(r->host.other_per_rank), gib(c->hardware.rank_base_bytes),
             cpu ? ", device memory, workspace, MPI staging" : "");
@@ -63,6 +80,7 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
 
 static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
     const zoe_hardware *hw = &c->hardware;
+    const int cpu = hw->backend == ZOE_BACKEND_CPU;
     if (!strcmp(r->time.bound, "not probed")) {
         fprintf(out, "\nOne step: no time model (the hardware's rates were not probed)\n");
         return;
@@ -93,13 +111,34 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
             r->time.host_adam, r->time.host_adam_bound, r->time.host_adam_memory,
             hw->host_bandwidth / 1e9, r->time.host_adam_compute, r->time.host_adam_ns_per_param,
             r->time.host_adam_cores);
+    if (c->version >= 3 && c->offload_params) {
+        fprintf(out,
+                "  weights in, %-13s %9.3f   %.2f GiB per rank per step (each unit's 1/%d "
+                "partition, once per forward and once per backward of each micro-batch)\n",
+                cpu ? "host copies" : "PCIe", r->stream.pcie, gib(r->stream.pcie_bytes), c->dp);
+        fprintf(out, "  weights in, DP all-gather %9.3f   %.2f GiB per rank per step\n",
+                r->stream.all_gather, gib(r->stream.gather_bytes));
+        fprintf(out,
+                "    a layer per micro-batch: forward %.4f s, copy %.4f s (latency %.4f); "
+                "prefetch %d%s\n",
+                r->stream.layer_forward, r->stream.layer_copy, r->stream.layer_latency,
+                r->stream.prefetch, r->stream.prefetch_from_plan ? " (the plan's)" : "");
+        fprintf(out,
+                "  weights in, exposed       %9.3f   paced by %s; copies hide from micro-batch "
+                "%d%s\n",
+                r->stream.exposed, r->stream.bound, r->stream.hide_micro_batch,
+                r->stream.hide_micro_batch == 0 ? " (never: the CPU backend copies on its cores)"
+                : r->stream.hide_fits           ? " (fits)"
+                                                : " (does not fit)");
+    }
     fprintf(out, "  host stall without DPU    %9.3f   (%.0f%% of the synchronous step)\n",
             r->time.host_stall, 100.0 * r->time.stall_share);
     fprintf(out, "  %-25s %9.3f\n", c->dpu ? "DPU hides" : "DPU would hide", r->time.hidden_by_dpu);
     fprintf(out,
-            "  step                      %9.3f   %.0f tokens/s, %.1f TFLOPS per GPU; %s "
-            "binds\n",
-            r->time.step, r->time.tokens_per_second, r->time.tflops_per_gpu, r->time.bound);
+            "  step                      %9.3f   %.0f tokens/s, %.1f TFLOPS per GPU, MFU "
+            "%.1f%%; %s binds\n",
+            r->time.step, r->time.tokens_per_second, r->time.tflops_per_gpu, 100.0 * r->mfu,
+            r->time.bound);
 }
 
 void zoe_plan_print(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
@@ -109,10 +148,11 @@ void zoe_plan_print(FILE *out, const zoe_plan_config *c, const zoe_plan_result *
     fprintf(out, "on %s: %s\n", c->hardware.name, c->hardware.description);
     fprintf(out,
             "run: %d ranks = TP %d x DP %d (%d node%s), micro-batch %d x %d, grad-accum %d, %s, "
-            "recompute %s, DPU %s, offload ratio %g, buckets %lld MiB\n",
+            "recompute %s, DPU %s, offload ratio %g, buckets %lld MiB, weights %s\n",
             r->ranks, c->tp, c->dp, r->nodes, r->nodes == 1 ? "" : "s", c->micro_batch, m->seq_len,
             c->grad_accum, zoe_dtype_name(c->dtype), c->recompute ? "on" : "off",
-            c->dpu ? "on" : "off", (double)c->offload_ratio, (long long)c->bucket_mb);
+            c->dpu ? "on" : "off", (double)c->offload_ratio, (long long)c->bucket_mb,
+            c->version >= 3 && c->offload_params ? "streamed from the host" : "on the device");
     print_memory(out, c, r);
     print_time(out, c, r);
     if (!r->fits) {
@@ -224,6 +264,30 @@ zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *c, const zoe_pl
     cJSON_AddNumberToObject(t, "tokens_per_second", r->time.tokens_per_second);
     cJSON_AddNumberToObject(t, "tflops_per_gpu", r->time.tflops_per_gpu);
     cJSON_AddStringToObject(t, "bound", r->time.bound);
+    cJSON_AddNumberToObject(t, "mfu", r->mfu);
+    const int streamed = c->version >= 3 && c->offload_params;
+    cJSON_AddStringToObject(run, "offload_params", streamed ? "cpu" : "none");
+    if (streamed) {
+        cJSON *st = add_object(root, "stream");
+        cJSON_AddNumberToObject(st, "prefetch", r->stream.prefetch);
+        cJSON_AddBoolToObject(st, "prefetch_from_plan", r->stream.prefetch_from_plan);
+        cJSON_AddNumberToObject(st, "layer_bytes", r->stream.layer_bytes);
+        cJSON_AddNumberToObject(st, "embedding_bytes", r->stream.embedding_bytes);
+        cJSON_AddNumberToObject(st, "ring_bytes", r->stream.ring);
+        cJSON_AddNumberToObject(st, "host_weights_bytes", r->stream.host_weights);
+        cJSON_AddNumberToObject(st, "host_bytes_per_param", r->stream.host_bytes_per_param);
+        cJSON_AddNumberToObject(st, "pcie_bytes", r->stream.pcie_bytes);
+        cJSON_AddNumberToObject(st, "gather_bytes", r->stream.gather_bytes);
+        cJSON_AddNumberToObject(st, "pcie_seconds", r->stream.pcie);
+        cJSON_AddNumberToObject(st, "all_gather_seconds", r->stream.all_gather);
+        cJSON_AddNumberToObject(st, "layer_forward_seconds", r->stream.layer_forward);
+        cJSON_AddNumberToObject(st, "layer_copy_seconds", r->stream.layer_copy);
+        cJSON_AddNumberToObject(st, "layer_latency_seconds", r->stream.layer_latency);
+        cJSON_AddNumberToObject(st, "exposed_seconds", r->stream.exposed);
+        cJSON_AddNumberToObject(st, "hide_micro_batch", r->stream.hide_micro_batch);
+        cJSON_AddBoolToObject(st, "hide_fits", r->stream.hide_fits);
+        cJSON_AddStringToObject(st, "bound", r->stream.bound);
+    }
     cJSON_AddBoolToObject(root, "fits_gpu", r->fits_gpu);
     cJSON_AddBoolToObject(root, "fits_host", r->fits_host);
     cJSON_AddBoolToObject(root, "fits", r->fits);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include "engine/train/config_impl.h"
 #include "engine/hf/hf.h"
@@ -38,7 +39,8 @@ typedef enum {
     OPT_HARDWARE,
     OPT_HF,
     OPT_FAMILY,
-    OPT_SPLIT /* --split T,V: two ints, split_train then split_val */
+    OPT_SPLIT, /* --split T,V: two ints, split_train then split_val */
+    OPT_SIZE   /* bytes as zoe_parse_size reads them (uint64_t), or auto (0) */
 } opt_kind;
 
 static const char *const progress_names[] = {"auto", "bar", "lines"}; /* zoe_progress_style */
@@ -164,6 +166,9 @@ static const option_spec options[] = {
      "validation loss every N steps and at the end (0: at the end, given a validation set)"},
     {"eval-iters", OPT_INT, CFG(eval_iters), 1, 1e6,
      "global batches of validation data per evaluation"},
+    {"device-memory", OPT_SIZE, CFG(device_memory), 0, 0,
+     "the most zoe allocates on each rank's device: 512MiB, 30GiB, bytes, or auto (the GPU's "
+     "memory; on the CPU backend no limit)"},
 };
 
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */
@@ -276,6 +281,50 @@ int zoe_parse_u64(const char *text, uint64_t *out) {
     if (!zoe_parse_number(text, &v) || v != floor(v) || v < 0 || v > 9007199254740992.0) return 0;
     *out = (uint64_t)v;
     return 1;
+}
+
+/* The units of a size, as numfmt --from=iec and most tools' memory flags read them: K, M, G
+ * and T are binary, like KiB ... TiB; KB ... TB are decimal. */
+static const struct {
+    const char *name;
+    double bytes;
+} size_units[] = {
+    {"B", 1.0},    {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40},
+    {"K", 0x1p10}, {"M", 0x1p20},   {"G", 0x1p30},   {"T", 0x1p40},   {"KB", 1e3},
+    {"MB", 1e6},   {"GB", 1e9},     {"TB", 1e12},
+};
+
+int zoe_parse_size(const char *text, uint64_t *out) {
+    if (!text) return 0;
+    if (zoe_parse_u64(text, out)) return 1;
+    size_t n = strspn(text, "0123456789.");
+    if (n == 0 || n >= 63) return 0;
+    char number[64];
+    memcpy(number, text, n);
+    number[n] = '\0';
+    double v = 0;
+    if (!zoe_parse_number(number, &v)) return 0;
+    for (size_t u = 0; u < sizeof size_units / sizeof size_units[0]; u++) {
+        if (strcasecmp(text + n, size_units[u].name) != 0) continue;
+        double bytes = v * size_units[u].bytes; /* exact for every whole size below 2^53 */
+        if (bytes != floor(bytes) || bytes > 18446744073709549568.0) return 0;
+        *out = (uint64_t)bytes;
+        return 1;
+    }
+    return 0;
+}
+
+/* A size as zoe_parse_size reads it back: in the largest binary unit that holds it whole. */
+static void format_size(uint64_t bytes, char *buf, size_t n) {
+    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+    for (int u = 0; u < 4; u++) {
+        uint64_t unit = (uint64_t)1 << (10 * (4 - u));
+        if (bytes >= unit && bytes % unit == 0) {
+            snprintf(buf, n, "%llu%s", (unsigned long long)(bytes / unit), units[u]);
+            return;
+        }
+    }
+    snprintf(buf, n, "%llu", (unsigned long long)bytes);
 }
 
 int zoe_cli_once(char **argv, int i, const char *name) {
@@ -457,6 +506,16 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         ZOE_TRY(parse_number(o, text, &v));
         *(float *)base = (float)v;
         return ZOE_OK;
+    case OPT_SIZE: {
+        uint64_t bytes = 0; /* auto */
+        if (strcmp(text, "auto") != 0 && (!zoe_parse_size(text, &bytes) || bytes == 0))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--%s: '%s' is not a size (bytes, or a number with KiB, MiB, GiB or "
+                            "TiB: 512MiB, 30GiB) or auto",
+                            o->name, text);
+        memcpy(base, &bytes, sizeof bytes);
+        return ZOE_OK;
+    }
     }
     return zoe_fail(ZOE_ERR_INTERNAL, "option kind %d", (int)o->kind);
 }
@@ -475,6 +534,8 @@ static const char *json_type_needed(const option_spec *o) {
         return "true or false";
     case OPT_RATIO:
         return "a number or \"auto\"";
+    case OPT_SIZE:
+        return "a number of bytes or a string (\"512MiB\", \"auto\")";
     default:
         return "a string";
     }
@@ -492,6 +553,7 @@ static int json_type_ok(const option_spec *o, const cJSON *item) {
     case OPT_FLAG:
         return cJSON_IsBool(item);
     case OPT_RATIO:
+    case OPT_SIZE:
         return cJSON_IsNumber(item) || cJSON_IsString(item);
     default:
         return cJSON_IsString(item);
@@ -712,6 +774,8 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
         return ZOE_OK;
     case OPT_U64:
         return ZOE_OK; /* every seed is a seed */
+    case OPT_SIZE:
+        return ZOE_OK; /* every size is a cap (0: the device's memory) */
     case OPT_CHOICE: {
         int v, n = 0;
         memcpy(&v, base, sizeof v);
@@ -945,6 +1009,15 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
     case OPT_FLOAT:
         snprintf(buf, n, "%g", (double)*(const float *)base);
         break;
+    case OPT_SIZE: {
+        uint64_t bytes;
+        memcpy(&bytes, base, sizeof bytes);
+        if (bytes)
+            format_size(bytes, buf, n);
+        else
+            snprintf(buf, n, "auto");
+        break;
+    }
     }
 }
 

@@ -159,12 +159,13 @@ static void print_line(zoe_progress *p, const zoe_step_stats *s, double tok_per_
     format_val(val, sizeof val, s);
     fprintf(p->out,
             "step %*d/%d  loss %.4f%s  lr %.2e  norm %.3f%s  %.0f tok/s  %.1f ms "
-            "(fwd %.1f  bwd %.1f  offload %.1f  host step %.1f%s  refresh %.1f)  elapsed %s  "
-            "eta %s",
+            "(fwd %.1f  bwd %.1f  offload %.1f  host step %.1f%s  refresh %.1f)  device peak "
+            "%.1f MiB  elapsed %s  eta %s",
             (int)snprintf(NULL, 0, "%d", p->total), s->step + 1, p->total, (double)s->loss, val,
             (double)s->lr, (double)s->grad_norm, s->skipped ? " SKIPPED" : "", tok_per_s,
             s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
-            s->overlapped ? " overlapped" : "", s->ms_refresh, elapsed, eta);
+            s->overlapped ? " overlapped" : "", s->ms_refresh,
+            (double)s->device_peak_bytes / (1 << 20), elapsed, eta);
 }
 
 /* The live line, fitted to the terminal's width so that it redraws in place instead of
@@ -207,11 +208,13 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                          "\"loss_scale\":%g,\"skipped\":%d,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
                          "\"ms\":%.3f,\"ms_forward\":%.3f,\"ms_backward\":%.3f,"
                          "\"ms_offload\":%.3f,\"ms_host_step\":%.3f,\"ms_refresh\":%.3f,"
-                         "\"ms_optimizer\":%.3f,\"overlapped\":%d,\"redone\":%d",
+                         "\"ms_optimizer\":%.3f,\"overlapped\":%d,\"redone\":%d,"
+                         "\"device_peak_bytes\":%lld",
                          s->step, (double)s->loss, (double)s->lr, (double)s->grad_norm,
                          (double)s->loss_scale, s->skipped, (long long)s->tokens, tok_per_s,
                          s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
-                         s->ms_refresh, s->ms_optimizer, s->overlapped, s->redone);
+                         s->ms_refresh, s->ms_optimizer, s->overlapped, s->redone,
+                         (long long)s->device_peak_bytes);
         /* the validation loss only on the lines of steps that were evaluated */
         if (n > 0 && n < (int)sizeof line && s->evaluated)
             n += snprintf(line + n, sizeof line - (size_t)n, ",\"val_loss\":%.6f",

@@ -3,6 +3,7 @@
  * reduce-scatter and offload while backward goes on) and each step runs on the DPU schedule.
  *
  * Explained in docs/architecture.md, "One step, following the data"; docs/train.md. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "offload/param_stream.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
+#include "runtime/mpi_chunk.h"
 #include "zoe/gpu.h"
 #include "zoe/grid.h"
 #include "zoe/log.h"
@@ -118,6 +120,7 @@ static zoe_status create_device(zoe_trainer *tr) {
         tr->gpu_node_index = gc.node_index;
     }
     ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
+    ZOE_TRY(zoe_device_set_memory_limit(tr->dev, (size_t)tr->cfg.device_memory));
     return zoe_stream_create(tr->dev, &tr->stream);
 }
 
@@ -509,6 +512,12 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
     double sums[3] = {tr->loss_sum, (double)tr->micro_batches, (double)tr->loss_tokens};
     int rc = MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, zoe_grid_dp_comm(tr->grid));
     if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the step's loss over DP");
+    zoe_memory_stats ms;
+    ZOE_TRY(zoe_device_memory_stats(tr->dev, &ms));
+    long long device_peak = (long long)ms.device_peak;
+    rc = MPI_Allreduce(MPI_IN_PLACE, &device_peak, 1, MPI_LONG_LONG, MPI_MAX,
+                       zoe_grid_world_comm(tr->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the device peak");
     if (stats) {
         const zoe_train_config *c = &tr->cfg;
         memset(stats, 0, sizeof *stats);
@@ -529,6 +538,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         stats->overlapped = c->dpu_warmup > 0 && tr->steps_done >= c->dpu_warmup && !os.skipped;
         if (c->dpu_schedule == ZOE_DPU_EXACT) stats->overlapped = os.speculated || os.deferred;
         stats->redone = os.redone;
+        stats->device_peak_bytes = device_peak;
         stats->ms_total = t1 - tr->step_started;
     }
     tr->steps_done++;
@@ -638,8 +648,15 @@ zoe_status zoe_trainer_logits(zoe_trainer *tr, const int32_t *tokens, float *log
     size_t local = (size_t)e->vocab.local, vocab = (size_t)e->vocab.vocab;
     int tp = zoe_grid_tp_size(tr->grid);
     size_t es = zoe_dtype_size(tr->cfg.dtype);
+    /* The gather moves whole rows of tokens, as many per MPI call as fit its int count and a
+     * bounded buffer (runtime/mpi_chunk.h): micro-batch x seq x vocab passes 2^31 at real
+     * shapes (4 x 8192 x 128256 at TP=1, Llama 3's vocabulary and context, is 4.3e9). */
+    const size_t rows =
+        zoe_mpi_chunk_rows(local, (size_t)tp, sizeof(float), INT_MAX, ZOE_MPI_PACK_BYTES);
+    const size_t chunk = rows < n ? rows : n;
     void *raw = malloc(n * local * es);
-    float *mine = malloc(n * local * sizeof(float)), *all = malloc(n * local * tp * sizeof(float));
+    float *mine = malloc(n * local * sizeof(float));
+    float *all = malloc(chunk * local * (size_t)tp * sizeof(float));
     zoe_status st =
         raw && mine && all ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "logits of %zu tokens", n);
     uint64_t count = zoe_gpt_forward_count(tr->gpt);
@@ -652,13 +669,19 @@ zoe_status zoe_trainer_logits(zoe_trainer *tr, const int32_t *tokens, float *log
                               tr->stream);
     if (st == ZOE_OK) st = zoe_stream_synchronize(tr->stream);
     if (st == ZOE_OK) st = zoe_convert(mine, ZOE_F32, raw, tr->cfg.dtype, n * local);
-    /* Rank r of the TP group holds vocabulary rows [r * local, (r + 1) * local). */
-    if (st == ZOE_OK && MPI_Allgather(mine, (int)(n * local), MPI_FLOAT, all, (int)(n * local),
-                                      MPI_FLOAT, zoe_grid_tp_comm(tr->grid)) != MPI_SUCCESS)
-        st = zoe_fail(ZOE_ERR_MPI, "all-gather of the logits failed");
-    for (size_t i = 0; st == ZOE_OK && i < n; i++)
-        for (size_t c = 0; c < vocab; c++)
-            logits[i * vocab + c] = all[(c / local) * n * local + i * local + c % local];
+    /* Rank r of the TP group holds vocabulary rows [r * local, (r + 1) * local); the tokens
+     * [lo, lo + len) of every rank arrive as [tp][len][local]. */
+    for (size_t lo = 0; st == ZOE_OK && lo < n; lo += chunk) {
+        const size_t len = chunk < n - lo ? chunk : n - lo;
+        if (MPI_Allgather(mine + lo * local, (int)(len * local), MPI_FLOAT, all, (int)(len * local),
+                          MPI_FLOAT, zoe_grid_tp_comm(tr->grid)) != MPI_SUCCESS)
+            st = zoe_fail(ZOE_ERR_MPI, "all-gather of the logits of tokens %zu-%zu failed", lo,
+                          lo + len);
+        for (size_t i = 0; st == ZOE_OK && i < len; i++)
+            for (size_t c = 0; c < vocab; c++)
+                logits[(lo + i) * vocab + c] =
+                    all[(c / local) * len * local + i * local + c % local];
+    }
     free(raw), free(mine), free(all);
     return st;
 }

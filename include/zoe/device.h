@@ -42,9 +42,23 @@ void zoe_device_destroy(zoe_device *dev);
 zoe_backend zoe_device_backend(const zoe_device *dev);
 int zoe_device_ordinal(const zoe_device *dev);
 
-/* Device memory (64-byte aligned on CPU). free(NULL) is a no-op. */
+/* Device memory (64-byte aligned on CPU). free(NULL) is a no-op. zoe_device_alloc_for names
+ * what the bytes are for ("the model's arena"), which a refusal at the memory limit quotes;
+ * zoe_device_alloc is the same without a name. */
 zoe_status zoe_device_alloc(zoe_device *dev, size_t bytes, void **out);
+zoe_status zoe_device_alloc_for(zoe_device *dev, size_t bytes, const char *what, void **out);
 void zoe_device_free(zoe_device *dev, void *ptr);
+/* The device-memory limit (zoe-train's --device-memory): the most bytes dev's device
+ * allocations may hold together. An allocation that would pass it fails with
+ * ZOE_ERR_OUT_OF_MEMORY and a message naming the limit, the allocation and what it would need;
+ * nothing is allocated. bytes 0 sets the default, the device's memory: on CUDA the GPU's total
+ * (cudaMemGetInfo), on CPU no limit. On CUDA a limit above the GPU's total is refused (it
+ * bounds zoe below the GPU's size: to share a GPU, or to rehearse a smaller one), and on any
+ * device a limit below what its allocations hold now. Page-locked host memory (zoe_host_alloc)
+ * is host memory and does not count. */
+zoe_status zoe_device_set_memory_limit(zoe_device *dev, size_t bytes);
+/* The limit in force (SIZE_MAX: none; 0 for NULL). */
+size_t zoe_device_memory_limit(const zoe_device *dev);
 /* Page-locked host memory that device copies can run from asynchronously. */
 zoe_status zoe_host_alloc(zoe_device *dev, size_t bytes, void **out);
 void zoe_host_free(zoe_device *dev, void *ptr);

@@ -71,7 +71,7 @@ zoe_status zoe_hardware_local(int probe, zoe_hardware *out);
  * states the same base with the first part as measured on a small VM. */
 zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw);
 
-#define ZOE_PLAN_CONFIG_VERSION 2 /* 2: main_grads_dtype */
+#define ZOE_PLAN_CONFIG_VERSION 3 /* 2: main_grads_dtype; 3: offload_params, prefetch_layers */
 
 typedef struct zoe_plan_config {
     int version; /* ZOE_PLAN_CONFIG_VERSION */
@@ -97,6 +97,16 @@ typedef struct zoe_plan_config {
     int dpu_schedule;
     int evaluates, checkpoints;
     zoe_dtype main_grads_dtype; /* the host gradient partition: fp32, or the compute dtype */
+    /* Version 3. Streamed weights (--offload-params cpu): 1 keeps the weights on the host, in
+     * the compute dtype (a bf16 master is itself those weights; for fp16 the device rounds it
+     * on arrival, as the host step rounds resident weights), and gathers each unit
+     * (a transformer layer, the embedding, the LM head) into a ring of prefetch_layers + 1
+     * device buffers just before its forward and again before its backward: the rank's
+     * 1/(t*d) partition host->device, the rest by an all-gather over DP. 0: the weights stay
+     * on the device (the default). prefetch_layers: units fetched ahead; 0 takes the plan's,
+     * the fewest that hide one unit's copy behind compute (time.stream.prefetch). */
+    int offload_params;
+    int prefetch_layers;
 } zoe_plan_config;
 
 /* Defaults: the demo model, TP=1 x DP=1, micro-batch 4, fp32 (zoe-plan takes the box's own dtype),
@@ -164,6 +174,42 @@ typedef struct zoe_plan_result {
         double tokens, tokens_per_second, tflops_per_gpu;
         char bound[32]; /* the resource that binds: "gpu compute", "host adam", "pcie" ... */
     } time;
+
+    /* Streamed weights (offload_params): what the device holds of them, what the host holds,
+     * and what crosses per step. Zero without streaming. */
+    struct {
+        int prefetch;           /* units fetched ahead: the ring holds prefetch + 1 */
+        int prefetch_from_plan; /* 1: the plan chose it (no prefetch_layers given) */
+        double layer_bytes;     /* a transformer layer's TP shard in the compute dtype */
+        double embedding_bytes; /* the embedding's (GPT: also the LM head), held through a pass */
+        double ring; /* on the device: prefetch + 1 buffers of the largest unit the ring cycles
+                      * through, the embedding's own, and over DP the gather's staging */
+        double host_weights; /* per rank: the compute-dtype weights of its partition, 0 where
+                              * the master is those weights (a bf16 master, 16-bit compute) */
+        double host_bytes_per_param; /* the box's host total over the parameters it holds */
+        /* Per rank per step: each unit crosses once per forward and once per backward of every
+         * micro-batch, its 1/(t*d) partition host->device and the rest by the DP all-gather. */
+        double pcie_bytes, gather_bytes;
+        double pcie, all_gather; /* seconds of each per step, the host link shared as the box
+                                  * shares it */
+        /* Per micro-batch: one layer's forward compute, the pace of its copy (the slower of its
+         * PCIe and all-gather, which pipeline over units), and its latency (both in turn). */
+        double layer_forward, layer_copy, layer_latency;
+        double exposed; /* what the copies add to the step: where they outlast the forward's or
+                         * the backward's compute, and the embedding's fetch that opens
+                         * each pass */
+        /* The smallest micro-batch from which the forward's compute hides its copies (copies per
+         * micro-batch are fixed, compute grows with it), and whether that run fits. */
+        int hide_micro_batch;
+        int hide_fits;
+        char bound[32];    /* what paces the stream: "compute" (hidden), "pcie", "dp all-gather",
+                            * "host copies" (the CPU backend),
+                            * "latency" (too few units prefetched) */
+        double head_bytes; /* an untied LM head's (Llama), a unit of its own; 0 when tied */
+    } stream;
+    /* Model FLOPs utilisation: the model's FLOPs per step (forward and backward, 3 x the
+     * forward; a recomputed forward not counted) per GPU over the step, against the GPU's peak. */
+    double mfu;
 } zoe_plan_result;
 
 /* Plans cfg. Pure: allocates only its own tables, touches no device, needs no MPI. */
@@ -184,12 +230,26 @@ zoe_status zoe_plan_auto_offload_ratio(const zoe_plan_config *cfg, float *ratio)
  * more than ZOE_PLAN_DPU_STALL_SHARE of the synchronous step and DPU would hide some of it. */
 #define ZOE_PLAN_DPU_STALL_SHARE 0.10
 /* --max-model: the GPT with the most parameters that fits cfg's run (grid, batch, dtype,
- * offload, hardware): 128-wide heads, their count a multiple of tp, MLP 4 x hidden, at most
- * hidden / 64 layers, cfg's sequence and vocabulary; the most layers at every such width.
- * *best_plan (optional) is its plan. */
+ * offload, hardware), along GPT-3's family of shapes (Brown et al. 2020, "Language Models are
+ * Few-Shot Learners", Table 2.1: the 6.7B, 13B and 175B models have as many layers as heads,
+ * each head 128 wide: 32 x 4096, 40 x 5120, 96 x 12288): L layers of hidden 128 L with L heads,
+ * MLP 4 x hidden, L a multiple of tp; cfg's sequence length and vocabulary. Depth and width grow
+ * together, so the answer is a shape of the family the field trains. *best_plan (optional) is
+ * its plan. */
 zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
                               zoe_plan_result *best_plan);
 int zoe_plan_dpu_pays(const zoe_plan_result *r);
+/* --max-model's run unless flags change it: a real training shape, GPT-3's sequence length and
+ * GPT-2/3's vocabulary, one sequence per micro-batch, activations recomputed. */
+#define ZOE_PLAN_MAX_MODEL_SEQ_LEN     2048
+#define ZOE_PLAN_MAX_MODEL_VOCAB       50257
+#define ZOE_PLAN_MAX_MODEL_MICRO_BATCH 1
+#define ZOE_PLAN_MAX_MODEL_RECOMPUTE   1
+/* The head width and the layers-to-heads ratio of the family zoe_plan_max_model scales. */
+#define ZOE_PLAN_FAMILY_HEAD_DIM 128
+/* *out := the family's member of `layers` layers (and heads; hidden 128 x layers) at base's
+ * sequence length, vocabulary and dropout. */
+void zoe_plan_family_member(const zoe_model_config *base, int layers, zoe_model_config *out);
 
 #ifdef __cplusplus
 }

@@ -132,6 +132,11 @@ typedef struct zoe_train_config {
     /* The host gradient partition (zoe_optimizer_config.main_grads_dtype): ZOE_F32, or the
      * compute dtype for runs of one micro-batch a step (--main-grads-dtype). */
     zoe_dtype main_grads_dtype;
+    /* The most bytes zoe allocates on each rank's device (--device-memory): an allocation past
+     * it fails naming what it was for, and zoe-train refuses a run whose plan needs more
+     * (zoe_device_set_memory_limit). 0: the device's memory (the GPU's; on the CPU backend no
+     * limit). */
+    uint64_t device_memory;
     /* Where the weights live (--offload-params; docs/offload.md, "Streamed weights"):
      * ZOE_OFFLOAD_PARAMS_NONE, on the device (each rank its TP shard); ZOE_OFFLOAD_PARAMS_CPU, in
      * host memory (each rank its 1/(tp dp) partition, the optimizer's), each layer gathered onto
@@ -297,6 +302,9 @@ struct zoe_step_stats {
     /* DPU exact: the update this rank speculated on during backward was redone (the norm
      * clipped, the step was skipped or took another lr than the schedule's). */
     int redone;
+    /* The most bytes the device allocator held at once since the trainer was created (its
+     * device_peak in zoe_memory_stats), on the fullest rank of the grid. */
+    int64_t device_peak_bytes;
 };
 
 /* Numbers as every zoe program reads them from its command line: a decimal number as JSON writes
@@ -306,6 +314,11 @@ struct zoe_step_stats {
  * is one, else 0 and *out untouched. */
 int zoe_parse_number(const char *text, double *out);
 int zoe_parse_u64(const char *text, uint64_t *out);
+/* A size in bytes (--device-memory): what zoe_parse_u64 reads, or a decimal number with a unit,
+ * its case ignored: B; KiB, MiB, GiB, TiB or K, M, G, T (powers of 1024); KB, MB, GB, TB (of
+ * 1000). "512MiB", "1.5GiB", "30G"; the bytes must come out whole ("0.1KiB" is not a size), and
+ * " 5MiB", "5 MiB", "-1M" are not sizes. 1 and *out set when text is one, else 0. */
+int zoe_parse_size(const char *text, uint64_t *out);
 
 /* Options as every zoe program reads them from its command line: "--name VALUE" or
  * "--name=VALUE", each option at most once (as the JSON config refuses a repeated key) unless the

@@ -74,10 +74,11 @@ zoe_status zoe_adam_table_create(zoe_stream *stream, const zoe_adam_run *runs, i
                                         .counted = runs[r].counted};
     }
     size_t bytes = (count ? (size_t)count : 1) * sizeof *staged;
-    zoe_status st = zoe_device_alloc(t->dev, bytes, (void **)&t->device_runs);
+    zoe_status st = zoe_device_alloc_for(t->dev, bytes, "the device Adam's run table",
+                                         (void **)&t->device_runs);
     if (st == ZOE_OK)
-        st = zoe_device_alloc(t->dev, (ZOE_SUMSQ_MAX_BLOCKS + 1) * sizeof(double),
-                              (void **)&t->partials);
+        st = zoe_device_alloc_for(t->dev, (ZOE_SUMSQ_MAX_BLOCKS + 1) * sizeof(double),
+                                  "the device Adam's partial sums", (void **)&t->partials);
     if (st == ZOE_OK) st = zoe_host_alloc(t->dev, sizeof(double), (void **)&t->pinned_sum);
     if (st == ZOE_OK)
         st = zoe_memcpy_async(t->device_runs, staged, bytes, ZOE_COPY_HOST_TO_DEVICE, stream);

@@ -108,13 +108,9 @@ extern "C" zoe_status zoe_cuda_kernels_create(zoe_device *dev, zoe_stream *strea
     if (st != ZOE_OK) goto fail;
     {
         const size_t bytes = layout(ck, NULL);
-        err = cudaMalloc(&ck->workspace, bytes);
-        if (err != cudaSuccess) {
-            ck->workspace = NULL;
-            st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "zoe_kernels: CUDA workspace of %zu bytes: %s",
-                          bytes, cudaGetErrorString(err));
-            goto fail;
-        }
+        st = zoe_device_alloc_for(dev, bytes, "the CUDA kernels' workspace", &ck->workspace);
+        if (st != ZOE_OK) goto fail;
+        ck->dev = dev;
         layout(ck, ck->workspace);
     }
     err = cudaMallocHost((void **)&ck->host_loss,
@@ -148,6 +144,6 @@ extern "C" void zoe_cuda_kernels_destroy(zoe_cuda_kernels *ck) {
     if (!ck) return;
     if (ck->blas) cublasDestroy(ck->blas);
     cudaFreeHost(ck->host_loss);
-    cudaFree(ck->workspace);
+    zoe_device_free(ck->dev, ck->workspace);
     free(ck);
 }

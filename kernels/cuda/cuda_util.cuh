@@ -27,7 +27,9 @@ struct zoe_cuda_kernels {
     cublasHandle_t blas;
     int sms;                    /* multiprocessors, to size grid-stride launches */
     zoe_attention_gpu attn_gpu; /* what attention's choices read of the GPU */
-    /* One cudaMalloc carved into disjoint regions, so ops never share scratch. */
+    /* One device allocation (counted against the device's memory limit) carved into disjoint
+     * regions, so ops never share scratch. */
+    zoe_device *dev;
     void *workspace;
     void *blas_ws; /* handed to cuBLAS with cublasSetWorkspace */
     size_t blas_ws_bytes;

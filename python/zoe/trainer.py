@@ -16,7 +16,9 @@ from .errors import InvalidArgument
 @dataclasses.dataclass(frozen=True)
 class StepStats:
     """One step's figures (``zoe_step_stats``): the loss over the global batch's counted
-    targets, the gradient norm before clipping, and where the step's time went (ms)."""
+    targets, the gradient norm before clipping, where the step's time went (ms), and the most
+    bytes the device allocator held at once since the trainer was created, on the fullest rank
+    (``device_peak_bytes``; the ``device_memory`` keyword caps it)."""
 
     step: int
     loss: float
@@ -34,6 +36,7 @@ class StepStats:
     ms_refresh: float
     ms_optimizer: float
     redone: bool
+    device_peak_bytes: int
 
 
 def _comm_handle(comm: Any) -> int:

@@ -6,6 +6,8 @@
 # which must exit 2 with one line on stderr that contains the row's text, and write nothing.
 # zoe-train's rows run in process in test_config_strict (each mpiexec start costs a second or
 # two): two stay here for the program's own exit 2 under mpiexec.
+# A failing row shows the program's whole stderr: an exit 1 whose only lines were Open MPI's (a
+# failed MPI_Init, #34) once read here as an exit with no output at all.
 # Usage: test_cli_rules.sh ZOE_TRAIN ZOE_PLAN ZOE_DATA ZOE_GENERATE ZOE_CKPT MPIEXEC CORPUS
 set -u
 train="$1" plan="$2" data="$3" generate="$4" ckpt="$5" mpiexec="$6" corpus="$7"
@@ -17,7 +19,8 @@ row() { # text the message must contain, then the command
   rc=$?
   err="$(grep -E '^(usage: )?zoe-' "$out/err")" # not mpiexec's own lines
   if [ "$rc" -ne 2 ] || [ "$(printf '%s\n' "$err" | grep -c .)" -ne 1 ] || [[ "$err" != *"$want"* ]]; then
-    echo "FAIL: $*: exit $rc, '$err' (want exit 2 and one line containing '$want')"
+    echo "FAIL: $*: exit $rc, '$err' (want exit 2 and one line containing '$want'); stderr:"
+    sed 's/^/    /' "$out/err"
     fails=$((fails + 1))
   else
     passes=$((passes + 1))
@@ -52,6 +55,23 @@ row "option --tp needs a value" "$plan" --tp
 row "option --seed needs a value" "${zg[@]}" --seed
 row "option --threads needs a value" "${zd[@]}" --threads
 row "usage: zoe-ckpt" "$ckpt" export --hf # positional: no option of its own to repeat
+# zoe-generate judges its command line before MPI starts: a bad one is named even where MPI_Init
+# fails (here: Open MPI's session directory cannot be made, as when a neighbouring job removes
+# it; before, exit 1 and Open MPI's lines only). With a good one, MPI's failure is not silent.
+: >"$out/file"
+no_mpi=(env OMPI_MCA_orte_tmpdir_base="$out/file/sessions")
+row "--temperature 0x2" "${no_mpi[@]}" "$generate" --temperature 0x2
+row "option --seed given twice" "${no_mpi[@]}" "${zg[@]}" --seed 1 --seed 2
+row "give exactly one of --prompt" "${no_mpi[@]}" "$generate" --checkpoint "$out/none"
+"${no_mpi[@]}" "${zg[@]}" >/dev/null 2>"$out/err"
+rc=$?
+if [ "$rc" -eq 0 ] || ! grep -q "$out/file/sessions" "$out/err"; then
+  echo "FAIL: zoe-generate where MPI cannot start: exit $rc, stderr not naming the directory:"
+  sed 's/^/    /' "$out/err"
+  fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
 [ -e "$out/x.bin" ] && { echo "FAIL: zoe-data left output behind"; fails=$((fails + 1)); }
 echo "test_cli_rules: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -33,6 +33,89 @@ static void expect_invalid(zoe_train_config *c, int world, const char *fragment)
           fragment);
 }
 
+/* --device-memory and zoe_parse_size: random whole and quarter amounts of every unit against
+ * the bytes computed here, the texts that are not sizes, the JSON key as a number and as a
+ * string, and the round trip through zoe_train_config_json (which writes the largest whole
+ * binary unit). */
+static void check_device_memory(const char *json) {
+    static const struct {
+        const char *unit;
+        uint64_t bytes;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KiB", 1024},
+                 {"kib", 1024},
+                 {"MiB", 1 << 20},
+                 {"GiB", 1ULL << 30},
+                 {"TiB", 1ULL << 40},
+                 {"K", 1024},
+                 {"M", 1 << 20},
+                 {"g", 1ULL << 30},
+                 {"T", 1ULL << 40},
+                 {"KB", 1000},
+                 {"MB", 1000000},
+                 {"GB", 1000000000},
+                 {"TB", 1000000000000ULL}};
+    test_rng rng;
+    test_rng_seed(&rng, 512);
+    for (int trial = 0; trial < 400; trial++) {
+        const int u = (int)test_rng_int(&rng, 0, (int)(sizeof units / sizeof units[0]) - 1);
+        const uint64_t whole = (uint64_t)test_rng_int(&rng, 0, 4096),
+                       quarters = units[u].bytes % 4 == 0 ? (uint64_t)test_rng_int(&rng, 0, 3) : 0;
+        char text[64];
+        if (quarters)
+            snprintf(text, sizeof text, "%llu.%02llu%s", (unsigned long long)whole,
+                     (unsigned long long)(25 * quarters), units[u].unit);
+        else
+            snprintf(text, sizeof text, "%llu%s", (unsigned long long)whole, units[u].unit);
+        const uint64_t want = whole * units[u].bytes + quarters * (units[u].bytes / 4);
+        uint64_t got = 0;
+        CHECK(zoe_parse_size(text, &got) && got == want, "'%s' is %llu bytes, read %llu", text,
+              (unsigned long long)want, (unsigned long long)got);
+    }
+    static const char *const not_sizes[] = {"",      " 5MiB", "5 MiB",      "-1M", "5MiBs",
+                                            "0x10",  "1e3K",  "MiB",        ".5G", "0.1KiB",
+                                            "1.MiB", "5XB",   "20000000TiB"};
+    for (size_t i = 0; i < sizeof not_sizes / sizeof not_sizes[0]; i++) {
+        uint64_t got = 7;
+        CHECK(!zoe_parse_size(not_sizes[i], &got) && got == 7, "'%s' is not a size", not_sizes[i]);
+    }
+    zoe_train_config c;
+    CHECK_OK(parse(&c, "--device-memory 1.5GiB"));
+    CHECK(c.device_memory == 3ULL << 29, "--device-memory 1.5GiB: %llu",
+          (unsigned long long)c.device_memory);
+    CHECK_OK(parse(&c, "--device-memory=auto"));
+    CHECK(c.device_memory == 0, "auto is 0");
+    zoe_train_config_defaults(&c);
+    CHECK(c.device_memory == 0, "the default is auto (0)");
+    expect_error("--device-memory 0", "--device-memory: '0' is not a size");
+    expect_error("--device-memory 512XB", "--device-memory: '512XB' is not a size");
+    expect_error("--device-memory -1", "--device-memory: '-1' is not a size");
+    expect_error("--device-memory 1.5", "--device-memory: '1.5' is not a size");
+    FILE *f = fopen(json, "w");
+    fputs("{\"device_memory\": 536870912}", f);
+    fclose(f);
+    zoe_train_config_defaults(&c);
+    CHECK_OK(zoe_train_config_load_json(&c, json));
+    CHECK(c.device_memory == 512ULL << 20, "JSON number: %llu",
+          (unsigned long long)c.device_memory);
+    f = fopen(json, "w");
+    fputs("{\"device-memory\": \"768KiB\"}", f);
+    fclose(f);
+    CHECK_OK(zoe_train_config_load_json(&c, json));
+    char *text = zoe_train_config_json(&c);
+    CHECK(c.device_memory == 768 << 10 && text && strstr(text, "\"device-memory\":\t\"768KiB\""),
+          "JSON string: %llu, written back as %s", (unsigned long long)c.device_memory,
+          text ? text : "(null)");
+    free(text);
+    f = fopen(json, "w");
+    fputs("{\"device-memory\": true}", f);
+    fclose(f);
+    CHECK(zoe_train_config_load_json(&c, json) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "key \"device-memory\" needs a number of bytes"),
+          "JSON true refused: %s", zoe_last_error());
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     char dir[] = "/tmp/zoe_cfg_XXXXXX";
@@ -209,6 +292,7 @@ int main(int argc, char **argv) {
     CHECK(llabs(zoe_model_param_count(&m) - 70400000000LL) < 600000000LL, "70b: %lld",
           (long long)zoe_model_param_count(&m));
 
+    check_device_memory(json);
     unlink(data), unlink(json), rmdir(dir);
     return test_finish("test_config");
 }

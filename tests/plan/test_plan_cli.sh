@@ -24,7 +24,20 @@ check headline-why 0 "host adam binds" -- "$plan" --model 70b --hardware dgx2 --
 check no-offload 0 "does not fit: GPU: .* > 32.0 GiB" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-ratio 0
 check json 0 '^\{"model":\{"name":"70b".*"fits":true' -- "$plan" --model 70b --hardware dgx2 --tp 16 --json
 check search 0 "^ +16 +1 +8 +on +on" -- "$plan" --search --model 70b --hardware dgx2
-check max-model 0 "largest scaled GPT: .*B parameters" -- "$plan" --max-model --model 10b --hardware v100-32g --offload-ratio 0
+# nothing fits: exit 1 and a line saying so (the JSON form printed nothing at all)
+check search-none 1 "^zoe-plan --search: none of [0-9]+ combinations fits" -- "$plan" --search --model 70b --hardware v100-32g
+check search-none-json 1 "^zoe-plan --search: none of [0-9]+ combinations fits" -- "$plan" --search --model 70b --hardware v100-32g --json
+check max-model 0 "largest GPT of GPT-3's family .*: 19 layers x hidden 2432: 1.48B parameters" -- "$plan" --max-model --hardware v100-32g --offload-ratio 0
+check max-model-run 0 "micro-batch 1 x seq 2048, vocabulary 50257, fp16, recompute on" -- "$plan" --max-model --hardware v100-32g
+check max-model-json 0 '"seq_len":4096,"vocab":128256,"micro_batch":2,"recompute":false,.*"scaled_layers":[0-9]+,"scaled_hidden":[0-9]+' -- "$plan" --max-model --hardware h200 --seq-len 4096 --vocab 128256 --micro-batch 2 --no-recompute --json
+check max-model-preset-run 0 "largest preset: 70b .* at its documented run: micro-batch 8 x seq 1024" -- "$plan" --max-model --hardware dgx2 --tp 16 --state int8
+check max-model-model 2 "max-model scales GPT-3's family" -- "$plan" --max-model --model 10b
+check stream 0 "weights ring \(fp16\) .* streamed: 1 \+ 1 layers of 0.12, the embedding's 0.07 held" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-params cpu --state int8
+check stream-json 0 '"offload_params":"cpu".*"stream":\{"prefetch":[0-9]+,.*"hide_micro_batch":[0-9]+' -- "$plan" --model 13b --hardware h200 --offload-params cpu --json
+check stream-max 0 "copies hide behind compute from micro-batch [0-9]+" -- "$plan" --max-model --hardware v100-32g --offload-params cpu --state int8 --main-grads-dtype fp16
+check bad-offload-params 2 "--offload-params: 'gpu' is not cpu or none" -- "$plan" --offload-params gpu
+check prefetch-alone 2 "--prefetch-layers=2 needs --offload-params cpu" -- "$plan" --prefetch-layers 2
+check stream-ratio 2 "with --offload-ratio 0.5: streamed weights keep" -- "$plan" --model 13b --hardware h200 --offload-params cpu --offload-ratio 0.5
 check auto-ratio 0 "--offload-ratio auto chose" -- "$plan" --model 13b --hardware v100-32g --offload-ratio auto
 check local 0 "^on local: this machine" -- "$plan" --model demo
 check bad-hardware 2 "unknown hardware 'nope'" -- "$plan" --hardware nope

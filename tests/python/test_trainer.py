@@ -262,3 +262,36 @@ def test_plan_tokenizer_dataset(tmp_path):
     assert ds.documents > 0 and ds.tokens == sum(len(ds[i]) for i in range(ds.documents))
     with pytest.raises(zoe.Error):
         zoe.Dataset(str(tmp_path / "missing.txt"))
+
+
+def test_device_memory():
+    """``device_memory`` is --device-memory. Each rank trains alone (a split of COMM_WORLD: a
+    refusal on one rank must not leave others in a collective): the demo's first step reports
+    the device allocator's peak; a cap one byte below it is refused, naming the cap and the
+    allocation that passed it; a cap of exactly the peak trains, at the same peak."""
+    comm = comm_world()
+    if comm is None:
+        pytest.skip("no mpi4py")
+    sub = comm.Split(comm.Get_rank(), 0)
+    run = dict(comm=sub, model="demo", dpu_warmup=0)
+
+    def first_step(trainer):
+        x = batch(trainer)
+        trainer.micro_batch(x, x)
+        s = trainer.step(1e-3)
+        trainer.finalize()
+        return s
+
+    try:
+        with zoe.Trainer(**run) as t:
+            peak = first_step(t).device_peak_bytes
+        assert peak > 0
+        with pytest.raises(zoe.OutOfMemory,
+                           match=rf"device memory cap .* \({peak - 1} bytes\): allocating .* for "):
+            zoe.Trainer(device_memory=peak - 1, **run)
+        with zoe.Trainer(device_memory=str(peak), **run) as t:
+            assert first_step(t).device_peak_bytes == peak
+        with pytest.raises(zoe.InvalidArgument, match=r"--device-memory: '12XB' is not a size"):
+            zoe.Trainer(device_memory="12XB", **run)
+    finally:
+        sub.Free()

@@ -1,6 +1,7 @@
 /* The CPU device: alignment, copies through streams in order, events, memset; the allocation
- * accounting (bytes as requested, peaks, frees in any order, from several threads); and the
- * errors for a CUDA device in a build or machine without one. */
+ * accounting (bytes as requested, peaks, frees in any order, from several threads); the memory
+ * limit (refusals that name the allocation, exact to the byte, under threads); and the errors
+ * for a CUDA device in a build or machine without one. */
 #include <pthread.h>
 #include <stdint.h>
 #include "testing.h"
@@ -58,6 +59,125 @@ static void check_accounting(void) {
     zoe_device_destroy(dev);
 }
 
+/* The memory limit over random sizes: the accounting (held = the sum of the live sizes, peak =
+ * the most held at once, both kept here independently of the device) and refusals, which name
+ * the allocation and leave nothing allocated; pinned memory does not count; a limit below what
+ * is held is refused; 0 is the CPU device's default, no limit. */
+enum { LIMIT_SLOTS = 64, LIMIT_ROUNDS = 2000 };
+
+static void check_limit(void) {
+    zoe_device *dev = NULL;
+    if (!CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &dev))) return;
+    CHECK(zoe_device_memory_limit(dev) == SIZE_MAX, "the CPU device's default: no limit (%zu)",
+          zoe_device_memory_limit(dev));
+    test_rng rng;
+    test_rng_seed(&rng, 35);
+    const size_t limit = (size_t)test_rng_int(&rng, 1 << 20, 3 << 20);
+    CHECK_OK(zoe_device_set_memory_limit(dev, limit));
+    CHECK(zoe_device_memory_limit(dev) == limit, "limit %zu set", limit);
+    void *live[LIMIT_SLOTS] = {0};
+    size_t sizes[LIMIT_SLOTS] = {0}, held = 0, peak = 0;
+    int refused = 0, bad = 0;
+    for (int r = 0; r < LIMIT_ROUNDS && !bad; r++) {
+        int s = (int)test_rng_int(&rng, 0, LIMIT_SLOTS - 1);
+        if (live[s]) {
+            zoe_device_free(dev, live[s]);
+            held -= sizes[s];
+            live[s] = NULL;
+        } else {
+            size_t bytes = (size_t)test_rng_int(&rng, 1, (int64_t)limit / 8);
+            char what[32];
+            snprintf(what, sizeof what, "test buffer %d", r);
+            void *p = (void *)&rng; /* a refusal must set it to NULL */
+            zoe_status st = zoe_device_alloc_for(dev, bytes, what, &p);
+            if (held + bytes <= limit) {
+                int ok = st == ZOE_OK && p;
+                CHECK(ok, "%zu bytes with %zu of %zu held: %s", bytes, held, limit,
+                      zoe_last_error());
+                bad |= !ok;
+                if (p) memset(p, 0x5a, bytes); /* it is all there */
+                live[s] = p, sizes[s] = bytes, held += bytes;
+                if (held > peak) peak = held;
+            } else {
+                refused++;
+                int ok = st == ZOE_ERR_OUT_OF_MEMORY && p == NULL &&
+                         strstr(zoe_last_error(), "device memory cap") &&
+                         strstr(zoe_last_error(), what);
+                CHECK(ok, "%zu bytes with %zu of %zu held: status %d, '%s' (want the cap and '%s')",
+                      bytes, held, limit, (int)st, zoe_last_error(), what);
+                bad |= !ok;
+            }
+        }
+        zoe_memory_stats m;
+        CHECK_OK(zoe_device_memory_stats(dev, &m));
+        int ok = m.device_bytes == held && m.device_peak == peak;
+        CHECK(ok, "round %d: held %zu (want %zu), peak %zu (want %zu)", r, m.device_bytes, held,
+              m.device_peak, peak);
+        bad |= !ok;
+    }
+    CHECK(refused > 0 && peak <= limit, "%d refusals, peak %zu of %zu", refused, peak, limit);
+    /* exactly up to the limit, not a byte more */
+    if (held < limit) {
+        void *fill = NULL, *more = NULL;
+        CHECK(zoe_device_alloc(dev, limit - held + 1, &more) == ZOE_ERR_OUT_OF_MEMORY,
+              "one byte past the limit refused");
+        CHECK(strstr(zoe_last_error(), "a device buffer") != NULL,
+              "an unnamed allocation is called a device buffer: %s", zoe_last_error());
+        CHECK_OK(zoe_device_alloc(dev, limit - held, &fill));
+        CHECK(zoe_device_set_memory_limit(dev, limit - 1) == ZOE_ERR_INVALID_ARGUMENT,
+              "a limit below what is held refused");
+        zoe_device_free(dev, fill);
+    }
+    void *pinned = NULL;
+    CHECK_OK(zoe_host_alloc(dev, 2 * limit, &pinned)); /* host memory: not under the limit */
+    zoe_host_free(dev, pinned);
+    for (int s = 0; s < LIMIT_SLOTS; s++) zoe_device_free(dev, live[s]);
+    CHECK_OK(zoe_device_set_memory_limit(dev, 0));
+    CHECK(zoe_device_memory_limit(dev) == SIZE_MAX, "0 restores the default");
+    zoe_device_destroy(dev);
+}
+
+/* Threads allocating against a tight limit: however they interleave, what is held never passes
+ * it (the device counts bytes before it allocates them). */
+typedef struct limit_churn {
+    zoe_device *dev;
+    uint64_t seed;
+    int refused;
+} limit_churn;
+
+static void *churn_limited(void *arg) {
+    limit_churn *c = arg;
+    test_rng rng;
+    test_rng_seed(&rng, c->seed);
+    for (int r = 0; r < ROUNDS; r++) {
+        void *a = NULL;
+        if (zoe_device_alloc(c->dev, (size_t)test_rng_int(&rng, 1000, 4000), &a) != ZOE_OK)
+            c->refused++;
+        zoe_device_free(c->dev, a);
+    }
+    return NULL;
+}
+
+static void check_limit_threads(void) {
+    zoe_device *dev = NULL;
+    if (!CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &dev))) return;
+    const size_t limit = 6000; /* two of the largest fit, three of the smallest do not */
+    CHECK_OK(zoe_device_set_memory_limit(dev, limit));
+    limit_churn c[THREADS];
+    pthread_t th[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        c[t] = (limit_churn){.dev = dev, .seed = 100 + (uint64_t)t};
+        pthread_create(&th[t], NULL, churn_limited, &c[t]);
+    }
+    for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+    zoe_memory_stats m;
+    CHECK_OK(zoe_device_memory_stats(dev, &m));
+    CHECK(m.device_bytes == 0 && m.device_peak <= limit && m.device_peak >= 1000,
+          "%d threads under a limit of %zu: %zu held at the end, peak %zu", THREADS, limit,
+          m.device_bytes, m.device_peak);
+    zoe_device_destroy(dev);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     zoe_device *dev = NULL;
@@ -97,5 +217,7 @@ int main(int argc, char **argv) {
         CHECK(st != ZOE_OK && gpu == NULL, "CUDA device without a GPU fails cleanly");
     zoe_device_destroy(gpu);
     check_accounting();
+    check_limit();
+    check_limit_threads();
     return test_finish("test_device");
 }

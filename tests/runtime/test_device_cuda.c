@@ -2,7 +2,8 @@
  * data. Skipped (exit 77) without a GPU per rank. For each dtype (fp32, bf16, fp16, int32) and
  * size (1, odd, 1 MB): all-reduce and reduce-scatter (sum and max, out of place and in place),
  * all-gather (out of place and in place), broadcast, and the refresh's grouped all-gathers; then
- * a barrier, and two communicators driven from two streams at once (the TP/DP pattern).
+ * a barrier, and two communicators driven from two streams at once (the TP/DP pattern). First the
+ * device's memory limit (check_limit).
  * Tolerances against the MPI result of the same inputs:
  *  - max, int32 sums, gathers, broadcasts: exact (values are moved or picked, or integer sums);
  *  - fp32 sums: both within d eps32 sum|x| of the exact sum, so 2 d eps32 sum|x| apart;
@@ -203,11 +204,43 @@ static void two_communicators(env *e) {
     MPI_Comm_free(&half);
 }
 
+/* The memory limit on a GPU: by default the GPU's memory (cudaMemGetInfo's total, against
+ * cudaGetDeviceProperties' here); more than that refused; under a limit of what is held plus
+ * 64 MiB, 48 MiB is allocated and 32 MiB more refused without changing the count, while 128 MiB
+ * of page-locked host memory does not count. */
+static void check_limit(zoe_device *dev, int ordinal) {
+    zoe_gpu_info gpu;
+    if (!CHECK_OK(zoe_gpu_info_of(ordinal, &gpu))) return;
+    const size_t total = zoe_device_memory_limit(dev), mib = (size_t)1 << 20;
+    CHECK((double)total == gpu.memory_bytes, "default limit %zu bytes, the GPU has %.0f", total,
+          gpu.memory_bytes);
+    CHECK(zoe_device_set_memory_limit(dev, total + 1) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "is more than GPU"),
+          "a limit above the GPU's memory refused: %s", zoe_last_error());
+    zoe_memory_stats m;
+    CHECK_OK(zoe_device_memory_stats(dev, &m));
+    const size_t held = m.device_bytes;
+    CHECK_OK(zoe_device_set_memory_limit(dev, held + 64 * mib));
+    void *a = NULL, *b = NULL, *pinned = NULL;
+    CHECK_OK(zoe_device_alloc_for(dev, 48 * mib, "the first buffer", &a));
+    CHECK(zoe_device_alloc_for(dev, 32 * mib, "the second buffer", &b) == ZOE_ERR_OUT_OF_MEMORY &&
+              b == NULL && strstr(zoe_last_error(), "for the second buffer would need"),
+          "32 MiB past the limit refused: %s", zoe_last_error());
+    CHECK_OK(zoe_host_alloc(dev, 128 * mib, &pinned));
+    CHECK_OK(zoe_device_memory_stats(dev, &m));
+    CHECK(m.device_bytes == held + 48 * mib, "held %zu, want %zu", m.device_bytes, held + 48 * mib);
+    zoe_host_free(dev, pinned);
+    zoe_device_free(dev, a);
+    CHECK_OK(zoe_device_set_memory_limit(dev, 0));
+    CHECK(zoe_device_memory_limit(dev) == total, "0 restores the GPU's memory");
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     if (test_skip_without_gpus("test_device_cuda")) return 77;
     env e = {.rank = test_rank(), .world = test_world_size()};
     CHECK_OK(zoe_device_create(ZOE_BACKEND_CUDA, test_gpu_ordinal(), &e.dev));
+    check_limit(e.dev, test_gpu_ordinal());
     CHECK_OK(zoe_stream_create(e.dev, &e.s));
     CHECK_OK(zoe_comm_create_mpi(MPI_COMM_WORLD, &e.mpi));
     if (CHECK_OK(zoe_comm_create_for_device(MPI_COMM_WORLD, e.dev, &e.nccl))) {

@@ -4,7 +4,7 @@
  * Byte-level text when the checkpoint was trained on zoe's byte tokens (the demo), a
  * tokenizer.json (--tokenizer) otherwise. The continuation goes to stdout, a summary line to
  * stderr. Exit status: 0 ok, 2 bad usage, a missing or unreadable checkpoint, 1 a failure after
- * the model was built.
+ * the model was built, or an MPI that cannot start (Open MPI's own lines say why).
  *
  * Explained in docs/generate.md. */
 #include <limits.h>
@@ -190,27 +190,48 @@ static void run_free(run *r) {
     free(r->prompt_text), free(r->prompt), free(r->out), free(r->text);
 }
 
-/* Every rank decides alike (the same options and files everywhere); rank 0 speaks. */
+/* Every rank judges its input alike (the same options and files everywhere): rank 0 names bad
+ * input. A failure after the model was built may be one rank's own (an allocation): every rank
+ * that has it says so, naming itself. */
 static int finish(run *r, int rank, int code, const char *what) {
-    if (code != 0 && rank == 0) fprintf(stderr, "zoe-generate: %s\n", what);
+    if (code == EXIT_USAGE && rank == 0) fprintf(stderr, "zoe-generate: %s\n", what);
+    if (code == EXIT_FAILED) fprintf(stderr, "zoe-generate: rank %d: %s\n", rank, what);
     run_free(r);
     MPI_Finalize();
     return code;
 }
 
+/* This process's rank as its launcher numbered it, readable before MPI starts: Open MPI's mpirun,
+ * PMIx and PMI launchers (srun among them) say it in the environment; 0 when started alone. */
+static int launcher_rank(void) {
+    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                        "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        char *end = NULL;
+        long rank = v ? strtol(v, &end, 10) : 0;
+        if (v && end != v && *end == '\0') return (int)rank;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    /* The command line is judged before MPI starts, so that a bad one is named (exit 2) even
+     * where MPI cannot start: a failed MPI_Init ends the process inside Open MPI with exit 1
+     * and Open MPI's lines only. Every rank judges alike; the launcher's rank 0 speaks. */
+    options o;
+    char err[ZOE_PATH_MAX + 256] = "";
+    int bad = parse(argc, argv, &o, err, sizeof err) != 0;
+    if (bad || o.help) {
+        if (bad && launcher_rank() == 0) fprintf(stderr, "zoe-generate: %s\n", err);
+        if (!bad && launcher_rank() == 0) print_help();
+        return bad ? EXIT_USAGE : 0;
+    }
     MPI_Init(&argc, &argv);
     int rank, world;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    options o;
-    char err[ZOE_PATH_MAX + 256] = "";
     run r = {0};
-    if (parse(argc, argv, &o, err, sizeof err) != 0) return finish(&r, rank, EXIT_USAGE, err);
-    if (o.help) {
-        if (rank == 0) print_help();
-        return finish(&r, rank, 0, "");
-    }
     size_t len = o.prompt ? strlen(o.prompt) : 0;
     if (o.prompt_file[0] && !(r.prompt_text = read_prompt(o.prompt_file, &len, err, sizeof err)))
         return finish(&r, rank, EXIT_USAGE, err);

@@ -17,7 +17,9 @@
 typedef struct options {
     zoe_plan_config cfg;
     int json, search, max_model, top;
-    int dp_given, dtype_given, ratio_auto, micro_given, recompute_given;
+    int dp_given, dtype_given, ratio_auto, micro_given, recompute_given, model_given;
+    int seq_given, vocab_given;
+    double host_gib; /* --host-memory-gib; 0: the preset's */
     /* --state auto: the smallest state whose convergence docs/offload.md documents as equal to
      * fp32's (a bf16 master with int8 moments); --search tries fp32, bf16 and that */
     int state_auto;
@@ -32,6 +34,8 @@ static void usage(FILE *out) {
             "  --model NAME        preset (zoe-train --list-models) [demo]\n"
             "  --layers/--hidden/--heads/--ffn/--seq-len/--vocab N   refine the shape\n"
             "  --hardware NAME     dgx2, v100-32g, dgx-a100-80g, dgx-h100, h200, local [local]\n"
+            "  --host-memory-gib N the box's host memory in GiB instead of the preset's (an\n"
+            "                      H200 on a 1.5 TB host: --hardware h200 --host-memory-gib 1536)\n"
             "  --tp N              tensor-parallel size [1]\n"
             "  --dp N              data-parallel size [the box's GPUs / tp; local: 1]\n"
             "  --micro-batch N     sequences per rank per micro-batch [4]\n"
@@ -53,11 +57,19 @@ static void usage(FILE *out) {
             "                      bf16 and fp32) [fp32]\n"
             "  --main-grads-dtype T  the host's gradient partition: fp32, or the compute dtype\n"
             "                      (one micro-batch a step) [fp32]\n"
+            "  --offload-params P  cpu: the weights live on the host and stream through a\n"
+            "                      ring of device buffers, layer by layer (recompute on unless\n"
+            "                      --no-recompute); none: they stay on the device [none]\n"
+            "  --prefetch-layers N units fetched ahead with --offload-params cpu [the plan's:\n"
+            "                      the fewest that hide a layer's copy]\n"
             "  --json              one JSON object instead of the report\n"
             "  --search            every fitting TP x DP x micro-batch x recompute x DPU x\n"
             "                      offload ratio on the box, best predicted tokens/s first\n"
             "  --top N             rows --search prints [15]\n"
-            "  --max-model         the largest preset and the largest scaled GPT that fit\n");
+            "  --max-model         the largest preset (each at its documented run) and the\n"
+            "                      largest GPT of GPT-3's family (as many layers as heads of\n"
+            "                      128) that fit; its run: --seq-len [2048], --vocab [50257],\n"
+            "                      --micro-batch [1], --[no-]recompute [on]\n");
 }
 
 static int parse_int(const char *name, const char *text, int min, int *out) {
@@ -77,6 +89,19 @@ static void set_state(zoe_plan_config *c, int state) {
     c->main_params_dtype = state == ZOE_STATE_INT8 ? ZOE_STATE_BF16 : state;
 }
 
+/* cfg's micro-batch and recompute from its model's documented run at cfg's TP, where the model
+ * has one and the flags leave them (streamed weights keep recompute on); 1 when it has one. */
+static int documented_run(const options *o, zoe_plan_config *cfg) {
+    for (int g = 0; g < ZOE_MODEL_MAX_GRIDS && cfg->model.grids[g].tp; g++) {
+        const zoe_model_grid *run = &cfg->model.grids[g];
+        if (run->tp != cfg->tp) continue;
+        if (!o->micro_given) cfg->micro_batch = run->micro_batch;
+        if (!o->recompute_given && !cfg->offload_params) cfg->recompute = run->recompute;
+        return 1;
+    }
+    return 0;
+}
+
 static int parse_options(int argc, char **argv, options *o) {
     const char *hardware = "local";
     memset(o, 0, sizeof *o);
@@ -90,6 +115,7 @@ static int parse_options(int argc, char **argv, options *o) {
             fprintf(stderr, "zoe-plan: %s (see --help)\n", zoe_last_error());
             return 0;
         }
+        o->model_given |= found;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -147,10 +173,19 @@ static int parse_options(int argc, char **argv, options *o) {
         else if (strcmp(name, "ffn") == 0)
             ok = parse_int(name, v, 0, &m->ffn);
         else if (strcmp(name, "seq-len") == 0)
-            ok = parse_int(name, v, 1, &m->seq_len);
+            ok = parse_int(name, v, 1, &m->seq_len), o->seq_given = 1;
         else if (strcmp(name, "vocab") == 0)
-            ok = parse_int(name, v, 2, &m->vocab);
-        else if (strcmp(name, "tp") == 0)
+            ok = parse_int(name, v, 2, &m->vocab), o->vocab_given = 1;
+        else if (strcmp(name, "host-memory-gib") == 0) {
+            ok = zoe_parse_number(v, &o->host_gib) && o->host_gib > 0 && o->host_gib < 1e9;
+            if (!ok) fprintf(stderr, "zoe-plan: --host-memory-gib=%s is not a positive size\n", v);
+        } else if (strcmp(name, "prefetch-layers") == 0)
+            ok = parse_int(name, v, 1, &o->cfg.prefetch_layers);
+        else if (strcmp(name, "offload-params") == 0) {
+            ok = strcmp(v, "cpu") == 0 || strcmp(v, "none") == 0;
+            if (!ok) fprintf(stderr, "zoe-plan: --offload-params: '%s' is not cpu or none\n", v);
+            o->cfg.offload_params = strcmp(v, "cpu") == 0;
+        } else if (strcmp(name, "tp") == 0)
             ok = parse_int(name, v, 1, &o->cfg.tp);
         else if (strcmp(name, "dp") == 0)
             ok = parse_int(name, v, 1, &o->cfg.dp), o->dp_given = 1;
@@ -210,19 +245,32 @@ static int parse_options(int argc, char **argv, options *o) {
         fprintf(stderr, "zoe-plan: %s\n", zoe_last_error());
         return 0;
     }
+    if (o->host_gib > 0) o->cfg.hardware.host_bytes = o->host_gib * 1024.0 * 1024.0 * 1024.0;
     const zoe_hardware *hw = &o->cfg.hardware;
+    if (o->max_model && o->model_given) {
+        fprintf(stderr, "zoe-plan: --max-model scales GPT-3's family of shapes and judges every "
+                        "preset: --model has no place in it (--seq-len, --vocab set the shape)\n");
+        return 0;
+    }
+    if (o->cfg.prefetch_layers && !o->cfg.offload_params) {
+        fprintf(stderr, "zoe-plan: --prefetch-layers=%d needs --offload-params cpu\n",
+                o->cfg.prefetch_layers);
+        return 0;
+    }
+    if (o->max_model) { /* a real training shape unless told otherwise */
+        if (!o->seq_given) o->cfg.model.seq_len = ZOE_PLAN_MAX_MODEL_SEQ_LEN;
+        if (!o->vocab_given) o->cfg.model.vocab = ZOE_PLAN_MAX_MODEL_VOCAB;
+        if (!o->micro_given) o->cfg.micro_batch = ZOE_PLAN_MAX_MODEL_MICRO_BATCH;
+        if (!o->recompute_given) o->cfg.recompute = ZOE_PLAN_MAX_MODEL_RECOMPUTE;
+    }
+    /* streamed weights leave the device to activations: recomputed unless told */
+    if (o->cfg.offload_params && !o->recompute_given) o->cfg.recompute = 1;
     if (!o->dtype_given) o->cfg.dtype = hw->dtype;
     if (!o->dp_given) o->cfg.dp = hw->gpus >= o->cfg.tp ? hw->gpus / o->cfg.tp : 1;
-    for (int g = 0; g < ZOE_MODEL_MAX_GRIDS && o->cfg.model.grids[g].tp; g++) {
-        const zoe_model_grid *run = &o->cfg.model.grids[g];
-        if (run->tp != o->cfg.tp || (o->micro_given && o->recompute_given)) continue;
-        if (!o->micro_given) o->cfg.micro_batch = run->micro_batch;
-        if (!o->recompute_given) o->cfg.recompute = run->recompute;
+    if (!o->max_model && !(o->micro_given && o->recompute_given) && documented_run(o, &o->cfg))
         snprintf(o->note, sizeof o->note,
                  "micro-batch %d and recompute %s: the %s preset's documented run at TP=%d",
-                 o->cfg.micro_batch, o->cfg.recompute ? "on" : "off", o->cfg.model.name, run->tp);
-        break;
-    }
+                 o->cfg.micro_batch, o->cfg.recompute ? "on" : "off", o->cfg.model.name, o->cfg.tp);
     return 1;
 }
 
@@ -277,7 +325,10 @@ static int search(const options *o) {
     const size_t nratios = sizeof ratios / sizeof ratios[0], states = o->state_auto ? 3 : 1;
     size_t cap = 4096, n = 0, tried = 0;
     candidate *c = malloc(cap * sizeof *c);
-    if (!c) return EXIT_FAILURE;
+    if (!c) {
+        fprintf(stderr, "zoe-plan: out of memory for %zu candidates\n", cap);
+        return EXIT_FAILURE;
+    }
     for (int tp = 1; tp <= ranks; tp++) {
         if (ranks % tp) continue;
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
@@ -291,18 +342,26 @@ static int search(const options *o) {
                         k.cfg.micro_batch = batches[b];
                         k.cfg.recompute = rc, k.cfg.dpu = dpu;
                         k.cfg.offload_ratio = ratios[q % nratios];
+                        /* streamed weights keep the whole optimizer state on the host */
+                        if (k.cfg.offload_params && k.cfg.offload_ratio < 1.0f) continue;
                         tried++;
                         if (zoe_plan(&k.cfg, &k.r) != ZOE_OK || !k.r.fits) continue;
                         if (n == cap) break;
                         c[n++] = k;
                     }
     }
+    if (!n) {
+        fprintf(stderr, "zoe-plan --search: none of %zu combinations fits %s on %s\n", tried,
+                o->cfg.model.name, o->cfg.hardware.name);
+        free(c);
+        return 1;
+    }
     qsort(c, n, sizeof *c, by_throughput);
     if (o->json) {
         for (size_t i = 0; i < n && i < (size_t)o->top; i++)
             zoe_plan_write_json(stdout, &c[i].cfg, &c[i].r);
         free(c);
-        return n ? 0 : 1;
+        return 0;
     }
     printf("zoe-plan --search: %s on %s, %zu of %zu combinations fit; best predicted first\n",
            o->cfg.model.name, o->cfg.hardware.name, n, tried);
@@ -317,53 +376,109 @@ static int search(const options *o) {
                r->host.total / (1 << 30), r->time.step, r->time.tokens_per_second, r->time.bound);
     }
     free(c);
-    return n ? 0 : 1;
+    return 0;
 }
 
+/* What stops GPT-3's family at `scaled`: the memory its next member (tp more layers and heads)
+ * overflows. */
+static const char *next_binds(const zoe_plan_config *cfg, const zoe_model_config *scaled) {
+    zoe_plan_config k = *cfg;
+    zoe_plan_family_member(scaled, scaled->layers + cfg->tp, &k.model);
+    zoe_plan_result r;
+    if (k.model.hidden > 65536) return "the family's widest, hidden 65536";
+    if (zoe_plan(&k, &r) != ZOE_OK) return "its plan fails";
+    return !r.fits_host && !r.fits_gpu ? "host and GPU memory"
+           : !r.fits_host              ? "host memory"
+                                       : "GPU memory";
+}
+
+/* --max-model: every preset at its documented run at this TP (its own sequence and vocabulary;
+ * the --max-model run's micro-batch and recompute where it has none), and GPT-3's family at the
+ * --max-model run. */
 static int max_model(const options *o) {
     const zoe_model_config *best_preset = NULL;
+    zoe_plan_config preset_cfg = o->cfg;
+    int preset_documented = 0;
     for (int i = 0; i < zoe_model_preset_count(); i++) {
         zoe_plan_config k = o->cfg;
         k.model = *zoe_model_preset_at(i);
+        int documented = documented_run(o, &k);
         zoe_plan_result r;
         if (zoe_plan(&k, &r) == ZOE_OK && r.fits &&
             (!best_preset || zoe_model_param_count(&k.model) > zoe_model_param_count(best_preset)))
-            best_preset = zoe_model_preset_at(i);
+            best_preset = zoe_model_preset_at(i), preset_cfg = k, preset_documented = documented;
     }
     zoe_model_config scaled;
     zoe_plan_result r;
     int have_scaled = zoe_plan_max_model(&o->cfg, &scaled, &r) == ZOE_OK;
-    const char *run = o->cfg.offload_ratio > 0 ? "with offload" : "without offload";
+    const zoe_plan_config *c = &o->cfg;
+    const char *binds = have_scaled ? next_binds(c, &scaled) : "";
+    const char *params = c->offload_params ? "cpu" : "none";
     if (o->json) {
         printf("{\"hardware\":\"%s\",\"tp\":%d,\"dp\":%d,\"offload_ratio\":%g,\"state\":\"%s\","
+               "\"main_grads_dtype\":\"%s\",\"dtype\":\"%s\",\"offload_params\":\"%s\","
+               "\"seq_len\":%d,\"vocab\":%d,\"micro_batch\":%d,\"recompute\":%s,"
+               "\"family\":\"gpt-3: layers = heads, head dim %d\","
                "\"largest_preset\":\"%s\",\"largest_preset_params\":%lld,"
-               "\"scaled_layers\":%d,\"scaled_hidden\":%d,\"scaled_params\":%lld}\n",
-               o->cfg.hardware.name, o->cfg.tp, o->cfg.dp, (double)o->cfg.offload_ratio,
-               state_name(&o->cfg), best_preset ? best_preset->name : "",
+               "\"largest_preset_micro_batch\":%d,\"largest_preset_recompute\":%s,"
+               "\"scaled_layers\":%d,\"scaled_hidden\":%d,\"scaled_params\":%lld",
+               c->hardware.name, c->tp, c->dp, (double)c->offload_ratio, state_name(c),
+               zoe_dtype_name(c->main_grads_dtype), zoe_dtype_name(c->dtype), params,
+               c->model.seq_len, c->model.vocab, c->micro_batch, c->recompute ? "true" : "false",
+               ZOE_PLAN_FAMILY_HEAD_DIM, best_preset ? best_preset->name : "",
                best_preset ? (long long)zoe_model_param_count(best_preset) : 0LL,
+               preset_cfg.micro_batch, preset_cfg.recompute ? "true" : "false",
                have_scaled ? scaled.layers : 0, have_scaled ? scaled.hidden : 0,
                have_scaled ? (long long)zoe_model_param_count(&scaled) : 0LL);
+        if (have_scaled)
+            printf(",\"scaled_gpu_bytes\":%.0f,\"scaled_host_bytes\":%.0f,\"scaled_binds\":\"%s\","
+                   "\"scaled_memory_binds\":\"%s\",\"scaled_step\":%g,"
+                   "\"scaled_tokens_per_second\":%g,\"scaled_mfu\":%g",
+                   r.gpu.total, r.host.total, r.time.bound, binds, r.time.step,
+                   r.time.tokens_per_second, r.mfu);
+        printf("}\n");
+        if (!best_preset && !have_scaled)
+            fprintf(stderr, "zoe-plan --max-model: no preset and no scaled GPT fits: %s\n",
+                    zoe_last_error());
         return best_preset || have_scaled ? 0 : 1;
     }
-    printf("zoe-plan --max-model on %s, TP %d x DP %d, micro-batch %d x %d, %s, recompute %s, "
-           "%s (ratio %g), %s optimizer state:\n",
-           o->cfg.hardware.name, o->cfg.tp, o->cfg.dp, o->cfg.micro_batch, o->cfg.model.seq_len,
-           zoe_dtype_name(o->cfg.dtype), o->cfg.recompute ? "on" : "off", run,
-           (double)o->cfg.offload_ratio, state_name(&o->cfg));
+    printf("zoe-plan --max-model on %s, TP %d x DP %d, micro-batch %d x seq %d, vocabulary %d, "
+           "%s, recompute %s, %s (ratio %g), %s optimizer state, %s gradient partition, weights "
+           "%s:\n",
+           c->hardware.name, c->tp, c->dp, c->micro_batch, c->model.seq_len, c->model.vocab,
+           zoe_dtype_name(c->dtype), c->recompute ? "on" : "off",
+           c->offload_ratio > 0 ? "with offload" : "without offload", (double)c->offload_ratio,
+           state_name(c), zoe_dtype_name(c->main_grads_dtype),
+           c->offload_params ? "streamed from the host" : "resident on the device");
     if (best_preset)
-        printf("  largest preset: %s (%.2fB parameters)\n", best_preset->name,
-               (double)zoe_model_param_count(best_preset) / 1e9);
+        printf("  largest preset: %s (%.2fB parameters) at %s: micro-batch %d x seq %d, "
+               "recompute %s\n",
+               best_preset->name, (double)zoe_model_param_count(best_preset) / 1e9,
+               preset_documented ? "its documented run" : "the run above", preset_cfg.micro_batch,
+               preset_cfg.model.seq_len, preset_cfg.recompute ? "on" : "off");
     else
         printf("  no preset fits\n");
-    if (have_scaled)
-        printf("  largest scaled GPT: %d layers x hidden %d (%d heads): %.2fB parameters; GPU "
-               "%.1f GiB, host %.1f GiB\n",
-               scaled.layers, scaled.hidden, scaled.heads,
-               (double)zoe_model_param_count(&scaled) / 1e9, r.gpu.total / (1 << 30),
-               r.host.total / (1 << 30));
-    else
-        printf("  no scaled GPT fits: %s\n", zoe_last_error());
-    return best_preset || have_scaled ? 0 : 1;
+    if (!have_scaled) {
+        printf("  no GPT of GPT-3's family fits: %s\n", zoe_last_error());
+        return best_preset ? 0 : 1;
+    }
+    printf("  largest GPT of GPT-3's family (as many layers as heads of %d): %d layers x hidden "
+           "%d: %.2fB parameters; GPU %.1f GiB, host %.1f GiB (the next, %d layers, does not "
+           "fit: %s)\n",
+           ZOE_PLAN_FAMILY_HEAD_DIM, scaled.layers, scaled.hidden,
+           (double)zoe_model_param_count(&scaled) / 1e9, r.gpu.total / (1 << 30),
+           r.host.total / (1 << 30), scaled.layers + c->tp, binds);
+    if (strcmp(r.time.bound, "not probed"))
+        printf("  its step: %.2f s, %.0f tokens/s, MFU %.1f%%; %s binds\n", r.time.step,
+               r.time.tokens_per_second, 100.0 * r.mfu, r.time.bound);
+    if (c->offload_params && strcmp(r.time.bound, "not probed"))
+        printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding), %.1f "
+               "host bytes per "
+               "parameter; copies hide behind compute from micro-batch %d%s\n",
+               r.stream.prefetch, r.stream.ring / (1 << 30), r.stream.host_bytes_per_param,
+               r.stream.hide_micro_batch,
+               r.stream.hide_fits ? " (which fits)" : " (which does not fit)");
+    return 0;
 }
 
 int main(int argc, char **argv) {

@@ -22,6 +22,13 @@ static int fail(int rank, int code, const char *what) {
     return code;
 }
 
+/* A failure that may be one rank's own (an allocation, a file): every rank that has it says so,
+ * naming itself, and the status's name stands in where no message was recorded. */
+static void say_failed(int rank, zoe_status st) {
+    const char *why = zoe_last_error();
+    fprintf(stderr, "zoe-train: rank %d: %s\n", rank, why[0] ? why : zoe_status_string(st));
+}
+
 static void list_models(void) {
     printf("%-12s %-6s %6s %6s %8s %6s %7s %7s %9s  %-11s %s\n", "model", "family", "layers",
            "hidden", "heads/kv", "ffn", "seq", "vocab", "params", "TP x DP", "shape from");
@@ -93,11 +100,32 @@ static int ranks_per_node(void) {
     return local;
 }
 
+/* --device-memory against the plan's device figure: a run that needs more than the cap on a
+ * rank's device is refused before anything is allocated (unless --no-plan-check; the device's
+ * allocator refuses the allocation that passes it then). Returns 0 to go on, or the exit code
+ * after a message. */
+static int check_device_cap(const zoe_train_config *cfg, const zoe_plan_result *r, int rank) {
+    const double cap = (double)cfg->device_memory, mib = 1 << 20;
+    if (!cfg->device_memory || cfg->no_plan_check || r->gpu.total <= cap) return 0;
+    char msg[640];
+    snprintf(
+        msg, sizeof msg,
+        "the run does not fit --device-memory=%.1f MiB (%llu bytes): the plan needs %.1f MiB "
+        "(%.0f bytes) on each rank's device (weights %.1f, gradient ring %.1f, optimizer %.1f, "
+        "activations %.1f, workspace %.1f, communication %.1f MiB; --no-plan-check runs it "
+        "anyway)",
+        cap / mib, (unsigned long long)cfg->device_memory, r->gpu.total / mib, r->gpu.total,
+        r->gpu.weights / mib, r->gpu.grad_ring / mib, r->gpu.optimizer / mib,
+        r->gpu.activations / mib, r->gpu.workspace / mib, r->gpu.comm / mib);
+    return fail(rank, EXIT_USAGE, msg);
+}
+
 /* Plans the run before anything is allocated: resolves --offload-ratio auto and --dpu auto,
- * logs the plan's summary, and refuses a run that does not fit (unless --no-plan-check). Every
- * rank plans from rank 0's measurements, so all decide alike. Returns 0 to go on, or the exit
- * code after a message. */
-static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus) {
+ * logs the plan's summary, and refuses a run that does not fit (unless --no-plan-check) or
+ * needs more than --device-memory. Every rank plans from rank 0's measurements, so all decide
+ * alike. gpu_bytes: the smallest GPU of the job (0 on the CPU backend). Returns 0 to go on, or
+ * the exit code after a message. */
+static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, double gpu_bytes) {
     zoe_hardware hw;
     zoe_status st = strcmp(cfg->hardware, "local") == 0 ? zoe_hardware_local(0, &hw)
                                                         : zoe_hardware_preset(cfg->hardware, &hw);
@@ -110,6 +138,18 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus) {
         hw.gpus = node_gpus;
         hw.dtype = cfg->dtype;
     }
+    /* On a GPU the cap is the GPU's memory to the plan, which --offload-ratio auto then fits;
+     * the CPU backend's device is host memory, checked against the cap after the plan. */
+    const double cap = (double)cfg->device_memory;
+    if (cfg->backend == ZOE_BACKEND_CUDA && cap > gpu_bytes && gpu_bytes > 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "--device-memory=%.2f GiB is more than the %.2f GiB of the job's smallest GPU",
+                 cap / (1 << 30), gpu_bytes / (1 << 30));
+        return fail(rank, EXIT_USAGE, msg);
+    }
+    if (cfg->backend == ZOE_BACKEND_CUDA && cap > 0 && (hw.gpu_bytes <= 0 || cap < hw.gpu_bytes))
+        hw.gpu_bytes = cap;
     double measured[3] = {hw.host_bytes, hw.rank_base_bytes, hw.host_free_bytes};
     MPI_Bcast(measured, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     hw.host_bytes = measured[0], hw.rank_base_bytes = measured[1], hw.host_free_bytes = measured[2];
@@ -155,6 +195,7 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus) {
                "free now (other processes hold the rest): it may be killed for memory\n",
                r.host.total / (1 << 30), hw.host_free_bytes / (1 << 30));
     fflush(stdout);
+    if (check_device_cap(cfg, &r, rank)) return EXIT_USAGE;
     if (!r.fits && !cfg->no_plan_check) {
         char msg[640];
         snprintf(msg, sizeof msg,
@@ -169,9 +210,12 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus) {
 /* --backend=cuda: the GPUs every rank takes (zoe_gpu_choose), and the compute dtype they train
  * in: without --dtype, the one the weakest GPU of the job computes fastest (bf16, or fp16 with
  * dynamic loss scaling before sm_80; fp32 with --tf32); --dtype bf16 on a GPU without bf16
- * refused. Sets *node_gpus for the plan. Returns 0 to go on, or the exit code after a message. */
-static int choose_gpus(zoe_train_config *cfg, int dtype_given, int rank, int *node_gpus) {
+ * refused. Sets *node_gpus and *gpu_bytes (the smallest GPU's memory) for the plan. Returns 0
+ * to go on, or the exit code after a message. */
+static int choose_gpus(zoe_train_config *cfg, int dtype_given, int rank, int *node_gpus,
+                       double *gpu_bytes) {
     *node_gpus = 0;
+    *gpu_bytes = 0;
     if (cfg->backend != ZOE_BACKEND_CUDA) return 0;
     zoe_gpu_choice c;
     if (zoe_gpu_choose(MPI_COMM_WORLD, &c) != ZOE_OK)
@@ -179,6 +223,8 @@ static int choose_gpus(zoe_train_config *cfg, int dtype_given, int rank, int *no
     zoe_gpu_spec spec;
     zoe_gpu_spec_of(c.weakest.capability, c.weakest.name, &spec);
     *node_gpus = c.node_gpus;
+    *gpu_bytes = c.gpu.memory_bytes;
+    MPI_Allreduce(MPI_IN_PLACE, gpu_bytes, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
     if (!dtype_given) {
         cfg->dtype = cfg->tf32 ? ZOE_F32 : zoe_gpu_default_dtype(&spec);
         if (rank == 0)
@@ -303,12 +349,14 @@ int main(int argc, char **argv) {
         return fail(
             rank, EXIT_USAGE,
             "--data is required (a .txt file, or an indexed dataset prefix made by zoe-data)");
-    int node_gpus = 0, code = choose_gpus(&cfg, dtype_given, rank, &node_gpus);
+    int node_gpus = 0;
+    double gpu_bytes = 0;
+    int code = choose_gpus(&cfg, dtype_given, rank, &node_gpus, &gpu_bytes);
     if (code) return code;
     if (zoe_train_config_validate(&cfg, world) != ZOE_OK ||
         zoe_train_schedule_validate(&cfg) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
-    code = plan_run(&cfg, world, rank, node_gpus);
+    code = plan_run(&cfg, world, rank, node_gpus, gpu_bytes);
     if (code) return code;
     /* Rank 0 writes the metrics. Whether it can is checked now, before anything is built, and
      * every rank learns the answer; the file itself is opened (truncated for a new run, cut at
@@ -332,10 +380,13 @@ int main(int argc, char **argv) {
     }
     zoe_dataset *ds = data.train;
     zoe_trainer *tr = NULL;
-    if (zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr) != ZOE_OK) {
+    st = zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr);
+    if (st != ZOE_OK) {
+        say_failed(rank, st);
         zoe_progress_destroy(progress);
         run_data_destroy(&data);
-        return fail(rank, EXIT_FAILURE, zoe_last_error());
+        MPI_Finalize();
+        return EXIT_FAILURE;
     }
     char ckpt[ZOE_PATH_MAX * 2] = "";
     if (cfg.resume[0] && zoe_trainer_load(tr, cfg.resume, ckpt, sizeof ckpt) != ZOE_OK) {
@@ -427,7 +478,7 @@ int main(int argc, char **argv) {
         st = zoe_trainer_save(tr, cfg.save, cfg.keep_last, ckpt, sizeof ckpt);
     if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     if (st != ZOE_OK) {
-        fprintf(stderr, "zoe-train: rank %d: %s\n", rank, zoe_last_error());
+        say_failed(rank, st);
         code = EXIT_FAILURE;
     } else if (rank == 0 && stopped) {
         if (cfg.save[0])
