@@ -35,8 +35,10 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.grad_dtype = cfg->main_grads_dtype == ZOE_F32 ? ZOE_F32 : dtype;
     z.snap = z.dpu_snapshot ? z.h_numel : 0;
     z.snap_pinned = !cpu && !streamed;
+    z.params_are_master =
+        streamed && dtype == ZOE_BF16 && cfg->main_params_dtype == ZOE_BF16 && !dpu && z.h_master;
     z.params = streamed ? 0 : lay->flat_numel;
-    z.host_params = streamed ? part : 0;
+    z.host_params = streamed && !z.params_are_master ? part : 0;
     z.part_out = !cpu && !streamed && (dpu || pd) ? part : 0;
     z.d_state = cpu ? 0 : pd;
     z.d_grads = !z.d_state ? 0 : dpu ? 2 : 1;
@@ -64,9 +66,11 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t slots_device = (size_t)z->slots * z->slot_device * esz;
     size_t slots_pinned = (size_t)z->slots * z->slot_pinned * esz;
     size_t ring = (size_t)z->out_slots * z->out_ring * esz;
+    size_t master_bytes = z->h_master ? zoe_adam_state_esize(z->host_dtypes.master) : 0;
     size_t state_bytes = zoe_adam_state_esize(z->host_dtypes.exp_avg) +
-                         zoe_adam_state_esize(z->host_dtypes.exp_avg_sq) +
-                         (z->h_master ? zoe_adam_state_esize(z->host_dtypes.master) : 0);
+                         zoe_adam_state_esize(z->host_dtypes.exp_avg_sq) + master_bytes;
+    /* the master that is the streamed weights is pinned, not plain host memory */
+    size_t pinned_master = z->params_are_master ? z->h_numel * master_bytes : 0;
     size_t int8_moments =
         (z->host_dtypes.exp_avg == ZOE_I8) + (z->host_dtypes.exp_avg_sq == ZOE_I8);
     size_t scales = int8_moments * z->h_blocks * f;
@@ -77,9 +81,9 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t d_scales = int8_moments * zoe_adam_int8_blocks(z->d_state) * f;
     *out = (zoe_optimizer_footprint){
         .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales +
-                      (z->snap_pinned ? 0 : snap),
+                      (z->snap_pinned ? 0 : snap) - pinned_master,
         .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz +
-                        z->host_params * esz,
+                        z->host_params * esz + pinned_master,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
                         z->d_state * (d_state_bytes + f * (size_t)z->d_grads) + d_scales,
         .pinned_ring_bytes = slots_pinned + ring,

@@ -53,8 +53,6 @@ struct zoe_param_stream {
     stream_slot *slots;    /* ring slots, then the held unit's */
     int num_slots;         /* prefetch + 1, + 1 with a held unit */
     void *staging;         /* dp_size x the largest block (DP > 1) */
-    size_t device_bytes;
-    long fetches;
 };
 
 static size_t max_size(size_t a, size_t b) {
@@ -142,9 +140,7 @@ static zoe_status build_tables(zoe_param_stream *ps, MPI_Comm dp_group) {
 
 static zoe_status device_buffer(zoe_param_stream *ps, size_t numel, void **out) {
     size_t bytes = max_size(numel, 1) * ps->esz;
-    ZOE_TRY(zoe_device_alloc(ps->dev, bytes, out));
-    ps->device_bytes += bytes;
-    return ZOE_OK;
+    return zoe_device_alloc(ps->dev, bytes, out);
 }
 
 static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
@@ -245,14 +241,6 @@ int zoe_param_stream_unit_of(const zoe_param_stream *ps, int first, int n) {
     return -1;
 }
 
-size_t zoe_param_stream_device_bytes(const zoe_param_stream *ps) {
-    return ps ? ps->device_bytes : 0;
-}
-
-long zoe_param_stream_fetches(const zoe_param_stream *ps) {
-    return ps ? ps->fetches : 0;
-}
-
 static char *at(const zoe_param_stream *ps, void *base, size_t element) {
     return (char *)base + element * ps->esz;
 }
@@ -293,7 +281,6 @@ static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
     ZOE_TRY(zoe_event_record(sl->fetched, ps->copy));
     sl->unit = u;
     sl->state = SLOT_FETCHED;
-    ps->fetches++;
     return ZOE_OK;
 }
 

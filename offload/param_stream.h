@@ -63,9 +63,5 @@ zoe_status zoe_param_stream_release(zoe_param_stream *ps, int u);
  * releases the unit. Not collective. */
 zoe_status zoe_param_stream_stage(zoe_param_stream *ps, int u, void **weights);
 zoe_status zoe_param_stream_store(zoe_param_stream *ps, int u);
-/* Device bytes of the ring, the held unit's buffer and the gather staging. */
-size_t zoe_param_stream_device_bytes(const zoe_param_stream *ps);
-/* Units fetched so far (each fetch copies the rank's pieces of one unit and gathers it). */
-long zoe_param_stream_fetches(const zoe_param_stream *ps);
 
 #endif

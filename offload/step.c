@@ -14,8 +14,8 @@
 
 /* Where the host Adam over partition coordinates [a, ...) of a segment (at flat in the
  * parameter buffer) writes the compute-dtype weights: block_out is the copy-out slot holding
- * partition coordinate block_lo (CUDA without DPU), else NULL. NULL: none, the fp32 master is
- * the weights (CPU, fp32), or the update's w_out holds them. */
+ * partition coordinate block_lo (CUDA without DPU), else NULL. NULL: none, the master is the
+ * weights (CPU, fp32; streamed bf16), or the update's w_out holds them. */
 static void *range_output(const zoe_optimizer *opt, size_t a, size_t flat, int in_flight,
                           void *block_out, size_t block_lo) {
     const zoe_state_sizes *z = &opt->sz;
@@ -25,7 +25,7 @@ static void *range_output(const zoe_optimizer *opt, size_t a, size_t flat, int i
         return snap; /* CUDA with DPU: the snapshot is the staging buffer of every step */
     if (block_out) return (char *)block_out + (a - block_lo) * esz;
     if (in_flight && z->dpu_snapshot) return snap;
-    if (!z->master_in_params)
+    if (!z->master_in_params && !z->params_are_master)
         return (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
     return NULL;
 }
