@@ -148,7 +148,7 @@ static const option_spec options[] = {
      "where the weights live: none (the device) or cpu (the host, streamed to the device layer "
      "by layer; turns --recompute on)"},
     {"prefetch-layers", OPT_INT, CFG(prefetch_layers), 0, 1024,
-     "--offload-params cpu: layers fetched ahead of the one in use"},
+     "--offload-params cpu: layers fetched ahead of the one in use (0: the plan's; 1 unplanned)"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -216,7 +216,6 @@ zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_si
     cfg->dpu_schedule = ZOE_DPU_EXACT; /* docs/offload.md: no convergence cost, no memory */
     cfg->dpu_dc_kappa = 1.0f;
     cfg->dpu_predict_scale = 1.5f;
-    cfg->prefetch_layers = 1;
     snprintf(cfg->hardware, sizeof cfg->hardware, "local");
     cfg->lr_decay_style = ZOE_LR_COSINE;
     cfg->lr_wsd_decay_fraction = 0.1f;

@@ -234,7 +234,8 @@ static zoe_status create_weight_stream(zoe_trainer *tr, const zoe_param_tensor *
                                   .num_units = nu,
                                   .order = {order, order + nu},
                                   .held_unit = 0,
-                                  .prefetch = tr->cfg.prefetch_layers};
+                                  .prefetch =
+                                      tr->cfg.prefetch_layers > 0 ? tr->cfg.prefetch_layers : 1};
     if (st == ZOE_OK)
         st = zoe_param_stream_create(tr->opt, zoe_grid_dp_comm(tr->grid), tr->dev, tr->stream, &sc,
                                      &tr->weights);

@@ -144,7 +144,9 @@ typedef struct zoe_train_config {
      * host (--offload cpu, --offload-ratio 1). zoe-train turns --recompute on with it unless
      * told otherwise. */
     int offload_params;
-    int prefetch_layers; /* streamed weights: layers fetched ahead of the one in use (1) */
+    /* Streamed weights: layers fetched ahead of the one in use; 0 (the default): the plan's
+     * (zoe-train plans first), 1 where nothing plans. */
+    int prefetch_layers;
 } zoe_train_config;
 
 /* The values of zoe_train_config.offload_params. */

@@ -186,6 +186,9 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
     }
     if (st == ZOE_OK) st = zoe_plan(&pc, &r);
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
+    /* streamed weights: the plan's prefetch depth unless --prefetch-layers names one */
+    if (cfg->offload_params == ZOE_OFFLOAD_PARAMS_CPU && cfg->prefetch_layers == 0)
+        cfg->prefetch_layers = r.stream.prefetch > 0 ? r.stream.prefetch : 1;
     char line[512];
     zoe_plan_summary(&pc, &r, line, sizeof line);
     if (rank == 0) printf("zoe-train: %s\n", line);
