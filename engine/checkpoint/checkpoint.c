@@ -176,26 +176,6 @@ static ckpt_io io_of(const ckpt_view *v) {
                      .round_bytes = ckpt_round_bytes()};
 }
 
-/* Every rank learns whether any failed; the failing rank keeps its message. */
-static zoe_status agree(MPI_Comm comm, zoe_status st) {
-    int failed = st != ZOE_OK, any = 0;
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, comm);
-    if (any && st == ZOE_OK) return zoe_fail(ZOE_ERR_IO, "checkpoint: another rank failed");
-    return st;
-}
-
-/* Rank 0's status and message, on every rank. */
-static zoe_status from_root(MPI_Comm comm, zoe_status st) {
-    char msg[1024] = "";
-    int code = (int)st, rank;
-    MPI_Comm_rank(comm, &rank);
-    if (rank == 0 && st != ZOE_OK) snprintf(msg, sizeof msg, "%s", zoe_last_error());
-    MPI_Bcast(&code, 1, MPI_INT, 0, comm);
-    MPI_Bcast(msg, sizeof msg, MPI_CHAR, 0, comm);
-    if (code == ZOE_OK) return ZOE_OK;
-    return zoe_fail((zoe_status)code, "%s", msg);
-}
-
 /* ---- trainer.json ---- */
 
 static void add_hex(cJSON *obj, const char *key, uint64_t v) {
@@ -279,6 +259,12 @@ static char *trainer_json(const ckpt_view *v, const zoe_optimizer_progress *op, 
 
 /* ---- save ---- */
 
+static int64_t json_num(const cJSON *obj, const char *key, int64_t fallback) {
+    int64_t n = fallback;
+    zoe_json_int64(cJSON_GetObjectItemCaseSensitive(obj, key), &n);
+    return n;
+}
+
 /* Rank 0: the partial directory, fresh. *skip when the step is already saved. */
 static zoe_status prepare_dir(const char *dir, const char *name, int *skip) {
     char p[ZOE_PATH_MAX * 2];
@@ -296,27 +282,69 @@ static zoe_status prepare_dir(const char *dir, const char *name, int *skip) {
     return ZOE_OK;
 }
 
+/* Bytes a checkpoint of files files takes: the safetensors files as the tables say, and room
+ * for trainer.json (its fixed part, and a name and a checksum per tensor). */
+static zoe_status checkpoint_bytes(const ckpt_view *v, int files, uint64_t *bytes) {
+    *bytes = 64 << 10;
+    for (int f = 0; f < files; f++) {
+        zoe_safetensors t;
+        ZOE_TRY(build_table(v, f, &t));
+        *bytes += t.data_offset + t.data_size + 160 * (uint64_t)t.count;
+        zoe_safetensors_free(&t);
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_trainer_checkpoint_bytes(zoe_trainer *tr, uint64_t *bytes) {
+    if (!tr || !bytes) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "checkpoint bytes: NULL argument");
+    ckpt_view v = view_of(tr);
+    /* the third file whenever a delayed update may be in flight at a save */
+    int dpu = v.cfg->dpu != ZOE_DPU_OFF && v.cfg->dpu_warmup > 0;
+    return checkpoint_bytes(&v, dpu ? NUM_FILES : FILE_PARAMS, bytes);
+}
+
+/* Rank 0, after writing trainer.json: it reads back with every file's size and every tensor's
+ * checksum as written (the files themselves were read back as they were written). */
+static zoe_status verify_trainer_json(const char *partial, int files, const zoe_safetensors *tables,
+                                      uint64_t *const *sums) {
+    cJSON *root = NULL;
+    ZOE_TRY(ckpt_read_trainer_json(partial, &root));
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(root, "files");
+    zoe_status st = ZOE_OK;
+    for (int f = 0; st == ZOE_OK && f < files; f++) {
+        const cJSON *entry = cJSON_GetObjectItemCaseSensitive(all, file_names[f]);
+        uint64_t want = tables[f].data_offset + tables[f].data_size, recorded = 0;
+        if (json_num(entry, "bytes", -1) != (int64_t)want)
+            st = zoe_fail(ZOE_ERR_IO, "%s/%s reads back without the size of %s", partial,
+                          CKPT_TRAINER_FILE, file_names[f]);
+        for (int t = 0; st == ZOE_OK && t < tables[f].count; t++) {
+            st = ckpt_recorded_checksum(root, partial, file_names[f], tables[f].tensors[t].name,
+                                        &recorded);
+            if (st == ZOE_OK && recorded != sums[f][t])
+                st = zoe_fail(ZOE_ERR_IO, "%s/%s reads back with another checksum of %s in %s",
+                              partial, CKPT_TRAINER_FILE, tables[f].tensors[t].name, file_names[f]);
+        }
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
 /* Rank 0, after a save failed on some rank: the partial directory goes (a full disk stays full
  * otherwise), latest and the complete checkpoints stay, and the message says how much room the
- * checkpoint's files need. */
+ * checkpoint needs. */
 static zoe_status discard_partial(const ckpt_view *v, int files, const char *partial,
                                   zoe_status failed) {
     struct stat sb;
     if (stat(partial, &sb) != 0) return failed; /* committed: the failure came after */
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", zoe_last_error());
-    double need = 0;
-    for (int f = 0; f < files; f++) {
-        zoe_safetensors t;
-        if (build_table(v, f, &t) != ZOE_OK) continue;
-        need += (double)t.data_size + 4096.0; /* the header, within a page */
-        zoe_safetensors_free(&t);
-    }
+    uint64_t need = 0;
+    checkpoint_bytes(v, files, &need);
     zoe_status removed = ckpt_remove_tree(partial);
-    int gib = need >= 1024.0 * 1024.0 * 1024.0;
+    int gib = need >= (1ull << 30);
     return zoe_fail(failed, "%s; %s %s (the checkpoint needs %.2f %s; earlier ones are kept)", msg,
                     partial, removed == ZOE_OK ? "removed" : "could not be removed",
-                    need / (gib ? 1024.0 * 1024.0 * 1024.0 : 1024.0 * 1024.0), gib ? "GiB" : "MiB");
+                    (double)need / (gib ? 1073741824.0 : 1048576.0), gib ? "GiB" : "MiB");
 }
 
 zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, char *saved,
@@ -331,15 +359,21 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
     if (saved) snprintf(saved, cap, "%s/%s", dir, name);
     zoe_status st = ZOE_OK;
     if (rank == 0) st = prepare_dir(dir, name, &skip);
-    ZOE_TRY(from_root(comm, st));
+    ZOE_TRY(ckpt_agree(comm, st));
     MPI_Bcast(&skip, 1, MPI_INT, 0, comm);
     if (skip) return ZOE_OK;
-    ZOE_TRY(agree(comm, zoe_optimizer_settle(v.opt, &refresh_due)));
+    ZOE_TRY(ckpt_agree(comm, zoe_optimizer_settle(v.opt, &refresh_due)));
     zoe_optimizer_progress op;
     ZOE_TRY(zoe_optimizer_progress_get(v.opt, &op));
     zoe_safetensors tables[NUM_FILES];
     uint64_t *sums[NUM_FILES] = {0};
     int files = refresh_due ? 3 : 2, built = 0;
+    /* The room first: a disk that cannot hold the checkpoint fails the save before a byte is
+     * written (the earlier checkpoints stay until this one is complete, so it needs its own). */
+    uint64_t need = 0;
+    if (rank == 0) st = checkpoint_bytes(&v, files, &need);
+    if (st == ZOE_OK && rank == 0) st = ckpt_room_check("save into", dir, need);
+    st = ckpt_agree(comm, st);
     ckpt_io io = io_of(&v);
     for (; st == ZOE_OK && built < files; built++) {
         ckpt_runs runs;
@@ -348,7 +382,7 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
         sums[built] = calloc((size_t)tables[built].count, sizeof(uint64_t));
         st = sums[built] ? file_runs(&v, built, 0, NULL, &runs)
                          : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
-        st = agree(comm, st);
+        st = ckpt_agree(comm, st);
         if (st != ZOE_OK) {
             built++;
             break;
@@ -357,11 +391,14 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
         st = ckpt_file_write(&io, path, &tables[built], &runs, sums[built]);
         ckpt_runs_free(&runs);
     }
+    /* latest moves only once the checkpoint is complete and read back; older ones are pruned
+     * only after that. */
     if (st == ZOE_OK && rank == 0) {
         char *json = trainer_json(&v, &op, refresh_due, files, tables, sums);
         snprintf(path, sizeof path, "%s/%s", partial, CKPT_TRAINER_FILE);
         st = json ? ckpt_write_text(path, json) : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "trainer.json");
         free(json);
+        if (st == ZOE_OK) st = verify_trainer_json(partial, files, tables, sums);
         if (st == ZOE_OK) {
             char partial_name[64];
             snprintf(partial_name, sizeof partial_name, "%s.partial", name);
@@ -373,18 +410,12 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
         zoe_safetensors_free(&tables[i]);
         free(sums[i]);
     }
-    st = agree(comm, st);
+    st = ckpt_agree(comm, st);
     if (st != ZOE_OK && rank == 0) st = discard_partial(&v, files, partial, st);
-    return from_root(comm, st);
+    return ckpt_agree(comm, st);
 }
 
 /* ---- load ---- */
-
-static int64_t json_num(const cJSON *obj, const char *key, int64_t fallback) {
-    int64_t n = fallback;
-    zoe_json_int64(cJSON_GetObjectItemCaseSensitive(obj, key), &n);
-    return n;
-}
 
 /* The run it was written by must be compatible with this trainer's: the same data order and
  * global batch (the loader then continues at the step), the same sequence length. */
@@ -474,7 +505,7 @@ static zoe_status load_file(const ckpt_view *v, const cJSON *root, const char *d
     if (st == ZOE_OK) st = file_runs(v, file, 1, &got, &runs);
     uint64_t *sums = calloc((size_t)want.count, sizeof *sums);
     if (st == ZOE_OK && !sums) st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
-    st = agree(comm, st);
+    st = ckpt_agree(comm, st);
     ckpt_io io = io_of(v);
     /* int8 moments are written through their blocks (zoe_optimizer_write_state): a block whose
      * elements arrive in several runs holds them exactly once all are there, so the optimizer
@@ -510,7 +541,7 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     cJSON *root = NULL;
     zoe_status st = ckpt_read_trainer_json(dir, &root);
     if (st == ZOE_OK) st = check_run(v, root, dir);
-    st = from_root(comm, agree(comm, st));
+    st = ckpt_agree(comm, st);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     int refresh_due = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "refresh_due"));
     /* The stale weights are in the compute dtype of the run that saved; another dtype cannot
@@ -525,7 +556,7 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
         refresh_due = 0;
     }
     for (int file = 0; st == ZOE_OK && file < FILE_PARAMS; file++)
-        st = from_root(comm, agree(comm, load_file(v, root, dir, file, hint)));
+        st = ckpt_agree(comm, load_file(v, root, dir, file, hint));
     zoe_optimizer_progress op = {.iteration = json_num(o, "iteration", -1),
                                  .step = json_num(o, "step", -1),
                                  .skipped_total = json_num(o, "skipped_total", -1),
@@ -535,15 +566,15 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     if (cJSON_IsNumber(ls)) op.loss_scale = (float)ls->valuedouble;
     const cJSON *last_lr = cJSON_GetObjectItemCaseSensitive(o, "last_lr");
     if (cJSON_IsNumber(last_lr)) op.last_lr = (float)last_lr->valuedouble; /* older: none */
-    if (st == ZOE_OK) st = agree(comm, zoe_optimizer_progress_set(v->opt, &op));
+    if (st == ZOE_OK) st = ckpt_agree(comm, zoe_optimizer_progress_set(v->opt, &op));
     double t0 = MPI_Wtime();
-    if (st == ZOE_OK) st = agree(comm, zoe_optimizer_refresh_params(v->opt));
+    if (st == ZOE_OK) st = ckpt_agree(comm, zoe_optimizer_refresh_params(v->opt));
     zoe_log(ZOE_LOG_DEBUG, "load: refresh of the parameters %.3f s", MPI_Wtime() - t0);
     /* Under DPU the next forward reads the stale weights; the latest are refreshed at the next
      * step, as in the run that saved. */
-    if (st == ZOE_OK && refresh_due) st = agree(comm, zoe_optimizer_defer_refresh(v->opt));
+    if (st == ZOE_OK && refresh_due) st = ckpt_agree(comm, zoe_optimizer_defer_refresh(v->opt));
     if (st == ZOE_OK && refresh_due)
-        st = from_root(comm, agree(comm, load_file(v, root, dir, FILE_PARAMS, hint)));
+        st = ckpt_agree(comm, load_file(v, root, dir, FILE_PARAMS, hint));
     if (st == ZOE_OK) {
         zoe_gpt_set_forward_count(v->gpt, (uint64_t)json_num(root, "dropout_forward_count", 0));
         zoe_trainer_set_steps_done(v->tr, (int)json_num(root, "step", 0));
@@ -559,7 +590,7 @@ zoe_status zoe_trainer_load(zoe_trainer *tr, const char *path, char *loaded, siz
     char dir[ZOE_PATH_MAX] = "";
     zoe_status st = ZOE_OK;
     if (zoe_grid_rank(v.grid) == 0) st = zoe_checkpoint_resolve(path, dir, sizeof dir);
-    ZOE_TRY(from_root(comm, st));
+    ZOE_TRY(ckpt_agree(comm, st));
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm);
     if (loaded) snprintf(loaded, cap, "%s", dir);
     return load_resolved(&v, dir);

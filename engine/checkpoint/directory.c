@@ -6,10 +6,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include "engine/checkpoint/directory.h"
 #include "engine/checkpoint/mpi_io.h"
@@ -19,6 +22,20 @@
 
 void ckpt_step_name(int step, char *out, size_t cap) {
     snprintf(out, cap, "step-%08d", step);
+}
+
+/* The directory that holds path: "." for a bare name, "/" at the root. */
+static void parent_of(const char *path, char *out, size_t cap) {
+    snprintf(out, cap, "%s", path);
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') out[--n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else if (slash == out)
+        out[1] = '\0';
+    else
+        *slash = '\0';
 }
 
 static int is_file(const char *path) {
@@ -159,16 +176,7 @@ zoe_status zoe_checkpoint_dir_check(const char *dir) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--save: '%s': %s", dir, strerror(errno));
     /* A save makes the directory itself, one level: its parent must be a writable directory. */
     char parent[ZOE_PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", dir);
-    size_t n = strlen(parent);
-    while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
-    char *slash = strrchr(parent, '/');
-    if (!slash)
-        snprintf(parent, sizeof parent, ".");
-    else if (slash == parent)
-        parent[1] = '\0';
-    else
-        *slash = '\0';
+    parent_of(dir, parent, sizeof parent);
     if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--save: cannot create '%s': its parent '%s' is not a directory", dir,
@@ -177,6 +185,116 @@ zoe_status zoe_checkpoint_dir_check(const char *dir) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--save: cannot create '%s' in '%s': %s", dir,
                         parent, strerror(err));
     return ZOE_OK;
+}
+
+/* The directory that holds a checkpoint directory (its parent), made absolute. */
+static int holder_of(const char *ckpt_dir, char *out) {
+    char parent[ZOE_PATH_MAX];
+    parent_of(ckpt_dir, parent, sizeof parent);
+    return realpath(parent, out) != NULL;
+}
+
+zoe_status zoe_checkpoint_dir_check_run(const char *dir, const char *resume) {
+    ZOE_TRY(zoe_checkpoint_dir_check(dir));
+    struct stat sb;
+    int *steps = NULL, n = 0;
+    if (!dir || !dir[0] || stat(dir, &sb) != 0) return ZOE_OK; /* the run makes it */
+    ZOE_TRY(list_complete(dir, &steps, &n));
+    int newest = n ? steps[n - 1] : -1;
+    free(steps);
+    if (newest < 0) return ZOE_OK;
+    char name[32], mine[PATH_MAX], theirs[PATH_MAX], resolved[ZOE_PATH_MAX];
+    ckpt_step_name(newest, name, sizeof name);
+    if (!resume || !resume[0])
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--save '%s' already holds another run's checkpoints (newest %s): give "
+                        "--resume %s to continue that run, or a new --save directory",
+                        dir, name, dir);
+    /* --resume names this directory or one of its checkpoints: the same run goes on. A resume
+     * that does not resolve is reported by the load. */
+    if (zoe_checkpoint_resolve(resume, resolved, sizeof resolved) != ZOE_OK) return ZOE_OK;
+    if (realpath(dir, mine) && holder_of(resolved, theirs) && strcmp(mine, theirs) == 0)
+        return ZOE_OK;
+    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                    "--save '%s' already holds checkpoints of a run other than --resume '%s' "
+                    "(newest %s): save into a new directory, or resume from '%s'",
+                    dir, resume, name, dir);
+}
+
+struct zoe_checkpoint_lock {
+    int fd;
+    int made_dir; /* the directory was made for the lock: removed with it if nothing was saved */
+    char dir[ZOE_PATH_MAX], path[ZOE_PATH_MAX + 32];
+};
+
+/* The lock file is removed at release, so that a run leaves its directory as it found it. A run
+ * that opened the file just before its holder removed it would lock a file no longer there:
+ * after flock, the path must still name the file locked, else it tries again. */
+static zoe_status lock_file(zoe_checkpoint_lock *lock) {
+    for (int attempt = 0; attempt < 100; attempt++) {
+        lock->fd = open(lock->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (lock->fd < 0)
+            return zoe_fail(ZOE_ERR_IO, "--save: cannot create %s: %s", lock->path,
+                            strerror(errno));
+        if (flock(lock->fd, LOCK_EX | LOCK_NB) != 0) {
+            int err = errno;
+            char holder[128] = "";
+            ssize_t got = pread(lock->fd, holder, sizeof holder - 1, 0);
+            holder[got > 0 ? got : 0] = '\0';
+            holder[strcspn(holder, "\n")] = '\0';
+            close(lock->fd), lock->fd = -1;
+            if (err == EWOULDBLOCK)
+                return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                                "--save '%s' is in use by another run (%s holds %s): wait for it "
+                                "to end, or save into another directory",
+                                lock->dir, holder[0] ? holder : "a process", lock->path);
+            return zoe_fail(ZOE_ERR_IO, "--save: cannot lock %s: %s", lock->path, strerror(err));
+        }
+        struct stat held, named;
+        if (fstat(lock->fd, &held) == 0 && stat(lock->path, &named) == 0 &&
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+            return ZOE_OK;
+        close(lock->fd), lock->fd = -1;
+    }
+    return zoe_fail(ZOE_ERR_IO, "--save: cannot lock %s: it keeps being replaced", lock->path);
+}
+
+zoe_status zoe_checkpoint_lock_acquire(const char *dir, zoe_checkpoint_lock **out) {
+    *out = NULL;
+    zoe_checkpoint_lock *lock = calloc(1, sizeof *lock);
+    if (!lock) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checkpoint lock");
+    lock->fd = -1;
+    snprintf(lock->dir, sizeof lock->dir, "%s", dir);
+    snprintf(lock->path, sizeof lock->path, "%s/%s", dir, CKPT_LOCK_FILE);
+    lock->made_dir = mkdir(dir, 0755) == 0;
+    zoe_status st = lock_file(lock);
+    if (st != ZOE_OK) {
+        if (lock->made_dir) rmdir(dir);
+        free(lock);
+        return st;
+    }
+    /* Who holds it, for the message of a run refused: best effort (on a full disk it stays
+     * empty; the lock holds all the same). */
+    char host[64] = "?", who[160];
+    gethostname(host, sizeof host - 1);
+    int n = snprintf(who, sizeof who, "pid %ld on %s\n", (long)getpid(), host);
+    if (ftruncate(lock->fd, 0) != 0 || pwrite(lock->fd, who, (size_t)n, 0) != n)
+        zoe_log(ZOE_LOG_DEBUG, "%s: could not record the holder", lock->path);
+    *out = lock;
+    return ZOE_OK;
+}
+
+void zoe_checkpoint_lock_release(zoe_checkpoint_lock *lock) {
+    if (!lock) return;
+    unlink(lock->path); /* while still held: see lock_file */
+    close(lock->fd);
+    if (lock->made_dir) { /* a run that saved nothing leaves no directory behind */
+        int *steps = NULL, n = 0;
+        if (list_complete(lock->dir, &steps, &n) == ZOE_OK && n == 0)
+            rmdir(lock->dir); /* fails, harmlessly, if anything else is in it */
+        free(steps);
+    }
+    free(lock);
 }
 
 zoe_status ckpt_read_trainer_json(const char *ckpt_dir, cJSON **out) {
@@ -248,15 +366,65 @@ zoe_status ckpt_remove_tree(const char *dir) {
     return st;
 }
 
+int64_t ckpt_free_bytes(const char *path) {
+    char p[ZOE_PATH_MAX * 3];
+    snprintf(p, sizeof p, "%s", path);
+    struct statvfs vfs;
+    while (statvfs(p, &vfs) != 0) { /* not there yet: the directory that will hold it */
+        char *slash = strrchr(p, '/');
+        if (errno != ENOENT || !p[0] || !strcmp(p, ".")) return -1;
+        if (!slash)
+            snprintf(p, sizeof p, ".");
+        else if (slash == p)
+            p[1] = '\0';
+        else
+            *slash = '\0';
+    }
+    return (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize;
+}
+
+int ckpt_test_hook_on(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "1") == 0;
+}
+
+zoe_status ckpt_room_check(const char *what, const char *dir, uint64_t need) {
+    if (ckpt_test_hook_on("ZOE_CKPT_TEST_NO_ROOM_CHECK")) return ZOE_OK;
+    int64_t free_bytes = ckpt_free_bytes(dir);
+    if (free_bytes < 0 || (uint64_t)free_bytes >= need) return ZOE_OK;
+    return zoe_fail(ZOE_ERR_IO,
+                    "%s '%s': a checkpoint needs %" PRIu64 " bytes (%.1f MiB), %" PRId64
+                    " bytes (%.1f MiB) are free there",
+                    what, dir, need, (double)need / 1048576.0, free_bytes,
+                    (double)free_bytes / 1048576.0);
+}
+
+zoe_status zoe_checkpoint_room_check(const char *dir, uint64_t need) {
+    return ckpt_room_check("--save", dir, need);
+}
+
 zoe_status ckpt_write_text(const char *path, const char *text) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return zoe_fail(ZOE_ERR_IO, "cannot create %s: %s", path, strerror(errno));
-    size_t n = strlen(text);
-    ssize_t put = write(fd, text, n);
-    int ok = put == (ssize_t)n && fsync(fd) == 0;
-    if (close(fd) != 0) ok = 0;
-    if (!ok) return zoe_fail(ZOE_ERR_IO, "writing %s failed: %s", path, strerror(errno));
-    return ZOE_OK;
+    size_t n = strlen(text), done = 0;
+    ssize_t put = 1;
+    while (done < n && (put = write(fd, text + done, n - done)) > 0) done += (size_t)put;
+    int err = put == 0 ? ENOSPC : errno; /* a write of 0 bytes: no room */
+    if (done == n && fsync(fd) != 0) err = errno, done = 0;
+    if (close(fd) != 0 && done == n) err = errno, done = 0;
+    if (done == n) return ZOE_OK;
+    return zoe_fail(ZOE_ERR_IO,
+                    "writing %s failed: %s (it needs %zu bytes; %lld bytes are free on its file "
+                    "system)",
+                    path, strerror(err), n, (long long)ckpt_free_bytes(path));
+}
+
+zoe_status ckpt_replace(const char *tmp, const char *path) {
+    if (rename(tmp, path) != 0)
+        return zoe_fail(ZOE_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    char dir[ZOE_PATH_MAX * 2];
+    parent_of(path, dir, sizeof dir);
+    return ckpt_fsync_dir(dir);
 }
 
 zoe_status ckpt_commit(const char *parent, const char *partial, const char *final_name) {
@@ -273,9 +441,7 @@ zoe_status ckpt_commit(const char *parent, const char *partial, const char *fina
     char line[64];
     snprintf(line, sizeof line, "%s\n", final_name);
     ZOE_TRY(ckpt_write_text(tmp, line));
-    if (rename(tmp, latest) != 0)
-        return zoe_fail(ZOE_ERR_IO, "cannot rename %s to %s: %s", tmp, latest, strerror(errno));
-    return ckpt_fsync_dir(parent);
+    return ckpt_replace(tmp, latest);
 }
 
 zoe_status ckpt_prune(const char *parent, int keep, const char *newest) {

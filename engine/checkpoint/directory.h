@@ -16,6 +16,7 @@
 #define CKPT_PARAMS_FILE    "params-in-use.safetensors"
 #define CKPT_TRAINER_FILE   "trainer.json"
 #define CKPT_LATEST_FILE    "latest"
+#define CKPT_LOCK_FILE      ".zoe-save.lock"
 #define CKPT_FORMAT         "zoe-checkpoint"
 #define CKPT_FORMAT_VERSION 1
 
@@ -38,6 +39,17 @@ zoe_status ckpt_remove_tree(const char *dir);
 zoe_status ckpt_commit(const char *parent, const char *partial, const char *final_name);
 /* Removes all but the keep newest complete checkpoints of parent (never the one named newest). */
 zoe_status ckpt_prune(const char *parent, int keep, const char *newest);
+/* Bytes free to an unprivileged writer (statvfs's f_bavail) on the file system that holds
+ * path, or that would hold it (the nearest existing directory above it); -1 when unknown. */
+int64_t ckpt_free_bytes(const char *path);
+/* ZOE_OK when need bytes fit in what is free under dir; else names dir, need and free, with
+ * what (e.g. "--save") in front. The test-only ZOE_CKPT_TEST_NO_ROOM_CHECK=1 skips it, so that
+ * a test can fill a disk in the middle of a save. */
+zoe_status ckpt_room_check(const char *what, const char *dir, uint64_t need);
+/* Whether the test-only environment variable name is set to 1 (docs/checkpoint.md). */
+int ckpt_test_hook_on(const char *name);
+/* Renames the complete, synced file tmp over path and fsyncs their directory. */
+zoe_status ckpt_replace(const char *tmp, const char *path);
 /* Writes text to path and fsyncs it. */
 zoe_status ckpt_write_text(const char *path, const char *text);
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "engine/checkpoint/directory.h"
 #include "engine/hf/hf.h"
 #include "engine/formats/safetensors.h"
@@ -210,15 +211,30 @@ zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir) {
     zoe_safetensors_init(&hf);
     if (st == ZOE_OK) st = build(&x, &hf);
     if (st == ZOE_OK) st = make_dirs(out_dir);
-    if (st == ZOE_OK) {
-        snprintf(out, sizeof out, "%s/model.safetensors", out_dir);
-        st = zoe_safetensors_write_stream(out, &hf, fill, &x);
-    }
+    int writing = st == ZOE_OK;
+    /* Each file under a temporary name, renamed once it is complete and synced: a full disk
+     * leaves the files that were there and no partial one. */
+    char tmp[ZOE_PATH_MAX * 2 + 8];
+    snprintf(out, sizeof out, "%s/model.safetensors", out_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    if (st == ZOE_OK) st = zoe_safetensors_write_stream(tmp, &hf, fill, &x);
+    if (st == ZOE_OK) st = ckpt_replace(tmp, out);
+    if (st != ZOE_OK && writing) unlink(tmp);
     if (st == ZOE_OK) {
         char *config = hf_config(&x.model);
         snprintf(out, sizeof out, "%s/config.json", out_dir);
-        st = config ? ckpt_write_text(out, config) : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "config");
+        snprintf(tmp, sizeof tmp, "%s.tmp", out);
+        st = config ? ckpt_write_text(tmp, config) : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "config");
+        if (st == ZOE_OK) st = ckpt_replace(tmp, out);
+        if (st != ZOE_OK) unlink(tmp);
         free(config);
+    }
+    if (st != ZOE_OK && writing) { /* how much room the export wanted */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zoe_last_error());
+        st = zoe_fail(st, "%s (the export needs %llu bytes; %lld bytes are free in %s)", msg,
+                      (unsigned long long)(hf.data_offset + hf.data_size),
+                      (long long)ckpt_free_bytes(out_dir), out_dir);
     }
     zoe_safetensors_free(&hf);
     zoe_safetensors_free(&x.src);

@@ -3,11 +3,18 @@
  *
  * Explained in docs/checkpoint.md, "Writing and reading: every rank its own pieces". */
 #include "engine/checkpoint/mpi_io.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+#include "engine/checkpoint/directory.h"
 #include "runtime/error.h"
 
 #define DEFAULT_ROUND_BYTES ((size_t)64 << 20)
@@ -67,6 +74,20 @@ uint64_t ckpt_hash_elements(uint64_t salt, uint64_t gidx, const void *data, uint
     return sum;
 }
 
+zoe_status ckpt_agree(MPI_Comm comm, zoe_status st) {
+    int rank, first = INT_MAX;
+    MPI_Comm_rank(comm, &rank);
+    int mine = st != ZOE_OK ? rank : INT_MAX;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (first == INT_MAX) return ZOE_OK;
+    char msg[1024] = "";
+    int code = (int)st;
+    if (rank == first) snprintf(msg, sizeof msg, "%s", zoe_last_error());
+    MPI_Bcast(&code, 1, MPI_INT, first, comm);
+    MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, comm);
+    return rank == first ? st : zoe_fail((zoe_status)code, "%s", msg);
+}
+
 size_t ckpt_round_bytes(void) {
     const char *v = getenv("ZOE_CKPT_TEST_ROUND_BYTES");
     long long n = v ? atoll(v) : 0;
@@ -108,11 +129,42 @@ static MPI_Info open_hints(void) {
     return info;
 }
 
-static zoe_status mpi_fail(int rc, const char *what, const char *path) {
-    char msg[MPI_MAX_ERROR_STRING];
+/* " (the file needs N bytes; F bytes are free on its file system)": what a failed write of
+ * path adds. */
+static void room_note(const char *path, uint64_t need, char *out, size_t cap) {
+    snprintf(out, cap,
+             " (the file needs %" PRIu64 " bytes; %lld bytes are free on its file system)", need,
+             (long long)ckpt_free_bytes(path));
+}
+
+static zoe_status mpi_fail(int rc, const char *what, const char *path, uint64_t need) {
+    char msg[MPI_MAX_ERROR_STRING], room[128] = "";
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return zoe_fail(ZOE_ERR_IO, "%s %s: %s", what, path, msg);
+    if (need) room_note(path, need, room, sizeof room);
+    return zoe_fail(ZOE_ERR_IO, "%s %s: %s%s", what, path, msg, room);
+}
+
+/* Rank 0 reserves the file's blocks before the first byte is written, so that a full disk is
+ * found here, with nothing written, and not as a hole. posix_fallocate rather than
+ * MPI_File_preallocate: ROMIO's generic preallocate and Open MPI's OMPIO both emulate it by
+ * writing the whole range through the file (zeros, or the bytes read back), which doubles a
+ * save's writes, where fallocate(2) reserves the extents in one call on ext4, XFS, tmpfs and
+ * Lustre (glibc writes one byte a block where a file system lacks it, as NFS v3 does). */
+static zoe_status reserve(const char *path, uint64_t bytes) {
+    if (ckpt_test_hook_on("ZOE_CKPT_TEST_NO_RESERVE")) return ZOE_OK;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return zoe_fail(ZOE_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    int err = posix_fallocate(fd, 0, (off_t)bytes);
+    close(fd);
+    if (err == EINVAL || err == EOPNOTSUPP) { /* no reservation here: the checks below remain */
+        zoe_log(ZOE_LOG_DEBUG, "%s: posix_fallocate: %s", path, strerror(err));
+        return ZOE_OK;
+    }
+    if (err == 0) return ZOE_OK;
+    char room[128];
+    room_note(path, bytes, room, sizeof room);
+    return zoe_fail(ZOE_ERR_IO, "cannot reserve the bytes of %s: %s%s", path, strerror(err), room);
 }
 
 static size_t elem_size(const zoe_safetensors *table, const ckpt_run *r) {
@@ -142,7 +194,10 @@ static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64
                      : zoe_optimizer_read_state_as(io->opt, which, r->mem + skip, n, dt, staging);
 }
 
-/* The rounds, for writing (write = 1) or reading. */
+/* What the rounds do: write memory to the file, read the file into memory, or read the file
+ * back only for its checksums (after writing it). */
+typedef enum round_mode { ROUND_WRITE, ROUND_READ, ROUND_VERIFY } round_mode;
+
 typedef struct round_plan {
     int *lens;
     MPI_Aint *disps;
@@ -150,8 +205,13 @@ typedef struct round_plan {
 } round_plan;
 
 static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
-                              const zoe_safetensors *file, const ckpt_runs *runs, int write,
+                              const zoe_safetensors *file, const ckpt_runs *runs, round_mode mode,
                               uint64_t *checksums) {
+    const int write = mode == ROUND_WRITE;
+    /* test hook: every write reports success and writes nothing, as a write lost without an
+     * error would (the read-back must find it) */
+    const int lose_writes = write && ckpt_test_hook_on("ZOE_CKPT_TEST_LOSE_WRITES");
+    const uint64_t file_bytes = file->data_offset + file->data_size;
     size_t budget = io->round_bytes;
     int collective = collective_buffering();
     uint64_t total = 0;
@@ -198,12 +258,8 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
             if (skip == r->n) ri++, skip = 0;
         }
         /* Every rank takes part in every round's collectives, failed or not, so none hangs. */
-        int failed = st != ZOE_OK, any = 0;
-        MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, io->comm);
-        if (any) {
-            if (st == ZOE_OK) st = zoe_fail(ZOE_ERR_IO, "%s: another rank failed", path);
-            break;
-        }
+        st = ckpt_agree(io->comm, st);
+        if (st != ZOE_OK) break;
         if (write) test_hooks(io->written, used);
         MPI_Datatype view = MPI_BYTE;
         if (nb) {
@@ -212,20 +268,29 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
         }
         int rc = MPI_File_set_view(fh, 0, MPI_BYTE, view, "native", MPI_INFO_NULL);
         MPI_Status status;
+        int got = 0, lose = write && !collective && lose_writes;
         if (rc == MPI_SUCCESS && collective)
             rc = write ? MPI_File_write_all(fh, staging, (int)used, MPI_BYTE, &status)
                        : MPI_File_read_all(fh, staging, (int)used, MPI_BYTE, &status);
-        else if (rc == MPI_SUCCESS)
+        else if (rc == MPI_SUCCESS && !lose)
             rc = write ? MPI_File_write(fh, staging, (int)used, MPI_BYTE, &status)
                        : MPI_File_read(fh, staging, (int)used, MPI_BYTE, &status);
         if (nb) MPI_Type_free(&view);
-        if (rc != MPI_SUCCESS) st = mpi_fail(rc, write ? "writing" : "reading", path);
-        if (st == ZOE_OK && !write) {
-            int got = 0;
+        if (rc != MPI_SUCCESS)
+            st = mpi_fail(rc, write ? "writing" : "reading", path, write ? file_bytes : 0);
+        /* Open MPI's OMPIO returns MPI_SUCCESS from a write that met a full disk: only the
+         * count says that bytes are missing. */
+        if (st == ZOE_OK && lose)
+            got = (int)used;
+        else if (st == ZOE_OK)
             MPI_Get_count(&status, MPI_BYTE, &got);
-            if ((size_t)got != used)
-                st = zoe_fail(ZOE_ERR_IO, "%s: read %d of %zu bytes (truncated?)", path, got, used);
-        }
+        if (st == ZOE_OK && (size_t)got != used && write) {
+            char room[128];
+            room_note(path, file_bytes, room, sizeof room);
+            st = zoe_fail(ZOE_ERR_IO, "writing %s: %d of %zu bytes written%s", path, got, used,
+                          room);
+        } else if (st == ZOE_OK && (size_t)got != used)
+            st = zoe_fail(ZOE_ERR_IO, "%s: read %d of %zu bytes (truncated?)", path, got, used);
         if (write) io->written += used;
         /* Checksums (and, reading, the copy into memory) piece by piece. */
         size_t at = 0;
@@ -238,7 +303,8 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
             if (r->counted)
                 checksums[r->entry] += ckpt_hash_elements(ckpt_salt(file->tensors[r->entry].name),
                                                           r->gidx + s0, staging + at, n, esz);
-            if (!write) st = move_run(io, r, s0, n, file_dtype(file, r), staging + at, 1);
+            if (mode == ROUND_READ)
+                st = move_run(io, r, s0, n, file_dtype(file, r), staging + at, 1);
             at += n * esz;
         }
     }
@@ -249,11 +315,53 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
 }
 
 static zoe_status finish_checksums(ckpt_io *io, int count, uint64_t *checksums, zoe_status st) {
-    int failed = st != ZOE_OK, any = 0;
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, io->comm);
-    if (any) return st != ZOE_OK ? st : zoe_fail(ZOE_ERR_IO, "another rank failed");
+    ZOE_TRY(ckpt_agree(io->comm, st));
     MPI_Allreduce(MPI_IN_PLACE, checksums, count, MPI_UINT64_T, MPI_SUM, io->comm);
     return ZOE_OK;
+}
+
+/* Opens path collectively, errors returned (not fatal) whatever the library's default. */
+static zoe_status open_file(ckpt_io *io, const char *path, int amode, MPI_File *fh) {
+    MPI_Info info = open_hints();
+    int rc = MPI_File_open(io->comm, path, amode, info, fh);
+    MPI_Info_free(&info);
+    if (rc == MPI_SUCCESS) MPI_File_set_errhandler(*fh, MPI_ERRORS_RETURN);
+    zoe_status st = rc == MPI_SUCCESS
+                        ? ZOE_OK
+                        : mpi_fail(rc, amode & MPI_MODE_CREATE ? "creating" : "opening", path, 0);
+    st = ckpt_agree(io->comm, st);
+    if (st != ZOE_OK && rc == MPI_SUCCESS) MPI_File_close(fh);
+    return st;
+}
+
+/* After the file is written and synced, through the same handle: its size, and the checksums
+ * of what every rank reads back against those of what it wrote. A write lost without an error
+ * (a hole where a full disk refused it) reads back as zeros and changes its tensor's sum. */
+static zoe_status verify_written(ckpt_io *io, MPI_File fh, const char *path,
+                                 const zoe_safetensors *table, const ckpt_runs *runs,
+                                 const uint64_t *written) {
+    uint64_t bytes = table->data_offset + table->data_size;
+    uint64_t *back = calloc((size_t)table->count, sizeof *back);
+    zoe_status st = back ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
+    int rank;
+    MPI_Comm_rank(io->comm, &rank);
+    struct stat sb = {0};
+    if (st == ZOE_OK && rank == 0 && (stat(path, &sb) != 0 || (uint64_t)sb.st_size != bytes))
+        st = zoe_fail(ZOE_ERR_IO, "%s: %lld bytes after writing, not %" PRIu64, path,
+                      (long long)sb.st_size, bytes);
+    zoe_status read = move_rounds(io, fh, path, table, runs, ROUND_VERIFY, back);
+    st = finish_checksums(io, table->count, back, st != ZOE_OK ? st : read);
+    for (int i = 0; st == ZOE_OK && i < table->count; i++)
+        if (back[i] != written[i]) {
+            char room[128];
+            room_note(path, bytes, room, sizeof room);
+            st = zoe_fail(ZOE_ERR_IO,
+                          "%s: tensor %s reads back with checksum %016" PRIx64 ", %016" PRIx64
+                          " was written: a write was lost%s",
+                          path, table->tensors[i].name, back[i], written[i], room);
+        }
+    free(back);
+    return st;
 }
 
 zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table,
@@ -262,55 +370,52 @@ zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table
     size_t len = 0;
     ZOE_TRY(zoe_safetensors_header(table, &header, &len));
     memset(checksums, 0, (size_t)table->count * sizeof *checksums);
+    const uint64_t bytes = table->data_offset + table->data_size;
     int rank;
     MPI_Comm_rank(io->comm, &rank);
-    MPI_File fh;
-    MPI_Info info = open_hints();
-    int rc = MPI_File_open(io->comm, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, info, &fh);
-    MPI_Info_free(&info);
-    zoe_status st = rc == MPI_SUCCESS ? ZOE_OK : mpi_fail(rc, "creating", path);
+    MPI_File fh; /* read and write: the file is read back through it */
+    zoe_status st = open_file(io, path, MPI_MODE_CREATE | MPI_MODE_RDWR, &fh);
     if (st != ZOE_OK) {
         free(header);
-        return finish_checksums(io, table->count, checksums, st);
+        return st;
     }
+    if (rank == 0) st = reserve(path, bytes);
+    st = ckpt_agree(io->comm, st);
     /* The full size first, so a truncated file is never mistaken for a complete one. */
-    rc = MPI_File_set_size(fh, (MPI_Offset)(table->data_offset + table->data_size));
-    if (rc != MPI_SUCCESS) st = mpi_fail(rc, "sizing", path);
+    int rc = st == ZOE_OK ? MPI_File_set_size(fh, (MPI_Offset)bytes) : MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) st = mpi_fail(rc, "sizing", path, bytes);
     if (st == ZOE_OK && rank == 0) {
         MPI_Status status;
+        int got = 0;
         rc = MPI_File_write_at(fh, 0, header, (int)len, MPI_BYTE, &status);
-        if (rc != MPI_SUCCESS) st = mpi_fail(rc, "writing the header of", path);
+        if (rc == MPI_SUCCESS) MPI_Get_count(&status, MPI_BYTE, &got);
+        if (rc != MPI_SUCCESS || (size_t)got != len)
+            st =
+                mpi_fail(rc != MPI_SUCCESS ? rc : MPI_ERR_IO, "writing the header of", path, bytes);
     }
     free(header);
-    int failed = st != ZOE_OK, any = 0;
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, io->comm);
+    st = ckpt_agree(io->comm, st);
     double t0 = MPI_Wtime();
-    if (!any)
-        st = move_rounds(io, fh, path, table, runs, 1, checksums);
-    else if (st == ZOE_OK)
-        st = zoe_fail(ZOE_ERR_IO, "%s: another rank failed", path);
+    if (st == ZOE_OK) st = move_rounds(io, fh, path, table, runs, ROUND_WRITE, checksums);
     double t1 = MPI_Wtime();
     rc = MPI_File_sync(fh);
-    if (rc != MPI_SUCCESS && st == ZOE_OK) st = mpi_fail(rc, "syncing", path);
-    zoe_log(ZOE_LOG_DEBUG, "wrote %s: %d runs in %.3f s, sync %.3f s", path, runs->count, t1 - t0,
-            MPI_Wtime() - t1);
+    if (rc != MPI_SUCCESS && st == ZOE_OK) st = mpi_fail(rc, "syncing", path, bytes);
+    st = finish_checksums(io, table->count, checksums, st);
+    double t2 = MPI_Wtime();
+    if (st == ZOE_OK) st = verify_written(io, fh, path, table, runs, checksums);
+    zoe_log(ZOE_LOG_DEBUG, "wrote %s: %d runs in %.3f s, sync %.3f s, read back %.3f s", path,
+            runs->count, t1 - t0, t2 - t1, MPI_Wtime() - t2);
     MPI_File_close(&fh);
-    return finish_checksums(io, table->count, checksums, st);
+    return st;
 }
 
 zoe_status ckpt_file_read(ckpt_io *io, const char *path, const zoe_safetensors *file,
                           const ckpt_runs *runs, uint64_t *checksums) {
     memset(checksums, 0, (size_t)file->count * sizeof *checksums);
     MPI_File fh;
-    MPI_Info info = open_hints();
-    int rc = MPI_File_open(io->comm, path, MPI_MODE_RDONLY, info, &fh);
-    MPI_Info_free(&info);
-    zoe_status st = rc == MPI_SUCCESS ? ZOE_OK : mpi_fail(rc, "opening", path);
-    int failed = st != ZOE_OK, any = 0;
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, io->comm);
-    if (any) return st != ZOE_OK ? st : zoe_fail(ZOE_ERR_IO, "%s: another rank failed", path);
+    ZOE_TRY(open_file(io, path, MPI_MODE_RDONLY, &fh));
     double t0 = MPI_Wtime();
-    st = move_rounds(io, fh, path, file, runs, 0, checksums);
+    zoe_status st = move_rounds(io, fh, path, file, runs, ROUND_READ, checksums);
     zoe_log(ZOE_LOG_DEBUG, "read %s: %d runs in %.3f s", path, runs->count, MPI_Wtime() - t0);
     MPI_File_close(&fh);
     return finish_checksums(io, file->count, checksums, st);

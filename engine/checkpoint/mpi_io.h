@@ -60,8 +60,15 @@ uint64_t ckpt_salt(const char *name);
 uint64_t ckpt_hash_elements(uint64_t salt, uint64_t gidx, const void *data, uint64_t n,
                             size_t elem_size);
 
-/* Creates path and writes table's header (rank 0) and every rank's runs collectively, then
- * syncs. checksums[table->count] receives the all-reduced checksums of the file's tensors. */
+/* Every rank of comm learns whether any failed, with the status and message of the lowest
+ * failing rank (a rank that only stopped because another failed says nothing useful). */
+zoe_status ckpt_agree(MPI_Comm comm, zoe_status st);
+
+/* Creates path, reserves its bytes (rank 0, posix_fallocate), writes table's header (rank 0)
+ * and every rank's runs collectively, checking every write's count, syncs, then reads the runs
+ * back and compares their checksums with the ones written. checksums[table->count] receives the
+ * all-reduced checksums of the file's tensors. A failure names path, the bytes it needs and the
+ * bytes free on its file system. */
 zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table,
                            const ckpt_runs *runs, uint64_t *checksums);
 /* Reads every rank's runs from path, whose header file (parsed by the caller) gives the
@@ -72,7 +79,10 @@ zoe_status ckpt_file_read(ckpt_io *io, const char *path, const zoe_safetensors *
 /* Test-only hooks, from the environment (documented in docs/checkpoint.md):
  * ZOE_CKPT_TEST_ROUND_BYTES sets the staging size, ZOE_CKPT_TEST_SLOW_MS sleeps before every
  * round, ZOE_CKPT_TEST_CRASH_AT kills the rank (SIGKILL) when its bytes written in this process
- * would pass that count in one save. */
+ * would pass that count in one save, ZOE_CKPT_TEST_NO_RESERVE=1 skips the reservation (so a
+ * full disk is met by the writes themselves; ZOE_CKPT_TEST_NO_ROOM_CHECK, directory.h, skips
+ * the room checks before), ZOE_CKPT_TEST_LOSE_WRITES=1 makes every data write report success
+ * and write nothing (without collective buffering), for the read-back to find. */
 size_t ckpt_round_bytes(void);
 
 #endif

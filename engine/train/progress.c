@@ -4,10 +4,12 @@
  *
  * Explained in docs/train.md, "Validation". */
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include "runtime/clock.h"
 #include "runtime/error.h"
@@ -19,7 +21,6 @@ struct zoe_progress {
     int metrics_fd; /* -1: none */
     char *metrics_path;
     off_t metrics_bytes; /* length of the complete lines written so far */
-    int metrics_warned;  /* a failed write was reported (once) */
     int total, every, live;
     double started_ms;
     int evaluated; /* the bar keeps showing the latest validation loss */
@@ -80,6 +81,29 @@ zoe_status zoe_metrics_check(const char *path) {
     return ZOE_OK;
 }
 
+zoe_status zoe_metrics_check_room(const char *path, int steps) {
+    if (!path || !path[0] || steps <= 0) return ZOE_OK;
+    /* the directory that holds the file: the file may not exist yet */
+    char dir[ZOE_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) != 0) return ZOE_OK; /* zoe_metrics_check names what is wrong */
+    uint64_t free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    uint64_t need = (uint64_t)steps * ZOE_METRICS_LINE_MAX;
+    if (free_bytes >= need) return ZOE_OK;
+    return zoe_fail(ZOE_ERR_IO,
+                    "--metrics: cannot write '%s': %d steps' lines need up to %llu bytes, %llu "
+                    "bytes are free there",
+                    path, steps, (unsigned long long)need, (unsigned long long)free_bytes);
+}
+
 zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
                                const char *metrics_path, zoe_progress **out_p) {
     return zoe_progress_create_at(out, style, total_steps, log_every, metrics_path, 0, out_p);
@@ -118,22 +142,18 @@ zoe_status zoe_progress_create_at(FILE *out, zoe_progress_style style, int total
 }
 
 /* One whole line per step or none: a short write (a full disk, a file-size limit) is cut back
- * to the last complete line, reported once, and training goes on. */
-static void write_metrics_line(zoe_progress *p, const char *line, size_t n) {
+ * to the last complete line and fails the report. */
+static zoe_status write_metrics_line(zoe_progress *p, const char *line, size_t n, int step) {
     ssize_t w = write(p->metrics_fd, line, n);
     if (w == (ssize_t)n) {
         p->metrics_bytes += (off_t)n;
-        return;
+        return ZOE_OK;
     }
     int err = w < 0 ? errno : ENOSPC;
     if (w > 0 && ftruncate(p->metrics_fd, p->metrics_bytes) == 0)
         lseek(p->metrics_fd, p->metrics_bytes, SEEK_SET);
-    if (!p->metrics_warned)
-        zoe_log(ZOE_LOG_WARN,
-                "--metrics '%s': %s; this step's line and later ones that do not fit are left "
-                "out, training goes on",
-                p->metrics_path, strerror(err));
-    p->metrics_warned = 1;
+    return zoe_fail(ZOE_ERR_IO, "--metrics '%s': writing the line of step %d failed: %s",
+                    p->metrics_path, step, strerror(err));
 }
 
 /* h:mm:ss, or m:ss under an hour. */
@@ -202,7 +222,7 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
     if (!p || !s) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_progress_report: NULL argument");
     double tok_per_s = s->ms_total > 0 ? (double)s->tokens / (s->ms_total / 1e3) : 0;
     if (p->metrics_fd >= 0) {
-        char line[1024];
+        char line[ZOE_METRICS_LINE_MAX];
         int n = snprintf(line, sizeof line,
                          "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,"
                          "\"loss_scale\":%g,\"skipped\":%d,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
@@ -221,7 +241,7 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                           (double)s->val_loss);
         if (n > 0 && n < (int)sizeof line - 2) {
             n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
-            write_metrics_line(p, line, (size_t)n);
+            ZOE_TRY(write_metrics_line(p, line, (size_t)n, s->step));
         }
     }
     if (s->evaluated) p->evaluated = 1, p->val_loss = s->val_loss;

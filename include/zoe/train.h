@@ -341,6 +341,9 @@ typedef struct zoe_progress zoe_progress;
  * metrics_path is not "", one JSON object per step written to that file. */
 zoe_status zoe_progress_create(FILE *out, zoe_progress_style style, int total_steps, int log_every,
                                const char *metrics_path, zoe_progress **p);
+/* Fails (ZOE_ERR_IO, naming the file) when the step's metrics line cannot be written whole (a
+ * full disk): the file is cut back to its last complete line, and the run should stop rather
+ * than go on without its record. */
 zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *stats);
 /* The same for a run resumed at first_step: the metrics file keeps its lines of earlier steps
  * and is appended to. */
@@ -354,6 +357,10 @@ void zoe_progress_destroy(zoe_progress *p);
  * run can refuse an unwritable --metrics before it builds anything, and create the file only
  * once it knows where a resumed run's lines end. */
 zoe_status zoe_metrics_check(const char *path);
+/* Whether the file system of the metrics file has room for `steps` more lines (ZOE_METRICS_LINE_MAX
+ * bytes each, the most a line takes): a run on a full disk is refused before it trains. */
+#define ZOE_METRICS_LINE_MAX 1024
+zoe_status zoe_metrics_check_room(const char *path, int steps);
 
 #ifdef __cplusplus
 }

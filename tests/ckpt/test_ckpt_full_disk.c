@@ -1,7 +1,9 @@
-/* A save that runs out of room (here: RLIMIT_FSIZE, which fails a write past the limit with
- * EFBIG as a full disk fails it with ENOSPC) leaves no step-N.partial directory behind, keeps
- * latest and the complete checkpoint before it, says how much room the checkpoint needs, and a
- * save after room is made again succeeds. At 1 and 2 ranks (every rank's writes are limited). */
+/* A save that runs out of room (here: RLIMIT_FSIZE, which fails the reservation of a file past
+ * the limit with EFBIG as a full disk fails it with ENOSPC) leaves no step-N.partial directory
+ * behind, keeps latest and the complete checkpoint before it, says how much room the checkpoint
+ * needs, and a save after room is made again succeeds. So does a save whose writes report
+ * success and write nothing (test hook ZOE_CKPT_TEST_LOSE_WRITES): the read-back finds it. At 1
+ * and 2 ranks (every rank's writes are limited). */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,12 @@ int main(int argc, char **argv) {
     CHECK(st != ZOE_OK, "the save past the file-size limit succeeded");
     CHECK(strstr(msg, "step-00000004.partial removed") && strstr(msg, "the checkpoint needs"),
           "the message does not say what was removed and how much room is needed: %s", msg);
+    /* the file whose bytes could not be reserved (the model file, the first), with the bytes it
+     * needs and the bytes free; the same message on every rank */
+    CHECK(strstr(msg, "cannot reserve the bytes of") &&
+              strstr(msg, "step-00000004.partial/model.safetensors") &&
+              strstr(msg, "bytes are free on its file system"),
+          "the message does not name the file, bytes needed and free: %s", msg);
     MPI_Barrier(MPI_COMM_WORLD);
     if (test_rank() == 0) {
         printf("failed save: %s\n", msg);
@@ -59,6 +67,21 @@ int main(int argc, char **argv) {
         snprintf(latest, sizeof latest, "%s", root);
         CHECK_OK(zoe_checkpoint_resolve(latest, resolved, sizeof resolved));
         CHECK(strstr(resolved, "step-00000002") != NULL, "latest resolves to %s", resolved);
+    }
+    /* writes that report success and write nothing (as OMPIO's can on a full disk): the
+     * read-back finds the hole before latest moves */
+    setenv("ZOE_CKPT_TEST_LOSE_WRITES", "1", 1);
+    st = zoe_trainer_save(s.tr, root, 0, NULL, 0);
+    unsetenv("ZOE_CKPT_TEST_LOSE_WRITES");
+    msg = zoe_last_error();
+    CHECK(st != ZOE_OK, "a save whose writes were lost succeeded");
+    CHECK(strstr(msg, "step-00000004.partial/model.safetensors: tensor ") &&
+              strstr(msg, "a write was lost") && strstr(msg, "step-00000004.partial removed"),
+          "the lost write is not named: %s", msg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank() == 0) {
+        CHECK(!exists(root, "step-00000004.partial"), "step-00000004.partial left behind");
+        CHECK(!exists(root, "step-00000004"), "a checkpoint with lost writes was committed");
     }
     /* room again: the same step saves */
     CHECK_OK(zoe_trainer_save(s.tr, root, 0, NULL, 0));

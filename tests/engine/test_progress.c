@@ -1,7 +1,8 @@
 /* Progress and metrics under faults: a metrics path that cannot be written is refused at
- * create; a full disk (/dev/full) or a file-size limit hit mid-line warns once and every report
- * still succeeds, and the file holds whole lines only; the live bar fits the terminal's width
- * and shows elapsed time and ETA, as do the plain lines; an unknown ZOE_LOG warns once. */
+ * create; a full disk (/dev/full) or a file-size limit hit mid-line fails that step's report
+ * with a message naming the file and the step, and the file holds whole lines only; a file
+ * system without room for the run's lines is refused up front; the live bar fits the terminal's
+ * width and shows elapsed time and ETA, as do the plain lines; an unknown ZOE_LOG warns once. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,22 @@ static zoe_step_stats stats_at(test_rng *r, int step) {
                             .ms_total = 10 + 90 * test_rng_uniform(r),
                             .ms_forward = 3,
                             .ms_backward = 6};
+}
+
+/* Reports steps until one fails: its step (STEPS when none did), its message in why. */
+static int report_until_failure(const char *metrics, test_rng *r, char *why, size_t cap) {
+    zoe_progress *p = NULL;
+    if (!CHECK_OK(zoe_progress_create(NULL, ZOE_PROGRESS_LINES, STEPS, 10, metrics, &p))) return -1;
+    int s = 0;
+    for (; s < STEPS; s++) {
+        zoe_step_stats st = stats_at(r, s);
+        if (zoe_progress_report(p, &st) != ZOE_OK) {
+            snprintf(why, cap, "%s", zoe_last_error());
+            break;
+        }
+    }
+    zoe_progress_destroy(p);
+    return s;
 }
 
 /* Reports STEPS steps into a progress on out; every report must succeed. */
@@ -76,9 +93,15 @@ int main(int argc, char **argv) {
     CHECK(zoe_progress_create(NULL, ZOE_PROGRESS_LINES, STEPS, 1, dir, &p) == ZOE_ERR_IO,
           "metrics path that is a directory");
 
-    /* a full disk: every report succeeds, one warning */
-    report_all(NULL, ZOE_PROGRESS_LINES, "/dev/full", &rng);
-    /* a file-size limit reached mid-line: whole lines only, one warning */
+    /* a full disk: the first report fails, naming the file and the step */
+    char why[512] = "";
+    CHECK(report_until_failure("/dev/full", &rng, why, sizeof why) == 0,
+          "a report on a full disk succeeded");
+    CHECK(strstr(why, "--metrics '/dev/full': writing the line of step 0 failed: No space left") !=
+              NULL,
+          "message '%s'", why);
+    /* a file-size limit reached mid-line: the reports before it succeed, the one cut fails, the
+     * file holds whole lines only */
     snprintf(path, sizeof path, "%s/m.jsonl", dir);
     signal(SIGXFSZ, SIG_IGN);
     struct rlimit old, lim;
@@ -86,15 +109,25 @@ int main(int argc, char **argv) {
     lim = old;
     lim.rlim_cur = 1000; /* a few lines of about 300 bytes, the next one cut */
     setrlimit(RLIMIT_FSIZE, &lim);
-    report_all(NULL, ZOE_PROGRESS_LINES, path, &rng);
+    int failed_at = report_until_failure(path, &rng, why, sizeof why);
     setrlimit(RLIMIT_FSIZE, &old);
     size_t len;
     char *m = slurp(path, &len);
     int lines = count(m, "\n");
+    CHECK(failed_at >= 2 && failed_at < STEPS && lines == failed_at,
+          "failed at step %d with %d lines kept", failed_at, lines);
+    char want[600];
+    snprintf(want, sizeof want, "--metrics '%s': writing the line of step %d failed", path,
+             failed_at);
+    CHECK(strstr(why, want) != NULL, "message '%s', not '%s'", why, want);
     CHECK(len > 0 && len <= 1000 && m[len - 1] == '\n', "metrics end in a whole line (%zu bytes)",
           len);
-    CHECK(lines >= 2 && lines < STEPS, "%d lines kept of %d", lines, STEPS);
     CHECK(count(m, "{\"step\":") == lines && count(m, "}\n") == lines, "every line is whole");
+    /* room for the lines of a run, up front */
+    CHECK_OK(zoe_metrics_check_room(path, 10));
+    CHECK(zoe_metrics_check_room(path, 1 << 30) == ZOE_ERR_IO &&
+              strstr(zoe_last_error(), "1073741824 steps' lines need up to"),
+          "a run of 2^30 steps' lines fits: %s", zoe_last_error());
 
     /* the live bar in 60 columns (not a tty: $COLUMNS), and the plain lines */
     setenv("COLUMNS", "60", 1);
@@ -126,8 +159,7 @@ int main(int argc, char **argv) {
     fflush(stderr);
     dup2(saved_err, 2);
     m = slurp(errlog, &len);
-    CHECK(count(m, "--metrics '/dev/full'") == 1, "one warning for the full disk:\n%s", m);
-    CHECK(count(m, "/m.jsonl':") == 1, "one warning for the size limit:\n%s", m);
+    CHECK(count(m, "--metrics") == 0, "metrics failures are errors, not warnings:\n%s", m);
     CHECK(count(m, "ZOE_LOG='chatty'") == 1, "one warning for ZOE_LOG:\n%s", m);
     if (test_failures()) fputs(m, stderr); /* checks that failed while stderr was the file */
     unlink(errlog), unlink(path);

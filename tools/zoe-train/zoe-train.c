@@ -319,12 +319,33 @@ static zoe_status evaluate(zoe_trainer *tr, const zoe_loader *val, int batches, 
     return st == ZOE_OK ? zoe_trainer_eval_end(tr, loss) : st;
 }
 
-/* A check of a path that rank 0 makes (it writes the metrics; checkpoints' directories are
- * shared), its answer on every rank. */
+/* The status of a check or a write that rank 0 makes (it writes the metrics and holds the save
+ * directory's lock; checkpoints' directories are shared), on every rank; only rank 0 has its
+ * message. */
+static zoe_status from_rank0(zoe_status st) {
+    int code = (int)st;
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return (zoe_status)code;
+}
+
+/* from_rank0, with rank 0's message in why on every rank when it failed. */
+static zoe_status rank0_failure(int rank, zoe_status st, char *why, size_t cap) {
+    st = from_rank0(st);
+    if (st == ZOE_OK) return st;
+    if (rank == 0) snprintf(why, cap, "%s", zoe_last_error());
+    MPI_Bcast(why, (int)cap, MPI_CHAR, 0, MPI_COMM_WORLD);
+    return st;
+}
+
 static int rank0_agrees(int rank, zoe_status (*check)(const char *), const char *path) {
-    int ok = rank != 0 || check(path) == ZOE_OK;
-    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    return ok;
+    return from_rank0(rank ? ZOE_OK : check(path)) == ZOE_OK;
+}
+
+/* Rank 0: whether the file system of --save has room for one checkpoint of this trainer. */
+static zoe_status room_for_checkpoint(zoe_trainer *tr, const char *dir) {
+    uint64_t need = 0;
+    zoe_status st = zoe_trainer_checkpoint_bytes(tr, &need);
+    return st == ZOE_OK ? zoe_checkpoint_room_check(dir, need) : st;
 }
 
 int main(int argc, char **argv) {
@@ -366,19 +387,28 @@ int main(int argc, char **argv) {
      * the first step for a resumed one) only once every check has passed and the first step is
      * known, so a run refused on the way leaves an existing file as it was and makes none. */
     zoe_progress *progress = NULL;
-    if (!rank0_agrees(rank, zoe_metrics_check, cfg.metrics))
+    if (!rank0_agrees(rank, zoe_metrics_check, cfg.metrics) ||
+        from_rank0(rank ? ZOE_OK : zoe_metrics_check_room(cfg.metrics, cfg.steps)) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
-    /* The same for --save: a save directory that cannot be written is found now, not after the
-     * training it was to keep. */
-    if (!rank0_agrees(rank, zoe_checkpoint_dir_check, cfg.save))
+    /* The same for --save: a save directory that cannot be written, or that holds another run's
+     * checkpoints (unless this run resumes them), is found now, not after the training it was to
+     * keep; and one run at a time saves into it (rank 0 holds the lock for the run). */
+    zoe_checkpoint_lock *lock = NULL;
+    if (!rank0_agrees(rank, zoe_checkpoint_dir_check, cfg.save) ||
+        from_rank0(rank || !cfg.save[0] ? ZOE_OK : zoe_checkpoint_lock_acquire(cfg.save, &lock)) !=
+            ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
+    if (from_rank0(rank ? ZOE_OK : zoe_checkpoint_dir_check_run(cfg.save, cfg.resume)) != ZOE_OK) {
+        zoe_checkpoint_lock_release(lock);
+        return fail(rank, EXIT_USAGE, zoe_last_error());
+    }
 
     zoe_stop_signals_install();
     run_data data;
     if (open_data(&cfg, &data) != ZOE_OK || check_data(data.train, &cfg, rank, world) != ZOE_OK ||
         (data.val && check_data(data.val, &cfg, rank, world) != ZOE_OK)) {
         run_data_destroy(&data);
-        zoe_progress_destroy(progress);
+        zoe_checkpoint_lock_release(lock);
         return fail(rank, EXIT_USAGE, zoe_last_error());
     }
     zoe_dataset *ds = data.train;
@@ -386,20 +416,21 @@ int main(int argc, char **argv) {
     st = zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr);
     if (st != ZOE_OK) {
         say_failed(rank, st);
-        zoe_progress_destroy(progress);
         run_data_destroy(&data);
+        zoe_checkpoint_lock_release(lock);
         MPI_Finalize();
         return EXIT_FAILURE;
     }
     char ckpt[ZOE_PATH_MAX * 2] = "";
-    if (cfg.resume[0] && zoe_trainer_load(tr, cfg.resume, ckpt, sizeof ckpt) != ZOE_OK) {
-        /* A bad checkpoint is bad input: one line naming it, exit 2, nothing written. */
-        if (rank == 0) fprintf(stderr, "zoe-train: %s\n", zoe_last_error());
-        zoe_progress_destroy(progress);
+    /* A bad checkpoint is bad input: one line naming it, exit 2, nothing written. So is a
+     * --save whose file system cannot hold one checkpoint: found before the first step, not
+     * after the training it was to keep. */
+    if ((cfg.resume[0] && zoe_trainer_load(tr, cfg.resume, ckpt, sizeof ckpt) != ZOE_OK) ||
+        from_rank0(rank || !cfg.save[0] ? ZOE_OK : room_for_checkpoint(tr, cfg.save)) != ZOE_OK) {
         zoe_trainer_destroy(tr);
         run_data_destroy(&data);
-        MPI_Finalize();
-        return EXIT_USAGE;
+        zoe_checkpoint_lock_release(lock);
+        return fail(rank, EXIT_USAGE, zoe_last_error());
     }
     int first = zoe_trainer_steps_done(tr);
     if (first >= cfg.steps) {
@@ -409,6 +440,7 @@ int main(int argc, char **argv) {
                    ckpt, first, cfg.steps);
         zoe_trainer_destroy(tr);
         run_data_destroy(&data);
+        zoe_checkpoint_lock_release(lock);
         MPI_Finalize();
         return 0;
     }
@@ -433,9 +465,14 @@ int main(int argc, char **argv) {
                                 ? zoe_loader_steps_per_epoch(val_loader)
                                 : cfg.eval_iters);
     float val_loss = 0;
-    if (st == ZOE_OK && rank == 0) /* a resumed run keeps the lines of the steps before first */
-        st = zoe_progress_create_at(stdout, cfg.progress, cfg.steps, cfg.log_every, cfg.metrics,
-                                    first, &progress);
+    char why[1024] = ""; /* a failure of rank 0's own (its metrics), on every rank */
+    if (st == ZOE_OK)    /* a resumed run keeps the lines of the steps before first */
+        st = rank0_failure(rank,
+                           rank ? ZOE_OK
+                                : zoe_progress_create_at(stdout, cfg.progress, cfg.steps,
+                                                         cfg.log_every, cfg.metrics, first,
+                                                         &progress),
+                           why, sizeof why);
     if (st == ZOE_OK && rank == 0) print_banner(&cfg, tr, world);
     if (st == ZOE_OK && rank == 0 && val_loader) {
         char every[64] = "at the end";
@@ -466,7 +503,12 @@ int main(int argc, char **argv) {
             st = evaluate(tr, val_loader, val_batches, cfg.grad_accum, tokens, targets, &val_loss);
             s.evaluated = 1, s.val_loss = val_loss, evaluated_at = step + 1;
         }
-        if (st == ZOE_OK && progress) st = zoe_progress_report(progress, &s);
+        /* rank 0 writes the metrics: a line it cannot write stops every rank */
+        if (st == ZOE_OK && cfg.metrics[0])
+            st = rank0_failure(rank, progress ? zoe_progress_report(progress, &s) : ZOE_OK, why,
+                               sizeof why);
+        else if (st == ZOE_OK && progress)
+            st = zoe_progress_report(progress, &s);
         if (st == ZOE_OK) {
             if (step == first) first_loss = s.loss;
             last_loss = s.loss, ms += s.ms_total, toks += (double)s.tokens;
@@ -481,7 +523,10 @@ int main(int argc, char **argv) {
         st = zoe_trainer_save(tr, cfg.save, cfg.keep_last, ckpt, sizeof ckpt);
     if (st == ZOE_OK) st = zoe_trainer_finalize(tr);
     if (st != ZOE_OK) {
-        say_failed(rank, st);
+        if (why[0]) /* rank 0's own failure (its metrics), said by every rank */
+            fprintf(stderr, "zoe-train: rank %d: %s\n", rank, why);
+        else
+            say_failed(rank, st);
         code = EXIT_FAILURE;
     } else if (rank == 0 && stopped) {
         if (cfg.save[0])
@@ -504,6 +549,7 @@ int main(int argc, char **argv) {
     free(tokens), free(targets);
     zoe_trainer_destroy(tr);
     run_data_destroy(&data);
+    zoe_checkpoint_lock_release(lock);
     if (code) MPI_Abort(MPI_COMM_WORLD, code);
     MPI_Finalize();
     return code;
