@@ -9,7 +9,8 @@
  *     offload/param_stream.h does) and over DP a staging buffer of the larger unit; nothing else
  *     changes on it;
  *   - the host: the compute-dtype copy of the rank's partition in page-locked memory, none where
- *     the master is bf16 and the compute dtype 16-bit (fp16 rounds the master on the device);
+ *     the master is bf16 and the compute dtype bf16 (fp16 weights are never a bf16 master's
+ *     bits); on the CPU backend, the plan's host bytes against a real optimizer's;
  *   - the copies: per step, grad_accum x 2 passes x (L layers + the embedding), over d for
  *     PCIe, x (d - 1) / d for the all-gather; a unit's pace the slower of its two links, its
  *     latency both; the prefetch the fewest units whose forward compute covers a layer's
