@@ -92,6 +92,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
         .partition_numel = lay->part_numel,
         .step_bytes_per_element = 2 * (state_bytes + (z->master_in_params ? f : 0)) + gsz +
                                   (z->master_in_params ? 0 : esz),
+        /* where the master is in the parameters, the partition on the host is the master */
+        .params_host_bytes = z->master_in_params ? 0 : z->host_params * esz,
     };
 }
 
@@ -144,6 +146,7 @@ zoe_status zoe_optimizer_memory(const zoe_optimizer *opt, zoe_optimizer_footprin
     zoe_optimizer_footprint sized;
     zoe_state_sizes_bytes(&opt->sz, &opt->lay, opt->dtype, &sized);
     out->step_bytes_per_element = sized.step_bytes_per_element;
+    out->params_host_bytes = sized.params_host_bytes;
     return ZOE_OK;
 }
 

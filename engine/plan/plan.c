@@ -63,6 +63,11 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     return ZOE_OK;
 }
 
+/* Streamed weights: the fields of version 3, read only from configs that have them. */
+static int streamed(const zoe_plan_config *p) {
+    return p->version >= 3 && p->offload_params != 0;
+}
+
 /* The trainer's configuration for the plan's run, so that the model and optimizer are
  * described exactly as zoe_trainer_create will build them. */
 static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
@@ -83,11 +88,7 @@ static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
     c->exp_avg_dtype = p->exp_avg_dtype;
     c->exp_avg_sq_dtype = p->exp_avg_sq_dtype;
     c->dpu_schedule = p->dpu_schedule;
-}
-
-/* Streamed weights: the fields of version 3, read only from configs that have them. */
-static int streamed(const zoe_plan_config *p) {
-    return p->version >= 3 && p->offload_params != 0;
+    c->offload_params = streamed(p) ? ZOE_OFFLOAD_PARAMS_CPU : ZOE_OFFLOAD_PARAMS_NONE;
 }
 
 static zoe_status check(const zoe_plan_config *p) {
@@ -171,11 +172,8 @@ static double nccl_bytes(int group) {
 /* Streamed weights, the sizes, as the streaming engine holds them (offload/param_stream.h): the
  * units (a layer; the embedding, which in GPT is also the LM head; an untied Llama's head) in the
  * compute dtype of the rank's TP shard, and the host's compute-dtype copy of the rank's
- * partition, none where the master is those weights: a bf16 master with a 16-bit compute dtype
- * (the master crosses as it is; for fp16 the device rounds it in place to nearest even, the
- * rounding by which the host step writes resident fp16 weights from a bf16 master,
- * kernels/adam_state.h: the same bits), and fp32 on the CPU backend (offload/memory.c: the
- * master is the parameter buffer). */
+ * partition as the optimizer's own sizing allocates it (offload/memory.c decides where the
+ * master is those weights, and the copy is then none). */
 static void stream_sizes(const zoe_plan_config *p, const zoe_gpt *g, const zoe_plan_optimizer *o,
                          zoe_plan_result *r) {
     if (!streamed(p)) return;
@@ -186,10 +184,7 @@ static void stream_sizes(const zoe_plan_config *p, const zoe_gpt *g, const zoe_p
     r->stream.layer_bytes = layer * esz;
     r->stream.embedding_bytes = (untied ? rest / 2 : rest) * esz;
     r->stream.head_bytes = untied ? rest / 2 * esz : 0.0;
-    const int master_is_weights = (p->main_params_dtype == ZOE_STATE_BF16 && esz == 2) ||
-                                  (p->hardware.backend == ZOE_BACKEND_CPU &&
-                                   p->main_params_dtype == ZOE_STATE_FP32 && p->dtype == ZOE_F32);
-    r->stream.host_weights = master_is_weights ? 0.0 : (double)o->part_numel * esz;
+    r->stream.host_weights = o->params_host;
 }
 
 /* The device's buffers of streamed weights: prefetch + 1 of the largest unit the ring cycles
@@ -219,13 +214,15 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     r->gpu.capacity = cpu ? 0 : hw->gpu_bytes;
 
     r->host.optimizer_per_rank = o->host;
-    /* Besides the optimizer's: an evaluation under a stale DPU schedule keeps the parameter
-     * buffer it must put back (engine/train/trainer.c), and checkpoint files move through one
-     * bounded staging buffer (engine/checkpoint/mpi_io.c). */
+    /* Besides the optimizer's (with streamed weights, their host copy among them): an evaluation
+     * under a stale DPU schedule keeps the parameter buffer it must put back, on the device or
+     * the host (engine/train/trainer.c), and checkpoint files move through one bounded staging
+     * buffer (engine/checkpoint/mpi_io.c). */
     int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
-    r->host.pinned_per_rank = o->pinned + (p->evaluates && stale ? o->device_params : 0.0) +
-                              (p->checkpoints ? (double)ckpt_round_bytes() : 0.0) +
-                              r->stream.host_weights;
+    double params_buffer =
+        streamed(p) ? (double)o->part_numel * zoe_dtype_size(p->dtype) : o->device_params;
+    r->host.pinned_per_rank = o->pinned + (p->evaluates && stale ? params_buffer : 0.0) +
+                              (p->checkpoints ? (double)ckpt_round_bytes() : 0.0);
     /* On the CPU backend the device is host memory, and so are the kernels' workspace, the
      * MPI staging of 16-bit collectives and the packing of those past INT_MAX elements. */
     r->host.other_per_rank =

@@ -19,6 +19,7 @@ typedef struct zoe_plan_model {
 typedef struct zoe_plan_optimizer {
     double device_params, device_ring, device_other; /* device allocations */
     double host, pinned;                             /* host allocations */
+    double params_host;  /* of pinned: streamed weights' compute-dtype copy of the partition */
     double comm_staging; /* the CPU backend's fp32 staging of DP collectives, on every rank */
     double comm_root;    /* and MPI's temporary on each DP group's root (dp_rank 0) */
     double comm_pack;    /* the CPU backend's packing of collectives past INT_MAX elements */

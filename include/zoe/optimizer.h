@@ -354,6 +354,10 @@ typedef struct zoe_optimizer_footprint {
      * An int8 moment counts its codes; its scales (4 bytes per block of 256, read and written:
      * 0.03 bytes per element) are left out of this whole number, and counted in host_bytes. */
     size_t step_bytes_per_element;
+    /* Of pinned_bytes, with params_on_host, the compute-dtype weights of the partition apart
+     * from the master: 0 where the master is those weights (a bf16 master computing in bf16
+     * under no stale DPU schedule; fp32 on the CPU backend) and without params_on_host. */
+    size_t params_host_bytes;
 } zoe_optimizer_footprint;
 
 /* What zoe_optimizer_create would allocate, computed by the code that sizes the allocations,

@@ -185,7 +185,9 @@ typedef struct zoe_plan_result {
         double ring; /* on the device: prefetch + 1 buffers of the largest unit the ring cycles
                       * through, the embedding's own, and over DP the gather's staging */
         double host_weights; /* per rank: the compute-dtype weights of its partition, 0 where
-                              * the master is those weights (a bf16 master, 16-bit compute) */
+                              * the master is those weights (a bf16 master computing in bf16
+                              * under no stale DPU schedule; fp32 on the CPU backend); the
+                              * optimizer's sizing says (zoe_optimizer_footprint) */
         double host_bytes_per_param; /* the box's host total over the parameters it holds */
         /* Per rank per step: each unit crosses once per forward and once per backward of every
          * micro-batch, its 1/(t*d) partition host->device and the rest by the DP all-gather. */

@@ -9,7 +9,8 @@
  *     offload/param_stream.h does) and over DP a staging buffer of the larger unit; nothing else
  *     changes on it;
  *   - the host: the compute-dtype copy of the rank's partition in page-locked memory, none where
- *     the master is bf16 and the compute dtype 16-bit (fp16 rounds the master on the device);
+ *     the master is bf16 and the compute dtype bf16 (fp16 weights are never a bf16 master's
+ *     bits); on the CPU backend, the plan's host bytes against a real optimizer's;
  *   - the copies: per step, grad_accum x 2 passes x (L layers + the embedding), over d for
  *     PCIe, x (d - 1) / d for the all-gather; a unit's pace the slower of its two links, its
  *     latency both; the prefetch the fewest units whose forward compute covers a layer's
@@ -23,9 +24,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include "engine/train/trainer_impl.h"
 #include "max_model_testing.h"
 #include "testing.h"
 #include "zoe/plan.h"
+#include "zoe/train.h"
 
 static double rel(double a, double b) {
     return fabs(a - b) / fmax(fabs(b), 1e-300);
@@ -66,13 +69,18 @@ static void check_stream(const char *what, zoe_plan_config p) {
     CHECK(rel(r.gpu.total, resident.gpu.total - resident.gpu.weights + ring) < 1e-12,
           "%s: device %.0f, expected the resident %.0f less its weights %.0f plus the ring", what,
           r.gpu.total, resident.gpu.total, resident.gpu.weights);
-    const int master_is_weights = p.main_params_dtype == ZOE_STATE_BF16 && esz == 2;
+    /* bf16 weights are a bf16 master's own bits; fp16 weights (a V100) are not */
+    const int master_is_weights = p.main_params_dtype == ZOE_STATE_BF16 && p.dtype == ZOE_BF16;
     const double host_weights = master_is_weights ? 0 : (double)r.state_params * esz;
-    CHECK(r.stream.host_weights == host_weights &&
-              rel(r.host.pinned_per_rank, resident.host.pinned_per_rank + host_weights) < 1e-12,
-          "%s: host weights %.0f (expected %.0f), pinned %.0f (resident %.0f)", what,
-          r.stream.host_weights, host_weights, r.host.pinned_per_rank,
-          resident.host.pinned_per_rank);
+    /* Besides the copy, the host holds what it held, less the pinned buffers streaming leaves
+     * out (the copy-out ring, the partition's staging): between none and all of the pinned. */
+    const double held = r.host.optimizer_per_rank + r.host.pinned_per_rank - host_weights;
+    const double was = resident.host.optimizer_per_rank + resident.host.pinned_per_rank;
+    CHECK(r.stream.host_weights == host_weights && held <= was &&
+              held >= was - resident.host.pinned_per_rank,
+          "%s: host weights %.0f (expected %.0f), host besides %.0f (resident %.0f, of which "
+          "pinned %.0f)",
+          what, r.stream.host_weights, host_weights, held, was, resident.host.pinned_per_rank);
     /* the copies */
     int sharing = hw->gpus_per_link < p.tp * p.dp ? hw->gpus_per_link : p.tp * p.dp;
     const double link = hw->pcie_bandwidth / sharing, nv = hw->nvlink_bandwidth;
@@ -156,11 +164,54 @@ static void check_cpu(zoe_dtype dtype, int dp) {
           "CPU %s: host weights %.0f (expected %.0f), device weights %.0f (ring %.0f)",
           zoe_dtype_name(dtype), r.stream.host_weights, host_weights, r.gpu.weights, ring);
     /* the device is host memory: the host total moves by the ring less the weights, and the
-     * copy, on every rank */
-    const double moved = dp * (ring - resident.gpu.weights + host_weights);
+     * partition's compute-dtype weights on the host (fp32: the master itself), on every rank */
+    const double moved = dp * (ring - resident.gpu.weights + (double)r.state_params * esz);
     CHECK(rel(r.host.total, resident.host.total + moved) < 1e-12,
           "CPU %s DP=%d: host %.0f, expected the resident %.0f %+.0f", zoe_dtype_name(dtype), dp,
           r.host.total, resident.host.total, moved);
+}
+
+/* The host's weights with a bf16 master computing in bf16, on the CPU backend: the plan against
+ * a real optimizer's counted allocations (zoe_optimizer_memory), exactly (both are whole byte
+ * counts), and against the rule worked out here: the master is the weights (no copy) unless a
+ * stale DPU schedule (plain, predict, dc) rewrites it while the forward reads the weights, and
+ * then the partition has its own bf16 copy, 2 bytes per element. */
+static void check_bf16_master(const char *schedule, zoe_dpu_schedule dpu_schedule) {
+    zoe_train_config c;
+    zoe_train_config_defaults(&c);
+    CHECK_OK(zoe_model_preset("demo", &c.model));
+    c.backend = ZOE_BACKEND_CPU, c.dtype = ZOE_BF16, c.micro_batch = 2, c.recompute = 1;
+    c.main_params_dtype = ZOE_STATE_BF16;
+    c.offload_params = ZOE_OFFLOAD_PARAMS_CPU;
+    const int off = !strcmp(schedule, "off");
+    c.dpu = off ? ZOE_DPU_OFF : ZOE_DPU_ON;
+    c.dpu_warmup = off ? 0 : 1;
+    c.dpu_schedule = dpu_schedule;
+    const int stale = !off && dpu_schedule != ZOE_DPU_EXACT;
+    zoe_hardware hw;
+    CHECK_OK(zoe_hardware_local(0, &hw));
+    zoe_plan_config pc;
+    zoe_plan_result plan;
+    zoe_trainer *tr = NULL;
+    if (!CHECK_OK(zoe_plan_config_from_train(&c, 1, &hw, &pc)) || !CHECK_OK(zoe_plan(&pc, &plan)) ||
+        !CHECK_OK(zoe_trainer_create(MPI_COMM_SELF, &c, &tr)))
+        return;
+    zoe_optimizer_footprint real;
+    CHECK_OK(zoe_optimizer_memory(zoe_trainer_optimizer(tr), &real));
+    const double copy = stale ? 2.0 * (double)real.partition_numel : 0.0;
+    printf("CPU bf16 master, DPU %-7s: host weights %.0f bytes (expected %.0f), optimizer host "
+           "%.0f pinned %.0f (allocated %zu, %zu)\n",
+           schedule, plan.stream.host_weights, copy, plan.host.optimizer_per_rank,
+           plan.host.pinned_per_rank, real.host_bytes, real.pinned_bytes);
+    CHECK(plan.stream.host_weights == copy && real.params_host_bytes == copy,
+          "DPU %s: host weights %.0f in the plan, %zu allocated, expected %.0f", schedule,
+          plan.stream.host_weights, real.params_host_bytes, copy);
+    CHECK(plan.host.optimizer_per_rank == (double)real.host_bytes &&
+              plan.host.pinned_per_rank == (double)real.pinned_bytes,
+          "DPU %s: plan host %.0f pinned %.0f, allocated %zu and %zu", schedule,
+          plan.host.optimizer_per_rank, plan.host.pinned_per_rank, real.host_bytes,
+          real.pinned_bytes);
+    zoe_trainer_destroy(tr);
 }
 
 /* The largest GPT of GPT-3's family with streamed weights at the issue's run: it fits, the next
@@ -215,6 +266,11 @@ int main(int argc, char **argv) {
     check_stream("13b dgx2 TP=1 x DP=16", box("13b", "dgx2", 1, 16, 1));
     check_cpu(ZOE_F32, 1);
     check_cpu(ZOE_BF16, 2);
+    check_bf16_master("off", ZOE_DPU_EXACT);
+    check_bf16_master("exact", ZOE_DPU_EXACT);
+    check_bf16_master("plain", ZOE_DPU_PLAIN);
+    check_bf16_master("predict", ZOE_DPU_PREDICT);
+    check_bf16_master("dc", ZOE_DPU_DC);
     /* a prefetch given: the ring follows it, and too few units expose the latency */
     zoe_plan_config g = box("13b", "dgx2", 1, 16, 1);
     g.prefetch_layers = 7;
@@ -231,8 +287,10 @@ int main(int argc, char **argv) {
               strstr(zoe_last_error(), "--offload-ratio 0.5"),
           "offload ratio 0.5 with streamed weights: %s", zoe_last_error());
     /* issue 35's goals at its run (int8 state, fp16 gradient partition, seq 2048, vocabulary
-     * 50257, micro-batch 1, recompute): >= 200B on one V100-32GB, >= 280B on a DGX A100-80GB */
-    largest_streamed("v100-32g", 1, 200e9);
+     * 50257, micro-batch 1, recompute): >= 280B on a DGX A100-80GB is met; >= 200B on one
+     * V100-32GB is not: its fp16 weights are a second 2-byte copy beside the bf16 master (8 host
+     * bytes per parameter, not 6), and 180B is what fits (docs/plan.md, "Streamed weights") */
+    largest_streamed("v100-32g", 1, 180e9);
     largest_streamed("dgx-a100-80g", 1, 280e9);
     return test_finish("test_plan_stream");
 }
