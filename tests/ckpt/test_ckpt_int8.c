@@ -219,6 +219,29 @@ static long long file_bytes(const char *dir, const char *file) {
  * blocks and requantises at its own: it trains on with losses within RESHARD_TOL of the reference's
  *   (measured: see docs/checkpoint.md). */
 #define RESHARD_TOL 5e-3
+/* Loads at (written by configuration from, whose run went on to the losses ref) into
+ * configuration to, at another TP, and trains on: losses within RESHARD_TOL of ref. */
+static void reshard(const char *corpus, const zoe_train_config *from, const zoe_train_config *to,
+                    const char *at, const float *ref) {
+    float resumed[STEPS];
+    ckpt_session r;
+    CHECK_OK(ckpt_session_open(&r, MPI_COMM_WORLD, to, corpus));
+    CHECK_OK(zoe_trainer_load(r.tr, at, NULL, 0));
+    CHECK_OK(ckpt_session_steps(&r, STEPS, resumed));
+    ckpt_session_close(&r);
+    double worst = 0;
+    for (int i = SAVE_AT; i < STEPS; i++) {
+        double diff = fabs((double)resumed[i] - (double)ref[i]);
+        worst = diff > worst ? diff : worst;
+        CHECK(diff <= RESHARD_TOL, "int8 resharded TP %d -> %d: step %d loss %.6f vs %.6f",
+              from->tp, to->tp, i, resumed[i], ref[i]);
+    }
+    if (test_rank() == 0)
+        printf("int8 moments saved at TP=%d, resumed at TP=%d (requantised): losses within %.2e "
+               "of the un-resharded run (tolerance %.0e)\n",
+               from->tp, to->tp, worst, RESHARD_TOL);
+}
+
 static void held_case(const char *corpus, const char *root) {
     int world = test_world_size();
     zoe_train_config q, q_dp, q_tp;
@@ -231,7 +254,7 @@ static void held_case(const char *corpus, const char *root) {
     char d[5][512], at[600], at_legacy[600], at_dp[600], again[600], again_legacy[600];
     const char *names[] = {"held", "held-legacy", "held-dp", "held-again", "held-again-legacy"};
     for (int i = 0; i < 5; i++) snprintf(d[i], sizeof d[i], "%s/%s", root, names[i]);
-    float ref[STEPS], resumed[STEPS];
+    float ref[STEPS];
     ckpt_session s;
     CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &q, corpus));
     CHECK_OK(ckpt_session_steps(&s, SAVE_AT, ref));
@@ -284,22 +307,15 @@ static void held_case(const char *corpus, const char *root) {
                held, legacy, ratio, (2 + 8.0 / 256) / 8, world, world >= 2 ? world / 2 : world);
     }
     if (world < 2) return; /* another TP needs two ranks */
-    ckpt_session r;
-    CHECK_OK(ckpt_session_open(&r, MPI_COMM_WORLD, &q_tp, corpus));
-    CHECK_OK(zoe_trainer_load(r.tr, at, NULL, 0));
-    CHECK_OK(ckpt_session_steps(&r, STEPS, resumed));
-    ckpt_session_close(&r);
-    double worst = 0;
-    for (int i = SAVE_AT; i < STEPS; i++) {
-        double diff = fabs((double)resumed[i] - (double)ref[i]);
-        worst = diff > worst ? diff : worst;
-        CHECK(diff <= RESHARD_TOL, "int8 resharded TP 1 -> 2: step %d loss %.6f vs %.6f", i,
-              resumed[i], ref[i]);
-    }
-    if (test_rank() == 0)
-        printf("int8 moments saved at TP=1 x DP=%d, resumed at TP=2 x DP=%d (requantised): "
-               "losses within %.2e of the un-resharded run (tolerance %.0e)\n",
-               world, world / 2, worst, RESHARD_TOL);
+    reshard(corpus, &q, &q_tp, at, ref);
+    /* and back: blocks of two shards, split by rows and by columns, into one */
+    snprintf(d[0], sizeof d[0], "%s/held-tp2", root);
+    CHECK_OK(ckpt_session_open(&s, MPI_COMM_WORLD, &q_tp, corpus));
+    CHECK_OK(ckpt_session_steps(&s, SAVE_AT, ref));
+    CHECK_OK(zoe_trainer_save(s.tr, d[0], 0, at, sizeof at));
+    CHECK_OK(ckpt_session_steps(&s, STEPS, ref));
+    ckpt_session_close(&s);
+    reshard(corpus, &q_tp, &q, at, ref);
 }
 
 int main(int argc, char **argv) {
