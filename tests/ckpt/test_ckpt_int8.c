@@ -24,7 +24,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <string.h>
 #include "ckpt_test.h"
+#include "engine/train/trainer_impl.h"
+#include "kernels/adam_state.h"
+#include "models/gpt.h"
 
 enum { STEPS = 7, SAVE_AT = 4 };
 
@@ -219,6 +223,61 @@ static long long file_bytes(const char *dir, const char *file) {
  * blocks and requantises at its own: it trains on with losses within RESHARD_TOL of the reference's
  *   (measured: see docs/checkpoint.md). */
 #define RESHARD_TOL 5e-3
+/* Every int8 moment of at_int8 (written at TP tp by configuration c) against the F32 values
+ * that at_f32 holds after loading it into fp32 state at another TP: walked shard by shard, each
+ * local element k of shard s (the model described at TP tp) is code[global] x scale[s, k / 256]
+ * (signed for m), bit for bit; the load finds each element's shard the other way round. */
+static int dequantised_match(const zoe_train_config *c, int tp, const char *at_int8,
+                             const char *at_f32) {
+    zoe_gpt_config gc = zoe_trainer_gpt_config(c);
+    zoe_gpt *described[2] = {NULL, NULL};
+    int ok = tp <= 2;
+    for (int r = 0; ok && r < tp; r++) ok = zoe_gpt_describe(&gc, tp, r, &described[r]) == ZOE_OK;
+    char pi[700], pf[700], name[300];
+    snprintf(pi, sizeof pi, "%s/optimizer.safetensors", at_int8);
+    snprintf(pf, sizeof pf, "%s/optimizer.safetensors", at_f32);
+    const char *suffix[2] = {".exp_avg", ".exp_avg_sq"};
+    long long checked = 0;
+    for (int t = 0; ok && t < zoe_gpt_num_tensors(described[0]); t++)
+        for (int m = 0; ok && m < 2; m++) {
+            const zoe_tp_param *p0 = zoe_gpt_tensor(described[0], t);
+            snprintf(name, sizeof name, "%s%s", p0->name, suffix[m]);
+            size_t ncodes = 0, nvalues = 0, nscales = 0;
+            void *codes = ckpt_test_read_tensor(pi, name, &ncodes);
+            float *values = ckpt_test_read_tensor(pf, name, &nvalues);
+            snprintf(name, sizeof name, "%s%s.scales", p0->name, suffix[m]);
+            float *scales = ckpt_test_read_tensor(pi, name, &nscales);
+            int shards = tp / p0->replicas;
+            int64_t nb = (p0->local_numel + 255) / 256, gc_cols = p0->global_shape[1];
+            ok = codes && values && scales && nvalues == 4 * ncodes &&
+                 nscales == (size_t)(shards * nb) * 4;
+            for (int sh = 0; ok && sh < shards; sh++) {
+                const zoe_tp_param *p = zoe_gpt_tensor(described[sh * p0->replicas], t);
+                for (int64_t k = 0; ok && k < p->local_numel; k++) {
+                    int64_t row = p->local_offset[0] + k / p->local_shape[1];
+                    int64_t g = row * gc_cols + p->local_offset[1] + k % p->local_shape[1];
+                    if ((size_t)g >= ncodes) continue; /* a padding row of the vocabulary */
+                    float scale = scales[sh * nb + k / 256], want;
+                    if (m == 0) {
+                        int code = ((const int8_t *)codes)[g];
+                        want = (code < 0 ? -1.0f : 1.0f) *
+                               zoe_adam_int8_m_unit(code < 0 ? -code : code) * scale;
+                    } else {
+                        want = zoe_adam_int8_v_unit(((const uint8_t *)codes)[g]) * scale;
+                    }
+                    ok = memcmp(&want, &values[g], sizeof want) == 0;
+                    if (!ok)
+                        fprintf(stderr, "%s element %lld: %g, the file's blocks give %g\n", name,
+                                (long long)g, values[g], want);
+                    checked++;
+                }
+            }
+            free(codes), free(values), free(scales);
+        }
+    for (int r = 0; r < 2; r++) zoe_gpt_destroy(described[r]);
+    return ok && checked > 0;
+}
+
 /* Loads at (written by configuration from, whose run went on to the losses ref) into
  * configuration to, at another TP, and trains on: losses within RESHARD_TOL of ref. */
 static void reshard(const char *corpus, const zoe_train_config *from, const zoe_train_config *to,
@@ -316,6 +375,15 @@ static void held_case(const char *corpus, const char *root) {
     CHECK_OK(ckpt_session_steps(&s, STEPS, ref));
     ckpt_session_close(&s);
     reshard(corpus, &q_tp, &q, at, ref);
+    zoe_train_config f = q;
+    f.main_params_dtype = f.exp_avg_dtype = f.exp_avg_sq_dtype = ZOE_STATE_FP32;
+    char as_f32[600];
+    snprintf(d[1], sizeof d[1], "%s/held-tp2-as-fp32", root);
+    load_save(MPI_COMM_WORLD, corpus, &f, at, d[1], as_f32, sizeof as_f32);
+    if (test_rank() == 0)
+        CHECK(dequantised_match(&q_tp, 2, at, as_f32),
+              "int8 moments written at TP 2, loaded into fp32 state at TP 1: the values of the "
+              "file's codes through its blocks");
 }
 
 int main(int argc, char **argv) {
