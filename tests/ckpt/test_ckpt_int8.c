@@ -267,8 +267,8 @@ static int dequantised_match(const zoe_train_config *c, int tp, const char *at_i
                     }
                     ok = memcmp(&want, &values[g], sizeof want) == 0;
                     if (!ok)
-                        fprintf(stderr, "%s element %lld: %g, the file's blocks give %g\n", name,
-                                (long long)g, values[g], want);
+                        fprintf(stderr, "%s%s element %lld: %g, the file's blocks give %g\n",
+                                p0->name, suffix[m], (long long)g, values[g], want);
                     checked++;
                 }
             }
