@@ -13,9 +13,13 @@
  * step it hides: hidden = 1 - (time the step waits for the overlapped update) / (host Adam time).
  * The dtype is the GPU's (bf16, or fp16 before sm_80) unless --dtype names one; bf16 on the CPU.
  * One JSON object per line, the last a summary. Ratios come from one process on one GPU.
+ * With --offload-params cpu the weights live on the host and stream through the GPU a layer at
+ * a time (recomputation on): the model is then bounded by host memory (20 bytes per parameter
+ * with DPU: the 18 above and the 2-byte weights' partition), the runs are named
+ * "streamed" and "streamed+dpu", and there is no no-offload run.
  * Usage: bench_gpu_step [--backend cuda|cpu] [--model auto|NAME] [--micro N] [--steps N]
- *                       [--dtype bf16|fp16|fp32] [--peak-tflops X]
- *        (defaults: cuda, auto, 8, 4, the GPU's dtype and its peak) */
+ *                       [--dtype bf16|fp16|fp32] [--peak-tflops X] [--offload-params none|cpu]
+ *        (defaults: cuda, auto, 8, 4, the GPU's dtype and its peak, none) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,7 @@ typedef struct bench_args {
     zoe_dtype dtype;    /* ZOE_DTYPE_COUNT: the GPU's */
     double peak_tflops; /* 0: the GPU's in dtype */
     char gpu[288];      /* what the peak is of: the name and sm_XY */
+    int streamed;       /* --offload-params cpu */
 } bench_args;
 
 typedef struct phase_sums {
@@ -66,6 +71,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(argv[i], "--peak-tflops") && (a->peak_tflops = atof(v)) >= 0) {
         } else if (!strcmp(argv[i], "--dtype") && zoe_dtype_parse(v, &a->dtype) == ZOE_OK &&
                    a->dtype != ZOE_I32) {
+        } else if (!strcmp(argv[i], "--offload-params") &&
+                   (!strcmp(v, "cpu") || !strcmp(v, "none"))) {
+            a->streamed = !strcmp(v, "cpu");
         } else {
             goto bad;
         }
@@ -89,6 +97,10 @@ static void config_for(const bench_args *a, const zoe_model_config *m, zoe_offlo
     c->dpu_warmup = dpu_warmup;
     c->steps = 1000;
     c->progress = ZOE_PROGRESS_LINES;
+    if (a->streamed && offload == ZOE_OFFLOAD_CPU) {
+        c->offload_params = ZOE_OFFLOAD_PARAMS_CPU;
+        c->recompute = 1;
+    }
 }
 
 /* The dtype and the peak of the GPU this rank takes (one table: zoe_gpu_spec_of), unless the
@@ -171,8 +183,9 @@ int main(int argc, char **argv) {
     int n = zoe_model_preset_count(), order[64], count = 0;
     for (int i = 0; i < n && count < 64; i++) {
         const zoe_model_config *m = zoe_model_preset_at(i);
-        if (strcmp(a.model, "auto") ? !strcmp(m->name, a.model)
-                                    : 18.0 * (double)zoe_model_param_count(m) <= 0.6 * host)
+        if (strcmp(a.model, "auto")
+                ? !strcmp(m->name, a.model)
+                : (a.streamed ? 20.0 : 18.0) * (double)zoe_model_param_count(m) <= 0.6 * host)
             order[count++] = i;
     }
     /* largest first */
@@ -226,27 +239,29 @@ int main(int argc, char **argv) {
     }
     const double host_adam = sync.host_step / sync.steps;
     const double hidden = host_adam > 0 ? 1.0 - (dpu.wait / dpu.steps) / host_adam : 0.0;
-    print_run("offload", m, params, &a, &sync, 0.0, &tps_sync);
-    print_run("offload+dpu", m, params, &a, &dpu, hidden < 0 ? 0 : hidden, &tps_dpu);
+    print_run(a.streamed ? "streamed" : "offload", m, params, &a, &sync, 0.0, &tps_sync);
+    print_run(a.streamed ? "streamed+dpu" : "offload+dpu", m, params, &a, &dpu,
+              hidden < 0 ? 0 : hidden, &tps_dpu);
 
     /* No offload at the same model, when it fits on the device. */
     config_for(&a, m, ZOE_OFFLOAD_NONE, 0, &c);
     tr = NULL;
-    if (zoe_trainer_create(MPI_COMM_WORLD, &c, &tr) == ZOE_OK) {
+    if (!a.streamed && zoe_trainer_create(MPI_COMM_WORLD, &c, &tr) == ZOE_OK) {
         st = run_steps(tr, &c, tokens, targets, 0, warm, &skip);
         if (st == ZOE_OK) st = run_steps(tr, &c, tokens, targets, warm, a.steps, &none);
         zoe_trainer_destroy(tr);
         if (st == ZOE_OK) print_run("no-offload", m, params, &a, &none, 0.0, &tps_none);
     }
-    if (!tr || st != ZOE_OK)
+    if (!a.streamed && (!tr || st != ZOE_OK))
         printf("{\"bench\":\"gpu_step\",\"run\":\"no-offload\",\"model\":\"%s\",\"fits\":false,"
                "\"why\":\"%s\"}\n",
                m->name, zoe_last_error());
-    printf("{\"bench\":\"gpu_step\",\"summary\":true,\"model\":\"%s\",\"params\":%lld,"
+    printf("{\"bench\":\"gpu_step\",\"summary\":true,\"streamed\":%s,\"model\":\"%s\","
+           "\"params\":%lld,"
            "\"tokens_per_s_offload\":%.0f,\"tokens_per_s_offload_dpu\":%.0f,"
            "\"tokens_per_s_no_offload\":%.0f,\"offload_dpu_vs_no_offload\":%.3f,"
            "\"dpu_hidden\":%.3f}\n",
-           m->name, (long long)params, tps_sync, tps_dpu, tps_none,
+           a.streamed ? "true" : "false", m->name, (long long)params, tps_sync, tps_dpu, tps_none,
            tps_none > 0 ? tps_dpu / tps_none : 0.0, hidden < 0 ? 0 : hidden);
     free(tokens), free(targets);
     MPI_Finalize();

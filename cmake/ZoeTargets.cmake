@@ -40,8 +40,9 @@ endif()
 # that top directory when it looks empty: a job starting at that moment beside it (another test
 # of ctest -j, another build's tests, a second CI on the box) fails in MPI_Init ("A call to mkdir
 # was unable to create the desired directory ... No such file or directory", open-mpi/ompi#8510)
-# and exits 1. Under load the window widens; zoe-generate in test_cli_rules was seen to exit 1
-# that way. A top directory per test shares nothing with any other job.
+# and exits 1 with Open MPI's lines only. Under load the window widens: zoe-generate's exit 1
+# with no line of its own in test_cli_rules (issue #34) had this form. A top directory per test
+# shares nothing with any other job.
 set(ZOE_MPI_SESSIONS "${CMAKE_BINARY_DIR}/mpi-sessions")
 # zoe_isolate_mpi_sessions(): the last line of each tests/*/CMakeLists.txt (tests/CMakeLists.txt
 # refuses a folder of tests without it).

@@ -338,19 +338,61 @@ int64_t zoe_gpt_block_local_numel(const zoe_gpt *g) {
     return n;
 }
 
-zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs) {
-    for (int t = 0; t < g->num_tensors; t++) {
-        if (!ptrs[t])
+zoe_status zoe_gpt_bind_tensors(zoe_gpt *g, int first, int n, void *const *ptrs) {
+    if (first < 0 || n < 0 || first > g->num_tensors - n)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "binding of tensors [%d, %d) outside [0, %d)",
+                        first, first + n, g->num_tensors);
+    for (int i = 0; i < n; i++)
+        if (!ptrs[i])
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weights of %s: NULL pointer",
-                            g->tensors[t]->name);
-        g->tensors[t]->data = ptrs[t];
-    }
+                            g->tensors[first + i]->name);
+    for (int i = 0; i < n; i++) g->tensors[first + i]->data = ptrs[i];
     return ZOE_OK;
 }
 
-zoe_status zoe_gpt_init_weights(zoe_gpt *g) {
-    for (int t = 0; t < g->num_tensors; t++) ZOE_TRY(zoe_tp_param_init(&g->tp, g->tensors[t]));
+zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs) {
+    return zoe_gpt_bind_tensors(g, 0, g->num_tensors, ptrs);
+}
+
+zoe_status zoe_gpt_init_tensors(zoe_gpt *g, int first, int n) {
+    if (first < 0 || n < 0 || first > g->num_tensors - n)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "init of tensors [%d, %d) outside [0, %d)", first,
+                        first + n, g->num_tensors);
+    for (int t = first; t < first + n; t++) ZOE_TRY(zoe_tp_param_init(&g->tp, g->tensors[t]));
     return zoe_stream_synchronize(g->stream);
+}
+
+zoe_status zoe_gpt_init_weights(zoe_gpt *g) {
+    return zoe_gpt_init_tensors(g, 0, g->num_tensors);
+}
+
+int zoe_gpt_num_units(const zoe_gpt *g) {
+    return g->cfg.shape.layers + 2;
+}
+
+void zoe_gpt_unit(const zoe_gpt *g, int u, int *first, int *n) {
+    int L = g->cfg.shape.layers;
+    *first = u == 0 ? 0 : u <= L ? g->first_block + (u - 1) * g->block_params : g->ln_f_tensor;
+    *n = u == 0 ? g->first_block : u <= L ? g->block_params : g->num_tensors - g->ln_f_tensor;
+}
+
+zoe_status zoe_gpt_acquire_unit(zoe_gpt *g, int u, zoe_gpt_pass pass) {
+    if (!g->source.acquire) return ZOE_OK;
+    int first, n;
+    zoe_gpt_unit(g, u, &first, &n);
+    void *weights[ZOE_TP_BLOCK_PARAMS > GPT_MAX_TENSORS_FIXED ? ZOE_TP_BLOCK_PARAMS
+                                                              : GPT_MAX_TENSORS_FIXED];
+    for (int i = 0; i < n; i++) weights[i] = g->tensors[first + i]->data;
+    ZOE_TRY(g->source.acquire(g->source.user, first, n, pass, weights));
+    for (int i = 0; i < n; i++) g->tensors[first + i]->data = weights[i];
+    return ZOE_OK;
+}
+
+zoe_status zoe_gpt_release_unit(zoe_gpt *g, int u) {
+    if (!g->source.release) return ZOE_OK;
+    int first, n;
+    zoe_gpt_unit(g, u, &first, &n);
+    return g->source.release(g->source.user, first, n);
 }
 
 static float llama_eps(const zoe_gpt *g) {
@@ -367,7 +409,8 @@ static zoe_status block_forward(zoe_gpt *g, int l, void *out, uint64_t step) {
     return zoe_tp_block_forward(&g->tp, &g->blocks[l], &g->acts[slot], out, g->resid[l], step);
 }
 
-/* Block l's backward (its forward first, with recomputation), dres in place. */
+/* Block l's backward (its forward first, with recomputation), dres in place; its weights are
+ * acquired once for both. */
 static zoe_status block_backward(zoe_gpt *g, int l) {
     const int slot = g->cfg.recompute ? 0 : l;
     if (g->llama) {
@@ -381,15 +424,11 @@ static zoe_status block_backward(zoe_gpt *g, int l) {
                                  g->block_scratch);
 }
 
+void zoe_gpt_set_weight_source(zoe_gpt *g, const zoe_gpt_weight_source *source) {
+    if (g) g->source = source ? *source : (zoe_gpt_weight_source){0};
+}
+
 /* The forward with dropout masks keyed by step (ZOE_TP_NO_DROPOUT: none). */
-void zoe_gpt_set_weight_gate(zoe_gpt *g, const zoe_gpt_weight_gate *gate) {
-    if (g) g->gate = gate ? *gate : (zoe_gpt_weight_gate){0};
-}
-
-static zoe_status gate(zoe_gpt *g, int first, int n) {
-    return g->gate.ready ? g->gate.ready(g->gate.user, first, n) : ZOE_OK;
-}
-
 static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *targets, float *loss,
                              uint64_t step) {
     const zoe_gpt_config *c = &g->cfg;
@@ -407,14 +446,15 @@ static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *t
     ZOE_TRY(zoe_memcpy_async(g->tokens, g->staged_ids, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
     ZOE_TRY(zoe_memcpy_async(g->targets, g->staged_ids + g->N, ids, ZOE_COPY_HOST_TO_DEVICE,
                              g->stream));
-    ZOE_TRY(gate(g, 0, g->first_block)); /* wte (and the tied head), wpe */
+    const int tail = L + 1;                               /* units: zoe_gpt_unit */
+    ZOE_TRY(zoe_gpt_acquire_unit(g, 0, ZOE_GPT_FORWARD)); /* wte (and the tied head), wpe */
     ZOE_TRY(zoe_tp_embedding_forward(&g->tp, &g->emb, g->resid[0], g->tokens, B, T));
     for (int l = 0; l < L; l++) {
-        ZOE_TRY(gate(g, g->first_block + l * g->block_params, g->block_params));
+        ZOE_TRY(zoe_gpt_acquire_unit(g, 1 + l, ZOE_GPT_FORWARD));
         ZOE_TRY(block_forward(g, l, g->resid[l + 1], step));
+        ZOE_TRY(zoe_gpt_release_unit(g, 1 + l));
     }
-    ZOE_TRY(gate(g, g->ln_f_tensor, g->ln_f_n));
-    if (g->head >= 0) ZOE_TRY(gate(g, g->head, 1));
+    ZOE_TRY(zoe_gpt_acquire_unit(g, tail, ZOE_GPT_FORWARD));
     if (g->llama)
         ZOE_TRY(zoe_rmsnorm_forward(g->kernels, c->dtype, g->ln_f, g->ln_f_rstd, g->resid[L],
                                     g->ln_f_weight.data, g->N, g->C, llama_eps(g)));
@@ -423,6 +463,8 @@ static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *t
                                       g->resid[L], g->ln_f_weight.data, g->ln_f_bias.data, g->N,
                                       g->C));
     ZOE_TRY(zoe_tp_lm_head_forward(&g->tp, &g->emb, g->logits, g->ln_f, g->N));
+    ZOE_TRY(zoe_gpt_release_unit(g, tail));
+    ZOE_TRY(zoe_gpt_release_unit(g, 0));
     return zoe_tp_xent_forward(&g->tp, &g->emb, g->xent_stats, g->logits, g->targets, g->N,
                                ZOE_GPT_IGNORE_INDEX, g->losses, loss, &g->count);
 }
@@ -458,7 +500,9 @@ zoe_status zoe_gpt_backward_scaled(zoe_gpt *g, float scale, const zoe_gpt_grad_s
     int64_t B = c->micro_batch, T = c->shape.seq_len;
     /* A tied wte's gradient is open from the LM head here to the lookup at the end; an untied
      * head is the last tensor, so it comes first. */
-    const int head = g->head >= 0 ? g->head : 0;
+    const int head = g->head >= 0 ? g->head : 0, tail = L + 1;
+    ZOE_TRY(zoe_gpt_acquire_unit(g, 0, ZOE_GPT_BACKWARD));    /* the tied head's weights */
+    ZOE_TRY(zoe_gpt_acquire_unit(g, tail, ZOE_GPT_BACKWARD)); /* ln_f's, an untied head's */
     ZOE_TRY(acquire_range(g, sink, head, 1));
     ZOE_TRY(zoe_tp_xent_backward(&g->tp, &g->emb, g->logits, g->logits, g->xent_stats, g->targets,
                                  g->N, ZOE_GPT_IGNORE_INDEX, scale));
@@ -475,15 +519,19 @@ zoe_status zoe_gpt_backward_scaled(zoe_gpt *g, float scale, const zoe_gpt_grad_s
             g->kernels, c->dtype, g->dres, g->ln_f_weight.grad, g->ln_f_bias.grad, g->d_ln_f,
             g->resid[L], g->ln_f_weight.data, g->ln_f_mean, g->ln_f_rstd, g->N, g->C));
     ZOE_TRY(release_range(sink, g->ln_f_tensor, g->ln_f_n));
+    ZOE_TRY(zoe_gpt_release_unit(g, tail));
     for (int l = L - 1; l >= 0; l--) {
         int first = g->first_block + l * g->block_params;
+        ZOE_TRY(zoe_gpt_acquire_unit(g, 1 + l, ZOE_GPT_BACKWARD));
         ZOE_TRY(acquire_range(g, sink, first, g->block_params));
         ZOE_TRY(block_backward(g, l));
         ZOE_TRY(release_range(sink, first, g->block_params));
+        ZOE_TRY(zoe_gpt_release_unit(g, 1 + l));
     }
     /* wte, and GPT's wpe after it; wte is already open when tied. */
     if (g->head >= 0) ZOE_TRY(acquire_range(g, sink, 0, 1));
     if (!g->llama) ZOE_TRY(acquire_range(g, sink, 1, 1));
     ZOE_TRY(zoe_tp_embedding_backward(&g->tp, &g->emb, g->dres, g->tokens, B, T));
-    return release_range(sink, 0, g->first_block);
+    ZOE_TRY(release_range(sink, 0, g->first_block));
+    return zoe_gpt_release_unit(g, 0);
 }

@@ -43,14 +43,27 @@ typedef struct zoe_gpt_grad_sink {
 
 typedef struct zoe_gpt zoe_gpt;
 
-/* What the forward calls before it reads the weights of tensors [first, first + n), in tensor
- * order (the embedding's, each block's, the final norm's, an untied head's): a weight pipeline
- * that finishes an update while the forward runs (the optimizer's ZOE_DPU_EXACT settling,
- * zoe_optimizer_weights_ready) waits there for the tensors' buckets. */
-typedef struct zoe_gpt_weight_gate {
+/* The passes that read the weights, each in its own order of units (zoe_gpt_unit). */
+typedef enum zoe_gpt_pass { ZOE_GPT_FORWARD = 0, ZOE_GPT_BACKWARD = 1 } zoe_gpt_pass;
+
+/* Where the passes get their weights, a unit at a time (zoe_gpt_unit: the embedding, each block,
+ * the tail). acquire(user, first, n, pass, weights) comes before the pass reads the unit's
+ * tensors [first, first + n): weights[i] holds tensor first + i's bound pointer and may be set to
+ * where its weights are for this use (device, dtype, local_numel elements); release(user, first,
+ * n) follows their last read in the pass. The orders (docs/offload.md, "Streamed weights"):
+ *   forward (training, evaluation, decoding): embedding, blocks 0 .. L-1 (each released after
+ *     its forward), tail; the tail and then the embedding released after the LM head;
+ *   backward: embedding (the tied head's backward reads it), tail (released after the final
+ *     norm), blocks L-1 .. 0 (each acquired once for its recomputation and backward), and the
+ *     embedding released last.
+ * A pipeline that finishes an update while the forward runs (the optimizer's ZOE_DPU_EXACT
+ * settling, zoe_optimizer_weights_ready) waits in acquire; weights that live on the host are
+ * fetched there (offload/param_stream.h). */
+typedef struct zoe_gpt_weight_source {
     void *user;
-    zoe_status (*ready)(void *user, int first, int n);
-} zoe_gpt_weight_gate;
+    zoe_status (*acquire)(void *user, int first, int n, zoe_gpt_pass pass, void **weights);
+    zoe_status (*release)(void *user, int first, int n);
+} zoe_gpt_weight_source;
 
 /* tp_comm: the TP group's communicator (borrowed). Fails naming the value when a shape does
  * not divide by its size. */
@@ -67,6 +80,11 @@ zoe_status zoe_gpt_describe(const zoe_gpt_config *cfg, int tp_size, int tp_rank,
  * Llama: wte, h.0.* ... h.{L-1}.*, ln_f.weight, and lm_head.weight when untied. */
 int zoe_gpt_num_tensors(const zoe_gpt *g);
 const zoe_tp_param *zoe_gpt_tensor(const zoe_gpt *g, int t);
+/* The units a weight source hands out: unit 0 the embedding (tensors [0, first block): wte, and
+ * wpe for GPT), units 1 .. L the blocks, unit L + 1 the tail (the final norm and an untied LM
+ * head, to the last tensor). */
+int zoe_gpt_num_units(const zoe_gpt *g);
+void zoe_gpt_unit(const zoe_gpt *g, int u, int *first, int *n);
 /* Elements on this rank (sum of local shards) and in the whole model (padded vocabulary). */
 int64_t zoe_gpt_local_numel(const zoe_gpt *g);
 int64_t zoe_gpt_global_numel(const zoe_gpt *g);
@@ -91,10 +109,14 @@ const zoe_model_config *zoe_gpt_shape(const zoe_gpt *g);
 const void *zoe_gpt_logits(const zoe_gpt *g);
 int64_t zoe_gpt_loss_count(const zoe_gpt *g);
 
-/* Points tensor t's weights at ptrs[t] (device, dtype, local_numel elements each). */
+/* Points tensor t's weights at ptrs[t] (device, dtype, local_numel elements each); the range
+ * form tensors [first, first + n) at ptrs[0 .. n). */
 zoe_status zoe_gpt_bind_weights(zoe_gpt *g, void *const *ptrs);
-/* Writes the TP-invariant initial values (Philox) into the bound weights. */
+zoe_status zoe_gpt_bind_tensors(zoe_gpt *g, int first, int n, void *const *ptrs);
+/* Writes the TP-invariant initial values (Philox) into the bound weights (of tensors [first,
+ * first + n) for the range form: a unit at a time, for streamed weights). */
 zoe_status zoe_gpt_init_weights(zoe_gpt *g);
+zoe_status zoe_gpt_init_tensors(zoe_gpt *g, int first, int n);
 
 /* tokens and targets: host int32 [B, T] (targets may hold ignore_index -1). *loss is the mean
  * over this micro-batch's non-ignored tokens (identical on every TP rank). Dropout masks are
@@ -109,8 +131,8 @@ zoe_status zoe_gpt_forward_eval(zoe_gpt *g, const int32_t *tokens, const int32_t
  * of another draws the masks that one would draw next. */
 uint64_t zoe_gpt_forward_count(const zoe_gpt *g);
 void zoe_gpt_set_forward_count(zoe_gpt *g, uint64_t count);
-/* The gate every later forward calls (copied; NULL: none). */
-void zoe_gpt_set_weight_gate(zoe_gpt *g, const zoe_gpt_weight_gate *gate);
+/* The weight source every later pass calls (copied; NULL: none, the bound weights as they are). */
+void zoe_gpt_set_weight_source(zoe_gpt *g, const zoe_gpt_weight_source *source);
 /* Gradients of loss_scale x the micro-batch's mean loss, into the sink's buffers. */
 zoe_status zoe_gpt_backward(zoe_gpt *g, float loss_scale, const zoe_gpt_grad_sink *sink);
 /* Gradients of token_scale x the sum of the micro-batch's token losses: the trainer's form,

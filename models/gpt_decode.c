@@ -189,12 +189,17 @@ zoe_status zoe_gpt_decode(zoe_gpt *g, zoe_gpt_kv_cache *c, const int32_t *tokens
     memcpy(c->staged, tokens, (size_t)n * sizeof(int32_t));
     ZOE_TRY(zoe_memcpy_async(c->tokens, c->staged, (size_t)n * sizeof(int32_t),
                              ZOE_COPY_HOST_TO_DEVICE, g->stream));
+    const int L = g->cfg.shape.layers, tail = L + 1; /* the units of the weight source */
+    ZOE_TRY(zoe_gpt_acquire_unit(g, 0, ZOE_GPT_FORWARD));
     ZOE_TRY(zoe_tp_embedding_forward_at(&g->tp, &g->emb, c->x, c->tokens, n, pos));
-    for (int l = 0; l < g->cfg.shape.layers; l++) {
+    for (int l = 0; l < L; l++) {
+        ZOE_TRY(zoe_gpt_acquire_unit(g, 1 + l, ZOE_GPT_FORWARD));
         ZOE_TRY(g->llama ? llama_block(g, c, l, pos, n) : gpt_block(g, c, l, pos, n));
+        ZOE_TRY(zoe_gpt_release_unit(g, 1 + l));
         void *t = c->x; /* the output is the next block's input */
         c->x = c->y, c->y = t;
     }
+    ZOE_TRY(zoe_gpt_acquire_unit(g, tail, ZOE_GPT_FORWARD));
     if (g->llama)
         ZOE_TRY(zoe_rmsnorm_forward(g->kernels, g->cfg.dtype, c->ln, c->rstd, c->x,
                                     g->ln_f_weight.data, n, g->C, g->llama_blocks[0].cfg.norm_eps));
@@ -202,6 +207,8 @@ zoe_status zoe_gpt_decode(zoe_gpt *g, zoe_gpt_kv_cache *c, const int32_t *tokens
         ZOE_TRY(zoe_layernorm_forward(g->kernels, g->cfg.dtype, c->ln, c->mean, c->rstd, c->x,
                                       g->ln_f_weight.data, g->ln_f_bias.data, n, g->C));
     ZOE_TRY(zoe_tp_lm_head_forward(&g->tp, &g->emb, c->logits, c->ln, n));
+    ZOE_TRY(zoe_gpt_release_unit(g, tail));
+    ZOE_TRY(zoe_gpt_release_unit(g, 0));
     ZOE_TRY(zoe_stream_synchronize(g->stream));
     c->length = pos + n;
     return ZOE_OK;

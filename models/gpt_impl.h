@@ -48,7 +48,12 @@ struct zoe_gpt {
     int32_t *staged_ids; /* pinned host [2, N]: tokens, targets on their way to the device */
     int64_t count;       /* non-ignored tokens of the last forward */
     uint64_t micro_step;
-    zoe_gpt_weight_gate gate; /* ready NULL: none */
+    zoe_gpt_weight_source source; /* acquire NULL: none */
 };
+
+/* Unit u's weights for pass (zoe_gpt_weight_source), rebound to where the source puts them; and
+ * their release. Shared by the training passes (gpt.c) and decoding (gpt_decode.c). */
+zoe_status zoe_gpt_acquire_unit(zoe_gpt *g, int u, zoe_gpt_pass pass);
+zoe_status zoe_gpt_release_unit(zoe_gpt *g, int u);
 
 #endif

@@ -10,6 +10,9 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     /* The exact schedule's update is never in flight past its step: the layout of no DPU. */
     int cpu = backend == ZOE_BACKEND_CPU,
         dpu = cfg->dpu_warmup > 0 && cfg->dpu_schedule != ZOE_DPU_EXACT;
+    /* Streamed weights: the host partition is the parameter buffer and the host step writes
+     * there, as on the CPU backend: no partition buffer, no copy-out ring, a plain snapshot. */
+    int streamed = cfg->params_on_host;
     size_t part = lay->part_numel, pd = lay->device_numel;
     zoe_state_sizes z = {0};
     z.host_dtypes = (zoe_adam_state_dtypes){.master = cfg->main_params_dtype,
@@ -31,12 +34,15 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.h_grads = !z.h_numel ? 0 : z.dpu_swap ? 2 : 1;
     z.grad_dtype = cfg->main_grads_dtype == ZOE_F32 ? ZOE_F32 : dtype;
     z.snap = z.dpu_snapshot ? z.h_numel : 0;
-    z.snap_pinned = !cpu;
-    z.params = lay->flat_numel;
-    z.part_out = !cpu && (dpu || pd) ? part : 0;
+    z.snap_pinned = !cpu && !streamed;
+    z.params_are_master =
+        streamed && dtype == ZOE_BF16 && cfg->main_params_dtype == ZOE_BF16 && !dpu && z.h_master;
+    z.params = streamed ? 0 : lay->flat_numel;
+    z.host_params = streamed && !z.params_are_master ? part : 0;
+    z.part_out = !cpu && !streamed && (dpu || pd) ? part : 0;
     z.d_state = cpu ? 0 : pd;
     z.d_grads = !z.d_state ? 0 : dpu ? 2 : 1;
-    if (!cpu && !dpu && z.h_numel) {
+    if (!cpu && !streamed && !dpu && z.h_numel) {
         size_t tiles = (cfg->copy_out_numel + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE;
         z.out_ring = zoe_min_size(z.h_numel, tiles * ZOE_ADAM_TILE); /* blocks of whole tiles */
         z.out_slots = 2;
@@ -60,9 +66,11 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t slots_device = (size_t)z->slots * z->slot_device * esz;
     size_t slots_pinned = (size_t)z->slots * z->slot_pinned * esz;
     size_t ring = (size_t)z->out_slots * z->out_ring * esz;
+    size_t master_bytes = z->h_master ? zoe_adam_state_esize(z->host_dtypes.master) : 0;
     size_t state_bytes = zoe_adam_state_esize(z->host_dtypes.exp_avg) +
-                         zoe_adam_state_esize(z->host_dtypes.exp_avg_sq) +
-                         (z->h_master ? zoe_adam_state_esize(z->host_dtypes.master) : 0);
+                         zoe_adam_state_esize(z->host_dtypes.exp_avg_sq) + master_bytes;
+    /* the master that is the streamed weights is pinned, not plain host memory */
+    size_t pinned_master = z->params_are_master ? z->h_numel * master_bytes : 0;
     size_t int8_moments =
         (z->host_dtypes.exp_avg == ZOE_I8) + (z->host_dtypes.exp_avg_sq == ZOE_I8);
     size_t scales = int8_moments * z->h_blocks * f;
@@ -73,13 +81,14 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t d_scales = int8_moments * zoe_adam_int8_blocks(z->d_state) * f;
     *out = (zoe_optimizer_footprint){
         .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales +
-                      (z->snap_pinned ? 0 : snap),
-        .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz,
+                      (z->snap_pinned ? 0 : snap) - pinned_master,
+        .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz +
+                        z->host_params * esz + pinned_master,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
                         z->d_state * (d_state_bytes + f * (size_t)z->d_grads) + d_scales,
         .pinned_ring_bytes = slots_pinned + ring,
         .device_ring_bytes = slots_device,
-        .params_numel = lay->flat_numel,
+        .params_numel = z->params,
         .partition_numel = lay->part_numel,
         .step_bytes_per_element = 2 * (state_bytes + (z->master_in_params ? f : 0)) + gsz +
                                   (z->master_in_params ? 0 : esz),
@@ -130,7 +139,7 @@ void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes) {
 zoe_status zoe_optimizer_memory(const zoe_optimizer *opt, zoe_optimizer_footprint *out) {
     if (!opt || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "optimizer memory: NULL argument");
     *out = opt->mem;
-    out->params_numel = opt->lay.flat_numel;
+    out->params_numel = opt->sz.params;
     out->partition_numel = opt->lay.part_numel;
     zoe_optimizer_footprint sized;
     zoe_state_sizes_bytes(&opt->sz, &opt->lay, opt->dtype, &sized);

@@ -64,6 +64,11 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
     if (c->copy_out_numel == 0) BAD("copy_out_numel 0 must be positive");
     if (!(c->partial_ratio >= 0 && c->partial_ratio <= 1))
         BAD("partial offload ratio %g outside [0, 1]", (double)c->partial_ratio);
+    if (c->params_on_host && c->partial_ratio > 0)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED,
+                        "params_on_host with partial offload %g: the device share's Adam writes "
+                        "weights into a device buffer, and streamed weights keep none",
+                        (double)c->partial_ratio);
     if (c->dpu_schedule < ZOE_DPU_PLAIN || c->dpu_schedule > ZOE_DPU_EXACT)
         BAD("unknown DPU schedule %d", (int)c->dpu_schedule);
     if (c->dpu_schedule == ZOE_DPU_EXACT && c->dpu_warmup > 0 && !(c->beta1 > 0 && c->beta2 > 0))
@@ -208,7 +213,7 @@ void *zoe_optimizer_params(zoe_optimizer *opt) {
     return opt ? opt->params : NULL;
 }
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt) {
-    return opt ? opt->lay.flat_numel : 0;
+    return !opt ? 0 : opt->cfg.params_on_host ? opt->lay.part_numel : opt->lay.flat_numel;
 }
 size_t zoe_optimizer_partition_numel(const zoe_optimizer *opt) {
     return opt ? opt->lay.part_numel : 0;
@@ -414,7 +419,7 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
     if (which == ZOE_STATE_MASTER && opt->sz.master_in_params) { /* the rank's weight slices */
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, offset, count);
              zoe_slices_next(&it);) {
-            float *w = (float *)opt->params + it.flat;
+            float *w = (float *)opt->params + zoe_weights_index(opt, it.x, it.flat);
             char *u = buf + (it.x - offset) * esz;
             ZOE_TRY(write ? zoe_convert(w, ZOE_F32, u, dt, it.len)
                           : zoe_convert(u, dt, w, ZOE_F32, it.len));

@@ -64,12 +64,18 @@ typedef struct zoe_state_sizes {
     zoe_dtype grad_dtype; /* theirs: fp32, or the compute dtype (main_grads_dtype) */
     size_t snap; /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
     int snap_pinned;
-    size_t params;   /* device, compute dtype: the parameter buffer */
-    size_t part_out; /* device, compute dtype: the partition buffer (CUDA with DPU or a device
-                      * share) the update writes before the all-gather; 0: none, the updated
-                      * partition lands in the parameter buffer's own slices */
-    size_t d_state;  /* device master, m and v of the device share (CUDA), in host_dtypes */
-    int d_grads;     /* device fp32 gradient partitions of d_state elements: 1, 2 with DPU */
+    /* Streamed weights with a bf16 master and bf16 compute: the host step's bf16 copy of a bf16
+     * master is the master itself, so the master array (pinned) is the parameter buffer, and no
+     * second copy is kept or written. Not under a stale DPU schedule, whose update in flight
+     * rewrites the master while the forward still reads the weights it had. */
+    int params_are_master;
+    size_t params;      /* device, compute dtype: the parameter buffer */
+    size_t host_params; /* params_on_host: pinned host, compute dtype: the partition instead */
+    size_t part_out;    /* device, compute dtype: the partition buffer (CUDA with DPU or a device
+                         * share) the update writes before the all-gather; 0: none, the updated
+                         * partition lands in the parameter buffer's own slices */
+    size_t d_state;     /* device master, m and v of the device share (CUDA), in host_dtypes */
+    int d_grads;        /* device fp32 gradient partitions of d_state elements: 1, 2 with DPU */
     size_t out_ring; /* pinned copy-out ring (CUDA without DPU): elements per slot, compute dtype */
     int out_slots;
     int slots;                       /* gradient bucket ring */
@@ -173,7 +179,8 @@ struct zoe_optimizer {
     zoe_state_sizes sz;
     zoe_optimizer_footprint mem; /* what was allocated, counted as it was */
 
-    void *params;   /* device, lay.flat_numel elements of compute dtype */
+    void *params;   /* device, lay.flat_numel elements of compute dtype; params_on_host: pinned
+                     * host, lay.part_numel (zoe_weights_index) */
     void *part_out; /* device partition buffer (sz.part_out), or NULL */
     /* Device-resident state (partial offload), partition coordinates [0, device_numel), in
      * sz.host_dtypes (the scales: int8 moments, one per block). On the CPU backend these alias
@@ -295,7 +302,9 @@ void zoe_state_destroy(zoe_optimizer *opt);
 size_t zoe_host_block(const zoe_optimizer *opt);
 /* Partition range [x0, x0 + n) of compute-dtype weights from host buffer src to the device:
  * into the partition buffer when there is one, else into this rank's slices of the parameter
- * buffer. On stream; src must stay untouched until the stream has done. */
+ * buffer. On stream; src must stay untouched until the stream has done. With params_on_host a
+ * copy into the host partition, done on return (the weight stream's fetches read it in host
+ * order, after no stream). */
 zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, size_t n,
                                 zoe_stream *stream);
 
@@ -339,12 +348,26 @@ zoe_status zoe_refresh(zoe_optimizer *opt);
 /* The same for bucket b alone, on the compute stream. */
 zoe_status zoe_refresh_bucket(zoe_optimizer *opt, int b);
 
+/* Where this rank's partition coordinate x of the weights sits in the parameter buffer, in
+ * elements: its slice of the padded layout, at flat; with params_on_host the buffer is the
+ * partition itself, so x. */
+static inline size_t zoe_weights_index(const zoe_optimizer *opt, size_t x, size_t flat) {
+    return opt->cfg.params_on_host ? x : flat;
+}
+
 /* On the CPU backend device memory is host memory: the host can read and write "device"
  * buffers in place, so staging copies between them, which would only move the same bytes, are
  * skipped (the reduced gradient buckets are read where the reduce-scatter left them, and the
  * host Adam writes the new weights straight into the partition buffer). */
 static inline int zoe_device_is_host_memory(const zoe_optimizer *opt) {
     return zoe_device_backend(opt->dev) == ZOE_BACKEND_CPU;
+}
+
+/* The parameter buffer is host memory: on the CPU backend, or with params_on_host. The host step
+ * then writes the new weights into it in place and the staged weights of a delayed update are
+ * copied there by the host. */
+static inline int zoe_params_in_host_memory(const zoe_optimizer *opt) {
+    return zoe_device_is_host_memory(opt) || opt->cfg.params_on_host;
 }
 
 #endif

@@ -62,8 +62,11 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
     opt->h_v = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg_sq));
     opt->h_grad[0] = zoe_state_host_alloc(opt, bytes);
     opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
-    if (z->h_master)
-        opt->h_master = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.master));
+    size_t master_bytes = n * zoe_adam_state_esize(z->host_dtypes.master);
+    if (z->params_are_master) /* the streamed weights: pinned, for the copies to the device */
+        ZOE_TRY(zoe_state_pinned_alloc(opt, master_bytes, 0, &opt->h_master));
+    else if (z->h_master)
+        opt->h_master = zoe_state_host_alloc(opt, master_bytes);
     int m_int8 = z->host_dtypes.exp_avg == ZOE_I8, v_int8 = z->host_dtypes.exp_avg_sq == ZOE_I8;
     if (m_int8) opt->h_m_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
     if (v_int8) opt->h_v_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
@@ -101,7 +104,12 @@ static zoe_status create_device_table(zoe_optimizer *opt) {
 zoe_status zoe_state_create(zoe_optimizer *opt) {
     const zoe_layout *lay = &opt->lay;
     const zoe_state_sizes *z = &opt->sz;
-    ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
+    if (z->host_params) {
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->host_params * opt->esz, 0, &opt->params));
+        memset(opt->params, 0, z->host_params * opt->esz);
+    } else {
+        ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
+    }
     if (z->part_out) ZOE_TRY(device_array(opt, z->part_out * opt->esz, 0, &opt->part_out));
     if (z->d_state) { /* the device share, in the host's dtypes */
         const zoe_adam_state_dtypes *dt = &z->host_dtypes;
@@ -117,6 +125,7 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
             ZOE_TRY(device_array(opt, z->d_state * sizeof(float), 0, (void **)&opt->d_grad[g]));
     }
     if (z->h_numel) ZOE_TRY(host_arrays(opt));
+    if (z->params_are_master) opt->params = opt->h_master;
     if (zoe_device_is_host_memory(opt)) { /* the device share lives in the host arrays */
         /* (in the host dtypes: on the CPU backend only the host step touches them) */
         opt->d_master = opt->h_master, opt->d_m = opt->h_m, opt->d_v = opt->h_v;
@@ -141,7 +150,10 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
 }
 
 void zoe_state_destroy(zoe_optimizer *opt) {
-    zoe_device_free(opt->dev, opt->params);
+    if (opt->sz.host_params)
+        zoe_host_free(opt->dev, opt->params);
+    else if (!opt->sz.params_are_master) /* else it is h_master */
+        zoe_device_free(opt->dev, opt->params);
     zoe_device_free(opt->dev, opt->part_out);
     if (opt->sz.d_state) {
         zoe_device_free(opt->dev, opt->d_master);
@@ -153,7 +165,11 @@ void zoe_state_destroy(zoe_optimizer *opt) {
         zoe_device_free(opt->dev, opt->d_grad[1]);
     }
     if (opt->h_grad[1] != opt->h_grad[0]) free(opt->h_grad[1]);
-    free(opt->h_master), free(opt->h_m), free(opt->h_v), free(opt->h_grad[0]);
+    if (opt->sz.params_are_master)
+        zoe_host_free(opt->dev, opt->h_master);
+    else
+        free(opt->h_master);
+    free(opt->h_m), free(opt->h_v), free(opt->h_grad[0]);
     free(opt->h_m_scale), free(opt->h_v_scale);
     if (opt->sz.snap_pinned)
         zoe_host_free(opt->dev, opt->h_snap);
@@ -172,6 +188,10 @@ zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, 
     if (opt->part_out)
         return zoe_memcpy_async((char *)opt->part_out + x0 * opt->esz, src, n * opt->esz,
                                 ZOE_COPY_HOST_TO_DEVICE, stream);
+    if (opt->cfg.params_on_host) { /* host to host, now: no stream orders the weight stream */
+        memcpy((char *)opt->params + x0 * opt->esz, src, n * opt->esz);
+        return ZOE_OK;
+    }
     for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, x0, n); zoe_slices_next(&it);)
         ZOE_TRY(zoe_memcpy_async((char *)opt->params + it.flat * opt->esz,
                                  (const char *)src + (it.x - x0) * opt->esz, it.len * opt->esz,
@@ -184,13 +204,13 @@ zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, 
  * a pinned staging buffer (the snapshot or a copy-out slot). */
 static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
     const zoe_state_sizes *z = &opt->sz;
-    if (z->master_in_params || !z->h_numel) return ZOE_OK;
+    if (z->master_in_params || z->params_are_master || !z->h_numel) return ZOE_OK;
     zoe_dtype mdt = z->host_dtypes.master;
-    if (zoe_device_is_host_memory(opt)) {
+    if (zoe_params_in_host_memory(opt)) {
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo, z->h_numel);
              zoe_slices_next(&it);) {
             void *master = zoe_host_state_at(opt, 0, it.x - z->h_lo);
-            char *w = (char *)opt->params + it.flat * opt->esz;
+            char *w = (char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz;
             ZOE_TRY(to_master ? zoe_convert(master, mdt, w, opt->dtype, it.len)
                               : zoe_convert(w, opt->dtype, master, mdt, it.len));
         }

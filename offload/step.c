@@ -14,8 +14,8 @@
 
 /* Where the host Adam over partition coordinates [a, ...) of a segment (at flat in the
  * parameter buffer) writes the compute-dtype weights: block_out is the copy-out slot holding
- * partition coordinate block_lo (CUDA without DPU), else NULL. NULL: none, the fp32 master is
- * the weights (CPU, fp32), or the update's w_out holds them. */
+ * partition coordinate block_lo (CUDA without DPU), else NULL. NULL: none, the master is the
+ * weights (CPU, fp32; streamed bf16), or the update's w_out holds them. */
 static void *range_output(const zoe_optimizer *opt, size_t a, size_t flat, int in_flight,
                           void *block_out, size_t block_lo) {
     const zoe_state_sizes *z = &opt->sz;
@@ -25,7 +25,7 @@ static void *range_output(const zoe_optimizer *opt, size_t a, size_t flat, int i
         return snap; /* CUDA with DPU: the snapshot is the staging buffer of every step */
     if (block_out) return (char *)block_out + (a - block_lo) * esz;
     if (in_flight && z->dpu_snapshot) return snap;
-    if (!z->master_in_params)
+    if (!z->master_in_params && !z->params_are_master)
         return (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
     return NULL;
 }
@@ -48,7 +48,7 @@ static zoe_adam_state_piece compressed_piece(const zoe_optimizer *opt, const zoe
                                              int buf, int in_flight, void *block_out,
                                              size_t block_lo) {
     const zoe_state_sizes *z = &opt->sz;
-    size_t h = a - z->h_lo, flat = sg->flat + (a - sg->offset);
+    size_t h = a - z->h_lo, flat = zoe_weights_index(opt, a, sg->flat + (a - sg->offset));
     int from_snap = in_flight && z->dpu_snapshot;
     return (zoe_adam_state_piece){
         .offset = a - x0,
@@ -215,7 +215,8 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
                              size_t e, int buf, int in_flight, void *block_out, size_t block_lo,
                              int undo, float *dc_grad) {
     const zoe_state_sizes *z = &opt->sz;
-    size_t h = a - z->h_lo, flat = sg->flat + (a - sg->offset), esz = opt->esz;
+    size_t h = a - z->h_lo, flat = zoe_weights_index(opt, a, sg->flat + (a - sg->offset));
+    size_t esz = opt->esz;
     if (z->compressed) /* only its undo comes here: the step goes a tile at a time */
         return compressed_undo(opt, c, sg, a, e, buf, block_out, block_lo);
     float *w_in = z->master_in_params ? (float *)opt->params + flat : (float *)opt->h_master + h;
@@ -371,6 +372,7 @@ static zoe_status run_update(zoe_optimizer *opt, const zoe_step_consts *c,
  * parameter buffer, on the compute stream; in place when the partition was updated in the
  * rank's own slices (no partition buffer). */
 zoe_status zoe_refresh_bucket(zoe_optimizer *opt, int b) {
+    if (opt->cfg.params_on_host) return ZOE_OK; /* the weight stream gathers where it reads */
     const zoe_bucket *bk = &opt->lay.buckets[b];
     const char *mine =
         opt->part_out
@@ -465,7 +467,7 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
     opt->stats.ms_wait = zoe_clock_ms() - t0;
     /* On the CPU backend the update left the new weights where it read the gradient (the
      * snapshot, or the fp32 gradient partition); the forward that read the old ones is done. */
-    if (zoe_device_is_host_memory(opt)) {
+    if (zoe_params_in_host_memory(opt)) {
         const void *staged =
             opt->sz.dpu_swap ? (const void *)opt->h_grad[opt->flight_buf] : opt->h_snap;
         ZOE_TRY(zoe_partition_upload(opt, 0, staged, opt->lay.part_numel, opt->stream));
@@ -515,7 +517,7 @@ static zoe_status stage_prediction(zoe_optimizer *opt) {
         ZOE_TRY(predict_range(opt, zoe_segment_consts(&c, sg), h, sg->len,
                               (char *)opt->h_snap + h * opt->esz));
     }
-    if (zoe_device_is_host_memory(opt)) return ZOE_OK; /* the due refresh uploads the snapshot */
+    if (zoe_params_in_host_memory(opt)) return ZOE_OK; /* the due refresh copies the snapshot */
     ZOE_TRY(zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
     return zoe_stream_synchronize(opt->update_stream);
 }
@@ -528,12 +530,13 @@ zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
      * fp32 gradient partition the update wrote over (fp32) or the compute-dtype snapshot. The
      * parameter buffer still holds them (refresh_params), so they are staged from there. */
     const zoe_state_sizes *z = &opt->sz;
-    if (zoe_device_is_host_memory(opt) && z->h_numel && (z->dpu_swap || opt->h_snap)) {
+    if (zoe_params_in_host_memory(opt) && z->h_numel && (z->dpu_swap || opt->h_snap)) {
         if (z->dpu_swap) opt->flight_buf = opt->grad_buf ^ 1; /* never the one gradients fill */
         char *staged = z->dpu_swap ? (char *)opt->h_grad[opt->flight_buf] : (char *)opt->h_snap;
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, 0, opt->lay.part_numel);
              zoe_slices_next(&it);)
-            memcpy(staged + it.x * opt->esz, (const char *)opt->params + it.flat * opt->esz,
+            memcpy(staged + it.x * opt->esz,
+                   (const char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz,
                    it.len * opt->esz);
     }
     if (opt->cfg.dpu_schedule == ZOE_DPU_PREDICT && opt->sz.dpu_snapshot && z->h_numel)

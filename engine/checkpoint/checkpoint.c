@@ -156,7 +156,8 @@ static zoe_status shard_runs(const ckpt_view *v, const zoe_tp_param *p, int entr
  * only, and a sharded one (KV heads replicated over TP, param.h) by the first rank of each
  * replica group; reading, every TP rank reads it, and the checksum counts it once. The optimizer
  * state is the rank's DP partition; the parameter buffer (compute dtype) is written from that
- * partition too, but read whole (every DP rank holds all of it). file_table maps names to the
+ * partition too, but read whole (every DP rank holds all of it) unless the weights are streamed
+ * (the buffer is then the rank's partition on the host). file_table maps names to the
  * entries of the file being read (NULL: the trainer's own table, in its order). */
 static zoe_status file_runs(const ckpt_view *v, int file, int reading,
                             const zoe_safetensors *file_table, const ckpt_int8_blocks *int8,
@@ -188,6 +189,8 @@ static zoe_status file_runs(const ckpt_view *v, int file, int reading,
             ZOE_TRY(zoe_optimizer_tensor_shard(v->opt, t, &first, &count, &part));
             ZOE_TRY(zoe_optimizer_tensor_offset(v->opt, t, &flat));
             zoe_status st = ZOE_OK;
+            /* Streamed weights: the parameter buffer is the rank's partition (host) */
+            int streamed = v->cfg->offload_params == ZOE_OFFLOAD_PARAMS_CPU;
             if (is_scales(src[s])) {
                 /* the blocks of [first, first + count), row tp_rank / replicas of the scales */
                 const size_t bs = ZOE_OPTIMIZER_INT8_BLOCK;
@@ -199,9 +202,11 @@ static zoe_status file_runs(const ckpt_view *v, int file, int reading,
                               .n = count ? b1 - b0 : 0,
                               .counted = once};
                 st = ckpt_runs_add(out, &r);
-            } else if (src[s] == CKPT_PARAMS && reading)
+            } else if (src[s] == CKPT_PARAMS && reading && !streamed)
                 st = shard_runs(v, p, entry, src[s], 0, (size_t)p->local_numel, flat,
                                 once && v->dp_rank == 0, out);
+            else if (src[s] == CKPT_PARAMS && streamed)
+                st = shard_runs(v, p, entry, src[s], first, count, part, once, out);
             else
                 st = shard_runs(v, p, entry, src[s], first, count,
                                 src[s] == CKPT_PARAMS ? flat + first : part, once, out);

@@ -61,7 +61,9 @@ void zoe_hf_row_origin(const zoe_model_config *m, const zoe_hf_source *s, int64_
 zoe_status zoe_hf_check(const char *dir, const zoe_model_config *m, int tp);
 
 /* Writes this rank's shard of every tensor of g from dir into its bound weights: each file is
- * memory-mapped and only the rows and columns of the rank's shard are read. */
+ * memory-mapped and only the rows and columns of the rank's shard are read. The range form
+ * writes tensors [first, first + n) alone (streamed weights: a unit at a time). */
 zoe_status zoe_hf_load(zoe_gpt *g, const char *dir);
+zoe_status zoe_hf_load_tensors(zoe_gpt *g, const char *dir, int first, int n);
 
 #endif

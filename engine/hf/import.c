@@ -535,13 +535,20 @@ static zoe_status read_shard(const zoe_model_config *m, hf_dir *d, const zoe_tp_
 }
 
 zoe_status zoe_hf_load(zoe_gpt *g, const char *dir) {
+    return zoe_hf_load_tensors(g, dir, 0, zoe_gpt_num_tensors(g));
+}
+
+zoe_status zoe_hf_load_tensors(zoe_gpt *g, const char *dir, int first, int n) {
     const zoe_model_config *m = zoe_gpt_shape(g);
     zoe_tp *tp = zoe_gpt_tp(g);
+    if (first < 0 || n < 0 || first > zoe_gpt_num_tensors(g) - n)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "import of tensors [%d, %d) outside [0, %d)",
+                        first, first + n, zoe_gpt_num_tensors(g));
     ZOE_TRY(zoe_hf_check(dir, m, tp->size));
     hf_dir d;
     ZOE_TRY(dir_open(&d, dir));
     size_t largest = 1;
-    for (int t = 0; t < zoe_gpt_num_tensors(g); t++)
+    for (int t = first; t < first + n; t++)
         if ((size_t)zoe_gpt_tensor(g, t)->local_numel > largest)
             largest = (size_t)zoe_gpt_tensor(g, t)->local_numel;
     const size_t es = zoe_dtype_size(tp->dtype);
@@ -549,7 +556,7 @@ zoe_status zoe_hf_load(zoe_gpt *g, const char *dir) {
     void *stage = NULL;
     zoe_status st = vals ? zoe_host_alloc(tp->device, largest * es, &stage)
                          : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "import buffer");
-    for (int t = 0; st == ZOE_OK && t < zoe_gpt_num_tensors(g); t++) {
+    for (int t = first; st == ZOE_OK && t < first + n; t++) {
         const zoe_tp_param *p = zoe_gpt_tensor(g, t);
         st = read_shard(m, &d, p, vals);
         if (st == ZOE_OK) st = zoe_convert(stage, tp->dtype, vals, ZOE_F32, (size_t)p->local_numel);

@@ -53,6 +53,8 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     out->exp_avg_dtype = c->exp_avg_dtype;
     out->exp_avg_sq_dtype = c->exp_avg_sq_dtype;
     out->dpu_schedule = c->dpu_schedule;
+    out->offload_params = c->offload_params;
+    out->prefetch_layers = c->prefetch_layers;
     out->evaluates = c->val_data[0] != '\0' || c->split_val > 0;
     out->checkpoints = c->save[0] != '\0' || c->resume[0] != '\0';
     const char *threads = getenv("OMP_NUM_THREADS");

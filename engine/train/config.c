@@ -61,7 +61,8 @@ static const char *const wsd_style_names[] = {"exponential", "linear", "cosine",
 static const char *const dpu_schedule_names[] = {"plain", "predict", "dc", "exact",
                                                  NULL}; /* zoe_dpu_schedule */
 static const char *const state_dtype_names[] = {"fp32", "bf16", "int8",
-                                                NULL}; /* zoe_train_state_dtype */
+                                                NULL};                   /* zoe_train_state_dtype */
+static const char *const offload_params_names[] = {"none", "cpu", NULL}; /* zoe_offload_params */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
 #define MODEL(field) (offsetof(zoe_train_config, model) + offsetof(zoe_model_config, field))
@@ -143,6 +144,11 @@ static const option_spec options[] = {
      "Adam's second moment on the host: fp32, bf16 or int8 (blockwise)"},
     {"main-grads-dtype", OPT_DTYPE, CFG(main_grads_dtype), 0, 0,
      "the host's gradient partition: fp32, or the compute dtype with --grad-accum 1"},
+    {"offload-params", OPT_CHOICE, CFG(offload_params), 0, 0,
+     "where the weights live: none (the device) or cpu (the host, streamed to the device layer "
+     "by layer; turns --recompute on)"},
+    {"prefetch-layers", OPT_INT, CFG(prefetch_layers), 0, 1024,
+     "--offload-params cpu: layers fetched ahead of the one in use (0: the plan's; 1 unplanned)"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -168,6 +174,7 @@ static const option_spec options[] = {
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */
 static const char *const *choices(const option_spec *o) {
     if (o->offset == CFG(dpu_schedule)) return dpu_schedule_names;
+    if (o->offset == CFG(offload_params)) return offload_params_names;
     if (o->offset == CFG(main_params_dtype) || o->offset == CFG(exp_avg_dtype) ||
         o->offset == CFG(exp_avg_sq_dtype))
         return state_dtype_names;
@@ -442,6 +449,10 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
         for (int i = 0; choices(o)[i]; i++)
             if (strcmp(text, choices(o)[i]) == 0) {
                 *(int *)base = i;
+                /* Streamed weights: activations are what fills the device, so recomputation
+                 * comes with them (set before the other options: an explicit one wins). */
+                if (o->offset == CFG(offload_params) && i == ZOE_OFFLOAD_PARAMS_CPU)
+                    cfg->recompute = 1;
                 return ZOE_OK;
             }
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--%s: '%s' is not one of: %s", o->name, text,
@@ -585,7 +596,17 @@ static zoe_status check_duplicate_keys(const cJSON *root, const char *path) {
     return ZOE_OK;
 }
 
-/* The model preset goes first so that explicit shape options refine it, whatever the order. */
+static int is_offload_params(const option_spec *o) {
+    return o && o->kind == OPT_CHOICE && o->offset == CFG(offload_params);
+}
+
+/* The order a JSON config's keys apply in, whatever their place: the model preset first (explicit
+ * shape options refine it), then --offload-params (it turns --recompute on, which an explicit
+ * one overrides), then the rest. */
+static int json_rank(const option_spec *o) {
+    return o && o->kind == OPT_MODEL ? 0 : is_offload_params(o) ? 1 : 2;
+}
+
 zoe_status zoe_train_config_apply_json(zoe_train_config *cfg, const char *text, const char *path) {
     cJSON *root = NULL;
     char name[ZOE_PATH_MAX + 16];
@@ -596,10 +617,9 @@ zoe_status zoe_train_config_apply_json(zoe_train_config *cfg, const char *text, 
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "config '%s' is not a JSON object", path);
     }
     zoe_status st = check_duplicate_keys(root, path);
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (st == ZOE_OK && model) st = apply_json_item(cfg, model, path);
-    for (const cJSON *item = root->child; item && st == ZOE_OK; item = item->next)
-        if (item != model) st = apply_json_item(cfg, item, path);
+    for (int rank = 0; rank < 3; rank++)
+        for (const cJSON *item = root->child; item && st == ZOE_OK; item = item->next)
+            if (json_rank(find_option(item->string)) == rank) st = apply_json_item(cfg, item, path);
     cJSON_Delete(root);
     return st;
 }
@@ -617,7 +637,8 @@ zoe_status zoe_train_config_load_json(zoe_train_config *cfg, const char *path) {
 zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **argv, int *help,
                                        int *list_models) {
     *help = *list_models = 0;
-    /* Pass 0: --config; pass 1: --model or --init-from (a shape); pass 2: everything else. */
+    /* Pass 0: --config; pass 1: --model or --init-from (a shape), --offload-params; pass 2:
+     * everything else. */
     for (int pass = 0; pass < 3; pass++) {
         for (int i = 1; i < argc; i++) {
             const char *arg = argv[i];
@@ -651,11 +672,12 @@ zoe_status zoe_train_config_parse_args(zoe_train_config *cfg, int argc, char **a
             } else if (zoe_cli_value(argc, argv, &i, flag, ZOE_CLI_ONCE, &value) != 1) {
                 return ZOE_ERR_INVALID_ARGUMENT;
             }
+            int early = o && (o->kind == OPT_MODEL || o->kind == OPT_HF || is_offload_params(o));
             if (pass == 0 && is_config)
                 ZOE_TRY(zoe_train_config_load_json(cfg, value));
-            else if (pass == 1 && o && (o->kind == OPT_MODEL || o->kind == OPT_HF))
+            else if (pass == 1 && early)
                 ZOE_TRY(set_option(cfg, o, value));
-            else if (pass == 2 && o && o->kind != OPT_MODEL && o->kind != OPT_HF)
+            else if (pass == 2 && o && !early)
                 ZOE_TRY(set_option(cfg, o, value));
         }
     }
@@ -855,6 +877,16 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
             "--beta1=%g --beta2=%g: --dpu-schedule exact undoes a step from the moments "
             "it left and needs both > 0 (or --dpu off)",
             (double)c->beta1, (double)c->beta2);
+    if (c->offload_params == ZOE_OFFLOAD_PARAMS_CPU && c->offload == ZOE_OFFLOAD_NONE)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--offload-params=cpu with --offload=none: the streamed weights live in "
+                        "the host optimizer's partition (use --offload cpu)");
+    if (c->offload_params == ZOE_OFFLOAD_PARAMS_CPU && c->offload_ratio != 1.0f)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--offload-params=cpu with --offload-ratio=%s: the device share's Adam "
+                        "writes its weights into a device copy, which streamed weights do not "
+                        "keep (use --offload-ratio 1)",
+                        c->offload_ratio == ZOE_OFFLOAD_RATIO_AUTO ? "auto" : "below 1");
     if (c->main_params_dtype == ZOE_STATE_INT8)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--main-params-dtype=int8: the master weights are fp32 or bf16 (int8 is "

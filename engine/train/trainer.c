@@ -13,6 +13,7 @@
 #include "engine/train/watchdog.h"
 #include "zoe/checkpoint.h"
 #include "models/gpt.h"
+#include "offload/param_stream.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
 #include "runtime/mpi_chunk.h"
@@ -32,7 +33,8 @@ struct zoe_trainer {
     zoe_comm *tp_comm;
     zoe_gpt *gpt;
     zoe_optimizer *opt;
-    zoe_watchdog *watchdog; /* with --stall-timeout */
+    zoe_param_stream *weights; /* --offload-params cpu: the weights' stream; NULL: resident */
+    zoe_watchdog *watchdog;    /* with --stall-timeout */
     void **weight_ptrs;
     /* since the last step */
     double loss_sum;        /* sum of token losses (micro-batch mean x counted targets) */
@@ -58,10 +60,21 @@ static zoe_status sink_acquire(void *user, int t, void **grad) {
     return zoe_optimizer_grad_buffer(tr->opt, t, grad);
 }
 
-/* The forward's weight gate: the exact DPU schedule's settling, bucket by bucket. */
-static zoe_status gate_ready(void *user, int first, int n) {
+/* The model's weight source. Resident weights: the forward's gate, the exact DPU schedule's
+ * settling bucket by bucket (the weights stay where they are bound). Streamed: the unit from the
+ * weight stream, which gates its fetch alike. */
+static zoe_status source_acquire(void *user, int first, int n, zoe_gpt_pass pass, void **weights) {
     zoe_trainer *tr = user;
-    return zoe_optimizer_weights_ready(tr->opt, first, n);
+    if (!tr->weights)
+        return pass == ZOE_GPT_FORWARD ? zoe_optimizer_weights_ready(tr->opt, first, n) : ZOE_OK;
+    return zoe_param_stream_acquire(tr->weights, zoe_param_stream_unit_of(tr->weights, first, n),
+                                    (int)pass, weights);
+}
+
+static zoe_status source_release(void *user, int first, int n) {
+    zoe_trainer *tr = user;
+    if (!tr->weights) return ZOE_OK;
+    return zoe_param_stream_release(tr->weights, zoe_param_stream_unit_of(tr->weights, first, n));
 }
 
 static zoe_status sink_release(void *user, int t) {
@@ -194,6 +207,63 @@ void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     oc->exp_avg_sq_dtype = zoe_train_state_dtype_of(c->exp_avg_sq_dtype);
     oc->main_grads_dtype = c->main_grads_dtype;
     oc->rounding_seed = c->seed;
+    oc->params_on_host = c->offload_params == ZOE_OFFLOAD_PARAMS_CPU;
+}
+
+/* The weight stream over the model's units (zoe_gpt_unit): the embedding held through each pass
+ * (its tied head is read first and last in both), the forward in unit order, the backward from
+ * the tail down. */
+static zoe_status create_weight_stream(zoe_trainer *tr, const zoe_param_tensor *tensors) {
+    int nu = zoe_gpt_num_units(tr->gpt), nt = zoe_gpt_num_tensors(tr->gpt);
+    zoe_param_unit *units = calloc((size_t)nu, sizeof *units);
+    int *order = calloc(2 * (size_t)nu, sizeof *order);
+    size_t *numel = calloc((size_t)nt, sizeof *numel);
+    zoe_status st = units && order && numel
+                        ? ZOE_OK
+                        : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream tables of %d units", nu);
+    for (int u = 0; st == ZOE_OK && u < nu; u++) {
+        zoe_gpt_unit(tr->gpt, u, &units[u].first, &units[u].n);
+        order[u] = u;                                          /* forward */
+        order[nu + u] = u == 0 ? 0 : u == 1 ? nu - 1 : nu - u; /* backward: 0, tail, L .. 1 */
+    }
+    for (int t = 0; st == ZOE_OK && t < nt; t++) numel[t] = tensors[t].numel;
+    zoe_param_stream_config sc = {.dtype = tr->cfg.dtype,
+                                  .numel = numel,
+                                  .num_tensors = nt,
+                                  .units = units,
+                                  .num_units = nu,
+                                  .order = {order, order + nu},
+                                  .held_unit = 0,
+                                  .prefetch =
+                                      tr->cfg.prefetch_layers > 0 ? tr->cfg.prefetch_layers : 1};
+    if (st == ZOE_OK)
+        st = zoe_param_stream_create(tr->opt, zoe_grid_dp_comm(tr->grid), tr->dev, tr->stream, &sc,
+                                     &tr->weights);
+    free(units), free(order), free(numel);
+    return st;
+}
+
+/* Initial weights (Philox, or the --init-from import), written into the bound tensors. */
+static zoe_status init_tensors(zoe_trainer *tr, int first, int n) {
+    if (tr->cfg.init_from[0]) return zoe_hf_load_tensors(tr->gpt, tr->cfg.init_from, first, n);
+    return zoe_gpt_init_tensors(tr->gpt, first, n);
+}
+
+/* Streamed weights: each unit's initial values written into a stream buffer, and this rank's
+ * pieces of them stored into the host partition. */
+static zoe_status init_streamed(zoe_trainer *tr) {
+    void *w[ZOE_TP_BLOCK_PARAMS + 4];
+    for (int u = 0; u < zoe_gpt_num_units(tr->gpt); u++) {
+        int first, n;
+        zoe_gpt_unit(tr->gpt, u, &first, &n);
+        if (n > (int)(sizeof w / sizeof w[0]))
+            return zoe_fail(ZOE_ERR_INTERNAL, "unit %d of %d tensors", u, n);
+        ZOE_TRY(zoe_param_stream_stage(tr->weights, u, w));
+        ZOE_TRY(zoe_gpt_bind_tensors(tr->gpt, first, n, w));
+        ZOE_TRY(init_tensors(tr, first, n));
+        ZOE_TRY(zoe_param_stream_store(tr->weights, u));
+    }
+    return ZOE_OK;
 }
 
 static zoe_status create_optimizer(zoe_trainer *tr) {
@@ -211,8 +281,18 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     zoe_trainer_optimizer_config(c, tr->gpt, &oc);
     zoe_status st =
         zoe_optimizer_create(tr->grid, tr->dev, tr->stream, c->dtype, tensors, n, &oc, &tr->opt);
+    if (st == ZOE_OK && oc.params_on_host) st = create_weight_stream(tr, tensors);
     free(tensors);
     ZOE_TRY(st);
+    zoe_gpt_set_weight_source(tr->gpt, &(zoe_gpt_weight_source){
+                                           .user = tr,
+                                           .acquire = source_acquire,
+                                           .release = source_release,
+                                       });
+    if (tr->weights) {
+        ZOE_TRY(init_streamed(tr));
+        return zoe_optimizer_init_from_params(tr->opt);
+    }
     char *base = zoe_optimizer_params(tr->opt);
     for (int t = 0; t < n; t++) {
         size_t off;
@@ -220,11 +300,7 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
         tr->weight_ptrs[t] = base + off * zoe_dtype_size(c->dtype);
     }
     ZOE_TRY(zoe_gpt_bind_weights(tr->gpt, tr->weight_ptrs));
-    zoe_gpt_set_weight_gate(tr->gpt, &(zoe_gpt_weight_gate){.user = tr, .ready = gate_ready});
-    if (c->init_from[0])
-        ZOE_TRY(zoe_hf_load(tr->gpt, c->init_from));
-    else
-        ZOE_TRY(zoe_gpt_init_weights(tr->gpt));
+    ZOE_TRY(init_tensors(tr, 0, n));
     return zoe_optimizer_init_from_params(tr->opt);
 }
 
@@ -274,6 +350,7 @@ zoe_status zoe_trainer_finalize(zoe_trainer *tr) {
 void zoe_trainer_destroy(zoe_trainer *tr) {
     if (!tr) return;
     zoe_watchdog_destroy(tr->watchdog);
+    zoe_param_stream_destroy(tr->weights);
     zoe_optimizer_destroy(tr->opt);
     zoe_gpt_destroy(tr->gpt);
     zoe_comm_destroy(tr->tp_comm);
@@ -506,7 +583,8 @@ zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
             }
         }
         ZOE_TRY(zoe_memcpy_async(tr->stale_params, zoe_optimizer_params(tr->opt), param_bytes(tr),
-                                 ZOE_COPY_DEVICE_TO_HOST, tr->stream));
+                                 tr->weights ? ZOE_COPY_HOST_TO_HOST : ZOE_COPY_DEVICE_TO_HOST,
+                                 tr->stream));
         ZOE_TRY(zoe_stream_synchronize(tr->stream));
     }
     if (due) ZOE_TRY(zoe_optimizer_flush(tr->opt));
@@ -551,7 +629,8 @@ zoe_status zoe_trainer_eval_end(zoe_trainer *tr, float *loss) {
     if (tr->eval_restore) {
         ZOE_TRY(zoe_optimizer_defer_refresh(tr->opt));
         ZOE_TRY(zoe_memcpy_async(zoe_optimizer_params(tr->opt), tr->stale_params, param_bytes(tr),
-                                 ZOE_COPY_HOST_TO_DEVICE, tr->stream));
+                                 tr->weights ? ZOE_COPY_HOST_TO_HOST : ZOE_COPY_HOST_TO_DEVICE,
+                                 tr->stream));
         ZOE_TRY(zoe_stream_synchronize(tr->stream));
     }
     /* An evaluation is progress: the stall timer starts again; and it is no part of the next

@@ -199,6 +199,14 @@ typedef struct zoe_optimizer_config {
      * device share on the CPU backend; the exact schedule's undo reads the gradient as stored,
      * and dc compensates a widened fp32 copy of it. */
     zoe_dtype main_grads_dtype;
+    /* Streamed weights (zoe-train --offload-params cpu; docs/offload.md, "Streamed weights"): 1
+     * keeps no parameter buffer on the device. The parameter buffer is then this rank's partition
+     * in host memory (page-locked), in partition coordinates: partition_numel elements of the
+     * compute dtype, the fp32 master itself on the CPU backend with fp32 weights. The host step
+     * writes the new weights there and the refresh gathers nothing: whoever reads weights
+     * gathers them over DP where it uses them (offload/param_stream.h, per layer). Not with a
+     * device share (partial_ratio 0 only). 0: the default. */
+    int params_on_host;
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
@@ -247,7 +255,8 @@ zoe_status zoe_optimizer_create(zoe_grid *grid, zoe_device *device, zoe_stream *
 void zoe_optimizer_destroy(zoe_optimizer *opt);
 
 /* Pure getters (NULL and 0 for a NULL optimizer): the device parameter buffer (compute dtype,
- * padded layout) and its size in elements. */
+ * padded layout) and its size in elements; with params_on_host the rank's host partition of the
+ * weights (partition coordinates) and partition_numel. */
 void *zoe_optimizer_params(zoe_optimizer *opt);
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt);
 /* Element offset of tensor index t in the parameter buffer. */
@@ -352,7 +361,8 @@ zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt);
 typedef struct zoe_optimizer_footprint {
     size_t host_bytes, pinned_bytes, device_bytes;
     size_t pinned_ring_bytes, device_ring_bytes;
-    size_t params_numel;    /* elements of the parameter buffer (padded layout) */
+    size_t params_numel;    /* elements of the device parameter buffer (padded layout; 0 with
+                             * params_on_host, whose partition counts in pinned_bytes) */
     size_t partition_numel; /* elements of this rank's partition (padding included) */
     /* Host memory the host step reads and writes per element of the host share: the state
      * arrays twice (read and written, in their dtypes), the fp32 gradient once, and the

@@ -137,7 +137,23 @@ typedef struct zoe_train_config {
      * (zoe_device_set_memory_limit). 0: the device's memory (the GPU's; on the CPU backend no
      * limit). */
     uint64_t device_memory;
+    /* Where the weights live (--offload-params; docs/offload.md, "Streamed weights"):
+     * ZOE_OFFLOAD_PARAMS_NONE, on the device (each rank its TP shard); ZOE_OFFLOAD_PARAMS_CPU, in
+     * host memory (each rank its 1/(tp dp) partition, the optimizer's), each layer gathered onto
+     * the device just before it is used and released after. Needs the whole optimizer on the
+     * host (--offload cpu, --offload-ratio 1). zoe-train turns --recompute on with it unless
+     * told otherwise. */
+    int offload_params;
+    /* Streamed weights: layers fetched ahead of the one in use; 0 (the default): the plan's
+     * (zoe-train plans first), 1 where nothing plans. */
+    int prefetch_layers;
 } zoe_train_config;
+
+/* The values of zoe_train_config.offload_params. */
+typedef enum zoe_offload_params {
+    ZOE_OFFLOAD_PARAMS_NONE = 0,
+    ZOE_OFFLOAD_PARAMS_CPU = 1,
+} zoe_offload_params;
 
 /* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16,
  * --exp-avg-dtype and --exp-avg-sq-dtype fp32|bf16|int8). */

@@ -124,6 +124,20 @@ def test_resume_zoe_train_checkpoint():
                            rank0_dir("zoe/step-00000006"))
 
 
+@needs_ref
+def test_streamed_weights_same_run():
+    """offload_params="cpu" (the weights on the host, streamed a layer at a time): zoe-train's
+    resident run to the bit, its losses and norms and its final checkpoint."""
+    options = dict(RUN, offload_params="cpu", recompute=RUN.get("recompute", False),
+                   prefetch_layers=2)
+    with zoe.Trainer(comm=comm_world(), **options) as trainer:
+        stats = train_steps(trainer, 0, 6, {6: rank0_dir("py-streamed")})
+        trainer.finalize()
+    assert as_printed(stats) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
+    assert_same_checkpoint(rank0_dir("py-streamed/step-00000006"),
+                           rank0_dir("zoe/step-00000006"))
+
+
 @pytest.mark.skipif(not REF or not os.path.isdir(os.path.join(REF, "zoe-from-py")),
                     reason="run_trainer_tests.py runs this after zoe-train resumed Python's save")
 def test_zoe_train_resumed_python_save():

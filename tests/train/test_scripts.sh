@@ -49,5 +49,95 @@ if [ -n "$nvccs" ] && ! for n in $nvccs; do "$n" --list-gpu-arch; done 2>/dev/nu
   check "gpu-check prints the table heading last ($out)" '[[ "$out" == *"## zoe on Tesla V100-SXM2-32GB (sm_70"*"not run"* ]]'
   check "gpu-check built nothing" '[ ! -e "$dir/gpu-build" ]'
 fi
+
+# The README's two commands and scripts/build, with stand-ins for the tools they call (each logs
+# its arguments to $calls): nothing is installed, configured or run for real.
+fake="$dir/fake" calls="$dir/calls"
+mkdir -p "$fake" "$dir/gpu"
+stub() { # name, body run after logging the call
+  printf '#!/bin/bash\necho "%s $*" >>"%s"\n%s\n' "$1" "$calls" "$2" >"$fake/$1"
+  chmod +x "$fake/$1"
+}
+stub dpkg-query 'for m in $FAKE_MISSING; do [ "${*: -1}" = "$m" ] && exit 1; done; printf "install ok installed"'
+stub apt-get ''
+stub sudo 'exec "$@"'
+stub cmake ''
+stub ctest ''
+stub nvidia-smi 'exit 9' # no GPU
+stub python3 '[ "$1 $2" = "-m venv" ] || exit 0; mkdir -p "$3/bin"
+for t in pip python; do printf "#!/bin/bash\necho \"venv-$t \$*\" >>%s\n" "'"$calls"'" >"$3/bin/$t"; chmod +x "$3/bin/$t"; done'
+stub mpirun 'while [ $# -gt 1 ]; do [ "$1" = --metrics ] && printf "{\"step\":0,\"loss\":5.5}\n{\"step\":1,\"loss\":4.0}\n" >"$2"; shift; done'
+stub gnuplot 'out="$(sed -n "s/^set output \"\(.*\)\"$/\1/p")"; echo PNG >"$out"'
+printf '#!/bin/bash\necho "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\n' >"$dir/gpu/nvidia-smi"
+chmod +x "$dir/gpu/nvidia-smi"
+faked() { env -u ZOE_PYTHON -u ZOE_CUDA -u CI PATH="$fake:$PATH" ZOE_BUILD_DIR="$dir/fbuild" "$@"; }
+calls_of() { grep -n "^$1 " "$calls" | head -1 | cut -d: -f1; } # the line of its first call
+
+# scripts/test installs the Debian packages before it makes the Python environment: mpi4py is
+# built from source against libopenmpi-dev's mpi.h (on a fresh machine the venv came first).
+: >"$calls"
+out="$(faked FAKE_MISSING="libopenmpi-dev python3-venv" "$root/scripts/test" -R none 2>&1)"; rc=$?
+check "scripts/test with stand-ins exits 0 (rc $rc: $out)" '[ "$rc" -eq 0 ]'
+check "scripts/test installs libopenmpi-dev and python3-venv ($(cat "$calls"))" \
+  'grep -q "^apt-get install .*libopenmpi-dev python3-venv" "$calls"'
+apt_line="$(calls_of "apt-get install")" venv_line="$(calls_of "python3 -m venv")"
+check "scripts/test installs them before python3 -m venv (lines ${apt_line:-none} and ${venv_line:-none})" \
+  '[ -n "$apt_line" ] && [ -n "$venv_line" ] && [ "$apt_line" -lt "$venv_line" ]'
+check "scripts/test fills the venv from the requirements" \
+  'grep -q "^venv-pip install .*-r $root/tests/python/requirements.txt" "$calls"'
+check "scripts/test runs ctest with its arguments" 'grep -q "^ctest .*-R none" "$calls"'
+check "scripts/test builds the Python package's tests with its venv, whoever configured first" \
+  'grep -q "^cmake -S .* -DZOE_PYTHON=$dir/fbuild/venv/bin/python -DZOE_PYTHON_MODULE=ON" "$calls"'
+
+# scripts/build: CUDA where a GPU is, else only when ZOE_CUDA asks; a bad ZOE_CUDA is named.
+: >"$calls"
+out="$(faked "$root/scripts/build" 2>&1)"; rc=$?
+check "scripts/build without a GPU configures ZOE_CUDA=OFF (rc $rc: $out)" \
+  '[ "$rc" -eq 0 ] && grep -q "^cmake -S .* -DZOE_CUDA=OFF" "$calls" && [[ "$out" == *"CUDA backend OFF: no GPU here"* ]]'
+check "scripts/build builds every target by default" \
+  'grep -q "^cmake --build $dir/fbuild -j [0-9]*$" "$calls"'
+: >"$calls"
+out="$(faked PATH="$dir/gpu:$fake:$PATH" "$root/scripts/build" 2>&1)"; rc=$?
+check "scripts/build with a GPU configures ZOE_CUDA=AUTO (rc $rc: $out)" \
+  '[ "$rc" -eq 0 ] && grep -q "^cmake -S .* -DZOE_CUDA=AUTO" "$calls"'
+: >"$calls"
+out="$(faked ZOE_CUDA=ON "$root/scripts/build" -DFOO=1 2>&1)"; rc=$?
+check "scripts/build takes ZOE_CUDA=ON and passes cmake arguments (rc $rc: $out)" \
+  '[ "$rc" -eq 0 ] && grep -q "^cmake -S .* -DZOE_CUDA=ON -DFOO=1" "$calls"'
+: >"$calls"
+: >"$calls"
+out="$(faked ZOE_CUDA=OFF "$root/scripts/build" -DZOE_CUDA=AUTO 2>&1)"; rc=$?
+check "scripts/build -DZOE_CUDA=AUTO wins over the environment, as in cmake (rc $rc: $out)" \
+  '[ "$rc" -eq 0 ] && grep -q "^cmake -S .* -DZOE_CUDA=AUTO -DZOE_CUDA=AUTO" "$calls" && [[ "$out" == *"CUDA backend AUTO: -DZOE_CUDA=AUTO"* ]]'
+: >"$calls"
+out="$(faked ZOE_CUDA=maybe "$root/scripts/build" 2>&1)"; rc=$?
+check "scripts/build refuses ZOE_CUDA=maybe, named, exit 2, nothing configured (rc $rc: $out)" \
+  '[ "$rc" -eq 2 ] && [[ "$out" == *"'"'"'maybe'"'"' is not AUTO, ON or OFF"* ]] && ! grep -q "^cmake" "$calls"'
+out="$(faked "$root/scripts/build" --target 2>&1)"; rc=$?
+check "scripts/build --target without a name exits 2 (rc $rc: $out)" '[ "$rc" -eq 2 ]'
+
+# scripts/demo builds what it runs (zoe-train, and zoe-generate for the README's next command),
+# says so, then trains and plots.
+: >"$calls"
+out="$(faked ZOE_DEMO_OUT="$dir/demo-out" "$root/scripts/demo" 2>&1)"; rc=$?
+check "scripts/demo with stand-ins exits 0 (rc $rc: $out)" '[ "$rc" -eq 0 ]'
+check "scripts/demo builds zoe-train and zoe-generate only ($(grep "^cmake --build" "$calls"))" \
+  '[ "$(grep -c "^cmake --build" "$calls")" -eq 1 ] &&
+   grep -q "^cmake --build $dir/fbuild -j [0-9]* --target=zoe-train --target=zoe-generate$" "$calls"'
+check "scripts/demo says what it builds and about how long" \
+  '[[ "$out" == *"building zoe-train and zoe-generate first (about "*" minutes"* ]]'
+build_line="$(calls_of "cmake --build")" mpirun_line="$(calls_of mpirun)"
+check "scripts/demo trains after the build and plots" \
+  '[ -n "$mpirun_line" ] && [ "$build_line" -lt "$mpirun_line" ] && [ -s "$dir/demo-out/demo-loss.png" ]'
+
+# scripts/fresh-check refuses what it cannot do before making anything.
+out="$(faked "$root/scripts/fresh-check" --fast 2>&1)"; rc=$?
+check "fresh-check --fast exits 2 naming it (rc $rc: $out)" '[ "$rc" -eq 2 ] && [[ "$out" == *"'"'"'--fast'"'"'"* ]]'
+stub id 'echo 1000'
+out="$(faked "$root/scripts/fresh-check" --quick 2>&1)"; rc=$?
+check "fresh-check as a user exits 2: needs root (rc $rc: $out)" '[ "$rc" -eq 2 ] && [[ "$out" == *"needs root"* ]]'
+check "fresh-check refused before making anything" '[ ! -e "$dir/fbuild/fresh-check" ]'
+rm -f "$fake/id"
+
 echo "test_scripts: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -25,6 +25,11 @@ expect 4 "--tp=3 does not divide the 4 ranks" --tp 3 --data "$corpus"
 expect 2 "--tp=8 does not divide the 2 ranks" --tp 8 --data "$corpus"
 expect 2 "--heads=3 is not divisible by --tp=2" --heads 3 --hidden 96 --tp 2 --data "$corpus"
 expect 1 "'gpu' is not cpu or none" --offload gpu --data "$corpus"
+expect 1 "--offload-params: 'gpu' is not one of" --offload-params gpu --data "$corpus"
+expect 1 "--offload-params=cpu with --offload=none" --offload-params cpu --offload none --data "$corpus"
+expect 1 "--offload-params=cpu with --offload-ratio=below 1" --offload-params cpu --offload-ratio 0.5 --data "$corpus"
+expect 1 "--offload-params=cpu with --offload-ratio=auto" --offload-params cpu --offload-ratio auto --data "$corpus"
+expect 1 "--prefetch-layers=-1 is out of range" --prefetch-layers -1 --data "$corpus"
 expect 1 "'/nonexistent/corpus' is neither a file" --data /nonexistent/corpus
 expect 1 "--data is required"
 expect 1 "unknown model 'gpt9'" --model gpt9 --data "$corpus"
@@ -100,6 +105,14 @@ out="$("$mpiexec" -np 1 "$train" "${tiny[@]}" --steps 2 --resume "$cfgdir/ck" 2>
 rc=$?
 check "resume at the last step: exit $rc, '$out'" test $rc -eq 0
 check "resume at the last step says so: '$out'" grep -q "is already at step 2 (--steps=2): nothing to train" <<<"$out"
+# streamed weights train, recomputation on by default (the printed configuration says so) and off
+# when asked, whatever the order of the flags
+out="$("$mpiexec" -np 2 --oversubscribe --bind-to none "$train" "${tiny[@]}" --steps 2 --recompute=false --offload-params cpu --prefetch-layers 2 2>&1)"
+check "--offload-params cpu --recompute=false: exit $?, '$out'" test $? -eq 0
+check "--recompute=false before --offload-params cpu is kept: '$out'" grep -q "recompute.*off" <<<"$out"
+out="$("$mpiexec" -np 1 "$train" "${tiny[@]}" --steps 2 --offload-params cpu 2>&1)"
+check "--offload-params cpu: exit $?, '$out'" test $? -eq 0
+check "--offload-params cpu turns recompute on: '$out'" grep -q "recompute.*on" <<<"$out"
 rm -rf "$cfgdir"
 echo "test_zoe_train_cli: $passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -70,6 +70,14 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
            world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype), where,
            dpu ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch, c->model.seq_len);
     if (dpu) printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
+    printf("zoe-train: weights %s, recompute %s\n",
+           c->offload_params == ZOE_OFFLOAD_PARAMS_CPU
+               ? "on the host, streamed to the device layer by layer"
+               : "on the device",
+           c->recompute ? "on" : "off");
+    if (c->offload_params == ZOE_OFFLOAD_PARAMS_CPU)
+        printf("zoe-train: %d layer%s fetched ahead of the one in use\n", c->prefetch_layers,
+               c->prefetch_layers == 1 ? "" : "s");
     /* Open MPI's mpirun answers its own SIGTERM/SIGINT (a Ctrl-C) with SIGCONT to the ranks (a
      * stop request here), then SIGTERM and SIGKILL, odls_base_sigkill_timeout (1 s) apart: too
      * soon to finish most saves. */
@@ -178,6 +186,9 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
     }
     if (st == ZOE_OK) st = zoe_plan(&pc, &r);
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
+    /* streamed weights: the plan's prefetch depth unless --prefetch-layers names one */
+    if (cfg->offload_params == ZOE_OFFLOAD_PARAMS_CPU && cfg->prefetch_layers == 0)
+        cfg->prefetch_layers = r.stream.prefetch > 0 ? r.stream.prefetch : 1;
     char line[512];
     zoe_plan_summary(&pc, &r, line, sizeof line);
     if (rank == 0) printf("zoe-train: %s\n", line);

@@ -1,0 +1,401 @@
+/* The weight stream of offload/param_stream.h: a ring of device buffers, one unit each, filled
+ * from the host partition on a copy stream and gathered over DP.
+ *
+ * A unit's buffer holds its tensors one after the other (each at a 64-byte boundary), each as a
+ * whole TP shard. Rank r owns the piece [first_r, first_r + count_r) of each tensor (the
+ * optimizer's DP partition); a fetch packs this rank's pieces of the unit into its block of a
+ * staging buffer (host to device), all-gathers the blocks over DP in place, and unpacks every
+ * rank's pieces into the unit's buffer. With one DP rank the pieces are the tensors: they go
+ * straight into the buffer.
+ *
+ * Explained in docs/offload.md, "Streamed weights". */
+#include "offload/param_stream.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/error.h"
+#include "zoe/comm.h"
+
+typedef enum { SLOT_EMPTY = 0, SLOT_FETCHED, SLOT_IN_USE } slot_state;
+
+/* One device buffer and the unit it holds. */
+typedef struct stream_slot {
+    void *data;
+    int unit; /* -1: none */
+    slot_state state;
+    zoe_event *fetched;  /* on the copy stream, after the unit landed */
+    zoe_event *released; /* on the compute stream, after the unit's last read */
+} stream_slot;
+
+/* Where tensor t's piece of DP rank r lies: [first, first + count) of the tensor, at pack in the
+ * rank's block of the staging buffer. */
+typedef struct stream_piece {
+    size_t first, count, pack;
+} stream_piece;
+
+struct zoe_param_stream {
+    zoe_param_stream_config cfg; /* units, order and numel point at the copies below */
+    zoe_optimizer *opt;
+    zoe_device *dev;
+    zoe_stream *compute, *copy;
+    zoe_comm *dp;
+    int dp_size, dp_rank;
+    size_t esz;
+    size_t *numel;         /* [num_tensors] */
+    size_t *offset;        /* [num_tensors]: element offset in its unit's buffer */
+    size_t *host;          /* [num_tensors]: partition offset of this rank's piece */
+    stream_piece *pieces;  /* [num_tensors * dp_size], rank-major per tensor */
+    zoe_param_unit *units; /* [num_units] */
+    size_t *unit_numel;    /* [num_units]: its buffer's elements */
+    size_t *unit_block;    /* [num_units]: elements of each rank's block in the staging */
+    int *order;            /* [PASSES * num_units] */
+    int *position;         /* [PASSES * num_units]: where unit u stands in pass p's order */
+    stream_slot *slots;    /* ring slots, then the held unit's */
+    int num_slots;         /* prefetch + 1, + 1 with a held unit */
+    void *staging;         /* dp_size x the largest block (DP > 1) */
+};
+
+static size_t max_size(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+static zoe_status check_config(const zoe_param_stream_config *c) {
+    if (c->num_tensors <= 0 || c->num_units <= 0 || !c->numel || !c->units)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream of %d tensors in %d units",
+                        c->num_tensors, c->num_units);
+    if (c->prefetch < 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: prefetch %d must be >= 0",
+                        c->prefetch);
+    if (c->held_unit < -1 || c->held_unit >= c->num_units)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: held unit %d outside [-1, %d)",
+                        c->held_unit, c->num_units);
+    int next = 0;
+    for (int u = 0; u < c->num_units; u++) {
+        if (c->units[u].first != next || c->units[u].n <= 0)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "weight stream: unit %d is tensors [%d, %d), not a run from %d", u,
+                            c->units[u].first, c->units[u].first + c->units[u].n, next);
+        next += c->units[u].n;
+    }
+    if (next != c->num_tensors)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: units cover %d of %d tensors",
+                        next, c->num_tensors);
+    for (int p = 0; p < ZOE_PARAM_STREAM_PASSES; p++) {
+        if (!c->order[p])
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: no order for pass %d", p);
+        for (int i = 0; i < c->num_units; i++)
+            if (c->order[p][i] < 0 || c->order[p][i] >= c->num_units)
+                return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                                "weight stream: pass %d's order names unit %d of %d", p,
+                                c->order[p][i], c->num_units);
+    }
+    return ZOE_OK;
+}
+
+/* The tables: every rank's piece of every tensor (exchanged over DP), each tensor's place in its
+ * unit's buffer, each unit's buffer and staging block. */
+static zoe_status build_tables(zoe_param_stream *ps, MPI_Comm dp_group) {
+    const zoe_param_stream_config *c = &ps->cfg;
+    int nt = c->num_tensors, d = ps->dp_size;
+    uint64_t *mine = calloc((size_t)nt * 2, sizeof *mine);
+    uint64_t *all = calloc((size_t)nt * 2 * (size_t)d, sizeof *all);
+    zoe_status st = mine && all ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "piece tables");
+    for (int t = 0; st == ZOE_OK && t < nt; t++) {
+        size_t first, count;
+        st = zoe_optimizer_tensor_shard(ps->opt, t, &first, &count, &ps->host[t]);
+        mine[2 * t] = first, mine[2 * t + 1] = count;
+    }
+    if (st == ZOE_OK && MPI_Allgather(mine, 2 * nt, MPI_UINT64_T, all, 2 * nt, MPI_UINT64_T,
+                                      dp_group) != MPI_SUCCESS)
+        st = zoe_fail(ZOE_ERR_MPI, "weight stream: all-gather of the piece tables over DP");
+    size_t align = max_size(1, 64 / ps->esz);
+    for (int u = 0; st == ZOE_OK && u < c->num_units; u++) {
+        const zoe_param_unit *un = &ps->units[u];
+        size_t at = 0, block = 0;
+        for (int r = 0; r < d; r++) {
+            size_t pack = 0;
+            for (int t = un->first; t < un->first + un->n; t++) {
+                const uint64_t *rt = all + ((size_t)r * (size_t)nt + (size_t)t) * 2;
+                stream_piece *pc = &ps->pieces[(size_t)t * (size_t)d + (size_t)r];
+                *pc = (stream_piece){.first = rt[0], .count = rt[1], .pack = pack};
+                if (pc->first + pc->count > ps->numel[t])
+                    st = zoe_fail(ZOE_ERR_INTERNAL,
+                                  "weight stream: tensor %d's piece on DP rank "
+                                  "%d ends past its %zu elements",
+                                  t, r, ps->numel[t]);
+                pack += pc->count;
+            }
+            block = max_size(block, pack);
+        }
+        for (int t = un->first; t < un->first + un->n; t++) {
+            ps->offset[t] = at;
+            at += (ps->numel[t] + align - 1) / align * align;
+        }
+        ps->unit_numel[u] = at;
+        ps->unit_block[u] = block;
+    }
+    free(mine), free(all);
+    return st;
+}
+
+static zoe_status device_buffer(zoe_param_stream *ps, size_t numel, void **out) {
+    size_t bytes = max_size(numel, 1) * ps->esz;
+    return zoe_device_alloc(ps->dev, bytes, out);
+}
+
+static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
+    const zoe_param_stream_config *c = &ps->cfg;
+    int nt = c->num_tensors, nu = c->num_units, d = ps->dp_size;
+    ps->numel = calloc((size_t)nt, sizeof *ps->numel);
+    ps->offset = calloc((size_t)nt, sizeof *ps->offset);
+    ps->host = calloc((size_t)nt, sizeof *ps->host);
+    ps->pieces = calloc((size_t)nt * (size_t)d, sizeof *ps->pieces);
+    ps->units = calloc((size_t)nu, sizeof *ps->units);
+    ps->unit_numel = calloc((size_t)nu, sizeof *ps->unit_numel);
+    ps->unit_block = calloc((size_t)nu, sizeof *ps->unit_block);
+    ps->order = calloc((size_t)nu * ZOE_PARAM_STREAM_PASSES, sizeof *ps->order);
+    ps->position = calloc((size_t)nu * ZOE_PARAM_STREAM_PASSES, sizeof *ps->position);
+    ps->num_slots = c->prefetch + 1 + (c->held_unit >= 0);
+    ps->slots = calloc((size_t)ps->num_slots, sizeof *ps->slots);
+    if (!ps->numel || !ps->offset || !ps->host || !ps->pieces || !ps->units || !ps->unit_numel ||
+        !ps->unit_block || !ps->order || !ps->position || !ps->slots)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream tables of %d tensors", nt);
+    memcpy(ps->numel, c->numel, (size_t)nt * sizeof *ps->numel);
+    memcpy(ps->units, c->units, (size_t)nu * sizeof *ps->units);
+    for (int p = 0; p < ZOE_PARAM_STREAM_PASSES; p++) {
+        memcpy(ps->order + p * nu, c->order[p], (size_t)nu * sizeof *ps->order);
+        for (int i = 0; i < nu; i++) ps->position[p * nu + c->order[p][i]] = i;
+        ps->cfg.order[p] = ps->order + p * nu;
+    }
+    ps->cfg.numel = ps->numel, ps->cfg.units = ps->units;
+    ZOE_TRY(build_tables(ps, dp_group));
+    ZOE_TRY(zoe_comm_create_for_device(dp_group, ps->dev, &ps->dp));
+    ZOE_TRY(zoe_stream_create(ps->dev, &ps->copy));
+    size_t ring = 0, block = 0;
+    for (int u = 0; u < nu; u++) {
+        if (u != c->held_unit) ring = max_size(ring, ps->unit_numel[u]);
+        block = max_size(block, ps->unit_block[u]);
+    }
+    for (int s = 0; s < ps->num_slots; s++) {
+        stream_slot *sl = &ps->slots[s];
+        sl->unit = -1;
+        int held = c->held_unit >= 0 && s == ps->num_slots - 1;
+        ZOE_TRY(device_buffer(ps, held ? ps->unit_numel[c->held_unit] : ring, &sl->data));
+        ZOE_TRY(zoe_event_create(ps->dev, &sl->fetched));
+        ZOE_TRY(zoe_event_create(ps->dev, &sl->released));
+        ZOE_TRY(zoe_event_record(sl->released, ps->compute));
+    }
+    if (d > 1) ZOE_TRY(device_buffer(ps, (size_t)d * block, &ps->staging));
+    return ZOE_OK;
+}
+
+zoe_status zoe_param_stream_create(zoe_optimizer *opt, MPI_Comm dp_group, zoe_device *dev,
+                                   zoe_stream *compute, const zoe_param_stream_config *cfg,
+                                   zoe_param_stream **out) {
+    if (!out || !opt || !dev || !compute || !cfg || dp_group == MPI_COMM_NULL)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_param_stream_create: NULL argument");
+    *out = NULL;
+    ZOE_TRY(check_config(cfg));
+    zoe_optimizer_footprint held;
+    ZOE_TRY(zoe_optimizer_memory(opt, &held));
+    if (held.params_numel != 0) /* a device parameter buffer */
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "weight stream: the optimizer keeps its weights on the device "
+                        "(create it with params_on_host)");
+    zoe_param_stream *ps = calloc(1, sizeof *ps);
+    if (!ps) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream");
+    ps->cfg = *cfg;
+    ps->opt = opt, ps->dev = dev, ps->compute = compute;
+    ps->esz = zoe_dtype_size(cfg->dtype);
+    MPI_Comm_size(dp_group, &ps->dp_size);
+    MPI_Comm_rank(dp_group, &ps->dp_rank);
+    zoe_status st = create(ps, dp_group);
+    if (st != ZOE_OK) {
+        zoe_param_stream_destroy(ps);
+        return st;
+    }
+    *out = ps;
+    return ZOE_OK;
+}
+
+void zoe_param_stream_destroy(zoe_param_stream *ps) {
+    if (!ps) return;
+    if (ps->copy) zoe_stream_synchronize(ps->copy);
+    for (int s = 0; ps->slots && s < ps->num_slots; s++) {
+        zoe_device_free(ps->dev, ps->slots[s].data);
+        zoe_event_destroy(ps->slots[s].fetched);
+        zoe_event_destroy(ps->slots[s].released);
+    }
+    zoe_device_free(ps->dev, ps->staging);
+    zoe_stream_destroy(ps->copy);
+    zoe_comm_destroy(ps->dp);
+    free(ps->numel), free(ps->offset), free(ps->host), free(ps->pieces), free(ps->units);
+    free(ps->unit_numel), free(ps->unit_block), free(ps->order), free(ps->position);
+    free(ps->slots);
+    free(ps);
+}
+
+int zoe_param_stream_unit_of(const zoe_param_stream *ps, int first, int n) {
+    for (int u = 0; ps && u < ps->cfg.num_units; u++)
+        if (ps->units[u].first == first && ps->units[u].n == n) return u;
+    return -1;
+}
+
+static char *at(const zoe_param_stream *ps, void *base, size_t element) {
+    return (char *)base + element * ps->esz;
+}
+
+/* Unit u from the host partition into slot sl, on the copy stream. */
+static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
+    const zoe_param_unit *un = &ps->units[u];
+    const int d = ps->dp_size, me = ps->dp_rank;
+    /* The exact DPU schedule's settling: the unit's buckets hold their updated weights. */
+    ZOE_TRY(zoe_optimizer_weights_ready(ps->opt, un->first, un->n));
+    /* After the compute stream's last read of the slot's previous unit; not after the rest of
+     * its queue: the partition is written by the host, in host order (zoe_partition_upload), so
+     * the copy may run ahead of the compute it prefetches for. */
+    ZOE_TRY(zoe_stream_wait_event(ps->copy, sl->released));
+    void *host = zoe_optimizer_params(ps->opt);
+    size_t block = ps->unit_block[u];
+    for (int t = un->first; t < un->first + un->n; t++) {
+        const stream_piece *pc = &ps->pieces[(size_t)t * (size_t)d + (size_t)me];
+        if (!pc->count) continue;
+        void *dst = d == 1 ? at(ps, sl->data, ps->offset[t] + pc->first)
+                           : at(ps, ps->staging, (size_t)me * block + pc->pack);
+        ZOE_TRY(zoe_memcpy_async(dst, at(ps, host, ps->host[t]), pc->count * ps->esz,
+                                 ZOE_COPY_HOST_TO_DEVICE, ps->copy));
+    }
+    if (d > 1) {
+        ZOE_TRY(zoe_comm_all_gather(ps->dp, at(ps, ps->staging, (size_t)me * block), ps->staging,
+                                    block, ps->cfg.dtype, ps->copy));
+        for (int r = 0; r < d; r++)
+            for (int t = un->first; t < un->first + un->n; t++) {
+                const stream_piece *pc = &ps->pieces[(size_t)t * (size_t)d + (size_t)r];
+                if (pc->count)
+                    ZOE_TRY(zoe_memcpy_async(at(ps, sl->data, ps->offset[t] + pc->first),
+                                             at(ps, ps->staging, (size_t)r * block + pc->pack),
+                                             pc->count * ps->esz, ZOE_COPY_DEVICE_TO_DEVICE,
+                                             ps->copy));
+            }
+    }
+    ZOE_TRY(zoe_event_record(sl->fetched, ps->copy));
+    sl->unit = u;
+    sl->state = SLOT_FETCHED;
+    return ZOE_OK;
+}
+
+static stream_slot *slot_of(zoe_param_stream *ps, int u) {
+    for (int s = 0; s < ps->num_slots; s++)
+        if (ps->slots[s].unit == u) return &ps->slots[s];
+    return NULL;
+}
+
+/* An empty slot for unit u: the held unit's own, or one of the ring; NULL when all are taken. */
+static stream_slot *free_slot(zoe_param_stream *ps, int u) {
+    int held = ps->cfg.held_unit >= 0, ring = ps->num_slots - held;
+    if (held && u == ps->cfg.held_unit) {
+        stream_slot *sl = &ps->slots[ring];
+        return sl->state == SLOT_EMPTY ? sl : NULL;
+    }
+    for (int s = 0; s < ring; s++)
+        if (ps->slots[s].state == SLOT_EMPTY) return &ps->slots[s];
+    return NULL;
+}
+
+static zoe_status check_unit(const zoe_param_stream *ps, int u, const char *what) {
+    if (u < 0 || u >= ps->cfg.num_units)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream %s: unit %d outside [0, %d)", what,
+                        u, ps->cfg.num_units);
+    return ZOE_OK;
+}
+
+static void addresses(const zoe_param_stream *ps, int u, const stream_slot *sl, void **weights) {
+    const zoe_param_unit *un = &ps->units[u];
+    for (int i = 0; i < un->n; i++) weights[i] = at(ps, sl->data, ps->offset[un->first + i]);
+}
+
+/* The next units of pass p after u, up to prefetch of them, into empty ring slots. */
+static zoe_status prefetch(zoe_param_stream *ps, int u, int p) {
+    int nu = ps->cfg.num_units, pos = ps->position[p * nu + u];
+    for (int i = pos + 1; i < nu && i <= pos + ps->cfg.prefetch; i++) {
+        int v = ps->order[p * nu + i];
+        if (v == ps->cfg.held_unit || slot_of(ps, v)) continue;
+        stream_slot *sl = free_slot(ps, v);
+        if (!sl) return ZOE_OK;
+        ZOE_TRY(fetch(ps, v, sl));
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_param_stream_acquire(zoe_param_stream *ps, int u, int pass, void **weights) {
+    if (!ps || !weights) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream acquire: NULL");
+    ZOE_TRY(check_unit(ps, u, "acquire"));
+    if (pass < 0 || pass >= ZOE_PARAM_STREAM_PASSES)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream acquire: pass %d", pass);
+    stream_slot *sl = slot_of(ps, u);
+    if (sl && sl->state == SLOT_IN_USE)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: unit %d acquired twice", u);
+    if (!sl) {
+        sl = free_slot(ps, u);
+        if (!sl)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "weight stream: no free buffer for unit %d (%d held or prefetched)", u,
+                            ps->num_slots);
+        ZOE_TRY(fetch(ps, u, sl));
+    }
+    sl->state = SLOT_IN_USE;
+    /* The host waits for the unit's copies (not for compute): once its tensors' gradients are
+     * final the host step may write their pieces of the partition (the exact schedule's
+     * speculation, during this very backward), which a copy still in flight would read. */
+    ZOE_TRY(zoe_event_synchronize(sl->fetched));
+    ZOE_TRY(zoe_stream_wait_event(ps->compute, sl->fetched));
+    addresses(ps, u, sl, weights);
+    return prefetch(ps, u, pass);
+}
+
+zoe_status zoe_param_stream_release(zoe_param_stream *ps, int u) {
+    if (!ps) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream release: NULL");
+    ZOE_TRY(check_unit(ps, u, "release"));
+    stream_slot *sl = slot_of(ps, u);
+    if (!sl || sl->state != SLOT_IN_USE)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: unit %d released unacquired", u);
+    ZOE_TRY(zoe_event_record(sl->released, ps->compute));
+    sl->unit = -1;
+    sl->state = SLOT_EMPTY;
+    return ZOE_OK;
+}
+
+zoe_status zoe_param_stream_stage(zoe_param_stream *ps, int u, void **weights) {
+    if (!ps || !weights) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream stage: NULL");
+    ZOE_TRY(check_unit(ps, u, "stage"));
+    stream_slot *sl = slot_of(ps, u);
+    if (sl && sl->state == SLOT_IN_USE)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: unit %d staged while in use", u);
+    if (!sl && !(sl = free_slot(ps, u)))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: no free buffer to stage unit %d",
+                        u);
+    ZOE_TRY(zoe_stream_wait_event(ps->compute, sl->released));
+    sl->unit = u;
+    sl->state = SLOT_IN_USE;
+    addresses(ps, u, sl, weights);
+    return ZOE_OK;
+}
+
+zoe_status zoe_param_stream_store(zoe_param_stream *ps, int u) {
+    if (!ps) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream store: NULL");
+    ZOE_TRY(check_unit(ps, u, "store"));
+    stream_slot *sl = slot_of(ps, u);
+    if (!sl || sl->state != SLOT_IN_USE)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: unit %d stored unstaged", u);
+    const zoe_param_unit *un = &ps->units[u];
+    void *host = zoe_optimizer_params(ps->opt);
+    for (int t = un->first; t < un->first + un->n; t++) {
+        const stream_piece *pc = &ps->pieces[(size_t)t * (size_t)ps->dp_size + (size_t)ps->dp_rank];
+        if (pc->count)
+            ZOE_TRY(zoe_memcpy_async(at(ps, host, ps->host[t]),
+                                     at(ps, sl->data, ps->offset[t] + pc->first),
+                                     pc->count * ps->esz, ZOE_COPY_DEVICE_TO_HOST, ps->compute));
+    }
+    ZOE_TRY(zoe_stream_synchronize(ps->compute));
+    return zoe_param_stream_release(ps, u);
+}
