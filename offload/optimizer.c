@@ -372,6 +372,27 @@ static zoe_status device_state_copy(zoe_optimizer *opt, int which, size_t a, siz
     return st;
 }
 
+/* The checks of every access to a state array: a known array, [offset, offset + count) within
+ * the limit (elements or blocks of the partition), and nothing of a step half done. */
+static zoe_status state_access_check(zoe_optimizer *opt, zoe_optimizer_state which,
+                                     const char *what, size_t offset, size_t count, size_t limit,
+                                     const void *buf) {
+    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", what);
+    if (which < ZOE_STATE_MASTER || which > ZOE_STATE_EXP_AVG_SQ)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown state %d", what, (int)which);
+    if (offset > limit || count > limit - offset)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: range [%zu, %zu) outside the partition of %zu", what, offset,
+                        offset + count, limit);
+    if (count && !buf) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: NULL buffer", what);
+    ZOE_TRY(zoe_spec_cancel(opt)); /* ZOE_DPU_EXACT: nothing of a step half done */
+    if (opt->in_flight)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s while a delayed update is in flight: call zoe_optimizer_flush first",
+                        what);
+    return ZOE_OK;
+}
+
 /* Copies [offset, offset + count) of one state array between the caller's host buffer, of
  * dtype dt (fp32 or bf16), and the partition, whose first sz.h_lo elements live in device memory
  * (CUDA with partial offload, in the host's dtypes). Into bf16 the values round to nearest even;
@@ -379,22 +400,11 @@ static zoe_status device_state_copy(zoe_optimizer *opt, int which, size_t a, siz
 static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
                              size_t count, void *host, zoe_dtype dt, int write) {
     const char *what = write ? "write_state" : "read_state";
-    if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", what);
-    if (which < ZOE_STATE_MASTER || which > ZOE_STATE_EXP_AVG_SQ)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown state %d", what, (int)which);
+    ZOE_TRY(
+        state_access_check(opt, which, what, offset, count, opt ? opt->lay.part_numel : 0, host));
     if (dt != ZOE_F32 && dt != ZOE_BF16)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: a buffer of %s (fp32 or bf16)", what,
                         zoe_dtype_name(dt));
-    if (offset > opt->lay.part_numel || count > opt->lay.part_numel - offset)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "%s: range [%zu, %zu) outside the partition of %zu", what, offset,
-                        offset + count, opt->lay.part_numel);
-    if (count && !host) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: NULL buffer", what);
-    ZOE_TRY(zoe_spec_cancel(opt)); /* ZOE_DPU_EXACT: nothing of a step half done */
-    if (opt->in_flight)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "%s while a delayed update is in flight: call zoe_optimizer_flush first",
-                        what);
     size_t end = offset + count, esz = zoe_dtype_size(dt);
     char *buf = host;
     if (which == ZOE_STATE_MASTER && opt->refresh_due && opt->sz.dpu_swap &&
@@ -454,6 +464,55 @@ zoe_status zoe_optimizer_write_state_as(zoe_optimizer *opt, zoe_optimizer_state 
                                         size_t offset, size_t count, zoe_dtype dtype,
                                         const void *src) {
     return state_copy(opt, which, offset, count, (void *)src, dtype, 1);
+}
+
+_Static_assert(ZOE_OPTIMIZER_INT8_BLOCK == ZOE_ADAM_INT8_BLOCK, "the public block is the kernels'");
+
+/* The codes or the scales of an int8 moment moved as they are: the device share holds partition
+ * elements [0, sz.h_lo) and their blocks (h_lo is whole blocks, zoe_partition_align), the host
+ * arrays the rest. */
+static zoe_status held_copy(zoe_optimizer *opt, zoe_optimizer_state which,
+                            zoe_optimizer_held_part part, size_t offset, size_t count, char *buf,
+                            int write) {
+    const char *what = write ? "write_held" : "read_held";
+    const int scales = part == ZOE_STATE_SCALES;
+    size_t unit = scales ? ZOE_ADAM_INT8_BLOCK : 1, esz = scales ? sizeof(float) : 1;
+    size_t limit = opt ? (opt->lay.part_numel + unit - 1) / unit : 0;
+    ZOE_TRY(state_access_check(opt, which, what, offset, count, limit, buf));
+    if (zoe_optimizer_state_dtype(opt, which) != ZOE_I8)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: the state is held in %s, not int8", what,
+                        zoe_dtype_name(zoe_optimizer_state_dtype(opt, which)));
+    size_t pd = opt->sz.h_lo / unit, end = offset + count;
+    if (offset < pd) {
+        void *dev_arrays[] = {NULL, scales ? (void *)opt->d_m_scale : opt->d_m,
+                              scales ? (void *)opt->d_v_scale : opt->d_v};
+        char *dev = (char *)dev_arrays[which] + offset * esz;
+        size_t bytes = (zoe_min_size(end, pd) - offset) * esz;
+        ZOE_TRY(zoe_memcpy_async(write ? dev : buf, write ? buf : dev, bytes,
+                                 write ? ZOE_COPY_HOST_TO_DEVICE : ZOE_COPY_DEVICE_TO_HOST,
+                                 opt->update_stream));
+        ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+    }
+    if (end > pd) {
+        size_t a = offset > pd ? offset : pd;
+        char *h = scales ? (char *)zoe_host_scale_at(opt, (int)which, (a - pd) * unit)
+                         : (char *)zoe_host_state_at(opt, (int)which, a - pd);
+        char *u = buf + (a - offset) * esz;
+        memcpy(write ? h : u, write ? u : h, (end - a) * esz);
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_read_held(zoe_optimizer *opt, zoe_optimizer_state which,
+                                   zoe_optimizer_held_part part, size_t offset, size_t count,
+                                   void *dst) {
+    return held_copy(opt, which, part, offset, count, dst, 0);
+}
+
+zoe_status zoe_optimizer_write_held(zoe_optimizer *opt, zoe_optimizer_state which,
+                                    zoe_optimizer_held_part part, size_t offset, size_t count,
+                                    const void *src) {
+    return held_copy(opt, which, part, offset, count, (void *)src, 1);
 }
 
 zoe_dtype zoe_optimizer_state_dtype(const zoe_optimizer *opt, zoe_optimizer_state which) {

@@ -49,49 +49,78 @@ static int64_t stored_rows(const ckpt_view *v, const zoe_tp_param *p) {
 }
 
 static const char *suffix_of(ckpt_source s) {
-    return s == CKPT_EXP_AVG ? ".exp_avg" : s == CKPT_EXP_AVG_SQ ? ".exp_avg_sq" : "";
+    switch (s) {
+    case CKPT_EXP_AVG:
+        return ".exp_avg";
+    case CKPT_EXP_AVG_SQ:
+        return ".exp_avg_sq";
+    case CKPT_EXP_AVG_SCALES:
+        return ".exp_avg.scales";
+    case CKPT_EXP_AVG_SQ_SCALES:
+        return ".exp_avg_sq.scales";
+    default:
+        return "";
+    }
 }
 
-/* The sources of a file, in its tensor order: the model's tensors once per source. */
-static int file_sources(int file, ckpt_source out[2]) {
+static int is_scales(ckpt_source s) {
+    return s == CKPT_EXP_AVG_SCALES || s == CKPT_EXP_AVG_SQ_SCALES;
+}
+
+/* Whether the trainer holds moment which in int8. */
+static int holds_int8(const ckpt_view *v, zoe_optimizer_state which) {
+    return zoe_optimizer_state_dtype(v->opt, which) == ZOE_I8;
+}
+
+/* The sources of a file, in its tensor order: the model's tensors once per source; an int8
+ * moment's block scales after the moments. */
+static int file_sources(const ckpt_view *v, int file, ckpt_source out[4]) {
     if (file == FILE_MODEL) return out[0] = CKPT_MASTER, 1;
     if (file == FILE_PARAMS) return out[0] = CKPT_PARAMS, 1;
-    out[0] = CKPT_EXP_AVG, out[1] = CKPT_EXP_AVG_SQ;
-    return 2;
+    int n = 0;
+    out[n++] = CKPT_EXP_AVG, out[n++] = CKPT_EXP_AVG_SQ;
+    if (holds_int8(v, ZOE_STATE_EXP_AVG)) out[n++] = CKPT_EXP_AVG_SCALES;
+    if (holds_int8(v, ZOE_STATE_EXP_AVG_SQ)) out[n++] = CKPT_EXP_AVG_SQ_SCALES;
+    return n;
 }
 
-/* The dtype a moment has in the optimizer file: the one it is held in, and the values of int8
- * moments in F32 (exact). */
+/* The dtype a moment has in the optimizer file: the one it is held in (int8 codes: I8 for m,
+ * U8 for v, whose codes are unsigned), its scales F32. */
 static zoe_st_dtype moment_file_dtype(const ckpt_view *v, ckpt_source src) {
+    if (is_scales(src)) return ZOE_ST_F32;
     zoe_dtype held = zoe_optimizer_state_dtype(v->opt, (zoe_optimizer_state)src);
-    return held == ZOE_I8 ? ZOE_ST_F32 : zoe_st_dtype_from_zoe(held);
+    if (held == ZOE_I8) return src == CKPT_EXP_AVG ? ZOE_ST_I8 : ZOE_ST_U8;
+    return zoe_st_dtype_from_zoe(held);
 }
 
-/* Whether the trainer holds an int8 moment. */
-static int holds_int8(const ckpt_view *v) {
-    return zoe_optimizer_state_dtype(v->opt, ZOE_STATE_EXP_AVG) == ZOE_I8 ||
-           zoe_optimizer_state_dtype(v->opt, ZOE_STATE_EXP_AVG_SQ) == ZOE_I8;
+/* Blocks of an int8 moment in one TP shard of p (blocks count from the shard's first element:
+ * a tensor starts at a block boundary of the partition, zoe_tensor_align). */
+static int64_t shard_blocks(const zoe_tp_param *p) {
+    return (p->local_numel + ZOE_OPTIMIZER_INT8_BLOCK - 1) / ZOE_OPTIMIZER_INT8_BLOCK;
 }
 
 /* The table this trainer writes for a file (and expects when loading). */
 static zoe_status build_table(const ckpt_view *v, int file, zoe_safetensors *table) {
     zoe_safetensors_init(table);
-    ckpt_source src[2];
-    int ns = file_sources(file, src);
-    char name[ZOE_TP_NAME_MAX + 16];
+    ckpt_source src[4];
+    int ns = file_sources(v, file, src);
+    char name[ZOE_TP_NAME_MAX + 24];
+    int tp = zoe_grid_tp_size(v->grid);
     for (int s = 0; s < ns; s++)
         for (int t = 0; t < v->num_tensors; t++) {
-            /* The moments as the host holds them (int8 ones as their values in fp32: a block's
-             * scale belongs to the partition, not to a tensor); the master in fp32 (exact from
-             * bf16), so that the model file reads as any fp32 safetensors does. */
-            zoe_st_dtype dt = file == FILE_PARAMS ? zoe_st_dtype_from_zoe(v->cfg->dtype)
-                              : src[s] == CKPT_EXP_AVG || src[s] == CKPT_EXP_AVG_SQ
-                                  ? moment_file_dtype(v, src[s])
-                                  : ZOE_ST_F32;
+            /* The moments as the host holds them (int8: codes, and per tensor the scales of its
+             * blocks, [TP shards, blocks per shard]); the master in fp32 (exact from bf16), so
+             * that the model file reads as any fp32 safetensors does. */
+            zoe_st_dtype dt = file == FILE_PARAMS  ? zoe_st_dtype_from_zoe(v->cfg->dtype)
+                              : file == FILE_MODEL ? ZOE_ST_F32
+                                                   : moment_file_dtype(v, src[s]);
             const zoe_tp_param *p = zoe_gpt_tensor(v->gpt, t);
             int64_t shape[2] = {stored_rows(v, p), p->global_shape[1]};
+            int ndim = p->ndim;
+            if (is_scales(src[s]))
+                shape[0] = tp / p->replicas, shape[1] = shard_blocks(p), ndim = 2;
             snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s]));
-            zoe_status st = zoe_safetensors_add(table, name, dt, p->ndim, shape);
+            zoe_status st = zoe_safetensors_add(table, name, dt, ndim, shape);
             if (st != ZOE_OK) {
                 zoe_safetensors_free(table);
                 return st;
@@ -131,10 +160,11 @@ static zoe_status shard_runs(const ckpt_view *v, const zoe_tp_param *p, int entr
  * (the buffer is then the rank's partition on the host). file_table maps names to the
  * entries of the file being read (NULL: the trainer's own table, in its order). */
 static zoe_status file_runs(const ckpt_view *v, int file, int reading,
-                            const zoe_safetensors *file_table, ckpt_runs *out) {
-    ckpt_source src[2];
-    int ns = file_sources(file, src);
-    char name[ZOE_TP_NAME_MAX + 16];
+                            const zoe_safetensors *file_table, const ckpt_int8_blocks *int8,
+                            ckpt_runs *out) {
+    ckpt_source src[4];
+    int ns = file_sources(v, file, src);
+    char name[ZOE_TP_NAME_MAX + 24];
     memset(out, 0, sizeof *out);
     for (int s = 0; s < ns; s++)
         for (int t = 0; t < v->num_tensors; t++) {
@@ -142,17 +172,37 @@ static zoe_status file_runs(const ckpt_view *v, int file, int reading,
             int entry = s * v->num_tensors + t;
             if (file_table) {
                 snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s]));
-                entry = (int)(zoe_safetensors_find(file_table, name) - file_table->tensors);
+                const zoe_st_tensor *f = zoe_safetensors_find(file_table, name);
+                /* scales the file lacks (its moments are not int8) or that another grid wrote
+                 * (read whole to requantise the codes: ckpt_int8_blocks) */
+                if (!f) continue;
+                entry = (int)(f - file_table->tensors);
+                if (is_scales(src[s])) {
+                    snprintf(name, sizeof name, "%s%s", p->name, suffix_of(src[s] - CKPT_PARAMS));
+                    const zoe_st_tensor *codes = zoe_safetensors_find(file_table, name);
+                    if (int8 && codes && int8[codes - file_table->tensors].scales) continue;
+                }
             }
             int once = v->tp_rank % p->replicas == 0;
             if (!reading && !once) continue;
             size_t first, count, part, flat;
             ZOE_TRY(zoe_optimizer_tensor_shard(v->opt, t, &first, &count, &part));
             ZOE_TRY(zoe_optimizer_tensor_offset(v->opt, t, &flat));
-            zoe_status st;
+            zoe_status st = ZOE_OK;
             /* Streamed weights: the parameter buffer is the rank's partition (host) */
             int streamed = v->cfg->offload_params == ZOE_OFFLOAD_PARAMS_CPU;
-            if (src[s] == CKPT_PARAMS && reading && !streamed)
+            if (is_scales(src[s])) {
+                /* the blocks of [first, first + count), row tp_rank / replicas of the scales */
+                const size_t bs = ZOE_OPTIMIZER_INT8_BLOCK;
+                size_t b0 = first / bs, b1 = (first + count + bs - 1) / bs;
+                ckpt_run r = {.entry = entry,
+                              .source = src[s],
+                              .mem = part / bs,
+                              .gidx = (uint64_t)((v->tp_rank / p->replicas) * shard_blocks(p)) + b0,
+                              .n = count ? b1 - b0 : 0,
+                              .counted = once};
+                st = ckpt_runs_add(out, &r);
+            } else if (src[s] == CKPT_PARAMS && reading && !streamed)
                 st = shard_runs(v, p, entry, src[s], 0, (size_t)p->local_numel, flat,
                                 once && v->dp_rank == 0, out);
             else if (src[s] == CKPT_PARAMS && streamed)
@@ -380,7 +430,7 @@ zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, cha
         st = build_table(&v, built, &tables[built]);
         if (st != ZOE_OK) break;
         sums[built] = calloc((size_t)tables[built].count, sizeof(uint64_t));
-        st = sums[built] ? file_runs(&v, built, 0, NULL, &runs)
+        st = sums[built] ? file_runs(&v, built, 0, NULL, NULL, &runs)
                          : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
         st = ckpt_agree(comm, st);
         if (st != ZOE_OK) {
@@ -456,18 +506,39 @@ static zoe_status check_run(const ckpt_view *v, const cJSON *root, const char *d
     return ZOE_OK;
 }
 
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
 /* The file's table against the trainer's: every tensor present with its dtype and shape. The
- * moments may be in either state dtype, F32 or BF16 (converted on load: a checkpoint of one
- * state dtype resumes with another). */
+ * moments may be in any state dtype, F32, BF16 or int8 codes (I8 or U8) with their scales
+ * (converted on load: a checkpoint of one state dtype resumes with another; older zoe stored
+ * int8 moments as F32 values). The scales' shape is the grid's that wrote them (checked by
+ * int8_blocks). */
 static zoe_status check_table(const zoe_safetensors *file, const zoe_safetensors *want,
                               int any_state_dtype, const char *path) {
+    int expected = 0;
+    char name[ZOE_TP_NAME_MAX + 24];
     for (int i = 0; i < want->count; i++) {
         const zoe_st_tensor *w = &want->tensors[i], *f = zoe_safetensors_find(file, w->name);
+        if (ends_with(w->name, ".scales")) continue;
+        expected++;
         if (!f)
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                             "%s has no tensor %s (a checkpoint of another model?)", path, w->name);
-        int dtype_ok = f->dtype == w->dtype ||
+        int codes = any_state_dtype && (f->dtype == ZOE_ST_I8 || f->dtype == ZOE_ST_U8);
+        int dtype_ok = f->dtype == w->dtype || codes ||
                        (any_state_dtype && (f->dtype == ZOE_ST_F32 || f->dtype == ZOE_ST_BF16));
+        if (codes) {
+            snprintf(name, sizeof name, "%s.scales", w->name);
+            const zoe_st_tensor *sc = zoe_safetensors_find(file, name);
+            if (!sc || sc->dtype != ZOE_ST_F32 || sc->ndim != 2)
+                return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                                "%s: int8 moment %s has no F32 [shards, blocks] tensor %s", path,
+                                w->name, name);
+            expected++;
+        }
         int same = f->ndim == w->ndim && dtype_ok;
         for (int d = 0; same && d < w->ndim; d++) same = f->shape[d] == w->shape[d];
         if (!same)
@@ -478,9 +549,99 @@ static zoe_status check_table(const zoe_safetensors *file, const zoe_safetensors
                             (long long)(f->ndim > 1 ? f->shape[1] : 1), zoe_st_dtype_name(w->dtype),
                             (long long)w->shape[0], (long long)(w->ndim > 1 ? w->shape[1] : 1));
     }
-    if (file->count != want->count)
+    if (file->count != expected)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s holds %d tensors, this model %d", path,
-                        file->count, want->count);
+                        file->count, expected);
+    return ZOE_OK;
+}
+
+static void int8_blocks_free(ckpt_int8_blocks *b, int count) {
+    for (int i = 0; b && i < count; i++) free(b[i].scales), free(b[i].shard);
+    free(b);
+}
+
+/* The int8 moments of the optimizer file that are requantised on load: every one whose blocks
+ * are another grid's (its scales' shape differs from this run's: blocks count per TP shard) or
+ * that this run holds in another dtype. Their scales are read whole on every rank, and each
+ * shard's place comes from the model described at the TP that wrote them (trainer.json). Sets
+ * *out to NULL where none is. */
+static zoe_status int8_blocks(const ckpt_view *v, const cJSON *root, const char *path,
+                              const zoe_safetensors *got, const zoe_safetensors *want,
+                              ckpt_int8_blocks **out) {
+    *out = NULL;
+    MPI_Comm comm = zoe_grid_world_comm(v->grid);
+    int saved_tp = (int)json_num(cJSON_GetObjectItemCaseSensitive(root, "grid"), "tp", 0);
+    ckpt_int8_blocks *b = NULL;
+    zoe_gpt **old = NULL;
+    zoe_status st = ZOE_OK;
+    int requantised = 0;
+    char name[ZOE_TP_NAME_MAX + 24];
+    const ckpt_source moments[2] = {CKPT_EXP_AVG, CKPT_EXP_AVG_SQ};
+    for (int m = 0; st == ZOE_OK && m < 2; m++)
+        for (int t = 0; st == ZOE_OK && t < v->num_tensors; t++) {
+            const zoe_tp_param *p = zoe_gpt_tensor(v->gpt, t);
+            snprintf(name, sizeof name, "%s%s", p->name, suffix_of(moments[m]));
+            const zoe_st_tensor *codes = zoe_safetensors_find(got, name);
+            if (!codes || (codes->dtype != ZOE_ST_I8 && codes->dtype != ZOE_ST_U8)) continue;
+            snprintf(name, sizeof name, "%s%s", p->name, suffix_of(moments[m] + CKPT_PARAMS));
+            const zoe_st_tensor *sc = zoe_safetensors_find(got, name),
+                                *mine = zoe_safetensors_find(want, name);
+            if (mine && mine->shape[0] == sc->shape[0] && mine->shape[1] == sc->shape[1])
+                continue; /* the same blocks: codes and scales move as they are */
+            int shards = (int)sc->shape[0];
+            if (saved_tp <= 0 || shards <= 0 || saved_tp % shards != 0) {
+                st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                              "%s: %s has %d shards, not a divisor of the TP %d it was written at",
+                              path, name, shards, saved_tp);
+                break;
+            }
+            if (!b) b = calloc((size_t)got->count, sizeof *b);
+            if (!old) old = calloc((size_t)saved_tp, sizeof *old);
+            if (!b || !old) {
+                st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "int8 blocks");
+                break;
+            }
+            ckpt_int8_blocks *e = &b[codes - got->tensors];
+            e->shards = shards;
+            e->is_v = codes->dtype == ZOE_ST_U8;
+            e->blocks = sc->shape[1];
+            e->cols = p->global_shape[1];
+            e->shard = calloc((size_t)shards, sizeof *e->shard);
+            e->scales = malloc((size_t)(shards * e->blocks) * sizeof(float));
+            if (!e->shard || !e->scales) {
+                st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "int8 scales of %s", name);
+                break;
+            }
+            zoe_gpt_config gc = zoe_trainer_gpt_config(v->cfg);
+            for (int s = 0; st == ZOE_OK && s < shards; s++) {
+                int r = s * (saved_tp / shards);
+                if (!old[r]) st = zoe_gpt_describe(&gc, saved_tp, r, &old[r]);
+                if (st != ZOE_OK) break;
+                const zoe_tp_param *q = zoe_gpt_tensor(old[r], t);
+                if (shard_blocks(q) != e->blocks)
+                    st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                                  "%s: %s has %lld blocks a shard, TP %d shards hold %lld", path,
+                                  name, (long long)e->blocks, saved_tp, (long long)shard_blocks(q));
+                int64_t place[4] = {q->local_offset[0], q->local_shape[0], q->local_offset[1],
+                                    q->local_shape[1]};
+                memcpy(e->shard[s], place, sizeof place);
+            }
+            if (st == ZOE_OK)
+                st = ckpt_read_tensor(comm, path, got, (int)(sc - got->tensors), e->scales);
+            requantised++;
+        }
+    for (int r = 0; old && r < saved_tp; r++) zoe_gpt_destroy(old[r]);
+    free(old);
+    if (st != ZOE_OK) {
+        int8_blocks_free(b, got->count);
+        return st;
+    }
+    if (requantised && zoe_grid_rank(v->grid) == 0)
+        zoe_log(ZOE_LOG_INFO,
+                "%s: %d int8 moment tensors written at TP %d (blocks count per TP shard) are "
+                "requantised for this run (TP %d, its moments' dtypes)",
+                path, requantised, saved_tp, zoe_grid_tp_size(v->grid));
+    *out = b;
     return ZOE_OK;
 }
 
@@ -501,18 +662,38 @@ static zoe_status load_file(const ckpt_view *v, const cJSON *root, const char *d
         st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %llu bytes, trainer.json says %lld", path,
                       (unsigned long long)(got.data_offset + got.data_size), (long long)bytes);
     if (st == ZOE_OK) st = check_table(&got, &want, file == FILE_OPTIMIZER, path);
+    st = ckpt_agree(comm, st);
+    ckpt_int8_blocks *int8 = NULL;
+    if (st == ZOE_OK && file == FILE_OPTIMIZER)
+        st = ckpt_agree(comm, int8_blocks(v, root, path, &got, &want, &int8));
     ckpt_runs runs = {0};
-    if (st == ZOE_OK) st = file_runs(v, file, 1, &got, &runs);
-    uint64_t *sums = calloc((size_t)want.count, sizeof *sums);
+    if (st == ZOE_OK) st = file_runs(v, file, 1, &got, int8, &runs);
+    uint64_t *sums = calloc((size_t)got.count, sizeof *sums);
     if (st == ZOE_OK && !sums) st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
     st = ckpt_agree(comm, st);
     ckpt_io io = io_of(v);
-    /* int8 moments are written through their blocks (zoe_optimizer_write_state): a block whose
-     * elements arrive in several runs holds them exactly once all are there, so the optimizer
-     * file is read twice, the second pass over the first (docs/checkpoint.md). */
-    int passes = file == FILE_OPTIMIZER && holds_int8(v) ? 2 : 1;
+    io.int8 = int8;
+    /* int8 moments requantised from values (an older file's F32, another grid's blocks) are
+     * written through their blocks (zoe_optimizer_write_state): a block whose elements arrive in
+     * several runs holds them exactly once all are there, so the optimizer file is read twice,
+     * the second pass over the first (docs/checkpoint.md). */
+    int passes = file == FILE_OPTIMIZER &&
+                         (holds_int8(v, ZOE_STATE_EXP_AVG) || holds_int8(v, ZOE_STATE_EXP_AVG_SQ))
+                     ? 2
+                     : 1;
     for (int pass = 0; st == ZOE_OK && pass < passes; pass++)
         st = ckpt_file_read(&io, path, &got, &runs, sums);
+    /* scales read whole (requantised codes): their checksum from that copy */
+    for (int i = 0; st == ZOE_OK && int8 && i < got.count; i++) {
+        if (!int8[i].scales) continue;
+        char name[ZOE_TP_NAME_MAX + 24];
+        snprintf(name, sizeof name, "%s.scales", got.tensors[i].name);
+        const zoe_st_tensor *sc = zoe_safetensors_find(&got, name);
+        sums[sc - got.tensors] =
+            ckpt_hash_elements(ckpt_salt(name), 0, int8[i].scales,
+                               (uint64_t)(int8[i].shards * int8[i].blocks), sizeof(float));
+    }
+    int8_blocks_free(int8, got.count);
     for (int i = 0; st == ZOE_OK && i < got.count; i++) {
         uint64_t recorded;
         st = ckpt_recorded_checksum(root, dir, file_names[file], got.tensors[i].name, &recorded);

@@ -472,6 +472,24 @@ zoe_status ckpt_open(const char *path, char *dir, size_t cap, cJSON **trainer) {
     return ckpt_read_trainer_json(dir, trainer);
 }
 
+/* The dtype one moment is stored in (the first tensor of its name), for info: int8 as its codes
+ * and scales. */
+static void moment_note(const zoe_safetensors *st, const char *suffix, char *out, size_t cap) {
+    const zoe_st_tensor *found = NULL;
+    for (int i = 0; !found && i < st->count; i++) {
+        const char *n = st->tensors[i].name;
+        size_t len = strlen(n), k = strlen(suffix);
+        if (len >= k && strcmp(n + len - k, suffix) == 0) found = &st->tensors[i];
+    }
+    if (!found) {
+        snprintf(out, cap, "%s none", suffix + 1);
+        return;
+    }
+    int codes = found->dtype == ZOE_ST_I8 || found->dtype == ZOE_ST_U8;
+    snprintf(out, cap, codes ? "%s int8 (%s codes + F32 scales)" : "%s %s", suffix + 1,
+             zoe_st_dtype_name(found->dtype));
+}
+
 zoe_status zoe_checkpoint_info(const char *path, FILE *out) {
     char dir[ZOE_PATH_MAX];
     cJSON *root = NULL;
@@ -510,6 +528,18 @@ zoe_status zoe_checkpoint_info(const char *path, FILE *out) {
                 cJSON_GetArraySize(sums));
     }
     fprintf(out, "total       %.1f MB\n", total / 1e6);
+    /* the moments' dtypes as stored; int8 blocks count per TP shard of the grid it was written at
+     */
+    char opt_path[ZOE_PATH_MAX * 2], m[96], v[96];
+    snprintf(opt_path, sizeof opt_path, "%s/%s", dir, CKPT_OPTIMIZER_FILE);
+    zoe_safetensors st;
+    if (zoe_safetensors_read_header(opt_path, &st) == ZOE_OK) {
+        moment_note(&st, ".exp_avg", m, sizeof m);
+        moment_note(&st, ".exp_avg_sq", v, sizeof v);
+        fprintf(out, "moments     %s, %s%s\n", m, v,
+                strstr(m, "int8") || strstr(v, "int8") ? " (blocks of 256 per TP shard)" : "");
+        zoe_safetensors_free(&st);
+    }
     cJSON_Delete(root);
     return ZOE_OK;
 }

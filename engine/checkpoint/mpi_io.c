@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "engine/checkpoint/directory.h"
+#include "kernels/adam_state.h"
 #include "runtime/error.h"
 
 #define DEFAULT_ROUND_BYTES ((size_t)64 << 20)
@@ -171,17 +172,41 @@ static size_t elem_size(const zoe_safetensors *table, const ckpt_run *r) {
     return zoe_st_dtype_size(table->tensors[r->entry].dtype);
 }
 
-/* The dtype of a run's elements in the file. */
-static zoe_dtype file_dtype(const zoe_safetensors *table, const ckpt_run *r) {
-    return zoe_st_dtype_to_zoe(table->tensors[r->entry].dtype);
+/* The values of an int8 moment's codes n elements of run r from skip on, through the blocks of
+ * the grid that wrote them (b), written into the state to be requantised by this run's rule. */
+static zoe_status requantise_run(ckpt_io *io, const ckpt_int8_blocks *b, const ckpt_run *r,
+                                 uint64_t skip, uint64_t n, const void *codes) {
+    float *x = malloc(n * sizeof *x);
+    if (!x) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "requantising %" PRIu64 " elements", n);
+    int s = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t g = (int64_t)(r->gidx + skip + i), row = g / b->cols, col = g % b->cols;
+        for (int tries = 0; tries < b->shards; tries++, s = (s + 1) % b->shards) {
+            const int64_t *sh = b->shard[s];
+            if (row >= sh[0] && row < sh[0] + sh[1] && col >= sh[2] && col < sh[2] + sh[3]) break;
+        }
+        const int64_t *sh = b->shard[s];
+        int64_t local = (row - sh[0]) * sh[3] + (col - sh[2]);
+        const float *scale = &b->scales[s * b->blocks + local / ZOE_OPTIMIZER_INT8_BLOCK];
+        zoe_status st =
+            zoe_adam_moment_to_f32(ZOE_I8, b->is_v, (const char *)codes + i, scale, 0, 1, &x[i]);
+        if (st != ZOE_OK) {
+            free(x);
+            return st;
+        }
+    }
+    zoe_status st =
+        zoe_optimizer_write_state(io->opt, (zoe_optimizer_state)r->source, r->mem + skip, n, x);
+    free(x);
+    return st;
 }
 
-/* Moves the run's elements between staging (in the file's dtype dt) and this rank's memory: the
- * parameter buffer byte for byte, the optimizer state converted to and from the dtype it is held
- * in. */
-static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64_t n, zoe_dtype dt,
-                           void *staging, int to_memory) {
-    size_t esz = zoe_dtype_size(dt);
+/* Moves the run's elements between staging (in the file's dtype sdt) and this rank's memory: the
+ * parameter buffer byte for byte; the optimizer state converted to and from the dtype it is held
+ * in, an int8 moment's codes and scales as they are (or, reading, requantised: io->int8). */
+static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64_t n,
+                           zoe_st_dtype sdt, void *staging, int to_memory) {
+    size_t esz = zoe_st_dtype_size(sdt);
     if (r->source == CKPT_PARAMS) {
         char *p = (char *)io->params + (r->mem + skip) * esz;
         ZOE_TRY(zoe_memcpy_async(to_memory ? p : staging, to_memory ? staging : p, n * esz,
@@ -189,7 +214,17 @@ static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64
                                  io->stream));
         return zoe_stream_synchronize(io->stream);
     }
-    zoe_optimizer_state which = (zoe_optimizer_state)r->source;
+    int scales = r->source == CKPT_EXP_AVG_SCALES || r->source == CKPT_EXP_AVG_SQ_SCALES;
+    zoe_optimizer_state which =
+        scales ? (zoe_optimizer_state)(r->source - CKPT_PARAMS) : (zoe_optimizer_state)r->source;
+    if (scales || sdt == ZOE_ST_I8 || sdt == ZOE_ST_U8) {
+        const ckpt_int8_blocks *b = io->int8 ? &io->int8[r->entry] : NULL;
+        if (to_memory && b && b->scales) return requantise_run(io, b, r, skip, n, staging);
+        zoe_optimizer_held_part part = scales ? ZOE_STATE_SCALES : ZOE_STATE_CODES;
+        return to_memory ? zoe_optimizer_write_held(io->opt, which, part, r->mem + skip, n, staging)
+                         : zoe_optimizer_read_held(io->opt, which, part, r->mem + skip, n, staging);
+    }
+    zoe_dtype dt = zoe_st_dtype_to_zoe(sdt);
     return to_memory ? zoe_optimizer_write_state_as(io->opt, which, r->mem + skip, n, dt, staging)
                      : zoe_optimizer_read_state_as(io->opt, which, r->mem + skip, n, dt, staging);
 }
@@ -252,7 +287,7 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
             plan.disps[nb] = (MPI_Aint)(file->data_offset + t->begin + (r->gidx + skip) * esz);
             plan.lens[nb++] = (int)(n * esz);
             if (write && st == ZOE_OK)
-                st = move_run(io, r, skip, n, file_dtype(file, r), staging + used, 0);
+                st = move_run(io, r, skip, n, file->tensors[r->entry].dtype, staging + used, 0);
             used += n * esz;
             skip += n;
             if (skip == r->n) ri++, skip = 0;
@@ -304,7 +339,7 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
                 checksums[r->entry] += ckpt_hash_elements(ckpt_salt(file->tensors[r->entry].name),
                                                           r->gidx + s0, staging + at, n, esz);
             if (mode == ROUND_READ)
-                st = move_run(io, r, s0, n, file_dtype(file, r), staging + at, 1);
+                st = move_run(io, r, s0, n, file->tensors[r->entry].dtype, staging + at, 1);
             at += n * esz;
         }
     }
@@ -419,4 +454,28 @@ zoe_status ckpt_file_read(ckpt_io *io, const char *path, const zoe_safetensors *
     zoe_log(ZOE_LOG_DEBUG, "read %s: %d runs in %.3f s", path, runs->count, MPI_Wtime() - t0);
     MPI_File_close(&fh);
     return finish_checksums(io, file->count, checksums, st);
+}
+
+zoe_status ckpt_read_tensor(MPI_Comm comm, const char *path, const zoe_safetensors *file, int entry,
+                            void *dst) {
+    ckpt_io io = {.comm = comm};
+    MPI_File fh;
+    ZOE_TRY(open_file(&io, path, MPI_MODE_RDONLY, &fh));
+    const zoe_st_tensor *t = &file->tensors[entry];
+    uint64_t bytes = t->end - t->begin, done = 0;
+    zoe_status st = ZOE_OK;
+    while (st == ZOE_OK && done < bytes) {
+        int n = bytes - done > (1u << 30) ? 1 << 30 : (int)(bytes - done), got = 0;
+        MPI_Status status;
+        int rc = MPI_File_read_at_all(fh, (MPI_Offset)(file->data_offset + t->begin + done),
+                                      (char *)dst + done, n, MPI_BYTE, &status);
+        if (rc != MPI_SUCCESS) st = mpi_fail(rc, "reading", path, 0);
+        if (st == ZOE_OK) MPI_Get_count(&status, MPI_BYTE, &got);
+        if (st == ZOE_OK && got != n)
+            st = zoe_fail(ZOE_ERR_IO, "%s: read %d of %d bytes of %s (truncated?)", path, got, n,
+                          t->name);
+        done += (uint64_t)n;
+    }
+    MPI_File_close(&fh);
+    return ckpt_agree(comm, st);
 }

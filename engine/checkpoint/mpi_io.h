@@ -19,11 +19,24 @@
 
 /* Where a run's elements live on this rank. */
 typedef enum ckpt_source {
-    CKPT_MASTER = 0,     /* the optimizer partition's fp32 master weights */
-    CKPT_EXP_AVG = 1,    /* ... Adam's first moment */
-    CKPT_EXP_AVG_SQ = 2, /* ... Adam's second moment */
-    CKPT_PARAMS = 3,     /* the device parameter buffer (compute dtype) */
+    CKPT_MASTER = 0,            /* the optimizer partition's fp32 master weights */
+    CKPT_EXP_AVG = 1,           /* ... Adam's first moment */
+    CKPT_EXP_AVG_SQ = 2,        /* ... Adam's second moment */
+    CKPT_PARAMS = 3,            /* the device parameter buffer (compute dtype) */
+    CKPT_EXP_AVG_SCALES = 4,    /* an int8 first moment's block scales (mem: partition blocks) */
+    CKPT_EXP_AVG_SQ_SCALES = 5, /* ... second moment's */
 } ckpt_source;
+
+/* The int8 moments of one file tensor whose codes are requantised on load (the file's blocks are
+ * another grid's, or this run holds the moment in another dtype): the blocks' scales as the
+ * file stores them, [shards, blocks] (blocks counted per TP shard at the TP that wrote it), and
+ * each shard's place in the global tensor. */
+typedef struct ckpt_int8_blocks {
+    float *scales;        /* [shards * blocks], NULL: the codes move as they are */
+    int shards, is_v;     /* is_v: the second moment's codes (uint8) */
+    int64_t blocks, cols; /* blocks per shard; the global tensor's columns */
+    int64_t (*shard)[4];  /* [shards]: first row, rows, first column, columns */
+} ckpt_int8_blocks;
 
 typedef struct ckpt_run {
     int entry; /* index of the tensor in the file's table */
@@ -45,12 +58,13 @@ zoe_status ckpt_runs_add(ckpt_runs *r, const ckpt_run *run);
 
 /* What the rounds move between the file and this rank's memory. */
 typedef struct ckpt_io {
-    MPI_Comm comm;      /* every rank of the run */
-    zoe_optimizer *opt; /* state sources */
-    void *params;       /* the parameter buffer (device) */
-    zoe_stream *stream; /* orders copies to and from the parameter buffer */
-    size_t round_bytes; /* staging buffer size */
-    uint64_t written;   /* bytes this rank wrote so far (the crash hook counts them) */
+    MPI_Comm comm;                /* every rank of the run */
+    zoe_optimizer *opt;           /* state sources */
+    void *params;                 /* the parameter buffer (device) */
+    zoe_stream *stream;           /* orders copies to and from the parameter buffer */
+    size_t round_bytes;           /* staging buffer size */
+    uint64_t written;             /* bytes this rank wrote so far (the crash hook counts them) */
+    const ckpt_int8_blocks *int8; /* reading: per file tensor, NULL: none requantised */
 } ckpt_io;
 
 /* The checksum of a tensor: the wrapping sum over its elements of a hash of (the tensor's
@@ -75,6 +89,10 @@ zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table
  * offsets, and all-reduces the checksums of the file's tensors. */
 zoe_status ckpt_file_read(ckpt_io *io, const char *path, const zoe_safetensors *file,
                           const ckpt_runs *runs, uint64_t *checksums);
+
+/* Reads tensor entry of path (whose header is file) whole into dst, on every rank of comm. */
+zoe_status ckpt_read_tensor(MPI_Comm comm, const char *path, const zoe_safetensors *file, int entry,
+                            void *dst);
 
 /* Test-only hooks, from the environment (documented in docs/checkpoint.md):
  * ZOE_CKPT_TEST_ROUND_BYTES sets the staging size, ZOE_CKPT_TEST_SLOW_MS sleeps before every

@@ -327,6 +327,22 @@ zoe_status zoe_optimizer_read_state_as(zoe_optimizer *opt, zoe_optimizer_state w
 zoe_status zoe_optimizer_write_state_as(zoe_optimizer *opt, zoe_optimizer_state which,
                                         size_t offset, size_t count, zoe_dtype dtype,
                                         const void *src);
+/* An int8 moment (ZOE_I8) as it is held, bit for bit: what ZOE_STATE_CODES gives are the codes
+ * of partition elements [offset, offset + count), one byte each (int8 for exp_avg, uint8 for
+ * exp_avg_sq); ZOE_STATE_SCALES the fp32 scales of partition blocks [offset, offset + count),
+ * block b holding elements [b, b + 1) * ZOE_OPTIMIZER_INT8_BLOCK. Every tensor starts at a block
+ * boundary of the partition, so a tensor's blocks are its own (a checkpoint stores them so). */
+#define ZOE_OPTIMIZER_INT8_BLOCK 256
+typedef enum zoe_optimizer_held_part {
+    ZOE_STATE_CODES = 0,
+    ZOE_STATE_SCALES = 1
+} zoe_optimizer_held_part;
+zoe_status zoe_optimizer_read_held(zoe_optimizer *opt, zoe_optimizer_state which,
+                                   zoe_optimizer_held_part part, size_t offset, size_t count,
+                                   void *dst);
+zoe_status zoe_optimizer_write_held(zoe_optimizer *opt, zoe_optimizer_state which,
+                                    zoe_optimizer_held_part part, size_t offset, size_t count,
+                                    const void *src);
 /* The dtype a state array is held in (main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype; the
  * host's share and the device share of partial offload alike). */
 zoe_dtype zoe_optimizer_state_dtype(const zoe_optimizer *opt, zoe_optimizer_state which);

@@ -40,6 +40,10 @@ int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *fil
  * tensors stored in BF16 in each. */
 int ckpt_test_same_values(const char *dir_a, const char *dir_b, const char *file, int *bf16_a,
                           int *bf16_b);
+/* Copies checkpoint directory src (int8 moments as held, written at TP 1) to dst as an older zoe
+ * wrote it: the int8 moments' values in F32, no scales, trainer.json's sizes and checksums to
+ * match. Rank 0 only; 1 on success. */
+int ckpt_test_write_legacy_int8(const char *src, const char *dst);
 /* The bytes of one tensor of a checkpoint file (malloc'ed; *n set), or NULL. */
 void *ckpt_test_read_tensor(const char *path, const char *tensor, size_t *n);
 
