@@ -107,7 +107,7 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
     if (z->host_params) {
         ZOE_TRY(zoe_state_pinned_alloc(opt, z->host_params * opt->esz, 0, &opt->params));
         memset(opt->params, 0, z->host_params * opt->esz);
-    } else {
+    } else if (!z->params_are_master) { /* else the master is the parameter buffer, below */
         ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
     }
     if (z->part_out) ZOE_TRY(device_array(opt, z->part_out * opt->esz, 0, &opt->part_out));
