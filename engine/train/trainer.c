@@ -315,9 +315,10 @@ static zoe_status create_watchdog(zoe_trainer *tr) {
         zoe_log(ZOE_LOG_WARN,
                 "mpirun notices a host that the network cut off only after %.0f s (Open MPI's "
                 "oob_tcp_keepalive_time + _probes x _intvl): a job split by the network hangs "
-                "that long; run mpirun with --mca mca_base_param_files "
-                "launch/openmpi-mca-params.conf (%.0f s; docs/multi-node.md)",
-                split_s, 5.0 + 3 * 2.0);
+                "that long; zoe's launch/openmpi-mca-params.conf makes it 11 s: mpirun --mca "
+                "mca_base_param_files /path/to/zoe/launch/openmpi-mca-params.conf "
+                "(docs/multi-node.md, \"A network that splits\")",
+                split_s);
     if (c->stall_timeout == 0 && c->stop_grace == 0) return ZOE_OK;
     zoe_watchdog_config wc = {
         .world = zoe_grid_world_comm(tr->grid),

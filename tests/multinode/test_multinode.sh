@@ -50,22 +50,27 @@ cd "$dir"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # run_cluster ARGS...: docs/multi-node.md's mpirun line, from host a (mpirun's host); with
-# params=none, without its MCA parameter file.
-params="$src/launch/openmpi-mca-params.conf"
+# params="", without its MCA parameter file; with map=node, ranks dealt round-robin.
+params="$src/launch/openmpi-mca-params.conf" map=slot
 run_cluster() {
   ip netns exec "$ns_a" unshare --uts sh -c 'hostname zoe-host-a && exec "$@"' sh \
     "$mpiexec" ${params:+--mca mca_base_param_files "$params"} \
-    -np 4 --hostfile hosts --map-by slot --output-filename ranks \
+    -np 4 --hostfile hosts --map-by "$map" --output-filename ranks \
     "$train" --model demo --tp 2 --data "$corpus" --stall-timeout "$stall" "$@"
 }
 common=(--micro-batch 2 --lr-decay-style constant --warmup 0 --progress lines --log-every 1000)
 losses() { sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
 
-# 0. Without the parameter file, rank 0 warns that a split would hang.
+# 0. Without the parameter file, rank 0 warns that a split would hang; with the ranks dealt
+# round-robin, each TP group spans the hosts: the map says so, and each group warns.
 warning="mpirun notices a host that the network cut off only after 480 s"
-params="" run_cluster "${common[@]}" --steps 1 >plain.out 2>plain.err ||
+ZOE_LOG=info params="" map=node run_cluster "${common[@]}" --steps 1 >plain.out 2>plain.err ||
   fail "a run on two hosts failed: $(tail -3 plain.err)"
 grep -q "$warning" plain.err || fail "no warning without launch/openmpi-mca-params.conf"
+grep -q "zoe-host-b: 2 ranks 1,3; TP groups (dp) none; part of 0-1 (spanning hosts)$" plain.err ||
+  fail "the host map does not show the TP groups spanning hosts: $(grep -A2 'host map' plain.err)"
+[ "$(grep -c "TP group of dp=[01] spans nodes" plain.err)" -eq 2 ] ||
+  fail "not one warning per TP group spanning hosts: $(grep spans plain.err)"
 
 # 1. Training across the two hosts; the link of host b is cut once a few steps are saved.
 ZOE_LOG=info run_cluster "${common[@]}" --steps 100000 --save ckpt --save-every 2 --keep-last 2 \
