@@ -94,18 +94,22 @@ if [ -n "$build" ]; then
     [engine_generate]="engine_tokenizer engine_data engine_plan"
     [zoe-data]="tensor_parallel offload models engine_hf engine_config engine_train engine_checkpoint engine_plan engine_generate"
   )
-  defined() { nm -g --defined-only "$build/${lib_of[$1]}" 2>/dev/null | awk 'NF == 3 { print $3 }' | grep '^[a-z]' | sort -u; }
-  built=1
+  # each library's defined and undefined symbols, read once
+  symbols="$(mktemp -d)"
+  trap 'rm -rf "$symbols"' EXIT
   for name in "${!lib_of[@]}"; do
-    [ -f "$build/${lib_of[$name]}" ] || { fail "${lib_of[$name]} is not built in $build"; built=0; }
+    lib="$build/${lib_of[$name]}"
+    [ -f "$lib" ] || { fail "${lib_of[$name]} is not built in $build"; continue; }
+    nm -g --defined-only "$lib" | awk 'NF == 3 && $3 ~ /^[a-z]/ { print $3 }' | sort -u \
+      >"$symbols/$name.defined"
+    nm -u "$lib" | awk '{ print $NF }' | sort -u >"$symbols/$name.undefined"
   done
   for user in "${!must_not_call[@]}"; do
-    [ "$built" -eq 1 ] || break
-    obj="$build/${lib_of[$user]}"
     for callee in ${must_not_call[$user]}; do
+      [ -f "$symbols/$user.undefined" ] && [ -f "$symbols/$callee.defined" ] || continue
       while IFS= read -r sym; do
         fail "${lib_of[$user]} calls $sym of ${lib_of[$callee]} ($user must not use $callee)"
-      done < <(comm -12 <(nm -u "$obj" | awk '{ print $NF }' | sort -u) <(defined "$callee"))
+      done < <(comm -12 "$symbols/$user.undefined" "$symbols/$callee.defined")
     done
   done
 fi
