@@ -20,7 +20,9 @@
  * host run only on an idle connection. So on a job across hosts the watchdog waits, after its
  * report, until mpirun's keepalive has had time to notice (launcher_split_s), and aborts only
  * then: mpirun ends the job itself on a split, and on a rank that stops the abort comes a few
- * seconds later. Whatever MPI_Abort does, an alarm ends the process soon after.
+ * seconds later. A rank that moves on during that wait (a step completes: a save that was
+ * only slow) says so and goes on. Whatever MPI_Abort does, an alarm ends the process soon
+ * after.
  *
  * Explained in docs/multi-node.md, "A rank that stops". */
 #include "engine/train/watchdog.h"
@@ -109,10 +111,14 @@ static void describe_peers(const zoe_watchdog *wd, double now, char *out, size_t
                  wd->world_size - wd->node_size);
 }
 
-/* Prints this rank's report (why: what expired) and ends the job. */
+/* Prints this rank's report (why: what expired) and ends the job, unless the rank moves on (a
+ * step completes, or the ranks agree to stop) while the watchdog holds the abort back: then it
+ * says so and returns. */
 static void report_and_abort(zoe_watchdog *wd, const char *why, const char *cause) {
     const watchdog_slot *me = &wd->slots[wd->node_rank];
-    char peers[1024], where[160];
+    const double step_at_report = atomic_load(&wd->last_step_s);
+    const int settled_at_report = atomic_load(&wd->stop_settled);
+    char peers[1024], where[160], when[96] = "";
     describe_peers(wd, zoe_clock_seconds(), peers, sizeof peers);
     const char *caller = atomic_load(&wd->caller_what);
     int phase = atomic_load(&me->phase);
@@ -120,21 +126,34 @@ static void report_and_abort(zoe_watchdog *wd, const char *why, const char *caus
         snprintf(where, sizeof where, "between zoe calls (the caller's code: %s)", caller);
     else
         snprintf(where, sizeof where, "%s", phase_name(phase));
-    /* One fprintf: ranks' lines do not interleave. */
-    fprintf(stderr,
-            "zoe: rank %d (tp %d, dp %d): %s: %d steps done, now at step %d, micro-batch %d, "
-            "%s%s; %s; aborting the job\n",
-            wd->cfg.rank, wd->cfg.tp_rank, wd->cfg.dp_rank, why, atomic_load(&me->steps_done),
-            atomic_load(&me->step) + 1, atomic_load(&me->micro_batch), where, peers, cause);
-    fflush(stderr);
     /* The other live ranks' watchdogs fire within a wake period of this one (their last steps
      * ended together): give them time to say where they are before the job is torn down; and
      * across hosts, give mpirun the time to notice a host it lost (the file's comment). */
     double hold = 2;
-    if (wd->node_size < wd->world_size && wd->cfg.launcher_split_s > 0)
+    if (wd->node_size < wd->world_size && wd->cfg.launcher_split_s > 0) {
         hold += wd->cfg.launcher_split_s;
+        snprintf(when, sizeof when, " in %.0f s (after mpirun's keepalive) unless it moves on",
+                 hold);
+    }
+    /* One fprintf: ranks' lines do not interleave. */
+    fprintf(stderr,
+            "zoe: rank %d (tp %d, dp %d): %s: %d steps done, now at step %d, micro-batch %d, "
+            "%s%s; %s; aborting the job%s\n",
+            wd->cfg.rank, wd->cfg.tp_rank, wd->cfg.dp_rank, why, atomic_load(&me->steps_done),
+            atomic_load(&me->step) + 1, atomic_load(&me->micro_batch), where, peers, cause, when);
+    fflush(stderr);
     struct timespec pause = {.tv_sec = (time_t)hold};
     nanosleep(&pause, NULL);
+    /* Slow, not stuck (a save on a loaded machine): the report stands, the run goes on. */
+    if (atomic_load(&wd->last_step_s) != step_at_report ||
+        atomic_load(&wd->stop_settled) != settled_at_report) {
+        fprintf(stderr,
+                "zoe: rank %d (tp %d, dp %d): it moved on after the report above: the "
+                "run goes on\n",
+                wd->cfg.rank, wd->cfg.tp_rank, wd->cfg.dp_rank);
+        fflush(stderr);
+        return;
+    }
     alarm(10); /* SIGALRM's default action ends the process if MPI_Abort cannot */
     MPI_Abort(wd->cfg.world, 3);
     abort(); /* MPI_Abort does not return; if it did, the process must still end */

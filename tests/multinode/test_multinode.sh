@@ -77,15 +77,17 @@ ZOE_LOG=info run_cluster "${common[@]}" --steps 100000 --save ckpt --save-every 
   --metrics cut.jsonl >cut.out 2>cut.err &
 job=$!
 for _ in $(seq 600); do # under way: steps logged, a checkpoint complete
-  [ -s cut.jsonl ] && [ "$(wc -l <cut.jsonl)" -ge 5 ] && [ -f ckpt/latest ] && break
+  [ -s cut.jsonl ] && [ "$(wc -l <cut.jsonl)" -ge 3 ] && [ -f ckpt/latest ] && break
   kill -0 "$job" 2>/dev/null || break
   sleep 0.2
 done
+kill -0 "$job" 2>/dev/null || fail "the job ended before the cut: $(tail -5 cut.err)"
 grep -q "host map: 4 ranks on 2 hosts" cut.err && grep -q "zoe-host-a: 2 ranks 0-1; TP groups (dp) 0$" cut.err &&
   grep -q "zoe-host-b: 2 ranks 2-3; TP groups (dp) 1$" cut.err ||
   fail "no host map with a TP group on each host: $(grep 'host map' -A2 cut.err)"
 grep -q "mpirun notices a host" cut.err && fail "a warning with the parameter file: $(grep mpirun cut.err)"
 echo "cutting host b after $(wc -l <cut.jsonl) steps, $(cat ckpt/latest) saved"
+before=$(wc -l <cut.err) # a report before the cut (a save slow under load) does not count
 ip -n "$ns_b" link set "$link_b" down
 start=$SECONDS
 while kill -0 "$job" 2>/dev/null && ((SECONDS - start < bound)); do sleep 0.2; done
@@ -97,10 +99,11 @@ fi
 wait "$job"
 rc=$?
 echo "the job ended ${took} s after the cut (exit $rc; --stall-timeout $stall)"
-grep -E "^zoe: rank|lost communication|Remote daemon" cut.err
+tail -n +$((before + 1)) cut.err >after.err
+grep -E "^zoe: rank|lost communication|Remote daemon" after.err
 [ "$rc" -ne 0 ] || fail "the job exited 0 after the cut"
 for r in 0 1; do
-  grep -qE "^zoe: rank $r \(tp $r, dp 0\): no step completed in [0-9]+ s \(--stall-timeout $stall\): [0-9]+ steps done, now at step [0-9]+, micro-batch [0-9]+, [a-z]" cut.err ||
+  grep -qE "^zoe: rank $r \(tp $r, dp 0\): no step completed in [0-9]+ s \(--stall-timeout $stall\): [0-9]+ steps done, now at step [0-9]+, micro-batch [0-9]+, [a-z]" after.err ||
     fail "rank $r (host a) did not say where it waits"
 done
 # The cut-off host's ranks end too (their watchdogs abort them) and their lines reach the files
@@ -130,7 +133,7 @@ run_cluster "${common[@]}" --steps "$end" --save ckpt --resume ckpt --metrics re
 cut_steps=$(wc -l <cut.jsonl)
 losses cut.jsonl >cut.losses
 losses one.jsonl | head -n "$cut_steps" >one.losses
-[ "$cut_steps" -ge 5 ] && cmp -s cut.losses one.losses ||
+[ "$cut_steps" -ge 3 ] && cmp -s cut.losses one.losses ||
   fail "two hosts' losses differ from one host's: $(diff cut.losses one.losses | head -4)"
 losses resumed.jsonl >resumed.losses
 losses one.jsonl | tail -n 3 >one.tail
