@@ -287,6 +287,10 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
 }
 
 int zoe_trainer_stop_requested(zoe_trainer *tr, int *signo) {
+    if (!tr) {
+        zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_stop_requested: NULL trainer");
+        return 0;
+    }
     zoe_watchdog_at(tr->watchdog, tr->steps_done, 0, ZOE_PHASE_STOP_CHECK);
     int stop = zoe_stop_requested(zoe_grid_world_comm(tr->grid), signo);
     zoe_watchdog_at(tr->watchdog, tr->steps_done, 0, ZOE_PHASE_BETWEEN);

@@ -255,7 +255,7 @@ zoe_status zoe_trainer_flush(zoe_trainer *tr);
 /* zoe_stop_requested (zoe/checkpoint.h) over the trainer's ranks, at a step boundary: 1 on every
  * rank when any got a stop signal. The stall watchdog names this all-reduce when a rank waits in
  * it, and once the ranks agree, --stop-grace no longer applies (the save that follows may take
- * longer). Collective over the grid. */
+ * longer). Collective over the grid. NULL: 0, and the error recorded. */
 int zoe_trainer_stop_requested(zoe_trainer *tr, int *signo);
 /* What the caller's code does between zoe calls ("loading data", ...): a rank's stall report
  * names it. what must outlive the trainer (a string literal); NULL forgets it. Each zoe call
