@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include "engine/plan/plan_impl.h"
 #include "kernels/kernels.h"
 #include "runtime/clock.h"
@@ -372,5 +373,37 @@ zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw) {
     const double kib = zoe_proc_kib("/proc/self/status", "VmRSS");
     if (kib < 0) return zoe_fail(ZOE_ERR_IO, "rank base: no VmRSS in a readable /proc/self/status");
     hw->rank_base_bytes = kib * 1024.0 + CPU_RANK_LATE_BYTES;
+    return ZOE_OK;
+}
+
+zoe_status zoe_hardware_drives_of_paths(const char *paths, zoe_hardware *hw) {
+    if (!paths || !hw) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "drives of paths: NULL argument");
+    int n = 0;
+    double least = 0;
+    for (const char *at = paths;;) {
+        const char *end = strchr(at, ',');
+        const size_t len = end ? (size_t)(end - at) : strlen(at);
+        char dir[4096];
+        if (len == 0 || len >= sizeof dir)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--nvme-path '%s': an empty or overlong "
+                            "directory",
+                            paths);
+        memcpy(dir, at, len), dir[len] = '\0';
+        struct statvfs fs;
+        if (statvfs(dir, &fs) != 0)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--nvme-path: '%s' cannot be read (statvfs)",
+                            dir);
+        /* each rank's file is striped evenly: the fullest path bounds them all */
+        const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
+        least = n == 0 || free_bytes < least ? free_bytes : least;
+        n++;
+        if (!end) break;
+        at = end + 1;
+    }
+    hw->drives = n;
+    hw->drive_bytes = least;
+    hw->drive_source = "the --nvme-path directories: one drive each, the least free space among "
+                       "them (statvfs); their rates not probed";
     return ZOE_OK;
 }

@@ -129,8 +129,11 @@ static zoe_status check_drives(const zoe_plan_config *p) {
                         "plan: the gradient partition on drives without --offload nvme: the host "
                         "step streams it with the state");
     if (!state_on_drives(p)) return ZOE_OK;
-    if (hw->drives <= 0 || !(hw->drive_bytes > 0) || !(hw->drive_read_bandwidth > 0) ||
-        !(hw->drive_write_bandwidth > 0))
+    /* the rates matter only where the box has a time model (zoe-train's unprobed `local` has
+     * none, and its drives are its --nvme-path directories) */
+    const int timed = hw->gpu_peak_flops > 0 && hw->host_bandwidth > 0 && hw->gpu_fraction > 0;
+    if (hw->drives <= 0 || !(hw->drive_bytes > 0) ||
+        (timed && (!(hw->drive_read_bandwidth > 0) || !(hw->drive_write_bandwidth > 0))))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "plan: --offload nvme on %s: %d drives of %.3g TB at %.3g/%.3g GB/s "
                         "(--drives N, --drive-tb, --drive-read-gbs, --drive-write-gbs)",
@@ -278,6 +281,7 @@ static void drive_sizes(const zoe_plan_config *p, const zoe_plan_optimizer *o, i
     r->drive.stream_read_bytes = weights_on_drives(p) ? k * 2.0 * per_pass / p->dp : 0.0;
     r->drive.read_bandwidth = hw->drives * hw->drive_read_bandwidth;
     r->drive.write_bandwidth = hw->drives * hw->drive_write_bandwidth;
+    if (!(r->drive.read_bandwidth > 0 && r->drive.write_bandwidth > 0)) return; /* no time */
     r->drive.host_step = ranks * (r->drive.step_read_bytes / r->drive.read_bandwidth +
                                   r->drive.step_write_bytes / r->drive.write_bandwidth);
     r->drive.stream = ranks * r->drive.stream_read_bytes / r->drive.read_bandwidth;

@@ -77,6 +77,11 @@ zoe_status zoe_hardware_local(int probe, zoe_hardware *out);
  * plus what a CPU rank maps later outside the plan's buffers (BLAS and MPI buffers); `local`
  * states the same base with the first part as measured on a small VM. */
 zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw);
+/* The drives of --nvme-path DIR[,DIR...] on this machine: one drive per directory, each of
+ * the least free space among them (statvfs; a rank's file is striped evenly across them); the
+ * rates are left as they are (0 on `local`: not probed). A directory that cannot be read is
+ * refused, naming it. */
+zoe_status zoe_hardware_drives_of_paths(const char *paths, zoe_hardware *hw);
 
 #define ZOE_PLAN_CONFIG_VERSION                                                                    \
     4 /* 2: main_grads_dtype; 3: offload_params, prefetch_layers;                                  \

@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include "max_model_testing.h"
 #include "testing.h"
 #include "zoe/plan.h"
@@ -247,6 +248,35 @@ static void check_grads_auto(void) {
               r.fits, r.verdict, r.drive.grads);
 }
 
+/* zoe-train's drives: its --nvme-path directories, one drive each of the least free space; the
+ * plan of an unprobed `local` box with them sizes and has no time. */
+static void check_paths(void) {
+    zoe_hardware hw;
+    CHECK_OK(zoe_hardware_local(0, &hw));
+    struct statvfs fs;
+    CHECK(statvfs(".", &fs) == 0, "statvfs(.)");
+    if (!CHECK_OK(zoe_hardware_drives_of_paths(".,.,.", &hw))) return;
+    /* the free space moves while other work runs: within 1% */
+    const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
+    CHECK(hw.drives == 3 && rel(hw.drive_bytes, free_bytes) < 0.01,
+          "'.,.,.': %d drives of %.0f bytes (statvfs: %.0f free)", hw.drives, hw.drive_bytes,
+          free_bytes);
+    zoe_hardware bad = hw;
+    CHECK(zoe_hardware_drives_of_paths(".,/no/such/zoe/dir", &bad) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "'/no/such/zoe/dir'") && bad.drives == 3,
+          "a missing directory: '%s'", zoe_last_error());
+    zoe_plan_config p;
+    zoe_plan_config_init(&p);
+    p.hardware = hw;
+    p.state_on_drives = 1;
+    zoe_plan_result r;
+    if (CHECK_OK(zoe_plan(&p, &r)))
+        CHECK(r.drive.state_bytes > 0 && r.drive.seconds == 0 &&
+                  !strcmp(r.time.bound, "not probed"),
+              "local with drives: state %.0f bytes on them, busy %.3f s, %s", r.drive.state_bytes,
+              r.drive.seconds, r.time.bound);
+}
+
 /* The largest GPT of GPT-3's family with every tier at the issue's run: it fits, the next does
  * not, and the GPU stops it. Returns its parameters. */
 static double largest(const char *hardware, int tp) {
@@ -291,6 +321,7 @@ int main(int argc, char **argv) {
     check_binding();
     check_refusals();
     check_grads_auto();
+    check_paths();
     const double dgx2 = largest("dgx2", 16);
     CHECK(dgx2 >= 1.5e12, "one DGX-2 with every tier: %.2fB, the goal 1500B", dgx2 / 1e9);
     /* one V100 is bound by its GPU (docs/plan.md, "Drives": the gradient ring and the weights'
