@@ -753,11 +753,28 @@ void zoe_plan_family_member(const zoe_model_config *base, int layers, zoe_model_
     snprintf(m->name, sizeof m->name, "scaled");
 }
 
+/* Whether p fits; with streamed weights and no prefetch given, at the plan's prefetch or else at
+ * the fewest units ahead (one: a smaller ring, its copies paced by their latency). *used is the
+ * configuration that fits (or p). */
+static zoe_status fits_at_some_prefetch(const zoe_plan_config *p, zoe_plan_config *used,
+                                        zoe_plan_result *r, int *fits) {
+    *used = *p;
+    ZOE_TRY(zoe_plan(p, r));
+    *fits = r->fits;
+    if (*fits || !streamed(p) || p->prefetch_layers > 0 || r->stream.prefetch <= 1) return ZOE_OK;
+    used->prefetch_layers = 1;
+    ZOE_TRY(zoe_plan(used, r));
+    *fits = r->fits;
+    if (!*fits) *used = *p;
+    return ZOE_OK;
+}
+
 zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
                               zoe_plan_result *best_plan) {
     if (!cfg || !best) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "max model: NULL argument");
-    zoe_plan_config p = *cfg;
+    zoe_plan_config p = *cfg, used;
     zoe_plan_result r;
+    int fits = 0;
     /* L layers and heads, L a multiple of tp (each rank its share of the heads), hidden 128 L up
      * to 65536. Memory grows with L, so a bisection over the multiples of tp finds the largest
      * that fits. */
@@ -766,8 +783,8 @@ zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
         zoe_plan_family_member(&cfg->model, mid * tp, &p.model);
-        ZOE_TRY(zoe_plan(&p, &r));
-        if (r.fits)
+        ZOE_TRY(fits_at_some_prefetch(&p, &used, &r, &fits));
+        if (fits)
             lo = mid;
         else
             hi = mid - 1;
@@ -779,7 +796,7 @@ zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best
     zoe_plan_family_member(&cfg->model, lo * tp, best);
     if (best_plan) {
         p.model = *best;
-        ZOE_TRY(zoe_plan(&p, best_plan));
+        ZOE_TRY(fits_at_some_prefetch(&p, &used, best_plan, &fits));
     }
     return ZOE_OK;
 }

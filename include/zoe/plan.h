@@ -289,8 +289,10 @@ zoe_status zoe_plan_auto_offload_ratio(const zoe_plan_config *cfg, float *ratio)
  * Few-Shot Learners", Table 2.1: the 6.7B, 13B and 175B models have as many layers as heads,
  * each head 128 wide: 32 x 4096, 40 x 5120, 96 x 12288): L layers of hidden 128 L with L heads,
  * MLP 4 x hidden, L a multiple of tp; cfg's sequence length and vocabulary. Depth and width grow
- * together, so the answer is a shape of the family the field trains. *best_plan (optional) is
- * its plan. */
+ * together, so the answer is a shape of the family the field trains. With streamed weights and
+ * no prefetch_layers given, a member fits at the plan's prefetch or, failing that, at one unit
+ * ahead (the smallest ring; its copies then paced by their latency). *best_plan (optional) is
+ * its plan (prefetch_from_plan 0 where it took one unit ahead). */
 zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
                               zoe_plan_result *best_plan);
 int zoe_plan_dpu_pays(const zoe_plan_result *r);

@@ -19,7 +19,8 @@
  *     which they would fill 60% of the step bind it; the gradient partition goes to the drives
  *     where the host cannot hold it; the refusals;
  *   - the goals: the largest GPT on one DGX-2 with every tier, >= 1.5T, the GPU binding the
- *     next; on one V100-32GB the largest, against the host tier's.
+ *     next; on one V100-32GB the largest, against the host tier's; each at the plan's prefetch
+ *     or, only where that does not fit, one unit ahead, the next fitting at neither.
  * Tolerances: byte counts are integers in doubles, equal to 1e-12 relative (sums in another
  * order); times within 1e-9 relative. */
 #include <math.h>
@@ -290,14 +291,28 @@ static double largest(const char *hardware, int tp) {
     if (!max_model_and_next(&p, &best, &r, &next)) return 0;
     printf("largest GPT with every tier on %s at TP=%d: %d x %d, %.2fB; GPU %.1f GiB "
            "(activations %.1f, weights ring %.1f, gradient ring %.1f), host %.0f GiB, drives "
-           "%.2f TB (gradient on drives: %d); step %.0f s, %s binds; the next: %s\n",
+           "%.2f TB (gradient on drives: %d); prefetch %d%s; step %.0f s, %s binds; the next: %s\n",
            hardware, tp, best.layers, best.hidden, (double)r.params / 1e9, r.gpu.total / (1 << 30),
            r.gpu.activations / (1 << 30), r.gpu.weights / (1 << 30), r.gpu.grad_ring / (1 << 30),
-           r.host.total / (1 << 30), r.drive.total / 1e12, r.drive.grads, r.time.step, r.time.bound,
-           next.verdict);
+           r.host.total / (1 << 30), r.drive.total / 1e12, r.drive.grads, r.stream.prefetch,
+           r.stream.prefetch_from_plan ? " (the plan's)" : " (one ahead: the plan's does not fit)",
+           r.time.step, r.time.bound, next.verdict);
     CHECK(r.fits && !next.fits && !next.fits_gpu && next.fits_host && next.drive.fits,
           "%s: the next member %s (host %d, drives %d)", hardware, next.verdict, next.fits_host,
           next.drive.fits);
+    /* one unit ahead only where the plan's prefetch does not fit; the next fits at neither */
+    zoe_plan_config at = p, one = p;
+    at.model = one.model = best;
+    one.prefetch_layers = 1;
+    zoe_plan_result plans, ones;
+    zoe_plan_family_member(&best, best.layers + tp, &one.model);
+    if (CHECK_OK(zoe_plan(&at, &plans)) && CHECK_OK(zoe_plan(&one, &ones)))
+        CHECK((r.stream.prefetch_from_plan ||
+               (r.stream.prefetch == 1 && !plans.fits && plans.stream.prefetch > 1)) &&
+                  !ones.fits,
+              "%s: prefetch %d (the plan's: %d, %d, which fits %d); the next at one ahead fits %d",
+              hardware, r.stream.prefetch, r.stream.prefetch_from_plan, plans.stream.prefetch,
+              plans.fits, ones.fits);
     return (double)r.params;
 }
 

@@ -595,11 +595,13 @@ static int max_model(const options *o) {
                c->hardware.drive_bytes / 1e12, r.drive.grads ? "drives" : "host", r.drive.seconds,
                r.drive.host_step, r.drive.stream);
     if (c->offload_params && strcmp(r.time.bound, "not probed"))
-        printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding), %.1f "
-               "host bytes per "
-               "parameter; copies hide behind compute from micro-batch %d%s\n",
-               r.stream.prefetch, r.stream.ring / (1 << 30), r.stream.host_bytes_per_param,
-               r.stream.hide_micro_batch,
+        printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding%s), "
+               "%.1f host bytes per parameter; copies hide behind compute from micro-batch %d%s\n",
+               r.stream.prefetch, r.stream.ring / (1 << 30),
+               !c->prefetch_layers && !r.stream.prefetch_from_plan
+                   ? "; one ahead, the fewest: the plan's prefetch does not fit"
+                   : "",
+               r.stream.host_bytes_per_param, r.stream.hide_micro_batch,
                r.stream.hide_fits ? " (which fits)" : " (which does not fit)");
     return 0;
 }
