@@ -179,10 +179,10 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
         fprintf(out,
                 "  drives, host step         %9.3f   %.2f GiB read, %.2f GiB written per rank; "
                 "%d ranks at %.1f GB/s read, %.1f GB/s write\n"
-                "  drives busy               %9.3f   the host step's and the weights' reads\n",
+                "  drives busy               %9.3f   the host step's traffic%s\n",
                 r->drive.host_step, gib(r->drive.step_read_bytes), gib(r->drive.step_write_bytes),
                 r->ranks_per_node, r->drive.read_bandwidth / 1e9, r->drive.write_bandwidth / 1e9,
-                r->drive.seconds);
+                r->drive.seconds, r->drive.stream > 0 ? " and the weights' reads" : "");
     fprintf(out, "  host stall without DPU    %9.3f   (%.0f%% of the synchronous step)\n",
             r->time.host_stall, 100.0 * r->time.stall_share);
     fprintf(out, "  %-25s %9.3f\n", c->dpu ? "DPU hides" : "DPU would hide", r->time.hidden_by_dpu);
