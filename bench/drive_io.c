@@ -9,11 +9,12 @@
  * (stripe unit = block, so a request is one segment). Bytes moved: `bytes` read + `bytes`
  * written, O_DIRECT, on one file in `dir`.
  *
- * fio moves as much with the same O_DIRECT reads and writes (rw, 50% reads), block size and
- * queue depth: ioengine io_uring at iodepth Q, and psync with Q jobs (the thread engine's
- * shape). Each of the four runs `repeats` times, interleaved, so other work on the machine
- * slows all alike; the medians are printed as one JSON line, with
- * bandwidth_share = the engine's (AUTO: io_uring where it runs) / the better of fio's two.
+ * fio moves as much with the same O_DIRECT reads and writes, block size and queue depth Q, three
+ * ways: one io_uring job mixing reads and writes (--rw=rw) at iodepth Q; an io_uring read
+ * stream and write stream at Q/2 each (the engine's own shape: reads ahead, writes behind);
+ * Q psync jobs mixing them (the thread engine's shape). Each of the five runs `repeats` times,
+ * interleaved, so other work on the machine slows all alike; the medians are printed as one
+ * JSON line, with bandwidth_share = the engine's (io_uring where it runs) / the best fio.
  *
  * Usage: bench_drive_io [--dir DIR] [--bytes N] [--bucket N] [--block N] [--queue-depth Q]
  *                       [--ahead K] [--repeats R] [--fio PATH]
@@ -179,18 +180,34 @@ static void fill(pipeline *p) {
     }
 }
 
-/* fio's bytes per second (reads + writes) moving 2*bytes over a file of bytes, or -1. */
-static double fio_pass(const options *o, const char *file, const char *ioengine) {
-    int psync = !strcmp(ioengine, "psync");
-    int jobs = psync ? o->queue_depth : 1;
-    size_t region = o->bytes / (size_t)jobs / o->block * o->block;
+/* fio's ways of moving `bytes` read and `bytes` written, O_DIRECT, in blocks of the block
+ * size, with the engine's queue depth Q. */
+enum fio_way { FIO_MIXED_URING, FIO_STREAMS_URING, FIO_MIXED_PSYNC };
+
+/* fio's bytes per second (reads + writes), or -1. */
+static double fio_pass(const options *o, const char *file, enum fio_way way) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "%s --name=zoe --filename=%s --direct=1 --rw=rw --rwmixread=50 --bs=%zu "
-             "--ioengine=%s --iodepth=%d --numjobs=%d --size=%zu --offset_increment=%zu "
-             "--io_size=%zu --group_reporting --output-format=json 2>/dev/null",
-             o->fio, file, o->block, ioengine, psync ? 1 : o->queue_depth, jobs, region, region,
-             2 * region);
+    int n = snprintf(cmd, sizeof cmd,
+                     "%s --filename=%s --direct=1 --bs=%zu --group_reporting "
+                     "--output-format=json",
+                     o->fio, file, o->block);
+    size_t region = o->bytes / (size_t)o->queue_depth / o->block * o->block;
+    if (way == FIO_MIXED_URING) /* one job, reads and writes mixed at depth Q */
+        snprintf(cmd + n, sizeof cmd - (size_t)n,
+                 " --name=mixed --ioengine=io_uring --iodepth=%d --rw=rw --rwmixread=50 "
+                 "--size=%zu --io_size=%zu",
+                 o->queue_depth, o->bytes, 2 * o->bytes);
+    else if (way == FIO_STREAMS_URING) /* a read stream and a write stream, depth Q/2 each */
+        snprintf(cmd + n, sizeof cmd - (size_t)n,
+                 " --ioengine=io_uring --iodepth=%d --size=%zu --name=read --rw=read "
+                 "--name=write --rw=write",
+                 (o->queue_depth + 1) / 2, o->bytes);
+    else /* Q synchronous jobs, each mixing reads and writes over its own 1/Q of the file */
+        snprintf(cmd + n, sizeof cmd - (size_t)n,
+                 " --name=psync --ioengine=psync --numjobs=%d --rw=rw --rwmixread=50 "
+                 "--size=%zu --offset_increment=%zu --io_size=%zu",
+                 o->queue_depth, region, region, 2 * region);
+    strncat(cmd, " 2>/dev/null", sizeof cmd - strlen(cmd) - 1);
     FILE *f = popen(cmd, "r");
     if (!f) return -1;
     size_t cap = 1 << 16, len = 0;
@@ -260,9 +277,10 @@ static void free_pipeline(pipeline *p) {
 int main(int argc, char **argv) {
     options o;
     if (!parse_options(argc, argv, &o)) return 2;
-    enum { URING, THREADS, FIO_URING, FIO_PSYNC, RUNS };
-    static const char *const names[RUNS] = {"engine_io_uring", "engine_threads", "fio_io_uring",
-                                            "fio_psync"};
+    enum { URING, THREADS, FIO, RUNS = FIO + 3 };
+    static const char *const names[RUNS] = {"engine_io_uring", "engine_threads",
+                                            "fio_io_uring_mixed", "fio_io_uring_streams",
+                                            "fio_psync_mixed"};
     zoe_drive_io *uring = open_engine(&o, ZOE_DRIVE_IO_URING);
     if (!uring) fprintf(stderr, "bench_drive_io: io_uring: %s\n", zoe_last_error());
     zoe_drive_io *threads = open_engine(&o, ZOE_DRIVE_IO_THREADS);
@@ -282,14 +300,14 @@ int main(int argc, char **argv) {
     for (int r = 0; r < o.repeats; r++) {
         bw[URING][r] = uring ? engine_pass(&pu) : -1;
         bw[THREADS][r] = engine_pass(&pt);
-        bw[FIO_URING][r] = fio_pass(&o, fio_file, "io_uring");
-        bw[FIO_PSYNC][r] = fio_pass(&o, fio_file, "psync");
+        for (int w = 0; w < 3; w++) bw[FIO + w][r] = fio_pass(&o, fio_file, (enum fio_way)w);
     }
     unlink(fio_file);
     double med[RUNS];
     for (int i = 0; i < RUNS; i++) med[i] = median(bw[i], o.repeats);
-    double fio_best = med[FIO_URING] > med[FIO_PSYNC] ? med[FIO_URING] : med[FIO_PSYNC];
-    if (med[FIO_URING] <= 0 || med[FIO_PSYNC] <= 0) {
+    double fio_best = 0;
+    for (int w = FIO; w < RUNS; w++) fio_best = med[w] > fio_best ? med[w] : fio_best;
+    if (med[FIO] <= 0 || med[FIO + 1] <= 0 || med[FIO + 2] <= 0) {
         fprintf(stderr, "bench_drive_io: '%s' failed (is fio installed? --fio PATH)\n", o.fio);
         return 1;
     }

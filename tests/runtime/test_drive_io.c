@@ -425,6 +425,45 @@ static void leftovers(const char *dir) {
     close(ready[0]);
 }
 
+/* ZOE_DRIVE_IO over the config's engine; bad configs refused with the bad value named. */
+static void choice_and_bad_input(const char *dir) {
+    const char *paths[] = {dir};
+    zoe_drive_io_config c = one_config(paths, 1, 64 << 10, ZOE_DRIVE_IO_AUTO, "choice");
+    zoe_drive_io *io = NULL;
+    setenv("ZOE_DRIVE_IO", "threads", 1);
+    if (CHECK_OK(zoe_drive_io_open(&c, &io)))
+        CHECK(!strcmp(zoe_drive_io_engine_name(io), "threads"),
+              "ZOE_DRIVE_IO=threads ran the %s engine", zoe_drive_io_engine_name(io));
+    zoe_drive_io_destroy(io);
+    io = NULL;
+    setenv("ZOE_DRIVE_IO", "posix-aio", 1);
+    CHECK(zoe_drive_io_open(&c, &io) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "ZOE_DRIVE_IO='posix-aio'"),
+          "a bad ZOE_DRIVE_IO was taken: %s", zoe_last_error());
+    unsetenv("ZOE_DRIVE_IO");
+    struct {
+        zoe_drive_io_config c;
+        const char *named;
+    } bad[] = {
+        {one_config(paths, 1, 64 << 10, ZOE_DRIVE_IO_AUTO, "a/b"), "run id 'a/b'"},
+        {one_config(paths, 1, 0, ZOE_DRIVE_IO_AUTO, "x"), "0 scratch bytes"},
+        {one_config(paths, 0, 64 << 10, ZOE_DRIVE_IO_AUTO, "x"), "0 paths"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(zoe_drive_io_open(&bad[i].c, &io) == ZOE_ERR_INVALID_ARGUMENT && !io &&
+                  strstr(zoe_last_error(), bad[i].named),
+              "bad config %zu: %s", i, zoe_last_error());
+    }
+    c.stripe_bytes = 5000;
+    CHECK(zoe_drive_io_open(&c, &io) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "stripe of 5000 bytes"),
+          "a stripe of 5000 bytes was taken: %s", zoe_last_error());
+    c = one_config((const char *[]){"/nonexistent/drive"}, 1, 64 << 10, ZOE_DRIVE_IO_AUTO, "x");
+    CHECK(zoe_drive_io_open(&c, &io) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "drive path /nonexistent/drive"),
+          "a missing path was taken: %s", zoe_last_error());
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     char disk_a[] = "/tmp/zoe_drive_io_a.XXXXXX", disk_b[] = "/tmp/zoe_drive_io_b.XXXXXX",
@@ -447,6 +486,7 @@ int main(int argc, char **argv) {
     }
     for (zoe_drive_io_engine e = ZOE_DRIVE_IO_URING; e <= ZOE_DRIVE_IO_THREADS; e++)
         short_read_and_eio(three, e);
+    choice_and_bad_input(disk_a);
     no_room_file_limit(disk_a);
     no_room_tmpfs(disk_b);
     leftovers(disk_b);
