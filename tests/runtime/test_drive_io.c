@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,17 +237,12 @@ static void short_read_and_eio(const char *const *paths, zoe_drive_io_engine eng
  * (test_ckpt_full_disk's way, no privileges needed); the line names the path, the bytes needed
  * and the bytes free, and no file is left. */
 static void no_room_file_limit(const char *dir) {
-    struct rlimit old, tight;
-    getrlimit(RLIMIT_FSIZE, &old);
-    tight = old;
-    tight.rlim_cur = 1 << 20;
-    signal(SIGXFSZ, SIG_IGN);
-    setrlimit(RLIMIT_FSIZE, &tight);
+    unsigned long long limit = test_file_size_limit(1 << 20);
     const char *paths[] = {dir};
     zoe_drive_io_config c = one_config(paths, 1, 4 << 20, ZOE_DRIVE_IO_AUTO, "noroom");
     zoe_drive_io *io = NULL;
     zoe_status st = zoe_drive_io_open(&c, &io);
-    setrlimit(RLIMIT_FSIZE, &old);
+    test_file_size_limit(limit);
     const char *msg = zoe_last_error();
     printf("no room (file size limit): %s\n", msg);
     char want[600];
