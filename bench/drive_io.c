@@ -297,6 +297,8 @@ int main(int argc, char **argv) {
         for (int w = 0; w < 3; w++) bw[FIO + w][r] = fio_pass(&o, fio_file, (enum fio_way)w);
     }
     unlink(fio_file);
+    if (uring) free_pipeline(&pu); /* removes the scratch files */
+    free_pipeline(&pt);
     double med[RUNS];
     for (int i = 0; i < RUNS; i++) med[i] = bench_median(bw[i], o.repeats);
     double fio_best = 0;
@@ -320,7 +322,5 @@ int main(int argc, char **argv) {
     for (int i = 0; i < RUNS; i++) printf(", \"%s_MBps\": %.1f", names[i], med[i] / 1e6);
     printf(", \"bandwidth_share\": %.3f, \"bandwidth_share_threads\": %.3f}\n", ours / fio_best,
            med[THREADS] / fio_best);
-    if (uring) free_pipeline(&pu);
-    free_pipeline(&pt);
     return 0;
 }
