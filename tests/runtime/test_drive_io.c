@@ -8,8 +8,8 @@
  * mid-run, an injected EIO, and the leftovers of a killed run (removed) beside a live run's
  * (kept). At several ranks: ranks of a node sharing a drive's directory.
  *
- * The other runs (a crashed one, a live one, one in a private mount namespace) are forked
- * children. */
+ * The other runs are children: a crashed one and a live one forked, one in a private mount
+ * namespace this binary again (test_drive_io --tiny-tmpfs DIR), without MPI. */
 #define _GNU_SOURCE /* unshare, fallocate */
 #include <errno.h>
 #include <fcntl.h>
@@ -257,8 +257,8 @@ static void no_room_file_limit(const char *dir) {
     zoe_drive_io_destroy(io);
 }
 
-/* In a child (its own mount namespace, as root): a 1 MiB tmpfs refuses 4 MiB of scratch by the
- * room check before any file exists, and a write into a hole of a file whose file system was
+/* In a child process (its own mount namespace, as root): a 1 MiB tmpfs refuses 4 MiB of scratch by
+ * the room check before any file exists, and a write into a hole of a file whose file system was
  * filled meanwhile fails with ENOSPC naming the file and offset, on both engines. Exit 0: all
  * good; 1: a check failed (printed); 77: no mount namespace here. */
 static int tiny_tmpfs_child(const char *dir) {
@@ -316,10 +316,10 @@ static int tiny_tmpfs_child(const char *dir) {
 static void no_room_tmpfs(const char *dir) {
     fflush(stdout);
     pid_t pid = fork();
-    if (pid == 0) {
-        int code = tiny_tmpfs_child(dir);
-        fflush(stdout);
-        _exit(code);
+    if (pid == 0) { /* a fresh process: this one has MPI's threads, and TSan starts no thread
+                       after a fork of a threaded process */
+        execl("/proc/self/exe", "test_drive_io", "--tiny-tmpfs", dir, (char *)NULL);
+        _exit(127);
     }
     int status = 0;
     waitpid(pid, &status, 0);
@@ -502,6 +502,7 @@ static void shared_path(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--tiny-tmpfs")) return tiny_tmpfs_child(argv[2]);
     test_init(&argc, &argv);
     if (test_world_size() > 1) { /* several ranks: what they share; the rest is per rank */
         shared_path();
