@@ -100,6 +100,8 @@ static void round_trip(const char *const *paths, int num_paths, case_config cc, 
         return;
     }
     if (!CHECK_OK(st)) return;
+    CHECK(zoe_drive_io_direct_paths(io) == (cc.direct ? num_paths : 0), "%d paths O_DIRECT",
+          zoe_drive_io_direct_paths(io));
     printf("round trip: engine %s, direct %d, %d paths, alignment %zu\n",
            zoe_drive_io_engine_name(io), cc.direct, num_paths, zoe_drive_io_alignment(io));
     CHECK(!strcmp(zoe_drive_io_engine_name(io),
@@ -265,8 +267,9 @@ static void no_room_file_limit(const char *dir) {
 
 /* In a child process (its own mount namespace, as root): a 1 MiB tmpfs refuses 4 MiB of scratch by
  * the room check before any file exists, and a write into a hole of a file whose file system was
- * filled meanwhile fails with ENOSPC naming the file and offset, on both engines. Exit 0: all
- * good; 1: a check failed (printed); 77: no mount namespace here. */
+ * filled meanwhile fails with ENOSPC naming the file and offset, on both engines; then a ramfs,
+ * which refuses O_DIRECT, runs buffered. Exit 0: all good; 1: a check failed (printed); 77: no
+ * mount namespace here. */
 static int tiny_tmpfs_child(const char *dir) {
     if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
         mount("tmpfs", dir, "tmpfs", 0, "size=1m")) {
@@ -315,6 +318,32 @@ static int tiny_tmpfs_child(const char *dir) {
         zoe_drive_io_destroy(io);
         unlink(filler);
     }
+    umount(dir);
+
+    /* ramfs refuses O_DIRECT at open (as tmpfs did before Linux 6.6): buffered there */
+    if (mount("ramfs", dir, "ramfs", 0, NULL)) {
+        CHECK(0, "mounting a ramfs: %s", strerror(errno));
+        return 1;
+    }
+    c = one_config(paths, 1, 256 << 10, ZOE_DRIVE_IO_AUTO, "ramfs");
+    io = NULL;
+    if (CHECK_OK(zoe_drive_io_open(&c, &io))) {
+        CHECK(zoe_drive_io_direct_paths(io) == 0, "O_DIRECT on a ramfs");
+        unsigned char *buf = zoe_drive_io_buffer_alloc(256 << 10);
+        zoe_drive_io_ticket t;
+        if (fill_random(io, 256 << 10, 17) &&
+            CHECK_OK(zoe_drive_io_read(io, 0, buf, 256 << 10, &t)) &&
+            CHECK_OK(zoe_drive_io_wait(io, t))) {
+            test_rng rng;
+            test_rng_seed(&rng, 17);
+            size_t bad = 0;
+            for (size_t i = 0; i < 256 << 10; i++)
+                bad += buf[i] != (unsigned char)test_rng_next(&rng);
+            CHECK(bad == 0, "%zu bytes read back differ on the ramfs", bad);
+        }
+        zoe_drive_io_buffer_free(buf);
+    }
+    zoe_drive_io_destroy(io);
     umount(dir);
     return test_failures() ? 1 : 0;
 }
