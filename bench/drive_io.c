@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -145,10 +146,19 @@ static void finish(pipeline *p, size_t bucket) {
             die("wait");
 }
 
-/* One pass of the host step's I/O over every bucket; returns bytes per second moved. */
-static double engine_pass(pipeline *p) {
+/* CPU seconds of this process so far, every thread (the reaper, the workers) included. */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* One pass of the host step's I/O over every bucket; returns bytes per second moved, and adds
+ * the CPU seconds it took to *cpu. */
+static double engine_pass(pipeline *p, double *cpu) {
     size_t n = p->o->bytes / p->o->bucket, k = (size_t)p->o->ahead;
-    double t0 = now();
+    double t0 = now(), c0 = cpu_seconds();
     for (size_t j = 0; j <= k && j < n; j++) issue(p, j, 0);
     for (size_t i = 0; i < n; i++) {
         finish(p, i);   /* bucket i is in host memory */
@@ -157,6 +167,7 @@ static double engine_pass(pipeline *p) {
         if (i + k + 1 < n) issue(p, i + k + 1, 0);
     }
     for (size_t i = n > k ? n - k : 0; i < n; i++) finish(p, i);
+    *cpu += cpu_seconds() - c0;
     return 2.0 * (double)p->o->bytes / (now() - t0);
 }
 
@@ -296,10 +307,10 @@ int main(int argc, char **argv) {
     if (uring) fill(&pu);
     fill(&pt);
 
-    double bw[RUNS][MAX_REPEATS];
+    double bw[RUNS][MAX_REPEATS], cpu[2] = {0, 0};
     for (int r = 0; r < o.repeats; r++) {
-        bw[URING][r] = uring ? engine_pass(&pu) : -1;
-        bw[THREADS][r] = engine_pass(&pt);
+        bw[URING][r] = uring ? engine_pass(&pu, &cpu[URING]) : -1;
+        bw[THREADS][r] = engine_pass(&pt, &cpu[THREADS]);
         for (int w = 0; w < 3; w++) bw[FIO + w][r] = fio_pass(&o, fio_file, (enum fio_way)w);
     }
     unlink(fio_file);
@@ -326,6 +337,10 @@ int main(int argc, char **argv) {
            u.nodename, o.dir, o.bytes, o.bucket, o.request, o.block, o.queue_depth, o.ahead,
            o.repeats, load, uring ? "io_uring" : "threads");
     for (int i = 0; i < RUNS; i++) printf(", \"%s_MBps\": %.1f", names[i], med[i] / 1e6);
+    /* CPU seconds per GB moved: what the engine costs the host step's cores */
+    double gb = 2.0 * (double)o.bytes * o.repeats / 1e9;
+    printf(", \"cpu_s_per_GB_io_uring\": %.3f, \"cpu_s_per_GB_threads\": %.3f", cpu[URING] / gb,
+           cpu[THREADS] / gb);
     printf(", \"bandwidth_share\": %.3f, \"bandwidth_share_threads\": %.3f}\n", ours / fio_best,
            med[THREADS] / fio_best);
     return 0;
