@@ -52,6 +52,7 @@ static void scratch_name(char *out, size_t n, const char *dir, const char *run_i
 typedef struct case_config {
     zoe_drive_io_engine engine;
     int direct;
+    int queue_depth; /* 1: every request but the first waits in the FIFO for segments */
 } case_config;
 
 /* Moves [offset, offset+len) pieces of random lengths with up to MAX_TICKETS requests in
@@ -87,7 +88,7 @@ static void round_trip(const char *const *paths, int num_paths, case_config cc, 
     c.num_paths = num_paths;
     c.bytes = bytes;
     c.stripe_bytes = stripe;
-    c.queue_depth = 8;
+    c.queue_depth = cc.queue_depth;
     c.engine = cc.engine;
     c.direct = cc.direct;
     c.rank = 3;
@@ -103,8 +104,9 @@ static void round_trip(const char *const *paths, int num_paths, case_config cc, 
     if (!CHECK_OK(st)) return;
     CHECK(zoe_drive_io_direct_paths(io) == (cc.direct ? num_paths : 0), "%d paths O_DIRECT",
           zoe_drive_io_direct_paths(io));
-    printf("round trip: engine %s, direct %d, %d paths, alignment %zu\n",
-           zoe_drive_io_engine_name(io), cc.direct, num_paths, zoe_drive_io_alignment(io));
+    printf("round trip: engine %s, direct %d, queue depth %d, %d paths, alignment %zu\n",
+           zoe_drive_io_engine_name(io), cc.direct, cc.queue_depth, num_paths,
+           zoe_drive_io_alignment(io));
     CHECK(!strcmp(zoe_drive_io_engine_name(io),
                   cc.engine == ZOE_DRIVE_IO_URING ? "io_uring" : "threads"),
           "engine %s", zoe_drive_io_engine_name(io));
@@ -601,10 +603,8 @@ int main(int argc, char **argv) {
     }
     const char *three[] = {disk_a, shm, disk_b};
     const case_config cases[] = {
-        {ZOE_DRIVE_IO_THREADS, 1},
-        {ZOE_DRIVE_IO_THREADS, 0},
-        {ZOE_DRIVE_IO_URING, 1},
-        {ZOE_DRIVE_IO_URING, 0},
+        {ZOE_DRIVE_IO_THREADS, 1, 8}, {ZOE_DRIVE_IO_THREADS, 0, 8}, {ZOE_DRIVE_IO_URING, 1, 8},
+        {ZOE_DRIVE_IO_URING, 0, 8},   {ZOE_DRIVE_IO_THREADS, 1, 1}, {ZOE_DRIVE_IO_URING, 1, 1},
     };
     unsetenv("ZOE_DRIVE_IO");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
