@@ -263,8 +263,11 @@ def check_file(rel, blocks, root, build, tmp, env, python, without_python, timeo
             fails += 1
             continue
         if rc != 0:
-            report.append(f"FAIL {b.where()}: exit {rc}; its output ends:\n" +
-                          "\n".join("       " + l for l in out.rstrip().split("\n")[-8:]))
+            # zoe's own lines say why; Open MPI's abort banner after them does not
+            lines = out.rstrip().split("\n")
+            ours = [l for l in lines if l.startswith(("zoe", "scripts/", "plot-loss", "Traceback"))]
+            report.append(f"FAIL {b.where()}: exit {rc}; zoe's last lines, then the output's:\n" +
+                          "\n".join("       " + l for l in ours[-4:] + ["..."] + lines[-4:]))
             fails += 1
             continue
         if kind == "output":
