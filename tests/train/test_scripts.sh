@@ -21,7 +21,7 @@ done
 "$root/scripts/bench" no-such-bench >/dev/null 2>&1; rc=$?
 check "scripts/bench no-such-bench exits 2 (got $rc)" '[ "$rc" -eq 2 ]'
 dir="$(mktemp -d)"; trap 'rm -rf "$dir"' EXIT
-printf '{"step":0,"loss":5.5}\n{"step":1,"loss":4.0}\n' >"$dir/m.jsonl"
+printf '{"step":1,"loss":5.5}\n{"step":2,"loss":4.0}\n' >"$dir/m.jsonl"
 out="$("$root/scripts/plot-loss" "$dir/m.jsonl" "$dir/missing/loss.png" 2>"$dir/err")"; rc=$?
 check "plot-loss into a missing directory exits 2 (got $rc)" '[ "$rc" -eq 2 ]'
 check "plot-loss names the directory" 'grep -q "output directory .*missing.* does not exist" "$dir/err"'
@@ -30,8 +30,15 @@ if command -v gnuplot >/dev/null; then
   out="$("$root/scripts/plot-loss" "$dir/m.jsonl" "$dir/loss.png" 2>&1)"; rc=$?
   check "plot-loss writes a PNG (rc $rc: $out)" '[ "$rc" -eq 0 ] && head -c 4 "$dir/loss.png" | grep -q PNG'
   check "plot-loss leaves no temporary file" '[ -z "$(ls -A "$dir" | grep plot-loss)" ]'
+  # the PNG's mode is what the umask gives a new file, as gnuplot's own output would be
+  for mask in 022 077; do
+    (umask "$mask" && "$root/scripts/plot-loss" "$dir/m.jsonl" "$dir/mode$mask.png" >/dev/null 2>&1)
+    mode="$(stat -c %a "$dir/mode$mask.png" 2>/dev/null)"
+    want="$(printf '%o' $((0666 & ~0$mask)))"
+    check "plot-loss under umask $mask writes mode $want (got ${mode:-no file})" '[ "$mode" = "$want" ]'
+  done
   check "plot-loss without val_loss draws the training loss alone ($out)" '[[ "$out" == *"(training loss)" ]]'
-  printf '{"step":0,"loss":5.5}\n{"step":1,"loss":4.0,"val_loss":4.2}\n' >"$dir/v.jsonl"
+  printf '{"step":1,"loss":5.5}\n{"step":2,"loss":4.0,"val_loss":4.2}\n' >"$dir/v.jsonl"
   out="$("$root/scripts/plot-loss" "$dir/v.jsonl" "$dir/v.png" 2>&1)"; rc=$?
   check "plot-loss with val_loss draws both curves (rc $rc: $out)" \
     '[ "$rc" -eq 0 ] && [[ "$out" == *"(training and validation loss)" ]] && head -c 4 "$dir/v.png" | grep -q PNG'
