@@ -12,36 +12,10 @@
 # it out). Usage: test_multinode.sh ZOE_TRAIN MPIEXEC CORPUS SOURCE_DIR
 set -u
 train="$1" mpiexec="$2" corpus="$3" src="$4"
-needs() {
-  echo "FAIL: test_multinode needs $1; run it as root on a machine that allows network" \
-       "namespaces, or leave it out with ctest -LE multinode"
-  exit 1
-}
-[ "$(id -u)" -eq 0 ] || needs "root (it makes network namespaces)"
-command -v ip >/dev/null || needs "iproute2's ip (scripts/install-deps installs it)"
-command -v unshare >/dev/null || needs "util-linux's unshare"
+test_name=test_multinode
+source "$src/tests/multinode/netns-cluster.sh"
 stall=4 # --stall-timeout: under the 6 s that mpirun's keepalive takes at the least
 bound=$((3 * (stall + 15))) # the promise is --stall-timeout + 15 s; 3x for a loaded machine
-tag="zmn$$" # names of this run's namespaces and links (links: at most 15 characters)
-ns_a="$tag-a" ns_b="$tag-b" link_a="${tag}a" link_b="${tag}b"
-dir="$(mktemp -d)"
-cleanup() {
-  for ns in "$ns_a" "$ns_b"; do
-    pids="$(ip netns pids "$ns" 2>/dev/null)"
-    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
-    ip netns del "$ns" 2>/dev/null
-  done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-ip netns add "$ns_a" 2>"$dir/netns.err" || needs "network namespaces (ip netns add: $(cat "$dir/netns.err"))"
-ip netns add "$ns_b" && ip link add "$link_a" type veth peer name "$link_b" &&
-  ip link set "$link_a" netns "$ns_a" && ip link set "$link_b" netns "$ns_b" &&
-  ip -n "$ns_a" addr add 10.77.0.1/24 dev "$link_a" &&
-  ip -n "$ns_b" addr add 10.77.0.2/24 dev "$link_b" &&
-  ip -n "$ns_a" link set lo up && ip -n "$ns_b" link set lo up &&
-  ip -n "$ns_a" link set "$link_a" up && ip -n "$ns_b" link set "$link_b" up ||
-  needs "a veth pair between two network namespaces"
 printf '10.77.0.1 slots=2\n10.77.0.2 slots=2\n' >"$dir/hosts"
 export ZOE_NETNS_HOSTS="10.77.0.1=$ns_a:zoe-host-a 10.77.0.2=$ns_b:zoe-host-b"
 export OMPI_MCA_plm_rsh_agent="$src/tests/multinode/netns-rsh"
@@ -53,8 +27,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # params="", without its MCA parameter file; with map=node, ranks dealt round-robin.
 params="$src/launch/openmpi-mca-params.conf" map=slot
 run_cluster() {
-  ip netns exec "$ns_a" unshare --uts sh -c 'hostname zoe-host-a && exec "$@"' sh \
-    "$mpiexec" ${params:+--mca mca_base_param_files "$params"} \
+  on_host a "$mpiexec" ${params:+--mca mca_base_param_files "$params"} \
     -np 4 --hostfile hosts --map-by "$map" --output-filename ranks \
     "$train" --model demo --tp 2 --data "$corpus" --stall-timeout "$stall" "$@"
 }
