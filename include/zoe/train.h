@@ -22,6 +22,9 @@ extern "C" {
 typedef enum zoe_offload_mode {
     ZOE_OFFLOAD_CPU = 0,  /* optimizer state and step on the host (ZeRO-Offload) */
     ZOE_OFFLOAD_NONE = 1, /* optimizer state and step on the device */
+    /* the step on the host, the state in files on drives (zoe_train_config.nvme_path),
+     * streamed through a ring of buckets in host memory (docs/nvme.md) */
+    ZOE_OFFLOAD_NVME = 2,
 } zoe_offload_mode;
 
 #define ZOE_PATH_MAX           1024
@@ -147,12 +150,20 @@ typedef struct zoe_train_config {
     /* Streamed weights: layers fetched ahead of the one in use; 0 (the default): the plan's
      * (zoe-train plans first), 1 where nothing plans. */
     int prefetch_layers;
+    /* --offload nvme (docs/nvme.md, "State and weights on drives"): the directories, one per
+     * drive, comma-separated, that hold each rank's scratch file of optimizer state; the state
+     * is striped across them. "" with any other --offload. */
+    char nvme_path[ZOE_PATH_MAX];
+    /* --offload nvme: state buckets read ahead of the one the host step updates (and written
+     * behind it); 0: the default, 2. */
+    int nvme_ahead;
 } zoe_train_config;
 
 /* The values of zoe_train_config.offload_params. */
 typedef enum zoe_offload_params {
     ZOE_OFFLOAD_PARAMS_NONE = 0,
     ZOE_OFFLOAD_PARAMS_CPU = 1,
+    ZOE_OFFLOAD_PARAMS_NVME = 2, /* weights on drives: not built yet, refused (docs/nvme.md) */
 } zoe_offload_params;
 
 /* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16,

@@ -58,7 +58,10 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
     int dpu = c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0;
     float ratio = c->offload == ZOE_OFFLOAD_NONE ? 0.0f : c->offload_ratio;
     char where[64];
-    if (ratio >= 1.0f)
+    if (c->offload == ZOE_OFFLOAD_NVME)
+        snprintf(where, sizeof where, "the host, its state on drives (%d read ahead)",
+                 c->nvme_ahead > 0 ? c->nvme_ahead : 2);
+    else if (ratio >= 1.0f)
         snprintf(where, sizeof where, "the host (ZeRO-Offload)");
     else if (ratio <= 0.0f)
         snprintf(where, sizeof where, "the device");
@@ -419,7 +422,8 @@ int main(int argc, char **argv) {
         run_data_destroy(&data);
         zoe_checkpoint_lock_release(lock);
         MPI_Finalize();
-        return EXIT_FAILURE;
+        /* bad input found only now (a --nvme-path without room): exit 2, nothing written */
+        return st == ZOE_ERR_INVALID_ARGUMENT ? EXIT_USAGE : EXIT_FAILURE;
     }
     char ckpt[ZOE_PATH_MAX * 2] = "";
     /* A bad checkpoint is bad input: one line naming it, exit 2, nothing written. So is a
