@@ -458,8 +458,11 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         ZOE_TRY(device_state_copy(opt, (int)which, offset, zoe_min_size(end, pd), buf, dt, write));
     if (end <= pd) return ZOE_OK;
     size_t a = offset > pd ? offset : pd;
-    state_span span = {.which = (int)which, .buf = buf + (a - offset) * esz, .h0 = a - pd,
-                       .dt = dt, .write = write};
+    state_span span = {.which = (int)which,
+                       .buf = buf + (a - offset) * esz,
+                       .h0 = a - pd,
+                       .dt = dt,
+                       .write = write};
     return zoe_state_paged(opt, a - pd, end - pd, write, state_span_copy, &span);
 }
 
@@ -533,8 +536,11 @@ static zoe_status held_copy(zoe_optimizer *opt, zoe_optimizer_state which,
     }
     if (end <= pd) return ZOE_OK;
     size_t a = offset > pd ? offset : pd;
-    held_span span = {.which = (int)which, .scales = scales, .buf = buf + (a - offset) * esz,
-                      .first = a - pd, .write = write};
+    held_span span = {.which = (int)which,
+                      .scales = scales,
+                      .buf = buf + (a - offset) * esz,
+                      .first = a - pd,
+                      .write = write};
     /* in elements of the host arrays: a block's scale goes with its elements */
     return zoe_state_paged(opt, (a - pd) * unit, zoe_min_size((end - pd) * unit, opt->sz.h_numel),
                            write, held_span_copy, &span);

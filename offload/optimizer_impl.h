@@ -141,7 +141,7 @@ typedef struct zoe_state_drive {
     size_t slot_bytes;
     char *ring; /* slots * slot_bytes, aligned for O_DIRECT */
     int num_buckets;
-    size_t *h0, *numel;    /* per bucket: its host coordinates [h0, h0 + numel) */
+    size_t *h0, *numel;     /* per bucket: its host coordinates [h0, h0 + numel) */
     size_t *offset, *bytes; /* per bucket: its region of the scratch space */
     int *slot_state;        /* per slot: idle, reading or writing */
     int *slot_bucket;

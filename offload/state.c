@@ -80,8 +80,7 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
         opt->h_v = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg_sq));
         if (z->h_master && !z->params_are_master)
             opt->h_master = zoe_state_host_alloc(opt, master_bytes);
-        int m_int8 = z->host_dtypes.exp_avg == ZOE_I8,
-            v_int8 = z->host_dtypes.exp_avg_sq == ZOE_I8;
+        int m_int8 = z->host_dtypes.exp_avg == ZOE_I8, v_int8 = z->host_dtypes.exp_avg_sq == ZOE_I8;
         if (m_int8) opt->h_m_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
         if (v_int8) opt->h_v_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
         if (!opt->h_m || !opt->h_v || (z->h_master && !opt->h_master) ||

@@ -179,7 +179,8 @@ zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx) {
 
 /* A run id every rank shares: world rank 0's process id and clock, broadcast. */
 static zoe_status run_id(zoe_optimizer *opt, char id[32]) {
-    unsigned long long v[1] = {((unsigned long long)getpid() << 32) ^ (unsigned long long)time(NULL)};
+    unsigned long long v[1] = {((unsigned long long)getpid() << 32) ^
+                               (unsigned long long)time(NULL)};
     int rc = MPI_Bcast(v, 1, MPI_UNSIGNED_LONG_LONG, 0, zoe_grid_world_comm(opt->grid));
     if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Bcast of the scratch files' run id");
     snprintf(id, 32, "%llx", v[0]);
@@ -214,8 +215,8 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     d->paths_text = strdup(opt->cfg.state_paths);
     d->paths_given = strdup(opt->cfg.state_paths);
     opt->cfg.state_paths = d->paths_given; /* the caller's string may go */
-    if (!d->paths_given || !d->h0 || !d->numel || !d->offset || !d->bytes || !d->slot_state || !d->slot_bucket ||
-        !d->ticket || !d->paths_text)
+    if (!d->paths_given || !d->h0 || !d->numel || !d->offset || !d->bytes || !d->slot_state ||
+        !d->slot_bucket || !d->ticket || !d->paths_text)
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state drive tables of %d buckets", nb);
     size_t at = 0;
     for (int b = 0; b < nb; b++) {
@@ -243,8 +244,8 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     /* Every rank opens its files or none goes on (one without room fails alone otherwise). */
     zoe_status opened = zoe_drive_io_open(&dc, &d->io);
     int worst = (int)opened;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX,
-                           zoe_grid_world_comm(opt->grid));
+    int rc =
+        MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, zoe_grid_world_comm(opt->grid));
     if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the scratch files' opening");
     if (opened != ZOE_OK) return opened;
     if (worst != ZOE_OK)

@@ -101,7 +101,8 @@ static zoe_status predict_range(const zoe_optimizer *opt, const zoe_adam_consts 
                                 size_t n, void *out) {
     float scale = opt->cfg.dpu_predict_scale;
     if (!opt->sz.compressed)
-        return zoe_adam_predict_host(k, scale, (float *)zoe_host_state_at(opt, 0, h), (float *)zoe_host_state_at(opt, 1, h),
+        return zoe_adam_predict_host(k, scale, (float *)zoe_host_state_at(opt, 0, h),
+                                     (float *)zoe_host_state_at(opt, 1, h),
                                      (float *)zoe_host_state_at(opt, 2, h), out, opt->dtype, n);
     float w[STATE_CHUNK], m[STATE_CHUNK], v[STATE_CHUNK];
     for (size_t i = 0; i < n; i += STATE_CHUNK) {
@@ -126,7 +127,8 @@ static zoe_status compensate_range(const zoe_optimizer *opt, const zoe_segment *
     const zoe_adam_consts *prev = zoe_segment_consts(&opt->flight_prev_consts, sg);
     float lambda = opt->flight_dc_lambda;
     if (!opt->sz.compressed)
-        return zoe_adam_compensate_host(prev, lambda, grad_scale, grad, w, (float *)zoe_host_state_at(opt, 1, h),
+        return zoe_adam_compensate_host(prev, lambda, grad_scale, grad, w,
+                                        (float *)zoe_host_state_at(opt, 1, h),
                                         (float *)zoe_host_state_at(opt, 2, h), n);
     float wc[STATE_CHUNK], m[STATE_CHUNK], v[STATE_CHUNK];
     for (size_t i = 0; i < n; i += STATE_CHUNK) {
@@ -219,7 +221,8 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     size_t esz = opt->esz;
     if (z->compressed) /* only its undo comes here: the step goes a tile at a time */
         return compressed_undo(opt, c, sg, a, e, buf, block_out, block_lo);
-    float *w_in = z->master_in_params ? (float *)opt->params + flat : (float *)zoe_host_state_at(opt, 0, h);
+    float *w_in =
+        z->master_in_params ? (float *)opt->params + flat : (float *)zoe_host_state_at(opt, 0, h);
     float *w_out = in_flight && z->dpu_swap ? zoe_host_grad_f32(opt, buf) + h : w_in;
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
@@ -228,7 +231,8 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     void *out = range_output(opt, a, flat, in_flight, block_out, block_lo);
     const zoe_adam_consts *k = zoe_segment_consts(from_snap ? snap_c : c, sg);
     if (undo) /* ZOE_DPU_EXACT, whose layout is that of no DPU: the master and fp32 gradient */
-        return zoe_adam_undo_host(k, w_in, (float *)zoe_host_state_at(opt, 1, h), (float *)zoe_host_state_at(opt, 2, h),
+        return zoe_adam_undo_host(k, w_in, (float *)zoe_host_state_at(opt, 1, h),
+                                  (float *)zoe_host_state_at(opt, 2, h),
                                   zoe_host_grad_f32(opt, buf) + h, out, opt->dtype, e - a);
     int predict = in_flight && opt->flight_predict;
     if (in_flight && opt->flight_dc && from_snap) { /* into the thread's fp32 tile */
@@ -237,13 +241,15 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     } else if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
         ZOE_TRY(compensate_range(opt, sg, k->grad_scale, w_in, h, e - a,
                                  zoe_host_grad_f32(opt, buf) + h));
-    ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)zoe_host_state_at(opt, 1, h), (float *)zoe_host_state_at(opt, 2, h), grad,
-                             grad_dtype, predict ? NULL : out, opt->dtype, e - a));
+    ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)zoe_host_state_at(opt, 1, h),
+                             (float *)zoe_host_state_at(opt, 2, h), grad, grad_dtype,
+                             predict ? NULL : out, opt->dtype, e - a));
     /* The prediction replaces the compute-dtype copy, over the tile the step has just touched. */
-    return predict
-               ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out, (float *)zoe_host_state_at(opt, 1, h),
-                                       (float *)zoe_host_state_at(opt, 2, h), out, opt->dtype, e - a)
-               : ZOE_OK;
+    return predict ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out,
+                                           (float *)zoe_host_state_at(opt, 1, h),
+                                           (float *)zoe_host_state_at(opt, 2, h), out, opt->dtype,
+                                           e - a)
+                   : ZOE_OK;
 }
 
 /* The host Adam over host coordinates [b0, b1) (a block): OpenMP over its tiles, each thread

@@ -61,9 +61,9 @@ static const char *const wsd_style_names[] = {"exponential", "linear", "cosine",
 static const char *const dpu_schedule_names[] = {"plain", "predict", "dc", "exact",
                                                  NULL}; /* zoe_dpu_schedule */
 static const char *const state_dtype_names[] = {"fp32", "bf16", "int8",
-                                                NULL};                   /* zoe_train_state_dtype */
+                                                NULL}; /* zoe_train_state_dtype */
 static const char *const offload_params_names[] = {"none", "cpu", "nvme",
-                                                   NULL}; /* zoe_offload_params */
+                                                   NULL};           /* zoe_offload_params */
 static const char *const offload_names[] = {"cpu", "none", "nvme"}; /* zoe_offload_mode */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
