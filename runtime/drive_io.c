@@ -15,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 #include "runtime/drive_io_impl.h"
 #include "runtime/error.h"
@@ -25,7 +26,8 @@ enum {
     MAX_PATHS = 64,
     MAX_QUEUE_DEPTH = 4096,
     MAX_RUN_ID = 64,
-    MAX_STRIPE = 1 << 30, /* a segment's length fits an SQE's 32 bits */
+    MAX_STRIPE = 1 << 30,   /* a segment's length fits an SQE's 32 bits */
+    OWN_NAME_RETRIES = 100, /* 1 s in steps of 10 ms */
 };
 static const char SCRATCH_PREFIX[] = "zoe-scratch.";
 
@@ -119,7 +121,15 @@ static zoe_status remove_leftovers(int dirfd, const char *dir, const char *own_n
             close(fd);
             continue;
         }
-        if (flock(fd, LOCK_EX | LOCK_NB)) {
+        /* A dead process's io_uring releases its files a moment after the process is gone
+         * (the kernel tears a ring down in a work queue): a run restarted under the same name
+         * right after a crash waits that moment out before calling its predecessor live. */
+        int locked = flock(fd, LOCK_EX | LOCK_NB) != 0;
+        for (int i = 0; locked && !strcmp(e->d_name, own_name) && i < OWN_NAME_RETRIES; i++) {
+            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+            locked = flock(fd, LOCK_EX | LOCK_NB) != 0;
+        }
+        if (locked) {
             if (!strcmp(e->d_name, own_name))
                 st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                               "drive path %s: %s is in use by a live run with the same run id "
@@ -245,10 +255,6 @@ static zoe_status open_files(zoe_drive_io *io, const zoe_drive_io_config *c) {
     return ZOE_OK;
 }
 
-static const char *engine_label(zoe_drive_io_engine e) {
-    return e == ZOE_DRIVE_IO_URING ? "uring" : e == ZOE_DRIVE_IO_THREADS ? "threads" : "auto";
-}
-
 static zoe_status start_engine(zoe_drive_io *io, const zoe_drive_io_config *c) {
     zoe_drive_io_engine want;
     const char *chooser;
@@ -260,16 +266,13 @@ static zoe_status start_engine(zoe_drive_io *io, const zoe_drive_io_config *c) {
             return zoe_fail(ZOE_ERR_UNSUPPORTED, "drive I/O: io_uring asked for (%s) but %s",
                             chooser, why);
     }
-    char uring_why[256];
-    snprintf(uring_why, sizeof uring_why, "%s", why);
-    ZOE_TRY(zoe_drive_io_threads_start(io, why, sizeof why));
+    ZOE_TRY(zoe_drive_io_threads_start(io));
+    size_t n = strlen(io->engine_detail);
     if (want == ZOE_DRIVE_IO_THREADS)
-        snprintf(io->engine_detail + strlen(io->engine_detail),
-                 sizeof io->engine_detail - strlen(io->engine_detail), "; %s=%s", chooser,
-                 engine_label(want));
+        snprintf(io->engine_detail + n, sizeof io->engine_detail - n, "; asked for by %s", chooser);
     else
-        zoe_log(ZOE_LOG_INFO, "drive I/O: io_uring unavailable (%s): the thread engine runs",
-                uring_why);
+        snprintf(io->engine_detail + n, sizeof io->engine_detail - n, "; io_uring unavailable: %s",
+                 why);
     return ZOE_OK;
 }
 

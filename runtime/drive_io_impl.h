@@ -84,9 +84,10 @@ struct zoe_drive_io {
 void zoe_drive_io_complete(zoe_drive_io *io, int segment, long long result);
 
 /* Start an engine on io (files open, segments allocated): sets io->ops and io->engine. On
- * failure nothing is left to release, and why (one line) says what failed. */
+ * failure nothing is left to release; the io_uring engine's why (one line) says what failed,
+ * for the log of the thread engine that runs instead. */
 zoe_status zoe_drive_io_uring_start(zoe_drive_io *io, char *why, size_t why_size);
-zoe_status zoe_drive_io_threads_start(zoe_drive_io *io, char *why, size_t why_size);
+zoe_status zoe_drive_io_threads_start(zoe_drive_io *io);
 
 /* The whole of a segment's transfer with pread/pwrite (the thread engine): the bytes moved, or
  * -errno; fewer than asked only at the end of the file. */

@@ -77,13 +77,12 @@ static const drive_engine_ops threads_ops = {
     .stop = threads_stop,
 };
 
-zoe_status zoe_drive_io_threads_start(zoe_drive_io *io, char *why, size_t why_size) {
+zoe_status zoe_drive_io_threads_start(zoe_drive_io *io) {
     thread_engine *e = calloc(1, sizeof *e);
     int *queue = calloc((size_t)io->queue_depth, sizeof *queue);
     if (!e || !queue || pthread_cond_init(&e->work, NULL)) {
         free(e);
         free(queue);
-        snprintf(why, why_size, "out of memory");
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "drive I/O: the thread engine");
     }
     e->queue = queue;
@@ -95,7 +94,6 @@ zoe_status zoe_drive_io_threads_start(zoe_drive_io *io, char *why, size_t why_si
     if (e->num_workers == 0) {
         threads_stop(io);
         io->ops = NULL;
-        snprintf(why, why_size, "no thread could be started");
         return zoe_fail(ZOE_ERR_INTERNAL, "drive I/O: no worker thread could be started");
     }
     snprintf(io->engine_detail, sizeof io->engine_detail, "%d workers, pread/pwrite",

@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -161,6 +162,308 @@ static void round_trip(const char *const *paths, int num_paths, case_config cc, 
     zoe_drive_io_buffer_free(got);
 }
 
+static zoe_drive_io_config one_config(const char *const *paths, int num_paths, size_t bytes,
+                                      zoe_drive_io_engine engine, const char *run_id) {
+    zoe_drive_io_config c = zoe_drive_io_config_init();
+    c.paths = paths;
+    c.num_paths = num_paths;
+    c.bytes = bytes;
+    c.stripe_bytes = 64 << 10;
+    c.queue_depth = 4;
+    c.engine = engine;
+    c.run_id = run_id;
+    return c;
+}
+
+/* Writes random bytes over the whole space; returns 0 when a step failed. */
+static int fill_random(zoe_drive_io *io, size_t bytes, uint64_t seed) {
+    unsigned char *buf = zoe_drive_io_buffer_alloc(bytes);
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    for (size_t i = 0; i < bytes; i++) buf[i] = (unsigned char)test_rng_next(&rng);
+    zoe_drive_io_ticket t;
+    int ok =
+        CHECK_OK(zoe_drive_io_write(io, 0, buf, bytes, &t)) && CHECK_OK(zoe_drive_io_wait(io, t));
+    zoe_drive_io_buffer_free(buf);
+    return ok;
+}
+
+/* The request's wait fails with ZOE_ERR_IO and a message holding every one of the strings. */
+static void check_io_error(zoe_status st, const char *what, const char *a, const char *b,
+                           const char *c) {
+    const char *msg = zoe_last_error();
+    CHECK(st == ZOE_ERR_IO, "%s: status %d, not an I/O error (%s)", what, (int)st, msg);
+    CHECK(strstr(msg, a) && strstr(msg, b) && strstr(msg, c),
+          "%s: the message does not say '%s', '%s' and '%s': %s", what, a, b, c, msg);
+    printf("%s: %s\n", what, msg);
+}
+
+/* A truncated file (another process, an fsck, a careless rm and recreate) reads short, and an
+ * EIO (injected: a real one needs device-mapper, absent from most test machines) fails its
+ * request; both name the file and the offsets, and the handle goes on working. */
+static void short_read_and_eio(const char *const *paths, zoe_drive_io_engine engine) {
+    const size_t stripe = 64 << 10, bytes = 6 * stripe;
+    zoe_drive_io_config c = one_config(paths, 3, bytes, engine, "faults");
+    zoe_drive_io *io = NULL;
+    zoe_status st = zoe_drive_io_open(&c, &io);
+    if (engine == ZOE_DRIVE_IO_URING && st == ZOE_ERR_UNSUPPORTED) return; /* said above */
+    if (!CHECK_OK(st) || !fill_random(io, bytes, 7)) {
+        zoe_drive_io_destroy(io);
+        return;
+    }
+    char *buf = zoe_drive_io_buffer_alloc(bytes), file[512], want[600];
+    /* stripe 4 lives in file 1 at file offset 64 KiB: cut that file 8 KiB into it */
+    scratch_name(file, sizeof file, paths[1], "faults", 0);
+    CHECK(truncate(file, (off_t)(stripe + 8192)) == 0, "truncate %s: %s", file, strerror(errno));
+    zoe_drive_io_ticket t;
+    CHECK_OK(zoe_drive_io_read(io, 3 * stripe, buf, 2 * stripe, &t));
+    snprintf(want, sizeof want, "%s: short read: 8192 of 65536 bytes", file);
+    check_io_error(zoe_drive_io_wait(io, t), "short read", want, "file offset 65536",
+                   "scratch offset 262144");
+
+    /* EIO in the middle of a write spanning three stripes: the second stripe's segment */
+    zoe_drive_io_inject_fault(io, stripe + 4096, EIO);
+    CHECK_OK(zoe_drive_io_write(io, 0, buf, 3 * stripe, &t));
+    scratch_name(file, sizeof file, paths[1], "faults", 0);
+    snprintf(want, sizeof want, "%s: write of 65536 bytes at file offset 0", file);
+    check_io_error(zoe_drive_io_wait(io, t), "EIO", want, "scratch offset 65536", strerror(EIO));
+    /* one fault, one failed request: the next one succeeds */
+    CHECK_OK(zoe_drive_io_write(io, 0, buf, 3 * stripe, &t));
+    CHECK_OK(zoe_drive_io_wait(io, t));
+    zoe_drive_io_buffer_free(buf);
+    zoe_drive_io_destroy(io);
+}
+
+/* No room: RLIMIT_FSIZE fails the preallocation with EFBIG as a full disk fails it with ENOSPC
+ * (test_ckpt_full_disk's way, no privileges needed); the line names the path, the bytes needed
+ * and the bytes free, and no file is left. */
+static void no_room_file_limit(const char *dir) {
+    struct rlimit old, tight;
+    getrlimit(RLIMIT_FSIZE, &old);
+    tight = old;
+    tight.rlim_cur = 1 << 20;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &tight);
+    const char *paths[] = {dir};
+    zoe_drive_io_config c = one_config(paths, 1, 4 << 20, ZOE_DRIVE_IO_AUTO, "noroom");
+    zoe_drive_io *io = NULL;
+    zoe_status st = zoe_drive_io_open(&c, &io);
+    setrlimit(RLIMIT_FSIZE, &old);
+    const char *msg = zoe_last_error();
+    printf("no room (file size limit): %s\n", msg);
+    char want[600];
+    snprintf(want, sizeof want, "drive path %s: no room", dir);
+    CHECK(st == ZOE_ERR_INVALID_ARGUMENT && !io, "a file past the size limit was opened");
+    CHECK(strstr(msg, want) && strstr(msg, "needs 4194304 bytes") && strstr(msg, "bytes are free"),
+          "the refusal does not name path, bytes needed and free: %s", msg);
+    char file[512];
+    scratch_name(file, sizeof file, dir, "noroom", 0);
+    CHECK(!file_exists(file), "%s left behind by the refusal", file);
+    zoe_drive_io_destroy(io);
+}
+
+/* In a child (its own mount namespace, as root): a 1 MiB tmpfs refuses 4 MiB of scratch by the
+ * room check before any file exists, and a write into a hole of a file whose file system was
+ * filled meanwhile fails with ENOSPC naming the file and offset, on both engines. Exit 0: all
+ * good; 1: a check failed (printed); 77: no mount namespace here. */
+static int tiny_tmpfs_child(const char *dir) {
+    if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+        mount("tmpfs", dir, "tmpfs", 0, "size=1m")) {
+        printf("no private tmpfs here (%s): the file size limit covers the room check\n",
+               strerror(errno));
+        return 77;
+    }
+    const char *paths[] = {dir};
+    zoe_drive_io_config c = one_config(paths, 1, 4 << 20, ZOE_DRIVE_IO_AUTO, "tiny");
+    zoe_drive_io *io = NULL;
+    zoe_status st = zoe_drive_io_open(&c, &io);
+    const char *msg = zoe_last_error();
+    printf("no room (1 MiB tmpfs): %s\n", msg);
+    char want[600];
+    snprintf(want, sizeof want, "drive path %s: no room", dir);
+    CHECK(st == ZOE_ERR_INVALID_ARGUMENT && strstr(msg, want) &&
+              strstr(msg, "needs 4194304 bytes; 1048576 bytes are free there"),
+          "the refusal does not name path, bytes needed and free: %s", msg);
+    for (zoe_drive_io_engine e = ZOE_DRIVE_IO_URING; e <= ZOE_DRIVE_IO_THREADS; e++) {
+        c = one_config(paths, 1, 256 << 10, e, "tiny");
+        st = zoe_drive_io_open(&c, &io);
+        if (e == ZOE_DRIVE_IO_URING && st == ZOE_ERR_UNSUPPORTED) continue;
+        if (!CHECK_OK(st) || !fill_random(io, 256 << 10, 9)) break;
+        char file[512], filler[512];
+        scratch_name(file, sizeof file, dir, "tiny", 0);
+        snprintf(filler, sizeof filler, "%s/filler", dir);
+        int fd = open(file, O_RDWR);
+        CHECK(fd >= 0 && fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 128 << 10,
+                                   64 << 10) == 0,
+              "punching a hole in %s: %s", file, strerror(errno));
+        close(fd);
+        fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        char block[4096];
+        memset(block, 1, sizeof block);
+        while (write(fd, block, sizeof block) == (ssize_t)sizeof block) {
+        }
+        close(fd);
+        void *buf = zoe_drive_io_buffer_alloc(64 << 10);
+        memset(buf, 2, 64 << 10);
+        zoe_drive_io_ticket t;
+        CHECK_OK(zoe_drive_io_write(io, 128 << 10, buf, 64 << 10, &t));
+        st = zoe_drive_io_wait(io, t);
+        snprintf(want, sizeof want, "%s: write of 65536 bytes at file offset 131072", file);
+        check_io_error(st, "ENOSPC", want, "scratch offset 131072", strerror(ENOSPC));
+        zoe_drive_io_buffer_free(buf);
+        zoe_drive_io_destroy(io);
+        unlink(filler);
+    }
+    umount(dir);
+    return test_failures() ? 1 : 0;
+}
+
+static void no_room_tmpfs(const char *dir) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int code = tiny_tmpfs_child(dir);
+        fflush(stdout);
+        _exit(code);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77),
+          "the tiny tmpfs checks failed (status %d)", status);
+}
+
+/* A child process that opens a handle on dir as run_id and writes random bytes, then either
+ * dies by SIGKILL with its file in place (hold_fd < 0), or tells the parent it is ready by
+ * writing to ready_fd and holds the handle until hold_fd reaches its end (the parent closes
+ * parent_end, the pipe's other end). */
+/* Waits until the file's flock is free: a process killed with an io_uring releases its files a
+ * moment after it is reaped (the kernel tears the ring down in a work queue: 30 ms measured on
+ * this test's VM). Up to 10 s. */
+static void wait_unlocked(const char *file) {
+    int fd = open(file, O_RDONLY);
+    for (int i = 0; fd >= 0 && i < 1000 && flock(fd, LOCK_EX | LOCK_NB); i++) usleep(10000);
+    if (fd >= 0) close(fd); /* drops the lock just taken */
+}
+
+static pid_t start_run(const char *dir, const char *run_id, int ready_fd, int hold_fd,
+                       int parent_end) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    if (parent_end >= 0) close(parent_end); /* else hold_fd never reaches its end */
+    const char *paths[] = {dir};
+    zoe_drive_io_config c = one_config(paths, 1, 256 << 10, ZOE_DRIVE_IO_AUTO, run_id);
+    zoe_drive_io *io = NULL;
+    if (zoe_drive_io_open(&c, &io) != ZOE_OK || !fill_random(io, 256 << 10, 11)) _exit(1);
+    if (hold_fd < 0) raise(SIGKILL);
+    char b = 1;
+    if (write(ready_fd, &b, 1) != 1) _exit(1);
+    while (read(hold_fd, &b, 1) > 0) {
+    }
+    zoe_drive_io_destroy(io);
+    _exit(0);
+}
+
+/* A crashed run's file is removed by the next run on its path and never read (its successor
+ * with the same run id reads zeros where the dead one wrote); a live run's file is left alone,
+ * and a second run with a live run's own name is refused. */
+static void leftovers(const char *dir) {
+    char crashed[512], live[512], fresh[512];
+    scratch_name(crashed, sizeof crashed, dir, "crashed", 0);
+    scratch_name(live, sizeof live, dir, "live", 0);
+    scratch_name(fresh, sizeof fresh, dir, "fresh", 0);
+    int status = 0;
+    waitpid(start_run(dir, "crashed", -1, -1, -1), &status, 0);
+    CHECK(WIFSIGNALED(status) && file_exists(crashed), "the crashed run left no file (status %d)",
+          status);
+    wait_unlocked(crashed);
+    int ready[2], hold[2];
+    if (pipe(ready) || pipe(hold)) return;
+    pid_t holder = start_run(dir, "live", ready[1], hold[0], hold[1]);
+    close(ready[1]);
+    close(hold[0]);
+    char b;
+    CHECK(read(ready[0], &b, 1) == 1, "the live run did not start");
+
+    const char *paths[] = {dir};
+    zoe_drive_io_config c = one_config(paths, 1, 256 << 10, ZOE_DRIVE_IO_AUTO, "fresh");
+    zoe_drive_io *io = NULL;
+    CHECK_OK(zoe_drive_io_open(&c, &io));
+    CHECK(!file_exists(crashed), "the crashed run's file was not removed");
+    CHECK(file_exists(live) && file_exists(fresh), "the live run's file or the new one is missing");
+    zoe_drive_io_destroy(io);
+
+    c.run_id = "live";
+    io = NULL;
+    zoe_status st = zoe_drive_io_open(&c, &io);
+    CHECK(st == ZOE_ERR_INVALID_ARGUMENT && strstr(zoe_last_error(), "in use by a live run"),
+          "a second run with a live run's name was not refused: %s", zoe_last_error());
+    CHECK(file_exists(live), "the refusal touched the live run's file");
+    zoe_drive_io_destroy(io);
+
+    /* the same name as a crashed run: its file is replaced, its bytes never read */
+    waitpid(start_run(dir, "crashed", -1, -1, -1), &status, 0);
+    wait_unlocked(crashed); /* 30 ms here; the engine waits up to 1 s, a loaded machine more */
+    c.run_id = "crashed";
+    io = NULL;
+    if (CHECK_OK(zoe_drive_io_open(&c, &io))) {
+        unsigned char *buf = zoe_drive_io_buffer_alloc(256 << 10);
+        zoe_drive_io_ticket t;
+        CHECK_OK(zoe_drive_io_read(io, 0, buf, 256 << 10, &t));
+        CHECK_OK(zoe_drive_io_wait(io, t));
+        size_t nonzero = 0;
+        for (size_t i = 0; i < 256 << 10; i++) nonzero += buf[i] != 0;
+        CHECK(nonzero == 0, "%zu bytes of the crashed run were read back", nonzero);
+        zoe_drive_io_buffer_free(buf);
+    }
+    zoe_drive_io_destroy(io);
+
+    close(hold[1]); /* the live run ends and removes its own file */
+    waitpid(holder, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the live run failed (status %d)", status);
+    CHECK(!file_exists(live) && !file_exists(crashed) && !file_exists(fresh), "files left behind");
+    close(ready[0]);
+}
+
+/* ZOE_DRIVE_IO over the config's engine; bad configs refused with the bad value named. */
+static void choice_and_bad_input(const char *dir) {
+    const char *paths[] = {dir};
+    zoe_drive_io_config c = one_config(paths, 1, 64 << 10, ZOE_DRIVE_IO_AUTO, "choice");
+    zoe_drive_io *io = NULL;
+    setenv("ZOE_DRIVE_IO", "threads", 1);
+    if (CHECK_OK(zoe_drive_io_open(&c, &io)))
+        CHECK(!strcmp(zoe_drive_io_engine_name(io), "threads"),
+              "ZOE_DRIVE_IO=threads ran the %s engine", zoe_drive_io_engine_name(io));
+    zoe_drive_io_destroy(io);
+    io = NULL;
+    setenv("ZOE_DRIVE_IO", "posix-aio", 1);
+    CHECK(zoe_drive_io_open(&c, &io) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "ZOE_DRIVE_IO='posix-aio'"),
+          "a bad ZOE_DRIVE_IO was taken: %s", zoe_last_error());
+    unsetenv("ZOE_DRIVE_IO");
+    struct {
+        zoe_drive_io_config c;
+        const char *named;
+    } bad[] = {
+        {one_config(paths, 1, 64 << 10, ZOE_DRIVE_IO_AUTO, "a/b"), "run id 'a/b'"},
+        {one_config(paths, 1, 0, ZOE_DRIVE_IO_AUTO, "x"), "0 scratch bytes"},
+        {one_config(paths, 0, 64 << 10, ZOE_DRIVE_IO_AUTO, "x"), "0 paths"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(zoe_drive_io_open(&bad[i].c, &io) == ZOE_ERR_INVALID_ARGUMENT && !io &&
+                  strstr(zoe_last_error(), bad[i].named),
+              "bad config %zu: %s", i, zoe_last_error());
+    }
+    c.stripe_bytes = 5000;
+    CHECK(zoe_drive_io_open(&c, &io) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "stripe of 5000 bytes"),
+          "a stripe of 5000 bytes was taken: %s", zoe_last_error());
+    c = one_config((const char *[]){"/nonexistent/drive"}, 1, 64 << 10, ZOE_DRIVE_IO_AUTO, "x");
+    CHECK(zoe_drive_io_open(&c, &io) == ZOE_ERR_INVALID_ARGUMENT &&
+              strstr(zoe_last_error(), "drive path /nonexistent/drive"),
+          "a missing path was taken: %s", zoe_last_error());
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     char disk_a[] = "/tmp/zoe_drive_io_a.XXXXXX", disk_b[] = "/tmp/zoe_drive_io_b.XXXXXX",
@@ -181,6 +484,12 @@ int main(int argc, char **argv) {
         round_trip(three, 3, cases[i], 100 + i);
         round_trip(three, 1, cases[i], 200 + i);
     }
+    for (zoe_drive_io_engine e = ZOE_DRIVE_IO_URING; e <= ZOE_DRIVE_IO_THREADS; e++)
+        short_read_and_eio(three, e);
+    choice_and_bad_input(disk_a);
+    no_room_file_limit(disk_a);
+    no_room_tmpfs(disk_b);
+    leftovers(disk_b);
     rmdir(disk_a);
     rmdir(disk_b);
     rmdir(shm);
