@@ -29,6 +29,7 @@
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
+#include "bench/bench_util.h"
 #include "runtime/drive_io.h"
 #include "zoe/zoe.h"
 
@@ -163,7 +164,10 @@ static zoe_drive_io *open_engine(const options *o, zoe_drive_io_engine engine) {
     c.stripe_bytes = o->block;
     c.queue_depth = o->queue_depth;
     c.engine = engine;
-    c.run_id = engine == ZOE_DRIVE_IO_URING ? "bench-uring" : "bench-threads";
+    char run_id[64]; /* two benchmarks side by side each have their own files */
+    snprintf(run_id, sizeof run_id, "bench-%s-%d",
+             engine == ZOE_DRIVE_IO_URING ? "uring" : "threads", (int)getpid());
+    c.run_id = run_id;
     zoe_drive_io *io = NULL;
     if (zoe_drive_io_open(&c, &io) != ZOE_OK) return NULL;
     return io;
@@ -247,16 +251,6 @@ static int write_fio_file(const options *o, const char *file) {
     return ok;
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static pipeline make_pipeline(zoe_drive_io *io, const options *o) {
     pipeline p = {.io = io, .o = o, .slots = 2 * o->ahead + 1, .per_bucket = o->bucket / o->block};
     p.buf = calloc((size_t)p.slots, sizeof *p.buf);
@@ -303,8 +297,10 @@ int main(int argc, char **argv) {
         for (int w = 0; w < 3; w++) bw[FIO + w][r] = fio_pass(&o, fio_file, (enum fio_way)w);
     }
     unlink(fio_file);
+    if (uring) free_pipeline(&pu); /* removes the scratch files */
+    free_pipeline(&pt);
     double med[RUNS];
-    for (int i = 0; i < RUNS; i++) med[i] = median(bw[i], o.repeats);
+    for (int i = 0; i < RUNS; i++) med[i] = bench_median(bw[i], o.repeats);
     double fio_best = 0;
     for (int w = FIO; w < RUNS; w++) fio_best = med[w] > fio_best ? med[w] : fio_best;
     if (med[FIO] <= 0 || med[FIO + 1] <= 0 || med[FIO + 2] <= 0) {
@@ -314,15 +310,17 @@ int main(int argc, char **argv) {
     double ours = uring ? med[URING] : med[THREADS];
     struct utsname u;
     uname(&u);
+    double load = -1; /* other work on the machine: the figures mean little without it */
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf && fscanf(lf, "%lf", &load) != 1) load = -1;
+    if (lf) fclose(lf);
     printf("{\"bench\": \"drive_io\", \"host\": \"%s\", \"dir\": \"%s\", \"bytes\": %zu, "
            "\"bucket\": %zu, \"block\": %zu, \"queue_depth\": %d, \"ahead\": %d, "
-           "\"repeats\": %d, \"engine\": \"%s\"",
-           u.nodename, o.dir, o.bytes, o.bucket, o.block, o.queue_depth, o.ahead, o.repeats,
+           "\"repeats\": %d, \"loadavg\": %.1f, \"engine\": \"%s\"",
+           u.nodename, o.dir, o.bytes, o.bucket, o.block, o.queue_depth, o.ahead, o.repeats, load,
            uring ? "io_uring" : "threads");
     for (int i = 0; i < RUNS; i++) printf(", \"%s_MBps\": %.1f", names[i], med[i] / 1e6);
     printf(", \"bandwidth_share\": %.3f, \"bandwidth_share_threads\": %.3f}\n", ours / fio_best,
            med[THREADS] / fio_best);
-    if (uring) free_pipeline(&pu);
-    free_pipeline(&pt);
     return 0;
 }

@@ -23,7 +23,6 @@
 
 enum {
     PAGE = 4096,
-    MAX_PATHS = 64,
     MAX_QUEUE_DEPTH = 4096,
     MAX_RUN_ID = 64,
     MAX_STRIPE = 1 << 30,   /* a segment's length fits an SQE's 32 bits */
@@ -50,9 +49,9 @@ static zoe_status check_config(const zoe_drive_io_config *c) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "drive I/O: config version %d is not %d (use zoe_drive_io_config_init)",
                         c->version, ZOE_DRIVE_IO_CONFIG_VERSION);
-    if (c->num_paths < 1 || c->num_paths > MAX_PATHS || !c->paths)
+    if (c->num_paths < 1 || c->num_paths > ZOE_DRIVE_IO_MAX_PATHS || !c->paths)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "drive I/O: %d paths (1 to %d)", c->num_paths,
-                        MAX_PATHS);
+                        ZOE_DRIVE_IO_MAX_PATHS);
     for (int i = 0; i < c->num_paths; i++)
         if (!c->paths[i] || !c->paths[i][0])
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "drive I/O: path %d is empty", i);

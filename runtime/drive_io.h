@@ -30,6 +30,7 @@
 #include "zoe/status.h"
 
 #define ZOE_DRIVE_IO_CONFIG_VERSION 1
+enum { ZOE_DRIVE_IO_MAX_PATHS = 64 };
 
 typedef struct zoe_drive_io zoe_drive_io; /* opaque: one per rank, owns its files */
 
@@ -41,7 +42,7 @@ typedef enum zoe_drive_io_engine {
 
 typedef struct zoe_drive_io_config {
     int version;              /* ZOE_DRIVE_IO_CONFIG_VERSION, from zoe_drive_io_config_init() */
-    const char *const *paths; /* directories, one per drive; one file per rank per path */
+    const char *const *paths; /* directories, one per drive (1..ZOE_DRIVE_IO_MAX_PATHS) */
     int num_paths;
     size_t bytes;               /* this rank's scratch bytes, striped across the paths */
     size_t stripe_bytes;        /* stripe unit, a multiple of 4096 (default 1 MiB) */

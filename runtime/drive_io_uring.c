@@ -146,7 +146,7 @@ zoe_status zoe_drive_io_uring_start(zoe_drive_io *io, char *why, size_t why_size
         free(e);
         return ZOE_ERR_UNSUPPORTED;
     }
-    int fds[64];
+    int fds[ZOE_DRIVE_IO_MAX_PATHS];
     for (int i = 0; i < io->num_files; i++) fds[i] = io->files[i].fd;
     e->fixed_files = io_uring_register_files(&e->ring, fds, (unsigned)io->num_files) == 0;
     io->engine = e;

@@ -1,7 +1,9 @@
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include "testing.h"
 
 static int failures, checks;
@@ -139,6 +141,16 @@ int test_check_ok(zoe_status st, const char *call, const char *file, int line) {
     test_check(st == ZOE_OK, file, line, "%s returned %s: %s", call, zoe_status_string(st),
                zoe_last_error());
     return st == ZOE_OK;
+}
+
+unsigned long long test_file_size_limit(unsigned long long bytes) {
+    struct rlimit lim;
+    getrlimit(RLIMIT_FSIZE, &lim);
+    unsigned long long before = lim.rlim_cur;
+    lim.rlim_cur = (rlim_t)bytes;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    return before;
 }
 
 int test_failures(void) {

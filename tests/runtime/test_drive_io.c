@@ -6,9 +6,10 @@
  * tmpfs mounted in a private mount namespace where this runs as root, and RLIMIT_FSIZE as
  * test_ckpt_full_disk fills a disk, everywhere), a short read of a truncated file, ENOSPC
  * mid-run, an injected EIO, and the leftovers of a killed run (removed) beside a live run's
- * (kept).
+ * (kept). At several ranks: ranks of a node sharing a drive's directory.
  *
- * Usage: test_drive_io (parent); test_drive_io --child crash|hold DIR RUN_ID (the other runs). */
+ * The other runs (a crashed one, a live one, one in a private mount namespace) are forked
+ * children. */
 #define _GNU_SOURCE /* unshare, fallocate */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +19,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,17 +238,12 @@ static void short_read_and_eio(const char *const *paths, zoe_drive_io_engine eng
  * (test_ckpt_full_disk's way, no privileges needed); the line names the path, the bytes needed
  * and the bytes free, and no file is left. */
 static void no_room_file_limit(const char *dir) {
-    struct rlimit old, tight;
-    getrlimit(RLIMIT_FSIZE, &old);
-    tight = old;
-    tight.rlim_cur = 1 << 20;
-    signal(SIGXFSZ, SIG_IGN);
-    setrlimit(RLIMIT_FSIZE, &tight);
+    unsigned long long limit = test_file_size_limit(1 << 20);
     const char *paths[] = {dir};
     zoe_drive_io_config c = one_config(paths, 1, 4 << 20, ZOE_DRIVE_IO_AUTO, "noroom");
     zoe_drive_io *io = NULL;
     zoe_status st = zoe_drive_io_open(&c, &io);
-    setrlimit(RLIMIT_FSIZE, &old);
+    test_file_size_limit(limit);
     const char *msg = zoe_last_error();
     printf("no room (file size limit): %s\n", msg);
     char want[600];
@@ -464,8 +459,54 @@ static void choice_and_bad_input(const char *dir) {
           "a missing path was taken: %s", zoe_last_error());
 }
 
+/* Ranks of one node share a drive: each opens its own file in the same directory at the same
+ * moment, and no rank's sweep for leftovers takes another's live file; each reads back its own
+ * bytes. */
+static void shared_path(void) {
+    char dir[64] = "/tmp/zoe_drive_io_shared.XXXXXX";
+    if (test_rank() == 0 && !mkdtemp(dir)) dir[0] = 0;
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (!dir[0]) {
+        CHECK(0, "mkdtemp: %s", strerror(errno));
+        return;
+    }
+    const char *paths[] = {dir};
+    const size_t bytes = 256 << 10;
+    zoe_drive_io_config c = one_config(paths, 1, bytes, ZOE_DRIVE_IO_AUTO, "shared");
+    c.rank = test_rank();
+    zoe_drive_io *io = NULL;
+    MPI_Barrier(MPI_COMM_WORLD);
+    int opened = CHECK_OK(zoe_drive_io_open(&c, &io)) && fill_random(io, bytes, 50 + c.rank);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int r = 0; r < test_world_size(); r++) {
+        char file[512];
+        scratch_name(file, sizeof file, dir, "shared", r);
+        CHECK(file_exists(file), "rank %d's live file is gone", r);
+    }
+    if (opened) {
+        unsigned char *got = zoe_drive_io_buffer_alloc(bytes), *want = malloc(bytes);
+        test_rng rng;
+        test_rng_seed(&rng, 50 + (uint64_t)c.rank);
+        for (size_t i = 0; i < bytes; i++) want[i] = (unsigned char)test_rng_next(&rng);
+        zoe_drive_io_ticket t;
+        CHECK_OK(zoe_drive_io_read(io, 0, got, bytes, &t));
+        CHECK_OK(zoe_drive_io_wait(io, t));
+        CHECK(memcmp(got, want, bytes) == 0, "rank %d read back other bytes", c.rank);
+        zoe_drive_io_buffer_free(got);
+        free(want);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    zoe_drive_io_destroy(io);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank() == 0) CHECK(rmdir(dir) == 0, "%s not empty after every rank's destroy", dir);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
+    if (test_world_size() > 1) { /* several ranks: what they share; the rest is per rank */
+        shared_path();
+        return test_finish("test_drive_io");
+    }
     char disk_a[] = "/tmp/zoe_drive_io_a.XXXXXX", disk_b[] = "/tmp/zoe_drive_io_b.XXXXXX",
          shm[] = "/dev/shm/zoe_drive_io.XXXXXX";
     if (!mkdtemp(disk_a) || !mkdtemp(disk_b) || !mkdtemp(shm)) {
