@@ -178,10 +178,13 @@ static zoe_status create_file(zoe_drive_io *io, drive_file *f, const char *dir, 
     st = remove_leftovers(dirfd, dir, name);
     if (st != ZOE_OK) goto out;
 
+    /* A file system that reports no size (ramfs) has no room to compare: the preallocation
+     * decides there. */
     struct statvfs vfs;
     unsigned long long free_bytes = 0;
-    if (statvfs(dir, &vfs) == 0) free_bytes = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
-    if (f->size > free_bytes) {
+    int sized = statvfs(dir, &vfs) == 0 && vfs.f_blocks > 0;
+    if (sized) free_bytes = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+    if (sized && f->size > free_bytes) {
         st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                       "drive path %s: no room: this rank's scratch file needs %zu bytes; %llu "
                       "bytes are free there",
@@ -197,7 +200,9 @@ static zoe_status create_file(zoe_drive_io *io, drive_file *f, const char *dir, 
         f->fd = openat(dirfd, name, flags, 0600);
         f->direct = 0;
         if (f->fd >= 0)
-            zoe_log(ZOE_LOG_INFO, "drive I/O: %s refuses O_DIRECT (tmpfs?): buffered I/O there",
+            zoe_log(ZOE_LOG_INFO,
+                    "drive I/O: %s refuses O_DIRECT (tmpfs before Linux 6.6, ramfs): buffered I/O "
+                    "there",
                     dir);
     }
     if (f->fd < 0) {
@@ -314,8 +319,7 @@ zoe_status zoe_drive_io_open(const zoe_drive_io_config *c, zoe_drive_io **out) {
     }
     st = start_engine(io, c);
     if (st != ZOE_OK) goto fail;
-    int direct = 0;
-    for (int i = 0; i < io->num_files; i++) direct += io->files[i].direct;
+    int direct = zoe_drive_io_direct_paths(io);
     zoe_log(ZOE_LOG_INFO,
             "drive I/O: %s engine (%s), %zu bytes on %d path%s in stripes of %zu, %s, aligned to "
             "%zu",
@@ -337,6 +341,12 @@ size_t zoe_drive_io_alignment(const zoe_drive_io *io) {
 }
 const char *zoe_drive_io_engine_name(const zoe_drive_io *io) {
     return io->ops->name;
+}
+
+int zoe_drive_io_direct_paths(const zoe_drive_io *io) {
+    int n = 0;
+    for (int i = 0; i < io->num_files; i++) n += io->files[i].direct;
+    return n;
 }
 
 /* A free request slot (growing the table when every slot is taken), marked in use. */

@@ -66,6 +66,8 @@ zoe_status zoe_drive_io_open(const zoe_drive_io_config *cfg, zoe_drive_io **out)
 size_t zoe_drive_io_alignment(const zoe_drive_io *io);
 /* Which engine runs: "io_uring" or "threads". */
 const char *zoe_drive_io_engine_name(const zoe_drive_io *io);
+/* How many of the paths run O_DIRECT (the others refused it, or direct = 0). */
+int zoe_drive_io_direct_paths(const zoe_drive_io *io);
 
 typedef struct zoe_drive_io_ticket {
     uint64_t id; /* 0: no request */

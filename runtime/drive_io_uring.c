@@ -57,17 +57,17 @@ static void uring_flush(zoe_drive_io *io) {
     uring_engine *e = io->engine;
     while (e->num_queued > 0) {
         int n = io_uring_submit(&e->ring);
-        if (n >= 0) {
-            /* the kernel takes SQEs in order: drop the first n from the list */
+        if (n > 0) { /* the kernel takes SQEs in order: drop the first n from the list */
             memmove(e->queued, e->queued + n, (size_t)(e->num_queued - n) * sizeof *e->queued);
             e->num_queued -= n;
-            if (n > 0) continue;
+            continue;
         }
-        if (n == -EINTR || n == -EAGAIN || n == -EBUSY || n == 0) continue;
-        /* The ring cannot take them: fail those segments (their requests say why) and every
-         * later one; the SQEs stay unsubmitted in a ring that is not submitted again. */
-        e->broken = n;
-        for (int i = 0; i < e->num_queued; i++) zoe_drive_io_complete(io, e->queued[i], n);
+        if (n == -EINTR || n == -EAGAIN) continue; /* a signal; no request memory this moment */
+        /* The ring cannot take them (the CQ cannot overflow: it has twice the entries of the
+         * SQ and no more than queue_depth segments are in flight): fail those segments, their
+         * requests say why, and every later one; the ring is not submitted again. */
+        e->broken = n < 0 ? n : -EIO;
+        for (int i = 0; i < e->num_queued; i++) zoe_drive_io_complete(io, e->queued[i], e->broken);
         e->num_queued = 0;
     }
 }

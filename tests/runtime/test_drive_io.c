@@ -8,8 +8,9 @@
  * mid-run, an injected EIO, and the leftovers of a killed run (removed) beside a live run's
  * (kept). At several ranks: ranks of a node sharing a drive's directory.
  *
- * The other runs (a crashed one, a live one, one in a private mount namespace) are forked
- * children. */
+ * The other runs are children: a crashed one and a live one forked; one in a private mount
+ * namespace and one that seccomp forbids io_uring are this binary again without MPI
+ * (test_drive_io --tiny-tmpfs|--no-uring DIR): AUTO falls back to the thread engine. */
 #define _GNU_SOURCE /* unshare, fallocate */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,6 +100,8 @@ static void round_trip(const char *const *paths, int num_paths, case_config cc, 
         return;
     }
     if (!CHECK_OK(st)) return;
+    CHECK(zoe_drive_io_direct_paths(io) == (cc.direct ? num_paths : 0), "%d paths O_DIRECT",
+          zoe_drive_io_direct_paths(io));
     printf("round trip: engine %s, direct %d, %d paths, alignment %zu\n",
            zoe_drive_io_engine_name(io), cc.direct, num_paths, zoe_drive_io_alignment(io));
     CHECK(!strcmp(zoe_drive_io_engine_name(io),
@@ -257,10 +265,11 @@ static void no_room_file_limit(const char *dir) {
     zoe_drive_io_destroy(io);
 }
 
-/* In a child (its own mount namespace, as root): a 1 MiB tmpfs refuses 4 MiB of scratch by the
- * room check before any file exists, and a write into a hole of a file whose file system was
- * filled meanwhile fails with ENOSPC naming the file and offset, on both engines. Exit 0: all
- * good; 1: a check failed (printed); 77: no mount namespace here. */
+/* In a child process (its own mount namespace, as root): a 1 MiB tmpfs refuses 4 MiB of scratch by
+ * the room check before any file exists, and a write into a hole of a file whose file system was
+ * filled meanwhile fails with ENOSPC naming the file and offset, on both engines; then a ramfs,
+ * which refuses O_DIRECT, runs buffered. Exit 0: all good; 1: a check failed (printed); 77: no
+ * mount namespace here. */
 static int tiny_tmpfs_child(const char *dir) {
     if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
         mount("tmpfs", dir, "tmpfs", 0, "size=1m")) {
@@ -310,21 +319,84 @@ static int tiny_tmpfs_child(const char *dir) {
         unlink(filler);
     }
     umount(dir);
+
+    /* ramfs refuses O_DIRECT at open (as tmpfs did before Linux 6.6): buffered there */
+    if (mount("ramfs", dir, "ramfs", 0, NULL)) {
+        CHECK(0, "mounting a ramfs: %s", strerror(errno));
+        return 1;
+    }
+    c = one_config(paths, 1, 256 << 10, ZOE_DRIVE_IO_AUTO, "ramfs");
+    io = NULL;
+    if (CHECK_OK(zoe_drive_io_open(&c, &io))) {
+        CHECK(zoe_drive_io_direct_paths(io) == 0, "O_DIRECT on a ramfs");
+        unsigned char *buf = zoe_drive_io_buffer_alloc(256 << 10);
+        zoe_drive_io_ticket t;
+        if (fill_random(io, 256 << 10, 17) &&
+            CHECK_OK(zoe_drive_io_read(io, 0, buf, 256 << 10, &t)) &&
+            CHECK_OK(zoe_drive_io_wait(io, t))) {
+            test_rng rng;
+            test_rng_seed(&rng, 17);
+            size_t bad = 0;
+            for (size_t i = 0; i < 256 << 10; i++)
+                bad += buf[i] != (unsigned char)test_rng_next(&rng);
+            CHECK(bad == 0, "%zu bytes read back differ on the ramfs", bad);
+        }
+        zoe_drive_io_buffer_free(buf);
+    }
+    zoe_drive_io_destroy(io);
+    umount(dir);
     return test_failures() ? 1 : 0;
 }
 
-static void no_room_tmpfs(const char *dir) {
+/* In a child process that seccomp forbids io_uring_setup (as container runtimes' default
+ * profiles do): AUTO runs the thread engine, and URING is refused saying why. Exit 0: all good;
+ * 1: a check failed (printed). */
+static int no_uring_child(const char *dir) {
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+        CHECK(0, "seccomp: %s", strerror(errno));
+        return 1;
+    }
+    const char *paths[] = {dir};
+    zoe_drive_io_config c = one_config(paths, 1, 256 << 10, ZOE_DRIVE_IO_AUTO, "noring");
+    zoe_drive_io *io = NULL;
+    if (CHECK_OK(zoe_drive_io_open(&c, &io))) {
+        CHECK(!strcmp(zoe_drive_io_engine_name(io), "threads"), "AUTO ran %s under seccomp",
+              zoe_drive_io_engine_name(io));
+        fill_random(io, 256 << 10, 13);
+    }
+    zoe_drive_io_destroy(io);
+    c.engine = ZOE_DRIVE_IO_URING;
+    io = NULL;
+    zoe_status st = zoe_drive_io_open(&c, &io);
+    printf("io_uring forbidden: %s\n", zoe_last_error());
+    CHECK(st == ZOE_ERR_UNSUPPORTED && strstr(zoe_last_error(), strerror(EPERM)),
+          "URING under seccomp: %s", zoe_last_error());
+    zoe_drive_io_destroy(io);
+    return test_failures() ? 1 : 0;
+}
+
+/* Runs this binary again as a helper without MPI (this process has MPI's threads, and TSan
+ * starts no thread after a fork of a threaded process); CHECKs its exit status. */
+static void run_helper(const char *mode, const char *dir, int may_be_unavailable) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        int code = tiny_tmpfs_child(dir);
-        fflush(stdout);
-        _exit(code);
+        execl("/proc/self/exe", "test_drive_io", mode, dir, (char *)NULL);
+        _exit(127);
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77),
-          "the tiny tmpfs checks failed (status %d)", status);
+    CHECK(WIFEXITED(status) &&
+              (WEXITSTATUS(status) == 0 || (may_be_unavailable && WEXITSTATUS(status) == 77)),
+          "test_drive_io %s failed (status %d)", mode, status);
 }
 
 /* A child process that opens a handle on dir as run_id and writes random bytes, then either
@@ -502,6 +574,8 @@ static void shared_path(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--tiny-tmpfs")) return tiny_tmpfs_child(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--no-uring")) return no_uring_child(argv[2]);
     test_init(&argc, &argv);
     if (test_world_size() > 1) { /* several ranks: what they share; the rest is per rank */
         shared_path();
@@ -529,7 +603,8 @@ int main(int argc, char **argv) {
         short_read_and_eio(three, e);
     choice_and_bad_input(disk_a);
     no_room_file_limit(disk_a);
-    no_room_tmpfs(disk_b);
+    run_helper("--tiny-tmpfs", disk_b, 1); /* 77: no private tmpfs (not root) */
+    run_helper("--no-uring", disk_b, 0);
     leftovers(disk_b);
     rmdir(disk_a);
     rmdir(disk_b);
