@@ -87,7 +87,7 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     *out = (zoe_optimizer_footprint){
         .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales +
                       (z->snap_pinned ? 0 : snap) - pinned_master - z->drive_paged +
-                      (size_t)(2 * z->drive_ahead + 1) * z->drive_slot * (z->drive != 0),
+                      (size_t)z->drive_slots * z->drive_slot,
         .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz +
                         z->host_params * esz + pinned_master,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +

@@ -84,9 +84,10 @@ typedef struct zoe_state_sizes {
     size_t full_grad, full_pinned;   /* ZOE_GRAD_FULL_BUFFER, compute dtype */
     /* State on drives (cfg.state_paths; offload/state_drive.c): the host arrays the step reads
      * and writes (the master unless params_are_master, the moments, int8 scales) in the drive
-     * engine's scratch space, bucket by bucket, and a ring of 2 drive_ahead + 1 slots of
-     * drive_slot bytes in host memory instead. drive_paged: the host bytes they would take. */
-    int drive, drive_ahead;
+     * engine's scratch space, bucket by bucket, and a ring of drive_slots (2 drive_ahead + 1,
+     * or the buckets if fewer) slots of drive_slot bytes in host memory instead. drive_paged: the
+     * host bytes they would take. */
+    int drive, drive_ahead, drive_slots;
     size_t drive_slot, drive_bytes, drive_paged;
 } zoe_state_sizes;
 

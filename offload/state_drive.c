@@ -57,6 +57,10 @@ void zoe_state_drive_sizes(zoe_state_sizes *z, const zoe_layout *lay) {
     }
     z->drive_slot = largest;
     z->drive_bytes = all;
+    /* 2 ahead + 1 slots, or one per bucket where there are fewer: bucket b always takes slot
+     * b % slots, and the slot's last bucket, b - slots, is then never one of this step's */
+    z->drive_slots = 2 * z->drive_ahead + 1;
+    if (z->drive_slots > lay->num_buckets) z->drive_slots = lay->num_buckets;
     size_t paged = 0; /* what the drives hold instead of host memory */
     for (int a = 0; a < ZOE_STATE_ARRAYS; a++) paged += array_bytes(z, a, z->h_numel);
     z->drive_paged = paged;
@@ -201,7 +205,7 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     opt->drive = d;
     d->cached = d->shown = -1;
     d->ahead = opt->sz.drive_ahead;
-    d->slots = 2 * d->ahead + 1;
+    d->slots = opt->sz.drive_slots;
     d->slot_bytes = opt->sz.drive_slot;
     d->num_buckets = lay->num_buckets;
     int nb = d->num_buckets;
