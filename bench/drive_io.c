@@ -2,12 +2,13 @@
  * host step moves optimizer state, against fio moving the same bytes the same way, in one run.
  *
  * The engine's pattern: the state is `bytes` in buckets of `bucket` bytes; each bucket is read
- * in requests of `block` bytes, updated (no compute here: the engine's part alone; the host
- * step's benchmark, `nvme`, adds it), and written back in place. Buckets i+1..i+k are read
+ * in requests of `request` bytes (default: the block; `--request` = the bucket is one request
+ * per bucket, as the host step issues them), updated (no compute here: the engine's part alone; the
+ * host step's benchmark, `nvme`, adds it), and written back in place. Buckets i+1..i+k are read
  * ahead while bucket i is written, and the write of bucket i-k is waited for before its buffer
- * takes bucket i+k+1 (2k+1 bucket buffers). The engine keeps `queue_depth` requests in flight
- * (stripe unit = block, so a request is one segment). Bytes moved: `bytes` read + `bytes`
- * written, O_DIRECT, on one file in `dir`.
+ * takes bucket i+k+1 (2k+1 bucket buffers). The stripe unit is the block: the engine cuts
+ * requests into blocks and keeps `queue_depth` of them in flight. Bytes moved: `bytes` read +
+ * `bytes` written, O_DIRECT, on one file in `dir`.
  *
  * fio moves as much with the same O_DIRECT reads and writes, block size and queue depth Q, three
  * ways: one io_uring job mixing reads and writes (--rw=rw) at iodepth Q; an io_uring read
@@ -16,8 +17,8 @@
  * interleaved, so other work on the machine slows all alike; the medians are printed as one
  * JSON line, with bandwidth_share = the engine's (io_uring where it runs) / the best fio.
  *
- * Usage: bench_drive_io [--dir DIR] [--bytes N] [--bucket N] [--block N] [--queue-depth Q]
- *                       [--ahead K] [--repeats R] [--fio PATH]
+ * Usage: bench_drive_io [--dir DIR] [--bytes N] [--bucket N] [--block N] [--request N]
+ *                       [--queue-depth Q] [--ahead K] [--repeats R] [--fio PATH]
  * Sizes take K, M, G suffixes (powers of 2). Defaults: /tmp, 512M, 16M, 1M, 32, 2, 5, fio.
  * On a shared disk (a VM's virtio disk beside other work) single runs vary 2-4x: keep repeats. */
 #include <cjson/cJSON.h>
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,7 +39,7 @@ enum { MAX_REPEATS = 15 };
 
 typedef struct options {
     const char *dir, *fio;
-    size_t bytes, bucket, block;
+    size_t bytes, bucket, block, request;
     int queue_depth, ahead, repeats;
 } options;
 
@@ -88,6 +90,8 @@ static int parse_options(int argc, char **argv, options *o) {
             ok = parse_size(v, &o->bucket);
         else if (!strcmp(k, "--block"))
             ok = parse_size(v, &o->block);
+        else if (!strcmp(k, "--request"))
+            ok = parse_size(v, &o->request);
         else if (!strcmp(k, "--queue-depth"))
             ok = (o->queue_depth = atoi(v)) > 0;
         else if (!strcmp(k, "--ahead"))
@@ -101,12 +105,14 @@ static int parse_options(int argc, char **argv, options *o) {
             return 0;
         }
     }
-    if (o->block % 4096 || o->bucket % o->block || o->bytes % o->bucket ||
-        o->bytes / o->bucket < (size_t)o->ahead + 1) {
+    if (!o->request) o->request = o->block;
+    if (o->block % 4096 || o->request % o->block || o->bucket % o->request ||
+        o->bytes % o->bucket || o->bytes / o->bucket < (size_t)o->ahead + 1) {
         fprintf(stderr,
-                "bench_drive_io: block %zu must be a multiple of 4096, bucket %zu of the "
-                "block, bytes %zu of the bucket and hold more than --ahead buckets\n",
-                o->block, o->bucket, o->bytes);
+                "bench_drive_io: block %zu must be a multiple of 4096, request %zu of the block, "
+                "bucket %zu of the request, bytes %zu of the bucket and hold more than --ahead "
+                "buckets\n",
+                o->block, o->request, o->bucket, o->bytes);
         return 0;
     }
     return 1;
@@ -124,11 +130,11 @@ typedef struct pipeline {
 static void issue(pipeline *p, size_t bucket, int write) {
     int s = (int)(bucket % (size_t)p->slots);
     for (size_t r = 0; r < p->per_bucket; r++) {
-        size_t off = bucket * p->o->bucket + r * p->o->block;
-        char *b = p->buf[s] + r * p->o->block;
+        size_t off = bucket * p->o->bucket + r * p->o->request;
+        char *b = p->buf[s] + r * p->o->request;
         zoe_drive_io_ticket *t = &p->ticket[(size_t)s * p->per_bucket + r];
-        zoe_status st = write ? zoe_drive_io_write(p->io, off, b, p->o->block, t)
-                              : zoe_drive_io_read(p->io, off, b, p->o->block, t);
+        zoe_status st = write ? zoe_drive_io_write(p->io, off, b, p->o->request, t)
+                              : zoe_drive_io_read(p->io, off, b, p->o->request, t);
         if (st != ZOE_OK) die(write ? "write" : "read");
     }
 }
@@ -140,10 +146,19 @@ static void finish(pipeline *p, size_t bucket) {
             die("wait");
 }
 
-/* One pass of the host step's I/O over every bucket; returns bytes per second moved. */
-static double engine_pass(pipeline *p) {
+/* CPU seconds of this process so far, every thread (the reaper, the workers) included. */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* One pass of the host step's I/O over every bucket; returns bytes per second moved, and adds
+ * the CPU seconds it took to *cpu. */
+static double engine_pass(pipeline *p, double *cpu) {
     size_t n = p->o->bytes / p->o->bucket, k = (size_t)p->o->ahead;
-    double t0 = now();
+    double t0 = now(), c0 = cpu_seconds();
     for (size_t j = 0; j <= k && j < n; j++) issue(p, j, 0);
     for (size_t i = 0; i < n; i++) {
         finish(p, i);   /* bucket i is in host memory */
@@ -152,6 +167,7 @@ static double engine_pass(pipeline *p) {
         if (i + k + 1 < n) issue(p, i + k + 1, 0);
     }
     for (size_t i = n > k ? n - k : 0; i < n; i++) finish(p, i);
+    *cpu += cpu_seconds() - c0;
     return 2.0 * (double)p->o->bytes / (now() - t0);
 }
 
@@ -252,7 +268,8 @@ static int write_fio_file(const options *o, const char *file) {
 }
 
 static pipeline make_pipeline(zoe_drive_io *io, const options *o) {
-    pipeline p = {.io = io, .o = o, .slots = 2 * o->ahead + 1, .per_bucket = o->bucket / o->block};
+    pipeline p = {
+        .io = io, .o = o, .slots = 2 * o->ahead + 1, .per_bucket = o->bucket / o->request};
     p.buf = calloc((size_t)p.slots, sizeof *p.buf);
     p.ticket = calloc((size_t)p.slots * p.per_bucket, sizeof *p.ticket);
     if (!p.buf || !p.ticket) die("out of memory");
@@ -290,10 +307,10 @@ int main(int argc, char **argv) {
     if (uring) fill(&pu);
     fill(&pt);
 
-    double bw[RUNS][MAX_REPEATS];
+    double bw[RUNS][MAX_REPEATS], cpu[2] = {0, 0};
     for (int r = 0; r < o.repeats; r++) {
-        bw[URING][r] = uring ? engine_pass(&pu) : -1;
-        bw[THREADS][r] = engine_pass(&pt);
+        bw[URING][r] = uring ? engine_pass(&pu, &cpu[URING]) : -1;
+        bw[THREADS][r] = engine_pass(&pt, &cpu[THREADS]);
         for (int w = 0; w < 3; w++) bw[FIO + w][r] = fio_pass(&o, fio_file, (enum fio_way)w);
     }
     unlink(fio_file);
@@ -315,11 +332,15 @@ int main(int argc, char **argv) {
     if (lf && fscanf(lf, "%lf", &load) != 1) load = -1;
     if (lf) fclose(lf);
     printf("{\"bench\": \"drive_io\", \"host\": \"%s\", \"dir\": \"%s\", \"bytes\": %zu, "
-           "\"bucket\": %zu, \"block\": %zu, \"queue_depth\": %d, \"ahead\": %d, "
+           "\"bucket\": %zu, \"request\": %zu, \"block\": %zu, \"queue_depth\": %d, \"ahead\": %d, "
            "\"repeats\": %d, \"loadavg\": %.1f, \"engine\": \"%s\"",
-           u.nodename, o.dir, o.bytes, o.bucket, o.block, o.queue_depth, o.ahead, o.repeats, load,
-           uring ? "io_uring" : "threads");
+           u.nodename, o.dir, o.bytes, o.bucket, o.request, o.block, o.queue_depth, o.ahead,
+           o.repeats, load, uring ? "io_uring" : "threads");
     for (int i = 0; i < RUNS; i++) printf(", \"%s_MBps\": %.1f", names[i], med[i] / 1e6);
+    /* CPU seconds per GB moved: what the engine costs the host step's cores */
+    double gb = 2.0 * (double)o.bytes * o.repeats / 1e9;
+    printf(", \"cpu_s_per_GB_io_uring\": %.3f, \"cpu_s_per_GB_threads\": %.3f", cpu[URING] / gb,
+           cpu[THREADS] / gb);
     printf(", \"bandwidth_share\": %.3f, \"bandwidth_share_threads\": %.3f}\n", ours / fio_best,
            med[THREADS] / fio_best);
     return 0;

@@ -291,6 +291,7 @@ zoe_status zoe_drive_io_open(const zoe_drive_io_config *c, zoe_drive_io **out) {
     io->alignment = PAGE;
     io->queue_depth = c->queue_depth;
     io->free_segment = -1;
+    io->uncut_head = io->uncut_tail = -1;
     zoe_status st = ZOE_OK;
     if (pthread_mutex_init(&io->mutex, NULL) || pthread_cond_init(&io->completed, NULL)) {
         st = zoe_fail(ZOE_ERR_INTERNAL, "drive I/O: mutex");
@@ -314,6 +315,7 @@ zoe_status zoe_drive_io_open(const zoe_drive_io_config *c, zoe_drive_io **out) {
         goto fail;
     }
     for (int i = c->queue_depth - 1; i >= 0; i--) {
+        io->segments[i].request = -1; /* free */
         io->segments[i].next_free = io->free_segment;
         io->free_segment = i;
     }
@@ -363,6 +365,40 @@ static int take_request(zoe_drive_io *io) {
     return slot;
 }
 
+/* Cuts the FIFO's requests into segments, one per stripe touched, while segments are free,
+ * and queues them on the engine (the caller flushes). */
+static void hand_out(zoe_drive_io *io) {
+    while (io->uncut_head >= 0 && io->free_segment >= 0) {
+        int slot = io->uncut_head;
+        drive_request *r = &io->requests[slot];
+        size_t pos = r->offset + r->cut;
+        size_t stripe = pos / io->stripe_bytes, within = pos % io->stripe_bytes;
+        size_t n = io->stripe_bytes - within;
+        if (n > r->bytes - r->cut) n = r->bytes - r->cut;
+        int s = io->free_segment;
+        drive_segment *seg = &io->segments[s];
+        io->free_segment = seg->next_free;
+        io->segments_in_flight++;
+        *seg = (drive_segment){
+            .request = slot,
+            .file = (int)(stripe % (size_t)io->num_files),
+            .file_offset = stripe / (size_t)io->num_files * io->stripe_bytes + within,
+            .scratch_offset = pos,
+            .buf = r->buf + r->cut,
+            .bytes = n,
+            .write = r->write,
+            .next_free = -1,
+        };
+        r->cut += n;
+        r->pending++;
+        if (r->cut == r->bytes) { /* all cut: off the FIFO */
+            io->uncut_head = r->next_uncut;
+            if (io->uncut_head < 0) io->uncut_tail = -1;
+        }
+        io->ops->submit(io, s);
+    }
+}
+
 static zoe_status submit(zoe_drive_io *io, size_t offset, char *buf, size_t bytes, int write,
                          zoe_drive_io_ticket *t) {
     const char *what = write ? "write" : "read";
@@ -384,39 +420,23 @@ static zoe_status submit(zoe_drive_io *io, size_t offset, char *buf, size_t byte
         pthread_mutex_unlock(&io->mutex);
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "drive I/O: %d requests", io->num_requests * 2);
     }
-    drive_request *r = &io->requests[slot];
     uint64_t id = (++io->next_sequence << 24) | (uint64_t)(slot + 1);
-    *r = (drive_request){.id = id, .pending = 1, .write = write, .status = ZOE_OK};
-    /* pending starts at 1 so that the request cannot look done while it is being cut */
-    for (size_t done = 0; done < bytes;) {
-        while (io->free_segment < 0) {
-            io->ops->flush(io);
-            io->ops->wait_any(io);
-        }
-        size_t pos = offset + done;
-        size_t stripe = pos / io->stripe_bytes, within = pos % io->stripe_bytes;
-        size_t n = io->stripe_bytes - within;
-        if (n > bytes - done) n = bytes - done;
-        int s = io->free_segment;
-        drive_segment *seg = &io->segments[s];
-        io->free_segment = seg->next_free;
-        io->segments_in_flight++;
-        *seg = (drive_segment){
-            .request = slot,
-            .file = (int)(stripe % (size_t)io->num_files),
-            .file_offset = stripe / (size_t)io->num_files * io->stripe_bytes + within,
-            .scratch_offset = pos,
-            .buf = buf + done,
-            .bytes = n,
-            .write = write,
-            .next_free = -1,
-        };
-        io->requests[slot].pending++;
-        io->ops->submit(io, s);
-        done += n;
-    }
+    io->requests[slot] = (drive_request){
+        .id = id,
+        .offset = offset,
+        .bytes = bytes,
+        .buf = buf,
+        .next_uncut = -1,
+        .write = write,
+        .status = ZOE_OK,
+    };
+    if (io->uncut_tail >= 0)
+        io->requests[io->uncut_tail].next_uncut = slot;
+    else
+        io->uncut_head = slot;
+    io->uncut_tail = slot;
+    hand_out(io);
     io->ops->flush(io);
-    io->requests[slot].pending--;
     pthread_mutex_unlock(&io->mutex);
     t->id = id;
     return ZOE_OK;
@@ -456,9 +476,12 @@ void zoe_drive_io_complete(zoe_drive_io *io, int segment, long long result) {
                               : " (the file is shorter than preallocated: truncated or replaced?)");
     }
     r->pending--;
+    s->request = -1;
     s->next_free = io->free_segment;
     io->free_segment = segment;
     io->segments_in_flight--;
+    hand_out(io);
+    pthread_cond_broadcast(&io->completed);
 }
 
 zoe_status zoe_drive_io_wait(zoe_drive_io *io, zoe_drive_io_ticket t) {
@@ -470,7 +493,11 @@ zoe_status zoe_drive_io_wait(zoe_drive_io *io, zoe_drive_io_ticket t) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "drive I/O: ticket %" PRIu64 " is not in flight (waited for twice?)", t.id);
     }
-    while (io->requests[slot].pending > 0) io->ops->wait_any(io);
+    drive_request *q = &io->requests[slot];
+    while (q->pending > 0 || q->cut < q->bytes) {
+        pthread_cond_wait(&io->completed, &io->mutex);
+        q = &io->requests[slot]; /* the table may have grown meanwhile */
+    }
     drive_request r = io->requests[slot];
     io->requests[slot].id = 0;
     pthread_mutex_unlock(&io->mutex);
@@ -505,7 +532,8 @@ void zoe_drive_io_destroy(zoe_drive_io *io) {
     if (!io) return;
     if (io->ops) {
         pthread_mutex_lock(&io->mutex);
-        while (io->segments_in_flight > 0) io->ops->wait_any(io);
+        while (io->segments_in_flight > 0 || io->uncut_head >= 0)
+            pthread_cond_wait(&io->completed, &io->mutex);
         pthread_mutex_unlock(&io->mutex);
         io->ops->stop(io);
     }

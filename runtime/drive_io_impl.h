@@ -2,8 +2,10 @@
  *
  * drive_io.c owns the files, the requests and the segments (the pieces of a request, one per
  * stripe it touches); an engine only moves a segment's bytes and reports each one done through
- * zoe_drive_io_complete(). Every engine call below is made, and zoe_drive_io_complete() is
- * called, with io->mutex held.
+ * zoe_drive_io_complete(). A request is never waited for at submission: it joins a FIFO, and
+ * its segments are handed to the engine as segments free up (at most queue_depth in flight),
+ * from the submitting thread and from the engine's completing thread alike. Every engine call
+ * below but stop is made, and zoe_drive_io_complete() is called, with io->mutex held.
  *
  * Explained in docs/nvme.md, "The I/O engine". */
 #ifndef ZOE_RUNTIME_DRIVE_IO_IMPL_H
@@ -22,7 +24,7 @@ typedef struct drive_file {
 } drive_file;
 
 typedef struct drive_segment {
-    int request;           /* index into io->requests */
+    int request;           /* index into io->requests; -1: the segment is free */
     int file;              /* index into io->files */
     size_t file_offset;    /* where in the file */
     size_t scratch_offset; /* where in the rank's scratch space (for messages and faults) */
@@ -35,18 +37,24 @@ typedef struct drive_segment {
 
 typedef struct drive_request {
     uint64_t id; /* the ticket's id; 0: the slot is free */
-    int pending; /* segments not yet complete */
-    int write;   /* for messages */
+    size_t offset, bytes;
+    char *buf;
+    size_t cut;     /* bytes handed to segments so far */
+    int pending;    /* segments handed out and not yet complete */
+    int next_uncut; /* the FIFO of requests with bytes left to cut: the next, or -1 */
+    int write;
     zoe_status status;
     char message[512];
 } drive_request;
 
+/* An engine moves segments; each completion reaches zoe_drive_io_complete() from the engine's
+ * own thread (the io_uring engine's reaper, the thread engine's workers), which then hands out
+ * the next segments and wakes the waiters (io->completed). */
 typedef struct drive_engine_ops {
     const char *name;
     void (*submit)(zoe_drive_io *io, int segment); /* queue a segment */
     void (*flush)(zoe_drive_io *io);               /* start what submit queued */
-    void (*wait_any)(zoe_drive_io *io);            /* block until a completion (or a wakeup) */
-    void (*stop)(zoe_drive_io *io);                /* nothing in flight: release the engine */
+    void (*stop)(zoe_drive_io *io); /* nothing in flight: release the engine (without the mutex) */
 } drive_engine_ops;
 
 struct zoe_drive_io {
@@ -59,15 +67,16 @@ struct zoe_drive_io {
     drive_file *files;
 
     pthread_mutex_t mutex;
-    pthread_cond_t completed; /* the thread engine's workers signal it */
+    pthread_cond_t completed; /* a segment completed: a request may be done */
     int mutex_ready;
 
     drive_segment *segments; /* [queue_depth] */
     int free_segment;        /* head of the free list, -1 when all are in flight */
     int segments_in_flight;
 
-    drive_request *requests; /* [num_requests]: grows when every slot is waiting */
+    drive_request *requests; /* [num_requests]: grows when every slot is taken */
     int num_requests;
+    int uncut_head, uncut_tail; /* the FIFO of requests with bytes left to cut, -1 when empty */
     uint64_t next_sequence;
 
     int fault_armed; /* zoe_drive_io_inject_fault */
@@ -80,7 +89,8 @@ struct zoe_drive_io {
 };
 
 /* A segment's transfer ended: result is the bytes moved (all of segment.bytes on success) or
- * -errno. Records a failure in the request, frees the segment. */
+ * -errno. Records a failure in the request, frees the segment, hands out the next ones (the
+ * caller flushes them) and wakes the waiters. */
 void zoe_drive_io_complete(zoe_drive_io *io, int segment, long long result);
 
 /* Start an engine on io (files open, segments allocated): sets io->ops and io->engine. On

@@ -35,7 +35,6 @@ static void *worker(void *arg) {
         long long result = zoe_drive_io_transfer(io, &io->segments[s]);
         pthread_mutex_lock(&io->mutex);
         zoe_drive_io_complete(io, s, result);
-        pthread_cond_broadcast(&io->completed);
     }
     pthread_mutex_unlock(&io->mutex);
     return NULL;
@@ -50,10 +49,6 @@ static void threads_submit(zoe_drive_io *io, int segment) {
 
 static void threads_flush(zoe_drive_io *io) {
     (void)io;
-}
-
-static void threads_wait_any(zoe_drive_io *io) {
-    pthread_cond_wait(&io->completed, &io->mutex);
 }
 
 static void threads_stop(zoe_drive_io *io) {
@@ -73,7 +68,6 @@ static const drive_engine_ops threads_ops = {
     .name = "threads",
     .submit = threads_submit,
     .flush = threads_flush,
-    .wait_any = threads_wait_any,
     .stop = threads_stop,
 };
 

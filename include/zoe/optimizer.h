@@ -384,6 +384,12 @@ typedef struct zoe_optimizer_footprint {
      * from the master: 0 where the master is those weights (a bf16 master computing in bf16
      * under no stale DPU schedule; fp32 on the CPU backend) and without params_on_host. */
     size_t params_host_bytes;
+    /* The drive tier's pieces (docs/plan.md, "Drives"): of the host share, the state arrays
+     * (master, moments, an int8 moment's scales) wherever they are held, of that the master
+     * held pinned as the streamed weights (params_are_master), the gradient partitions, and
+     * the largest bucket's partition in elements (the unit a host step streams the state in). */
+    size_t state_bytes, pinned_master_bytes, grads_bytes;
+    size_t bucket_part_numel;
     /* State on drives (state_paths): the scratch bytes of this rank's state on the drives; its
      * host ring counts in host_bytes, the state it holds does not. 0 otherwise. */
     size_t drive_bytes;
