@@ -30,7 +30,7 @@ expect 1 "--nvme-path=/dev/shm without --offload nvme" --nvme-path /dev/shm --da
 expect 1 "--nvme-path=/dev/shm,: an empty directory name" --offload nvme --nvme-path /dev/shm, --data "$corpus"
 expect 1 "--offload=nvme with --offload-ratio=below 1" --offload nvme --nvme-path /dev/shm --offload-ratio 0.5 --data "$corpus"
 expect 1 "--offload-params=nvme: weights on drives are not built yet" --offload nvme --nvme-path /dev/shm --offload-params nvme --data "$corpus"
-expect 1 "drive path /nonexistent-zoe-drive: No such file or directory" --offload nvme --nvme-path /nonexistent-zoe-drive --data "$corpus"
+expect 1 "--nvme-path: '/nonexistent-zoe-drive' cannot be read" --offload nvme --nvme-path /nonexistent-zoe-drive --data "$corpus"
 expect 1 "--offload-params: 'gpu' is not one of" --offload-params gpu --data "$corpus"
 expect 1 "--offload-params=cpu with --offload=none" --offload-params cpu --offload none --data "$corpus"
 expect 1 "--offload-params=cpu with --offload-ratio=below 1" --offload-params cpu --offload-ratio 0.5 --data "$corpus"

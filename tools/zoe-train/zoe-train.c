@@ -133,6 +133,9 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
     zoe_status st = strcmp(cfg->hardware, "local") == 0 ? zoe_hardware_local(0, &hw)
                                                         : zoe_hardware_preset(cfg->hardware, &hw);
     if (st == ZOE_OK && hw.backend == ZOE_BACKEND_CPU) st = zoe_hardware_measure_rank_base(&hw);
+    /* --offload nvme on this machine: its drives are the --nvme-path directories */
+    if (st == ZOE_OK && cfg->offload == ZOE_OFFLOAD_NVME && strcmp(cfg->hardware, "local") == 0)
+        st = zoe_hardware_drives_of_paths(cfg->nvme_path, &hw);
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
     if (cfg->backend == ZOE_BACKEND_CUDA && hw.backend == ZOE_BACKEND_CPU) {
         /* this machine's GPUs: their count (all a node's ranks see, whatever each rank sees);
