@@ -207,6 +207,16 @@ typedef struct zoe_optimizer_config {
      * gathers them over DP where it uses them (offload/param_stream.h, per layer). Not with a
      * device share (partial_ratio 0 only). 0: the default. */
     int params_on_host;
+    /* State on drives (zoe-train --offload nvme; docs/nvme.md, "State and weights on drives"):
+     * NULL or "" keeps the host state in host memory; else the directories, one per drive,
+     * comma-separated (copied at create), of this rank's scratch file. The host state (master
+     * weights unless they are the parameters, moments, int8 scales) then lives there, bucket by
+     * bucket in the layout of host memory, and host memory holds a ring of 2 state_ahead + 1
+     * buckets: the host step reads bucket i + state_ahead while it updates bucket i and writes
+     * bucket i - state_ahead. Bit for bit the same state, steps and checkpoints. Not with a
+     * device share (partial_ratio 0 only). */
+    const char *state_paths;
+    int state_ahead; /* 0: 2 */
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
@@ -380,6 +390,9 @@ typedef struct zoe_optimizer_footprint {
      * the largest bucket's partition in elements (the unit a host step streams the state in). */
     size_t state_bytes, pinned_master_bytes, grads_bytes;
     size_t bucket_part_numel;
+    /* State on drives (state_paths): the scratch bytes of this rank's state on the drives; its
+     * host ring counts in host_bytes, the state it holds does not. 0 otherwise. */
+    size_t drive_bytes;
 } zoe_optimizer_footprint;
 
 /* What zoe_optimizer_create would allocate, computed by the code that sizes the allocations,

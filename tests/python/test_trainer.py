@@ -139,6 +139,28 @@ def test_streamed_weights_same_run():
                            rank0_dir("zoe/step-00000006"))
 
 
+@needs_ref
+def test_state_on_drives_same_run():
+    """offload="nvme" with two drive directories (the optimizer state striped over a tmpfs and a
+    disk directory, read one bucket ahead): zoe-train's host-state run to the bit, its losses and
+    norms and its final checkpoint."""
+    disk = rank0_dir("drive")
+    os.makedirs(disk, exist_ok=True)
+    options = dict(RUN, offload="nvme", nvme_path=["/dev/shm", disk], nvme_ahead=1)
+    with zoe.Trainer(comm=comm_world(), **options) as trainer:
+        stats = train_steps(trainer, 0, 6, {6: rank0_dir("py-drives")})
+        trainer.finalize()
+    assert as_printed(stats) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
+    assert_same_checkpoint(rank0_dir("py-drives/step-00000006"),
+                           rank0_dir("zoe/step-00000006"))
+
+
+def test_nvme_path_without_offload_nvme():
+    """--nvme-path alone is refused naming it, before anything is built."""
+    with pytest.raises(zoe.InvalidArgument, match="--nvme-path=/dev/shm without --offload nvme"):
+        zoe.Trainer(comm=comm_world(), model="demo", nvme_path="/dev/shm")
+
+
 @pytest.mark.skipif(not REF or not os.path.isdir(os.path.join(REF, "zoe-from-py")),
                     reason="run_trainer_tests.py runs this after zoe-train resumed Python's save")
 def test_zoe_train_resumed_python_save():
