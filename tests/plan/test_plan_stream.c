@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/config/sizing.h"
 #include "engine/train/trainer_impl.h"
 #include "max_model_testing.h"
 #include "testing.h"
@@ -211,8 +212,8 @@ static void check_bf16_master(const char *schedule, zoe_dpu_schedule dpu_schedul
         int n = zoe_gpt_num_tensors(g);
         zoe_param_tensor *tensors = calloc((size_t)n, sizeof *tensors);
         zoe_optimizer_config oc;
-        zoe_trainer_param_tensors(g, 0, tensors);
-        zoe_trainer_optimizer_config(&planned, g, &oc);
+        zoe_train_param_tensors(g, 0, tensors);
+        zoe_train_optimizer_config(&planned, g, &oc);
         CHECK_OK(zoe_optimizer_create(zoe_trainer_grid(tr), zoe_trainer_device(tr),
                                       zoe_trainer_stream(tr), dtype, tensors, n, &oc, &own));
         free(tensors);
