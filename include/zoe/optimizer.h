@@ -259,8 +259,8 @@ void zoe_optimizer_destroy(zoe_optimizer *opt);
  * weights (partition coordinates) and partition_numel. */
 void *zoe_optimizer_params(zoe_optimizer *opt);
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt);
-/* The dtype of the buffer zoe_optimizer_params returns: the compute dtype, except with
- * params_on_host where a bf16 master computing in fp16 is the buffer: bf16 then, and whoever
+/* The dtype of the buffer zoe_optimizer_params returns (fp32 for NULL): the compute dtype, except
+ * with params_on_host where a bf16 master computing in fp16 is the buffer: bf16 then, and whoever
  * reads the weights converts them to fp16 where they are used (offload/param_stream.c). */
 zoe_dtype zoe_optimizer_params_dtype(const zoe_optimizer *opt);
 /* 1 where that buffer is host memory (params_on_host: page-locked, from zoe_host_alloc), 0 where
