@@ -324,7 +324,7 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     /* Besides the optimizer's (with streamed weights, their host copy among them): an evaluation
      * under a stale DPU schedule keeps the parameter buffer it must put back, on the device or
      * the host (engine/train/trainer.c), and checkpoint files move through one bounded staging
-     * buffer (engine/checkpoint/mpi_io.c). */
+     * buffer (engine/checkpoint/mpi_io.c, sized by zoe_ckpt_round_bytes). */
     int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
     double params_buffer =
         streamed(p) ? (double)o->part_numel * zoe_dtype_size(p->dtype) : o->device_params;

@@ -4,6 +4,7 @@
 #ifndef ZOE_ENGINE_TRAINER_IMPL_H
 #define ZOE_ENGINE_TRAINER_IMPL_H
 
+#include "engine/train/watchdog.h"
 #include "models/gpt.h"
 #include "zoe/grid.h"
 #include "zoe/optimizer.h"
@@ -21,5 +22,9 @@ zoe_grid *zoe_trainer_grid(zoe_trainer *tr);
 zoe_stream *zoe_trainer_stream(zoe_trainer *tr);
 const zoe_train_config *zoe_trainer_config(const zoe_trainer *tr);
 void zoe_trainer_set_steps_done(zoe_trainer *tr, int steps);
+/* Where the rank is, for the watchdog: ZOE_PHASE_SAVE or _LOAD while a checkpoint is written or
+ * read, ZOE_PHASE_BETWEEN after. A save settles a pending stop signal (--stop-grace): it is
+ * what a stop leads to, and may take longer than the grace. */
+void zoe_trainer_watch(zoe_trainer *tr, zoe_step_phase phase);
 
 #endif

@@ -5,6 +5,7 @@
  *   zoe-plan --max-model --hardware v100-32g --offload-ratio 0
  *
  * Explained in docs/plan.md. */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,23 @@ static void usage(FILE *out) {
             "                      --micro-batch [1], --[no-]recompute [on]\n");
 }
 
+/* Whether --help lists OPTION ("--tp"): the help is the list of options, so an option without a
+ * value at the end of the line is told apart from one that does not exist. */
+static int listed_in_help(const char *option) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return 1; /* no memory to tell: let the option's own check speak */
+    usage(f);
+    fclose(f);
+    int listed = 0;
+    size_t len = strlen(option);
+    for (const char *p = strstr(text, option); p && !listed; p = strstr(p + 1, option))
+        listed = !(islower((unsigned char)p[len]) || p[len] == '-');
+    free(text);
+    return listed;
+}
+
 static int parse_int(const char *name, const char *text, int min, int *out) {
     double v = 0;
     if (!zoe_parse_number(text, &v) || v != floor(v) || v < min || v > (1 << 24)) {
@@ -171,6 +189,10 @@ static int parse_options(int argc, char **argv, options *o) {
         snprintf(option, sizeof option, "%s", a);
         if ((eq = strchr(option, '='))) *eq = '\0';
         const char *name = option + 2, *v = NULL;
+        if (!listed_in_help(option)) {
+            fprintf(stderr, "zoe-plan: unknown option '%s' (see --help)\n", a);
+            return 0;
+        }
         int found = zoe_cli_value(argc, argv, &i, option, ZOE_CLI_ONCE, &v);
         if (found != 1) { /* 0: a name too long for option[], so no option of ours */
             fprintf(stderr, "zoe-plan: %s (see --help)\n",
