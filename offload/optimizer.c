@@ -220,6 +220,12 @@ void *zoe_optimizer_params(zoe_optimizer *opt) {
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt) {
     return !opt ? 0 : opt->cfg.params_on_host ? opt->lay.part_numel : opt->lay.flat_numel;
 }
+zoe_dtype zoe_optimizer_params_dtype(const zoe_optimizer *opt) {
+    return !opt ? ZOE_F32 : opt->sz.params_are_master ? opt->sz.host_dtypes.master : opt->dtype;
+}
+int zoe_optimizer_params_on_host(const zoe_optimizer *opt) {
+    return opt && opt->cfg.params_on_host;
+}
 size_t zoe_optimizer_partition_numel(const zoe_optimizer *opt) {
     return opt ? opt->lay.part_numel : 0;
 }

@@ -65,10 +65,12 @@ typedef struct zoe_state_sizes {
     zoe_dtype grad_dtype; /* theirs: fp32, or the compute dtype (main_grads_dtype) */
     size_t snap; /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
     int snap_pinned;
-    /* Streamed weights with a bf16 master and bf16 compute: the host step's bf16 copy of a bf16
-     * master is the master itself, so the master array (pinned) is the parameter buffer, and no
-     * second copy is kept or written. Not under a stale DPU schedule, whose update in flight
-     * rewrites the master while the forward still reads the weights it had. */
+    /* Streamed weights with a bf16 master computing in bf16 or fp16: the weights are the
+     * master's values (the host step's bf16 copy is the master's bits; its fp16 copy is their
+     * exact conversion, which the weight stream makes on the device after each gather), so the
+     * master array (pinned) is the parameter buffer, and no second copy is kept or written. Not
+     * under a stale DPU schedule, whose update in flight rewrites the master while the forward
+     * still reads the weights it had. */
     int params_are_master;
     size_t params;      /* device, compute dtype: the parameter buffer */
     size_t host_params; /* params_on_host: pinned host, compute dtype: the partition instead */

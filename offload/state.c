@@ -3,6 +3,7 @@
  * initialised from the parameters and copied back to them.
  *
  * Explained in docs/offload.md, "Memory layout" and "Compressed state". */
+#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include "offload/optimizer_impl.h"
@@ -263,6 +264,64 @@ static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
     return zoe_state_paged(opt, 0, z->h_numel, to_master, master_span_copy, &to_master);
 }
 
+/* fp16 weights from a bf16 master are the master's values, converted (kernels/adam_state.h, "fp16
+ * weights from a bf16 master"): every step writes them so, and so do the initial ones, which the
+ * caller wrote in fp16 and the master rounded to bf16. Streamed weights whose host partition is
+ * the master have no other copy to write. */
+static int weights_from_master(const zoe_optimizer *opt) {
+    return opt->dtype == ZOE_F16 && opt->sz.host_dtypes.master == ZOE_BF16 &&
+           !opt->sz.params_are_master;
+}
+
+/* The initial bf16 master against fp16's range where the weights are computed in fp16 from it:
+ * an initial fp16 weight of magnitude 65280 or more rounds to a bf16 master of 65536, which
+ * would be an infinite fp16 weight. Refused here, once; no step brings a weight there (docs/
+ * offload.md, "Streamed weights"). The host share; a device share's master (partial offload,
+ * resident weights only) is converted on the device and not checked. */
+typedef struct fp16_range_count {
+    unsigned long long bad;
+    size_t first;
+    float first_value;
+} fp16_range_count;
+
+/* Master weights of host coordinates [a, e) beyond fp16's range, counted (a bucket at a time
+ * where the state is on drives). */
+static zoe_status count_beyond_fp16(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    fp16_range_count *c = ctx;
+    const zoe_bf16 *master = zoe_host_state_at(opt, 0, a);
+    for (size_t h = a; master && h < e; h++) {
+        unsigned mag = master[h - a] & 0x7fffu; /* above 0x477f: 65536 or more, inf (not NaN) */
+        if (mag > 0x477fu && mag <= 0x7f80u && !c->bad++) {
+            c->first = h;
+            c->first_value = zoe_bf16_to_f32(master[h - a]);
+        }
+    }
+    return ZOE_OK;
+}
+
+static zoe_status check_fp16_range(zoe_optimizer *opt) {
+    if (opt->dtype != ZOE_F16 || opt->sz.host_dtypes.master != ZOE_BF16) return ZOE_OK;
+    fp16_range_count c = {0};
+    unsigned long long bad, everywhere = 0;
+    ZOE_TRY(zoe_state_paged(opt, 0, opt->sz.h_numel, 0, count_beyond_fp16, &c));
+    bad = c.bad;
+    /* every rank refuses together (one holding none of them would go on into the refresh) */
+    int rc = MPI_Allreduce(&bad, &everywhere, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+                           zoe_grid_world_comm(opt->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the weights beyond fp16");
+    if (!everywhere) return ZOE_OK;
+    if (!bad)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%llu initial weights on other ranks are beyond fp16's range as a bf16 "
+                        "master: fp16 compute would read them as infinite",
+                        everywhere);
+    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                    "%llu initial weights (%llu here, the first at partition element %zu: %g) are "
+                    "beyond fp16's range as a bf16 master: fp16 compute would read them as "
+                    "infinite",
+                    everywhere, bad, opt->sz.h_lo + c.first, (double)c.first_value);
+}
+
 zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "init_from_params: optimizer is NULL");
     ZOE_TRY(zoe_update_join(opt));
@@ -296,6 +355,7 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     ZOE_TRY(host_master_copy(opt, 1));
     ZOE_TRY(zoe_state_paged(opt, 0, opt->sz.h_numel, 1, clear_moments, NULL));
+    ZOE_TRY(check_fp16_range(opt));
     opt->iteration = 0;
     opt->refresh_due = 0;
     opt->micro_batches = 0;
@@ -305,7 +365,7 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
     memset(&opt->stats, 0, sizeof opt->stats);
     opt->stats.loss_scale = opt->loss_scale;
     opt->stats.clip_coef = 1.0;
-    return ZOE_OK;
+    return weights_from_master(opt) ? zoe_optimizer_refresh_params(opt) : ZOE_OK;
 }
 
 zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt) {

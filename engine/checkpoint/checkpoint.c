@@ -223,6 +223,7 @@ static ckpt_io io_of(const ckpt_view *v) {
     return (ckpt_io){.comm = zoe_grid_world_comm(v->grid),
                      .opt = v->opt,
                      .params = zoe_optimizer_params(v->opt),
+                     .params_on_host = zoe_optimizer_params_on_host(v->opt),
                      .stream = zoe_trainer_stream(v->tr),
                      .round_bytes = zoe_ckpt_round_bytes()};
 }
