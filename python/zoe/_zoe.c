@@ -762,30 +762,60 @@ static PyObject *py_count_targets(PyObject *module, PyObject *targets) {
 /* ---- the host Adam over caller's arrays (zoe/adam.h) ----
  * Arrays come as addresses: torch has no buffer protocol and numpy no bf16, so zoe.torch checks
  * each tensor (CPU, contiguous, dtype, element count) before passing its data_ptr(). */
+/* zoe_adam_step_state over a tensor's arrays given by address (HostAdam checks the tensors);
+ * the scales are 0 unless the moment's dtype is int8. */
 static PyObject *py_adam_step(PyObject *module, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {
-        "master",       "exp_avg",   "exp_avg_sq", "grad",  "grad_dtype", "param",
-        "param_dtype",  "n",         "lr",         "beta1", "beta2",      "eps",
-        "weight_decay", "decoupled", "grad_scale", "step",  "threads",    NULL};
-    unsigned long long master, m, v, grad, param;
-    int grad_dtype, param_dtype, decoupled, threads;
+    static char *names[] = {"master",
+                            "exp_avg",
+                            "exp_avg_sq",
+                            "grad",
+                            "grad_dtype",
+                            "param",
+                            "param_dtype",
+                            "n",
+                            "lr",
+                            "beta1",
+                            "beta2",
+                            "eps",
+                            "weight_decay",
+                            "decoupled",
+                            "grad_scale",
+                            "step",
+                            "threads",
+                            "master_dtype",
+                            "exp_avg_dtype",
+                            "exp_avg_sq_dtype",
+                            "exp_avg_scale",
+                            "exp_avg_sq_scale",
+                            "seed",
+                            NULL};
+    unsigned long long master, m, v, grad, param, m_scale = 0, v_scale = 0, seed = 0;
+    int grad_dtype, param_dtype, decoupled, threads, master_dtype = ZOE_F32, m_dtype = ZOE_F32,
+                                                     v_dtype = ZOE_F32;
     Py_ssize_t n;
     long step;
     float lr, beta1, beta2, eps, wd, grad_scale;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKKKiKinfffffpfli", names, &master, &m, &v,
-                                     &grad, &grad_dtype, &param, &param_dtype, &n, &lr, &beta1,
-                                     &beta2, &eps, &wd, &decoupled, &grad_scale, &step, &threads))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKKKiKinfffffpfli|iiiKKK", names, &master, &m,
+                                     &v, &grad, &grad_dtype, &param, &param_dtype, &n, &lr, &beta1,
+                                     &beta2, &eps, &wd, &decoupled, &grad_scale, &step, &threads,
+                                     &master_dtype, &m_dtype, &v_dtype, &m_scale, &v_scale, &seed))
         return NULL;
     if (n < 0) return raise_status(module, ZOE_ERR_INVALID_ARGUMENT, "adam_step: n < 0");
     zoe_adam_config cfg = ZOE_ADAM_CONFIG_INITIALIZER;
     cfg.lr = lr, cfg.beta1 = beta1, cfg.beta2 = beta2, cfg.eps = eps, cfg.weight_decay = wd;
     cfg.decoupled = decoupled, cfg.grad_scale = grad_scale, cfg.step = step;
-    cfg.threads = threads;
+    cfg.threads = threads, cfg.seed = seed;
+    cfg.master_dtype = (zoe_dtype)master_dtype, cfg.exp_avg_dtype = (zoe_dtype)m_dtype;
+    cfg.exp_avg_sq_dtype = (zoe_dtype)v_dtype;
+    zoe_adam_state_arrays state = {.master = (void *)(uintptr_t)master,
+                                   .exp_avg = (void *)(uintptr_t)m,
+                                   .exp_avg_sq = (void *)(uintptr_t)v,
+                                   .exp_avg_scale = (float *)(uintptr_t)m_scale,
+                                   .exp_avg_sq_scale = (float *)(uintptr_t)v_scale};
     zoe_status st;
     Py_BEGIN_ALLOW_THREADS st =
-        zoe_adam_step(&cfg, (float *)(uintptr_t)master, (float *)(uintptr_t)m,
-                      (float *)(uintptr_t)v, (const void *)(uintptr_t)grad, (zoe_dtype)grad_dtype,
-                      (void *)(uintptr_t)param, (zoe_dtype)param_dtype, (size_t)n);
+        zoe_adam_step_state(&cfg, &state, (const void *)(uintptr_t)grad, (zoe_dtype)grad_dtype,
+                            (void *)(uintptr_t)param, (zoe_dtype)param_dtype, (size_t)n);
     Py_END_ALLOW_THREADS if (st != ZOE_OK) return raise_last(module, st);
     Py_RETURN_NONE;
 }
@@ -859,6 +889,7 @@ PyMODINIT_FUNC PyInit__zoe(void) {
     if (PyModule_AddIntConstant(module, "F32", ZOE_F32) ||
         PyModule_AddIntConstant(module, "BF16", ZOE_BF16) ||
         PyModule_AddIntConstant(module, "F16", ZOE_F16) ||
+        PyModule_AddIntConstant(module, "I8", ZOE_I8) ||
         PyModule_AddIntConstant(module, "API_VERSION", ZOE_API_VERSION)) {
         Py_DECREF(module);
         return NULL;
