@@ -4,7 +4,7 @@
 #include "tensor_parallel/block.h"
 #include <stdio.h>
 #include "runtime/error.h"
-#include "tensor_parallel/philox.h"
+#include "kernels/philox.h"
 
 zoe_status zoe_tp_block_init(zoe_tp_block *blk, const char *prefix, const zoe_tp_block_config *cfg,
                              int tp_size, int tp_rank) {

@@ -5,7 +5,7 @@
  * Explained in docs/tensor_parallel.md, "TP-invariant randomness". */
 #include "runtime/error.h"
 #include "tensor_parallel/layers.h"
-#include "tensor_parallel/philox.h"
+#include "kernels/philox.h"
 
 /* dst = src * mask / (1 - p): forward and backward are the same map. */
 static zoe_status apply_mask(const zoe_tp *tp, void *dst, const void *src, int64_t n, float p,

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/error.h"
-#include "tensor_parallel/philox.h"
+#include "kernels/philox.h"
 
 /* shards: the distinct blocks of a split (tp_size for a plain split; 1 when replicated). */
 static zoe_status describe(zoe_tp_param *p, const char *name, int ndim, int64_t rows, int64_t cols,

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include "engine/checkpoint/directory.h"
 #include "engine/checkpoint/mpi_io.h"
+#include "engine/config/sizing.h"
 #include "engine/formats/json_file.h"
 #include "engine/train/trainer_impl.h"
 #include "models/gpt.h"
@@ -223,7 +224,7 @@ static ckpt_io io_of(const ckpt_view *v) {
                      .opt = v->opt,
                      .params = zoe_optimizer_params(v->opt),
                      .stream = zoe_trainer_stream(v->tr),
-                     .round_bytes = ckpt_round_bytes()};
+                     .round_bytes = zoe_ckpt_round_bytes()};
 }
 
 /* ---- trainer.json ---- */
@@ -615,7 +616,7 @@ static zoe_status int8_blocks(const ckpt_view *v, const cJSON *root, const char 
                 st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "int8 scales of %s", name);
                 break;
             }
-            zoe_gpt_config gc = zoe_trainer_gpt_config(v->cfg);
+            zoe_gpt_config gc = zoe_train_gpt_config(v->cfg);
             for (int s = 0; st == ZOE_OK && s < shards; s++) {
                 int r = s * (saved_tp / shards);
                 if (!old[r]) st = zoe_gpt_describe(&gc, saved_tp, r, &old[r]);

@@ -18,8 +18,6 @@
 #include "kernels/adam_state.h"
 #include "runtime/error.h"
 
-#define DEFAULT_ROUND_BYTES ((size_t)64 << 20)
-
 void ckpt_runs_free(ckpt_runs *r) {
     free(r->runs);
     memset(r, 0, sizeof *r);
@@ -87,12 +85,6 @@ zoe_status ckpt_agree(MPI_Comm comm, zoe_status st) {
     MPI_Bcast(&code, 1, MPI_INT, first, comm);
     MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, comm);
     return rank == first ? st : zoe_fail((zoe_status)code, "%s", msg);
-}
-
-size_t ckpt_round_bytes(void) {
-    const char *v = getenv("ZOE_CKPT_TEST_ROUND_BYTES");
-    long long n = v ? atoll(v) : 0;
-    return n >= 64 ? (size_t)n : DEFAULT_ROUND_BYTES;
 }
 
 /* Bytes this process has written through checkpoints, for the crash hook. */

@@ -95,12 +95,12 @@ zoe_status ckpt_read_tensor(MPI_Comm comm, const char *path, const zoe_safetenso
                             void *dst);
 
 /* Test-only hooks, from the environment (documented in docs/checkpoint.md):
- * ZOE_CKPT_TEST_ROUND_BYTES sets the staging size, ZOE_CKPT_TEST_SLOW_MS sleeps before every
+ * ZOE_CKPT_TEST_ROUND_BYTES sets the staging size (read by zoe_ckpt_round_bytes in
+ * engine/config/sizing.c, where the plan counts it too), ZOE_CKPT_TEST_SLOW_MS sleeps before every
  * round, ZOE_CKPT_TEST_CRASH_AT kills the rank (SIGKILL) when its bytes written in this process
  * would pass that count in one save, ZOE_CKPT_TEST_NO_RESERVE=1 skips the reservation (so a
  * full disk is met by the writes themselves; ZOE_CKPT_TEST_NO_ROOM_CHECK, directory.h, skips
  * the room checks before), ZOE_CKPT_TEST_LOSE_WRITES=1 makes every data write report success
  * and write nothing (without collective buffering), for the read-back to find. */
-size_t ckpt_round_bytes(void);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/checkpoint/directory.h"
-#include "engine/train/config_impl.h"
+#include "engine/config/config_impl.h"
 #include "engine/train/trainer_impl.h"
 #include "models/gpt.h"
 #include "runtime/error.h"

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "runtime/error.h"
-#include "tensor_parallel/philox.h"
+#include "kernels/philox.h"
 #include "zoe/generate.h"
 
 zoe_status zoe_sampling_check(const zoe_sampling *s) {

@@ -5,8 +5,8 @@
  * Explained in docs/plan.md, "Memory: from the code that allocates". */
 #include <limits.h>
 #include <stdlib.h>
+#include "engine/config/sizing.h"
 #include "engine/plan/plan_impl.h"
-#include "engine/train/trainer_impl.h"
 #include "runtime/error.h"
 #include "runtime/mpi_chunk.h"
 
@@ -19,7 +19,7 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
         free(tensors), free(numel);
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "plan: tensor table of %d", n);
     }
-    zoe_trainer_param_tensors(g, 0, tensors);
+    zoe_train_param_tensors(g, 0, tensors);
     size_t largest = 0; /* the largest tensor's TP shard */
     for (int t = 0; t < n; t++) {
         numel[t] = tensors[t].numel;
@@ -27,7 +27,7 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     }
     free(tensors);
     zoe_optimizer_config oc;
-    zoe_trainer_optimizer_config(c, g, &oc);
+    zoe_train_optimizer_config(c, g, &oc);
     zoe_optimizer_footprint f;
     zoe_optimizer_footprint_args args = {.backend = c->backend,
                                          .compute_dtype = c->dtype,

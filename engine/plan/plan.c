@@ -7,9 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "engine/checkpoint/mpi_io.h"
+#include "engine/config/sizing.h"
 #include "engine/plan/plan_impl.h"
-#include "engine/train/trainer_impl.h"
 #include "kernels/attention_plan.h"
 #include "kernels/kernels.h"
 #include "runtime/error.h"
@@ -128,7 +127,7 @@ static zoe_status check(const zoe_plan_config *p) {
 
 /* Activation bytes of the model with recompute on or off. */
 static zoe_status activation_bytes(const zoe_train_config *c, int recompute, double *bytes) {
-    zoe_gpt_config gc = zoe_trainer_gpt_config(c);
+    zoe_gpt_config gc = zoe_train_gpt_config(c);
     gc.recompute = recompute;
     zoe_gpt *g = NULL;
     ZOE_TRY(zoe_gpt_describe(&gc, c->tp, 0, &g));
@@ -222,7 +221,7 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     double params_buffer =
         streamed(p) ? (double)o->part_numel * zoe_dtype_size(p->dtype) : o->device_params;
     r->host.pinned_per_rank = o->pinned + (p->evaluates && stale ? params_buffer : 0.0) +
-                              (p->checkpoints ? (double)ckpt_round_bytes() : 0.0);
+                              (p->checkpoints ? (double)zoe_ckpt_round_bytes() : 0.0);
     /* On the CPU backend the device is host memory, and so are the kernels' workspace, the
      * MPI staging of 16-bit collectives and the packing of those past INT_MAX elements. */
     r->host.other_per_rank =
@@ -522,7 +521,7 @@ static zoe_status plan_once(const zoe_plan_config *p, zoe_plan_result *r) {
     train_config_of(p, &c);
     zoe_plan_model m = {0};
     zoe_plan_optimizer o = {0};
-    zoe_gpt_config gc = zoe_trainer_gpt_config(&c);
+    zoe_gpt_config gc = zoe_train_gpt_config(&c);
     zoe_gpt *g = NULL;
     ZOE_TRY(zoe_gpt_describe(&gc, p->tp, 0, &g));
     r->rank_params = zoe_gpt_local_numel(g);

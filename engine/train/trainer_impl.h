@@ -14,18 +14,6 @@ zoe_optimizer *zoe_trainer_optimizer(zoe_trainer *tr);
 /* The trainer's device (tests read its allocation counters). */
 zoe_device *zoe_trainer_device(zoe_trainer *tr);
 
-/* How the trainer builds its parts from a configuration; the plan (engine/plan/plan.c) sizes a run
- * with the same functions, so both see the same model and optimizer. */
-zoe_gpt_config zoe_trainer_gpt_config(const zoe_train_config *c);
-/* The optimizer's tensor list for g (zoe_gpt_num_tensors(g) entries; names borrowed from g). */
-void zoe_trainer_param_tensors(const zoe_gpt *g, int tp_rank, zoe_param_tensor *tensors);
-void zoe_trainer_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
-                                  zoe_optimizer_config *oc);
-/* The share of optimizer state offloaded to the host: 0 with --offload none. */
-float zoe_train_offload_ratio(const zoe_train_config *c);
-/* The optimizer state dtype of a zoe_train_state_dtype value. */
-zoe_dtype zoe_train_state_dtype_of(int state_dtype);
-
 /* For checkpoints (engine/checkpoint/checkpoint.c). */
 typedef struct zoe_gpt zoe_gpt;
 zoe_gpt *zoe_trainer_gpt(zoe_trainer *tr);

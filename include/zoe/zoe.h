@@ -14,6 +14,7 @@
 #include "zoe/topology.h"
 #include "zoe/optimizer.h"
 #include "zoe/adam.h"
+#include "zoe/cli.h"
 #include "zoe/data.h"
 #include "zoe/model.h"
 #include "zoe/train.h"

@@ -1,7 +1,7 @@
 """Keyword arguments as zoe-train's flags: ``micro_batch=4`` is ``--micro-batch=4``.
 
 The library parses them (``zoe_train_config_parse_args``), so names, ranges and messages are
-zoe-train's own, written once in engine/train/config.c.
+zoe-train's own, written once in engine/config/config.c.
 """
 from __future__ import annotations
 

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <string.h>
 #include "ckpt_test.h"
+#include "engine/config/sizing.h"
 #include "engine/train/trainer_impl.h"
 #include "kernels/adam_state.h"
 #include "models/gpt.h"
@@ -229,7 +230,7 @@ static long long file_bytes(const char *dir, const char *file) {
  * (signed for m), bit for bit; the load finds each element's shard the other way round. */
 static int dequantised_match(const zoe_train_config *c, int tp, const char *at_int8,
                              const char *at_f32) {
-    zoe_gpt_config gc = zoe_trainer_gpt_config(c);
+    zoe_gpt_config gc = zoe_train_gpt_config(c);
     zoe_gpt *described[2] = {NULL, NULL};
     int ok = tp <= 2;
     for (int r = 0; ok && r < tp; r++) ok = zoe_gpt_describe(&gc, tp, r, &described[r]) == ZOE_OK;

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "engine/train/config_impl.h"
+#include "engine/config/config_impl.h"
 #include "zoe/train.h"
 
 enum { MAX_ARGS = 64 };

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "stack.h"
-#include "tensor_parallel/philox.h"
+#include "kernels/philox.h"
 #include "testing.h"
 
 static zoe_gpt_config config(zoe_dtype dt) {

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "stack.h"
-#include "tensor_parallel/philox.h"
+#include "kernels/philox.h"
 #include "testing.h"
 
 #define LAYERS      2

@@ -47,6 +47,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/config/sizing.h"
 #include "engine/train/trainer_impl.h"
 #include "kernels/adam.h"
 #include "runtime/error.h"
@@ -121,7 +122,7 @@ static zoe_status predict(zoe_trainer *tr, const zoe_train_config *c, float lr, 
     int nt = zoe_gpt_num_tensors(zoe_trainer_gpt(tr));
     zoe_param_tensor *tensors = calloc((size_t)nt, sizeof *tensors);
     if (!tensors) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "tensor list");
-    zoe_trainer_param_tensors(zoe_trainer_gpt(tr), zoe_grid_tp_rank(zoe_trainer_grid(tr)), tensors);
+    zoe_train_param_tensors(zoe_trainer_gpt(tr), zoe_grid_tp_rank(zoe_trainer_grid(tr)), tensors);
     zoe_status st = ZOE_OK;
     for (int t = 0; st == ZOE_OK && t < nt; t++) {
         size_t first, count, at;

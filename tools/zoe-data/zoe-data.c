@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "zoe/cli.h"
 #include "zoe/data.h"
-#include "zoe/train.h"
 
 #define EXIT_BAD 2
 

@@ -4,7 +4,7 @@
  * differ, and the normals have mean 0 and the requested deviation. */
 #include <math.h>
 #include <stdlib.h>
-#include "tensor_parallel/philox.h"
+#include "kernels/philox.h"
 #include "testing.h"
 
 static void known_answers(void) {
@@ -86,5 +86,5 @@ int main(int argc, char **argv) {
     known_answers();
     subranges();
     moments();
-    return test_finish("test_tp_philox");
+    return test_finish("test_kernels_philox");
 }

@@ -1,8 +1,7 @@
-/* Philox-4x32-10 (the rounds live in kernels/philox.h, shared with the CUDA kernels) and the
- * draws built on it.
+/* The Philox draws that the layers above use (initialisation, dropout references, sampling),
+ * compiled once over the rounds of kernels/philox.h.
  *
  * Explained in docs/tensor_parallel.md, "TP-invariant randomness". */
-#include "tensor_parallel/philox.h"
 #include "kernels/philox.h"
 #include <math.h>
 
