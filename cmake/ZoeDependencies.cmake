@@ -18,3 +18,15 @@ if(ZOE_HAVE_CUDA)
   find_package(CUDAToolkit REQUIRED)
   find_package(NCCL REQUIRED)
 endif()
+
+# liburing (Debian's liburing-dev) for the drive tier's io_uring engine (runtime/drive_io_uring.c);
+# without it the thread engine runs alone. ZOE_LIBURING=OFF builds without it where it is found.
+option(ZOE_LIBURING "Use liburing for the drive tier's I/O where it is found" ON)
+set(ZOE_HAVE_LIBURING OFF)
+if(ZOE_LIBURING)
+  pkg_check_modules(LIBURING QUIET IMPORTED_TARGET liburing)
+  if(LIBURING_FOUND)
+    set(ZOE_HAVE_LIBURING ON)
+  endif()
+endif()
+message(STATUS "zoe: drive I/O through io_uring: ${ZOE_HAVE_LIBURING}")

@@ -94,6 +94,10 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
                                   (z->master_in_params ? 0 : esz),
         /* where the master is in the parameters, the partition on the host is the master */
         .params_host_bytes = z->master_in_params ? 0 : z->host_params * esz,
+        .state_bytes = z->h_numel * state_bytes + scales,
+        .pinned_master_bytes = pinned_master,
+        .grads_bytes = z->h_numel * gsz * (size_t)z->h_grads,
+        .bucket_part_numel = lay->max_part,
     };
 }
 
@@ -147,6 +151,10 @@ zoe_status zoe_optimizer_memory(const zoe_optimizer *opt, zoe_optimizer_footprin
     zoe_state_sizes_bytes(&opt->sz, &opt->lay, opt->dtype, &sized);
     out->step_bytes_per_element = sized.step_bytes_per_element;
     out->params_host_bytes = sized.params_host_bytes;
+    out->state_bytes = sized.state_bytes;
+    out->pinned_master_bytes = sized.pinned_master_bytes;
+    out->grads_bytes = sized.grads_bytes;
+    out->bucket_part_numel = sized.bucket_part_numel;
     return ZOE_OK;
 }
 

@@ -151,6 +151,12 @@ static zoe_status check_args(const zoe_comm *c, const void *send, const void *re
     if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", what);
     if (zoe_dtype_size(dtype) == 0)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", what, (int)dtype);
+    /* The types below are the ones both backends carry as themselves; any other would travel as
+     * another type's bytes (an int8 buffer read as fp32 would overrun it). */
+    if (dtype != ZOE_F32 && dtype != ZOE_BF16 && dtype != ZOE_F16 && dtype != ZOE_I32)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%s: dtype %s is not one the communicators carry (fp32, bf16, fp16, int32)",
+                        what, zoe_dtype_name(dtype));
     if (count > SIZE_MAX / zoe_dtype_size(dtype) / (size_t)c->size)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: count %zu overflows a byte size", what,
                         count);

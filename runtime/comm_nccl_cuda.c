@@ -46,16 +46,25 @@
             return zoe_fail(ZOE_ERR_NCCL, "%s failed: %s", #call, ncclGetErrorString(r_));         \
     } while (0)
 
-static ncclDataType_t nccl_type(zoe_dtype d) {
+/* The NCCL type of a dtype the communicators carry (comm.c's check_args refuses the others
+ * first); anything else is refused here too, never sent as another type's bytes. */
+static zoe_status nccl_type(zoe_dtype d, ncclDataType_t *out) {
     switch (d) {
+    case ZOE_F32:
+        *out = ncclFloat32;
+        return ZOE_OK;
     case ZOE_BF16:
-        return ncclBfloat16;
+        *out = ncclBfloat16;
+        return ZOE_OK;
     case ZOE_F16:
-        return ncclFloat16;
+        *out = ncclFloat16;
+        return ZOE_OK;
     case ZOE_I32:
-        return ncclInt32;
+        *out = ncclInt32;
+        return ZOE_OK;
     default:
-        return ncclFloat32;
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "NCCL: no NCCL type for dtype %s (%d)",
+                        zoe_dtype_name(d), (int)d);
     }
 }
 
@@ -157,32 +166,38 @@ zoe_status zoe_nccl_group_end(zoe_comm *c, zoe_stream *stream) {
 
 zoe_status zoe_nccl_all_reduce(zoe_comm *c, const void *send, void *recv, size_t count,
                                zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
+    ncclDataType_t type;
+    ZOE_TRY(nccl_type(dtype, &type));
     ZOE_TRY(order_before(c, stream));
-    NCCL_TRY(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), (ncclComm_t)c->nccl,
-                           native(stream)));
+    NCCL_TRY(
+        ncclAllReduce(send, recv, count, type, nccl_op(op), (ncclComm_t)c->nccl, native(stream)));
     return order_after(c, stream);
 }
 
 zoe_status zoe_nccl_reduce_scatter(zoe_comm *c, const void *send, void *recv, size_t recv_count,
                                    zoe_dtype dtype, zoe_reduce_op op, zoe_stream *stream) {
+    ncclDataType_t type;
+    ZOE_TRY(nccl_type(dtype, &type));
     ZOE_TRY(order_before(c, stream));
-    NCCL_TRY(ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), nccl_op(op),
-                               (ncclComm_t)c->nccl, native(stream)));
+    NCCL_TRY(ncclReduceScatter(send, recv, recv_count, type, nccl_op(op), (ncclComm_t)c->nccl,
+                               native(stream)));
     return order_after(c, stream);
 }
 
 zoe_status zoe_nccl_all_gather(zoe_comm *c, const void *send, void *recv, size_t send_count,
                                zoe_dtype dtype, zoe_stream *stream) {
+    ncclDataType_t type;
+    ZOE_TRY(nccl_type(dtype, &type));
     ZOE_TRY(order_before(c, stream));
-    NCCL_TRY(ncclAllGather(send, recv, send_count, nccl_type(dtype), (ncclComm_t)c->nccl,
-                           native(stream)));
+    NCCL_TRY(ncclAllGather(send, recv, send_count, type, (ncclComm_t)c->nccl, native(stream)));
     return order_after(c, stream);
 }
 
 zoe_status zoe_nccl_broadcast(zoe_comm *c, void *buf, size_t count, zoe_dtype dtype, int root,
                               zoe_stream *stream) {
+    ncclDataType_t type;
+    ZOE_TRY(nccl_type(dtype, &type));
     ZOE_TRY(order_before(c, stream));
-    NCCL_TRY(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, (ncclComm_t)c->nccl,
-                           native(stream)));
+    NCCL_TRY(ncclBroadcast(buf, buf, count, type, root, (ncclComm_t)c->nccl, native(stream)));
     return order_after(c, stream);
 }

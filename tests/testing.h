@@ -45,6 +45,11 @@ int test_sanitized(void);
 int test_skip_without_gpus(const char *name);
 int test_gpu_ordinal(void);
 
+/* A full disk without privileges: this process's files cannot grow past bytes (RLIMIT_FSIZE's
+ * soft limit; a write or a reservation past it fails with EFBIG as a full disk's fails with
+ * ENOSPC, and SIGXFSZ is ignored). Returns the limit before, which a second call restores. */
+unsigned long long test_file_size_limit(unsigned long long bytes);
+
 /* Records a failure (printed with file:line and rank) when cond is false. */
 #define CHECK(cond, ...) test_check((cond), __FILE__, __LINE__, __VA_ARGS__)
 void test_check(int cond, const char *file, int line, const char *fmt, ...)

@@ -515,6 +515,21 @@ static int ends_with(const char *s, const char *tail) {
     return n >= k && strcmp(s + n - k, tail) == 0;
 }
 
+/* A tensor of the file that the trainer does not have, named as the trainer's tensor w (which the
+ * file lacks) but for one byte: a byte flipped inside the header, not another model's tensor. */
+static const zoe_st_tensor *renamed_in_header(const zoe_safetensors *file,
+                                              const zoe_safetensors *want, const zoe_st_tensor *w) {
+    size_t len = strlen(w->name);
+    for (int i = 0; i < file->count; i++) {
+        const zoe_st_tensor *f = &file->tensors[i];
+        if (strlen(f->name) != len || zoe_safetensors_find(want, f->name)) continue;
+        int differ = 0;
+        for (size_t k = 0; k < len; k++) differ += f->name[k] != w->name[k];
+        if (differ == 1) return f;
+    }
+    return NULL;
+}
+
 /* The file's table against the trainer's: every tensor present with its dtype and shape. The
  * moments may be in any state dtype, F32, BF16 or int8 codes (I8 or U8) with their scales
  * (converted on load: a checkpoint of one state dtype resumes with another; older zoe stored
@@ -528,6 +543,13 @@ static zoe_status check_table(const zoe_safetensors *file, const zoe_safetensors
         const zoe_st_tensor *w = &want->tensors[i], *f = zoe_safetensors_find(file, w->name);
         if (ends_with(w->name, ".scales")) continue;
         expected++;
+        const zoe_st_tensor *odd = f ? NULL : renamed_in_header(file, want, w);
+        if (odd)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "%s: the safetensors header is corrupt: the entry of data bytes "
+                            "%" PRIu64 "..%" PRIu64 " is named \"%s\" where \"%s\" was "
+                            "expected (one byte differs; zoe-ckpt verify checks the rest)",
+                            path, odd->begin, odd->end, odd->name, w->name);
         if (!f)
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                             "%s has no tensor %s (a checkpoint of another model?)", path, w->name);

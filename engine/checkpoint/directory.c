@@ -107,8 +107,12 @@ zoe_status zoe_checkpoint_resolve(const char *path, char *out, size_t cap) {
     /* No usable latest (a crash between the rename and latest): the newest complete one. */
     int *steps = NULL, n = 0;
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return zoe_fail(ZOE_ERR_IO, "checkpoint '%s' does not exist", path);
+    if (stat(path, &sb) != 0) return zoe_fail(ZOE_ERR_IO, "checkpoint '%s' does not exist", path);
+    if (!S_ISDIR(sb.st_mode))
+        return zoe_fail(ZOE_ERR_IO,
+                        "'%s' is not a checkpoint: it is a file, and a checkpoint is a directory "
+                        "(step-N/ with %s, or a --save directory of them)",
+                        path, CKPT_TRAINER_FILE);
     ZOE_TRY(list_complete(path, &steps, &n));
     if (n == 0) {
         free(steps);

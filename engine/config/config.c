@@ -454,7 +454,27 @@ static int json_type_ok(const option_spec *o, const cJSON *item) {
     }
 }
 
-static zoe_status apply_json_item(zoe_train_config *cfg, const cJSON *item, const char *path) {
+/* The number as the file wrote it for KEY ("1e999"), into out: cJSON keeps only the double, and
+ * one that overflowed to inf must be quoted as the user wrote it. Keys are unique (checked before).
+ */
+static void json_number_as_written(const char *json, const char *key, char *out, size_t cap) {
+    size_t n = strlen(key);
+    snprintf(out, cap, "%s", "(a number out of range)");
+    for (const char *p = strstr(json, key); p; p = strstr(p + 1, key)) {
+        if (p == json || p[-1] != '"' || p[n] != '"') continue;
+        const char *v = p + n + 1;
+        while (isspace((unsigned char)*v)) v++;
+        if (*v++ != ':') continue;
+        while (isspace((unsigned char)*v)) v++;
+        size_t len = strspn(v, "0123456789+-.eE");
+        if (len == 0) continue;
+        snprintf(out, cap, "%.*s", (int)(len < cap ? len : cap - 1), v);
+        return;
+    }
+}
+
+static zoe_status apply_json_item(zoe_train_config *cfg, const cJSON *item, const char *json,
+                                  const char *path) {
     const option_spec *o = find_option(item->string);
     if (!o) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: unknown key \"%s\"", path, item->string);
     if (!json_type_ok(o, item))
@@ -466,8 +486,10 @@ static zoe_status apply_json_item(zoe_train_config *cfg, const cJSON *item, cons
         value = item->valuestring;
     else if (cJSON_IsBool(item))
         snprintf(text, sizeof text, "%s", cJSON_IsTrue(item) ? "true" : "false");
-    else
+    else if (isfinite(item->valuedouble))
         snprintf(text, sizeof text, "%.17g", item->valuedouble);
+    else
+        json_number_as_written(json, item->string, text, sizeof text);
     zoe_status st = set_option(cfg, o, value);
     if (st != ZOE_OK) {
         char msg[512];
@@ -514,7 +536,8 @@ zoe_status zoe_train_config_apply_json(zoe_train_config *cfg, const char *text, 
     zoe_status st = check_duplicate_keys(root, path);
     for (int rank = 0; rank < 3; rank++)
         for (const cJSON *item = root->child; item && st == ZOE_OK; item = item->next)
-            if (json_rank(find_option(item->string)) == rank) st = apply_json_item(cfg, item, path);
+            if (json_rank(find_option(item->string)) == rank)
+                st = apply_json_item(cfg, item, text, path);
     cJSON_Delete(root);
     return st;
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include "engine/plan/plan_impl.h"
 #include "kernels/kernels.h"
 #include "runtime/clock.h"
@@ -53,6 +54,31 @@
  * on the AVX-512 path is assumed within 2x of these; an AVX2-only core (Zen 2, the DGX A100's EPYC
  * 7742) runs the int8 quantisers about 2x slower (docs/offload.md, "Host Adam speed"). The plan
  * applies these to every box: docs/plan.md says how far that holds. */
+/* The drives. A data-centre NVMe drive's published sequential rates are "up to" figures for
+ * 128 KiB or larger transfers at a deep queue; O_DIRECT transfers of that size at depth are
+ * assumed to reach 90% of them (the nvme benchmark, scripts/bench nvme, measures the engine's
+ * share against fio on the machine it runs on). Capacities are decimal, as drives are sold.
+ * The drives of each box: docs/plan.md, "Drives". */
+#define DRIVE_SHARE 0.90
+#define TB          1e12
+/* DGX-2 datasheet: "Internal storage: 30 TB (8 x 3.84 TB) NVMe SSDs". It does not name the
+ * drive: assumed a PCIe 3.0 x4 data-centre drive of its generation, Samsung's PM983 U.2 3.84 TB
+ * (product brief: 3,200 MB/s sequential read, 2,000 MB/s write). */
+#define DGX2_DRIVES_SOURCE                                                                         \
+    "DGX-2 datasheet: 8 x 3.84 TB NVMe; each assumed a PCIe 3.0 data-centre drive (Samsung "       \
+    "PM983 U.2: 3.2 GB/s read, 2.0 GB/s write, published), at 90% of those"
+#define PCIE3_DRIVE_READ  (DRIVE_SHARE * 3.2e9)
+#define PCIE3_DRIVE_WRITE (DRIVE_SHARE * 2.0e9)
+/* DGX A100 and DGX H100 datasheets: "Internal storage: 30 TB (8 x 3.84 TB) U.2 NVMe" (the
+ * data cache; the OS is on two M.2 drives apart). The drive is not named: assumed a PCIe 4.0
+ * U.2 data-centre drive, Samsung's PM1733 3.84 TB (6,400 MB/s sequential read, 3,800 MB/s
+ * write, as Samsung announced it). */
+#define PCIE4_DRIVE_READ  (DRIVE_SHARE * 6.4e9)
+#define PCIE4_DRIVE_WRITE (DRIVE_SHARE * 3.8e9)
+#define PCIE4_DRIVES_SOURCE(box)                                                                   \
+    box " datasheet: 8 x 3.84 TB U.2 NVMe (the data cache); each assumed a PCIe 4.0 data-centre "  \
+        "drive (Samsung PM1733 U.2: 6.4 GB/s read, 3.8 GB/s write, published), at 90% of those"
+
 #define ADAM_NS_FP32         0.139
 #define ADAM_NS_BF16_WEIGHTS 0.158
 #define ADAM_NS_BF16_STATE   0.312
@@ -100,7 +126,12 @@ static const zoe_hardware presets[] = {
      .pcie_bandwidth = PCIE_SHARE * 15.75e9,
      .gpus_per_link = 2,
      .nvlink_bandwidth = NCCL_SHARE * 150e9,
-     .rank_base_bytes = GPU_RANK_BASE},
+     .rank_base_bytes = GPU_RANK_BASE,
+     .drives = 8,
+     .drive_bytes = 3.84 * TB,
+     .drive_read_bandwidth = PCIE3_DRIVE_READ,
+     .drive_write_bandwidth = PCIE3_DRIVE_WRITE,
+     .drive_source = DGX2_DRIVES_SOURCE},
     {.name = "dgx-a100-80g",
      .description = "NVIDIA DGX A100 640GB: 8 x A100-SXM4-80GB on NVSwitch (12 NVLink3 x 25 GB/s "
                     "per GPU), 2 TB host memory, 2 x 64-core EPYC 7742 with 8 channels of "
@@ -122,7 +153,12 @@ static const zoe_hardware presets[] = {
      .pcie_bandwidth = PCIE_SHARE * 31.5e9,
      .gpus_per_link = 2,
      .nvlink_bandwidth = NCCL_SHARE * 300e9,
-     .rank_base_bytes = GPU_RANK_BASE},
+     .rank_base_bytes = GPU_RANK_BASE,
+     .drives = 8,
+     .drive_bytes = 3.84 * TB,
+     .drive_read_bandwidth = PCIE4_DRIVE_READ,
+     .drive_write_bandwidth = PCIE4_DRIVE_WRITE,
+     .drive_source = PCIE4_DRIVES_SOURCE("DGX A100")},
     {.name = "dgx-h100",
      .description = "NVIDIA DGX H100: 8 x H100-SXM5-80GB on NVSwitch (18 NVLink4 x 25 GB/s per "
                     "GPU), 2 TB host memory, 2 x 56-core Xeon Platinum 8480C with 8 channels of "
@@ -144,7 +180,12 @@ static const zoe_hardware presets[] = {
      .pcie_bandwidth = PCIE_SHARE * 63e9,
      .gpus_per_link = 2,
      .nvlink_bandwidth = NCCL_SHARE * 450e9,
-     .rank_base_bytes = GPU_RANK_BASE},
+     .rank_base_bytes = GPU_RANK_BASE,
+     .drives = 8,
+     .drive_bytes = 3.84 * TB,
+     .drive_read_bandwidth = PCIE4_DRIVE_READ,
+     .drive_write_bandwidth = PCIE4_DRIVE_WRITE,
+     .drive_source = PCIE4_DRIVES_SOURCE("DGX H100")},
     {.name = "h200",
      .description = "one H200 141GB (140 GiB usable, as nvidia-smi reports 143771 MiB) on its "
                     "own PCIe 5.0 x16 link, a 16-core host with 128 GiB (its memory bandwidth "
@@ -165,7 +206,15 @@ static const zoe_hardware presets[] = {
      .pcie_bandwidth = PCIE_SHARE * 63e9,
      .gpus_per_link = 1,
      .nvlink_bandwidth = NCCL_SHARE * 450e9,
-     .rank_base_bytes = GPU_RANK_BASE},
+     .rank_base_bytes = GPU_RANK_BASE,
+     /* a single-GPU machine's drives are its own: one, assumed */
+     .drives = 1,
+     .drive_bytes = 3.84 * TB,
+     .drive_read_bandwidth = PCIE4_DRIVE_READ,
+     .drive_write_bandwidth = PCIE4_DRIVE_WRITE,
+     .drive_source = "assumed: one 3.84 TB PCIe 4.0 data-centre drive (Samsung PM1733 U.2: "
+                     "6.4 GB/s read, 3.8 GB/s write, published), at 90% of those; --drives, "
+                     "--drive-tb, --drive-read-gbs, --drive-write-gbs give the machine's own"},
 };
 enum { NUM_PRESETS = sizeof presets / sizeof presets[0] };
 
@@ -179,6 +228,8 @@ static zoe_hardware v100_32g(void) {
                      "x16 link";
     hw.gpus = 1;
     hw.gpus_per_link = 1;
+    /* the DGX-2's eight drives, all serving the one GPU's rank */
+    hw.drive_source = DGX2_DRIVES_SOURCE ", all eight for the one GPU";
     return hw;
 }
 
@@ -271,6 +322,9 @@ zoe_status zoe_hardware_local(int probe, zoe_hardware *hw) {
     /* an MPI rank with its libraries (Open MPI, OpenBLAS, hwloc), stated; zoe-train replaces
      * the first part with its own measure (zoe_hardware_measure_rank_base) */
     hw->rank_base_bytes = CPU_RANK_INIT_BYTES + CPU_RANK_LATE_BYTES;
+    /* no drives unless told (zoe-plan --drives N --drive-tb ...): a disk's rates are not
+     * probed here */
+    hw->drive_source = "none: --drives N, --drive-tb, --drive-read-gbs, --drive-write-gbs";
     hw->gpu_fraction = 0.70;
     hw->gpu_fraction_source = "bench/train_step: a gpt2-124m step runs at 0.65-0.77 of the same "
                               "machine's matmul rate";
@@ -319,5 +373,37 @@ zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw) {
     const double kib = zoe_proc_kib("/proc/self/status", "VmRSS");
     if (kib < 0) return zoe_fail(ZOE_ERR_IO, "rank base: no VmRSS in a readable /proc/self/status");
     hw->rank_base_bytes = kib * 1024.0 + CPU_RANK_LATE_BYTES;
+    return ZOE_OK;
+}
+
+zoe_status zoe_hardware_drives_of_paths(const char *paths, zoe_hardware *hw) {
+    if (!paths || !hw) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "drives of paths: NULL argument");
+    int n = 0;
+    double least = 0;
+    for (const char *at = paths;;) {
+        const char *end = strchr(at, ',');
+        const size_t len = end ? (size_t)(end - at) : strlen(at);
+        char dir[4096];
+        if (len == 0 || len >= sizeof dir)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--nvme-path '%s': an empty or overlong "
+                            "directory",
+                            paths);
+        memcpy(dir, at, len), dir[len] = '\0';
+        struct statvfs fs;
+        if (statvfs(dir, &fs) != 0)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--nvme-path: '%s' cannot be read (statvfs)",
+                            dir);
+        /* each rank's file is striped evenly: the fullest path bounds them all */
+        const double free_bytes = (double)fs.f_bavail * (double)fs.f_frsize;
+        least = n == 0 || free_bytes < least ? free_bytes : least;
+        n++;
+        if (!end) break;
+        at = end + 1;
+    }
+    hw->drives = n;
+    hw->drive_bytes = least;
+    hw->drive_source = "the --nvme-path directories: one drive each, the least free space among "
+                       "them (statvfs); their rates not probed";
     return ZOE_OK;
 }

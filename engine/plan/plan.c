@@ -29,6 +29,8 @@ void zoe_plan_config_init(zoe_plan_config *cfg) {
     cfg->dpu_schedule = ZOE_DPU_EXACT;
     cfg->offload_params = 0;
     cfg->prefetch_layers = 0;
+    cfg->state_on_drives = 0;
+    cfg->grads_on_drives = ZOE_PLAN_GRADS_AUTO;
 }
 
 zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, const zoe_hardware *hw,
@@ -62,10 +64,27 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     return ZOE_OK;
 }
 
-/* Streamed weights: the fields of version 3, read only from configs that have them. */
+/* Streamed weights: the fields of version 3, read only from configs that have them; from the
+ * host (1) or, version 4, from the drives. */
 static int streamed(const zoe_plan_config *p) {
     return p->version >= 3 && p->offload_params != 0;
 }
+
+/* The drive tier: the fields of version 4. */
+static int state_on_drives(const zoe_plan_config *p) {
+    return p->version >= 4 && p->state_on_drives != 0;
+}
+
+static int weights_on_drives(const zoe_plan_config *p) {
+    return p->version >= 4 && p->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES;
+}
+
+/* The host step reads bucket i + k while it updates bucket i and writes bucket i - k: k buckets
+ * of reads and k of writes in flight keep the drives' queues full while the update of one
+ * bucket runs (an assumption of the plan: docs/plan.md, "Drives"). */
+#define DRIVE_BUCKETS_AHEAD 2
+/* The share of the drives' capacity left to the file system and everything else. */
+#define DRIVE_RESERVE 0.05
 
 /* The trainer's configuration for the plan's run, so that the model and optimizer are
  * described exactly as zoe_trainer_create will build them. */
@@ -90,14 +109,54 @@ static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
     c->offload_params = streamed(p) ? ZOE_OFFLOAD_PARAMS_CPU : ZOE_OFFLOAD_PARAMS_NONE;
 }
 
+/* The drive tier's refusals: each names the value. */
+static zoe_status check_drives(const zoe_plan_config *p) {
+    if (p->version < 4) return ZOE_OK;
+    const zoe_hardware *hw = &p->hardware;
+    if (p->state_on_drives != 0 && p->state_on_drives != 1)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: state_on_drives=%d is not 0 or 1",
+                        p->state_on_drives);
+    if (p->grads_on_drives < ZOE_PLAN_GRADS_AUTO || p->grads_on_drives > 1)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan: grads_on_drives=%d is not 0, 1 or auto (%d)", p->grads_on_drives,
+                        ZOE_PLAN_GRADS_AUTO);
+    if (weights_on_drives(p) && !state_on_drives(p))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan: --offload-params nvme without --offload nvme: the host step writes "
+                        "the weights it streams to the drives, so the state must be there too");
+    if (p->grads_on_drives == 1 && !state_on_drives(p))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan: the gradient partition on drives without --offload nvme: the host "
+                        "step streams it with the state");
+    if (!state_on_drives(p)) return ZOE_OK;
+    /* the rates matter only where the box has a time model (zoe-train's unprobed `local` has
+     * none, and its drives are its --nvme-path directories) */
+    const int timed = hw->gpu_peak_flops > 0 && hw->host_bandwidth > 0 && hw->gpu_fraction > 0;
+    if (hw->drives <= 0 || !(hw->drive_bytes > 0) ||
+        (timed && (!(hw->drive_read_bandwidth > 0) || !(hw->drive_write_bandwidth > 0))))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan: --offload nvme on %s: %d drives of %.3g TB at %.3g/%.3g GB/s "
+                        "(--drives N, --drive-tb, --drive-read-gbs, --drive-write-gbs)",
+                        hw->name, hw->drives, hw->drive_bytes / 1e12,
+                        hw->drive_read_bandwidth / 1e9, hw->drive_write_bandwidth / 1e9);
+    if (p->offload_ratio < 1.0f)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "plan: --offload nvme with --offload-ratio %g: the drives hold the whole "
+                        "optimizer state (ratio 1)",
+                        (double)p->offload_ratio);
+    return ZOE_OK;
+}
+
 static zoe_status check(const zoe_plan_config *p) {
     if (p->version < 2 || p->version > ZOE_PLAN_CONFIG_VERSION)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "plan config version %d (this zoe knows 2 to %d: zoe_plan_config_init)",
                         p->version, ZOE_PLAN_CONFIG_VERSION);
-    if (streamed(p) && p->offload_params != 1)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: offload_params=%d is not 0 or 1",
-                        p->offload_params);
+    const int most_params = p->version >= 4 ? ZOE_PLAN_WEIGHTS_ON_DRIVES : 1;
+    if (streamed(p) && (p->offload_params < 0 || p->offload_params > most_params))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "plan: offload_params=%d is not 0 to %d",
+                        p->offload_params, most_params);
+    ZOE_TRY(check_drives(p));
     if (streamed(p) && p->offload_ratio < 1.0f)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "plan: --offload-params cpu with --offload-ratio %g: streamed weights keep "
@@ -183,7 +242,50 @@ static void stream_sizes(const zoe_plan_config *p, const zoe_gpt *g, const zoe_p
     r->stream.layer_bytes = layer * esz;
     r->stream.embedding_bytes = (untied ? rest / 2 : rest) * esz;
     r->stream.head_bytes = untied ? rest / 2 * esz : 0.0;
-    r->stream.host_weights = o->params_host;
+    r->stream.host_weights = weights_on_drives(p) ? 0.0 : o->params_host;
+}
+
+/* The drive tier, the sizes and the traffic (docs/plan.md, "Drives"), from the optimizer's own
+ * sizing: what lives on the drives, the host ring of the step's buckets, and the bytes the
+ * drives move per step. grads: the gradient partition is on the drives. After stream_sizes. */
+static void drive_sizes(const zoe_plan_config *p, const zoe_plan_optimizer *o, int grads,
+                        zoe_plan_result *r) {
+    if (!state_on_drives(p)) return;
+    const zoe_hardware *hw = &p->hardware;
+    const double k = p->grad_accum, ranks = r->ranks_per_node;
+    r->drive.grads = grads;
+    r->drive.buckets_ahead = DRIVE_BUCKETS_AHEAD;
+    /* a master that is the streamed weights stays on the host with them, unless they go to
+     * the drives too */
+    r->drive.state_bytes = o->state_bytes - (weights_on_drives(p) ? 0.0 : o->pinned_master);
+    r->drive.weights_bytes = weights_on_drives(p) ? o->params_host : 0.0;
+    r->drive.grads_bytes = grads ? o->grads_bytes : 0.0;
+    r->drive.per_rank = r->drive.state_bytes + r->drive.weights_bytes + r->drive.grads_bytes;
+    r->drive.total = r->drive.per_rank * ranks;
+    r->drive.capacity = hw->drives * hw->drive_bytes;
+    r->drive.available = r->drive.capacity * (1.0 - DRIVE_RESERVE);
+    r->drive.fits = r->drive.total <= r->drive.available;
+    /* 2k + 1 buckets of what the step streams, per element of the host share */
+    const double per_element = o->host_numel > 0 ? r->drive.per_rank / (double)o->host_numel : 0.0;
+    r->drive.state_ring =
+        (2.0 * DRIVE_BUCKETS_AHEAD + 1.0) * (double)o->bucket_part_numel * per_element;
+    /* The step reads the state and writes it back with the new weights; a gradient on the
+     * drives is written by each micro-batch (read back by each after the first, to add) and
+     * read by the step. */
+    r->drive.step_read_bytes = r->drive.state_bytes + k * r->drive.grads_bytes;
+    r->drive.step_write_bytes =
+        r->drive.state_bytes + r->drive.weights_bytes + k * r->drive.grads_bytes;
+    /* each unit's partition once per forward and once per backward of every micro-batch */
+    const double per_pass =
+        p->model.layers * r->stream.layer_bytes + r->stream.embedding_bytes + r->stream.head_bytes;
+    r->drive.stream_read_bytes = weights_on_drives(p) ? k * 2.0 * per_pass / p->dp : 0.0;
+    r->drive.read_bandwidth = hw->drives * hw->drive_read_bandwidth;
+    r->drive.write_bandwidth = hw->drives * hw->drive_write_bandwidth;
+    if (!(r->drive.read_bandwidth > 0 && r->drive.write_bandwidth > 0)) return; /* no time */
+    r->drive.host_step = ranks * (r->drive.step_read_bytes / r->drive.read_bandwidth +
+                                  r->drive.step_write_bytes / r->drive.write_bandwidth);
+    r->drive.stream = ranks * r->drive.stream_read_bytes / r->drive.read_bandwidth;
+    r->drive.seconds = r->drive.host_step + r->drive.stream;
 }
 
 /* The device's buffers of streamed weights: prefetch + 1 of the largest unit the ring cycles
@@ -212,15 +314,22 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
                    r->gpu.workspace + r->gpu.comm;
     r->gpu.capacity = cpu ? 0 : hw->gpu_bytes;
 
-    r->host.optimizer_per_rank = o->host;
+    /* The drive tier takes off the host the state in plain memory, the gradient where it goes
+     * too, and with the weights the pinned ones (a master that is the weights, or their copy),
+     * and puts there the rings that stream them (docs/plan.md, "Drives"). */
+    const double plain_on_drives = state_on_drives(p) ? o->state_bytes - o->pinned_master : 0.0;
+    const double pinned_on_drives = weights_on_drives(p) ? o->pinned_master + o->params_host : 0.0;
+    r->host.optimizer_per_rank =
+        o->host - plain_on_drives - r->drive.grads_bytes + r->drive.state_ring;
     /* Besides the optimizer's (with streamed weights, their host copy among them): an evaluation
      * under a stale DPU schedule keeps the parameter buffer it must put back, on the device or
      * the host (engine/train/trainer.c), and checkpoint files move through one bounded staging
-     * buffer (engine/checkpoint/mpi_io.c). */
+     * buffer (engine/checkpoint/mpi_io.c, sized by zoe_ckpt_round_bytes). */
     int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
     double params_buffer =
         streamed(p) ? (double)o->part_numel * zoe_dtype_size(p->dtype) : o->device_params;
-    r->host.pinned_per_rank = o->pinned + (p->evaluates && stale ? params_buffer : 0.0) +
+    r->host.pinned_per_rank = o->pinned - pinned_on_drives + r->drive.weights_ring +
+                              (p->evaluates && stale ? params_buffer : 0.0) +
                               (p->checkpoints ? (double)zoe_ckpt_round_bytes() : 0.0);
     /* On the CPU backend the device is host memory, and so are the kernels' workspace, the
      * MPI staging of 16-bit collectives and the packing of those past INT_MAX elements. */
@@ -245,7 +354,8 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     /* a capacity of 0 is unknown (zoe-train on a GPU it cannot size): not checked */
     r->fits_gpu = cpu || r->gpu.capacity <= 0 || r->gpu.total <= r->gpu.capacity;
     r->fits_host = r->host.total <= r->host.available;
-    r->fits = r->fits_gpu && r->fits_host;
+    const int fits_drives = !state_on_drives(p) || r->drive.fits;
+    r->fits = r->fits_gpu && r->fits_host && fits_drives;
     int alike = fabs(r->host.per_rank * r->ranks_per_node - r->host.total) < 1.0;
     if (!r->fits_host)
         snprintf(r->verdict, sizeof r->verdict,
@@ -260,6 +370,13 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
                  "activations %.1f GiB)",
                  r->gpu.total / GIB, r->gpu.capacity / GIB, r->gpu.weights / GIB,
                  r->gpu.grad_ring / GIB, r->gpu.optimizer / GIB, r->gpu.activations / GIB);
+    else if (!fits_drives)
+        snprintf(r->verdict, sizeof r->verdict,
+                 "drives: %d rank%s x %.2f TB = %.2f TB > %.2f TB available (%d x %.2f TB less "
+                 "%.0f%% for the file system)",
+                 r->ranks_per_node, r->ranks_per_node == 1 ? "" : "s", r->drive.per_rank / 1e12,
+                 r->drive.total / 1e12, r->drive.available / 1e12, hw->drives,
+                 hw->drive_bytes / 1e12, 100.0 * DRIVE_RESERVE);
     else
         snprintf(r->verdict, sizeof r->verdict, "fits");
 }
@@ -343,12 +460,20 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
     const double share = (d - 1.0) / d, gather = hw->nvlink_bandwidth;
     const double lb = r->stream.layer_bytes, eb = r->stream.embedding_bytes,
                  hb = r->stream.head_bytes;
-    /* each unit's copy: its partition over the host link, the rest over DP */
+    /* each unit's copy: with the weights on the drives its partition read from them first (the
+     * box's drives shared by its ranks), then its partition over the host link, the rest over
+     * DP; the three stages pipeline over units */
+    const double drive = weights_on_drives(p) ? r->drive.read_bandwidth / r->ranks_per_node : 0.0;
+    const double layer_drive = drive > 0 ? lb / d / drive : 0.0;
+    const double head_drive = drive > 0 ? hb / d / drive : 0.0;
     const double layer_pcie = lb / d / link, layer_gather = d > 1 ? lb * share / gather : 0.0;
     const double head_pcie = hb / d / link, head_gather = d > 1 ? hb * share / gather : 0.0;
-    const double emb_latency = eb / d / link + (d > 1 ? eb * share / gather : 0.0);
-    r->stream.layer_copy = fmax(layer_pcie, layer_gather);
-    r->stream.layer_latency = layer_pcie + layer_gather;
+    const double head_copy = fmax(head_drive, fmax(head_pcie, head_gather)),
+                 head_latency = head_drive + head_pcie + head_gather;
+    const double emb_latency =
+        (drive > 0 ? eb / d / drive : 0.0) + eb / d / link + (d > 1 ? eb * share / gather : 0.0);
+    r->stream.layer_copy = fmax(layer_drive, fmax(layer_pcie, layer_gather));
+    r->stream.layer_latency = layer_drive + layer_pcie + layer_gather;
     /* this rank's compute per micro-batch, split by the model FLOPs' shares: a layer's forward
      * and the LM head's (its backward twice that) */
     const double per_mb = r->time.compute / k, weight = layers_flops * passes + head_flops * 3.0;
@@ -364,7 +489,7 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
     r->stream.prefetch = r->stream.prefetch_from_plan ? need : p->prefetch_layers;
     const double q = r->stream.prefetch;
     const double layer_pace = fmax(r->stream.layer_copy, r->stream.layer_latency / q);
-    const double head_pace = fmax(fmax(head_pcie, head_gather), (head_pcie + head_gather) / q);
+    const double head_pace = fmax(head_copy, head_latency / q);
     const double pass_copy = L * layer_pace + head_pace;
     const double fwd = L * layer_fwd + head_fwd,
                  bwd = L * layer_fwd * (passes - 1.0) + 2 * head_fwd;
@@ -373,18 +498,19 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
     r->stream.gather_bytes = k * 2.0 * per_pass_bytes * share;
     r->stream.pcie = r->stream.pcie_bytes / link;
     r->stream.all_gather = d > 1 ? r->stream.gather_bytes / gather : 0.0;
-    const double serial = L * r->stream.layer_latency + head_pcie + head_gather + emb_latency;
+    const double serial = L * r->stream.layer_latency + head_latency + emb_latency;
     r->stream.exposed =
         cpu ? k * 2.0 * serial
             : k * (fmax(0.0, pass_copy - fwd) + fmax(0.0, pass_copy - bwd) + 2.0 * emb_latency);
     /* copies per micro-batch are fixed and compute grows with it: the forward hides the layers'
      * (and an untied head's) from the micro-batch where it takes as long as they do */
-    const double unpaced = L * r->stream.layer_copy + fmax(head_pcie, head_gather);
+    const double unpaced = L * r->stream.layer_copy + head_copy;
     r->stream.hide_micro_batch =
         cpu || fwd <= 0 ? 0 : (int)ceil(unpaced / (fwd / p->micro_batch) - 1e-9);
     if (r->stream.hide_micro_batch < 1 && !cpu && fwd > 0) r->stream.hide_micro_batch = 1;
     const char *pace = cpu                                              ? "host copies"
                        : layer_pace > r->stream.layer_copy * (1 + 1e-9) ? "latency"
+                       : layer_drive >= fmax(layer_pcie, layer_gather)  ? "drives"
                        : layer_pcie >= layer_gather                     ? "pcie"
                                                                         : "dp all-gather";
     snprintf(r->stream.bound, sizeof r->stream.bound, "%s",
@@ -454,6 +580,12 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     r->time.host_adam = compute_bound ? r->time.host_adam_compute : r->time.host_adam_memory;
     snprintf(r->time.host_adam_bound, sizeof r->time.host_adam_bound, "%s",
              compute_bound ? "compute" : "memory");
+    /* with the state on the drives the step streams it bucket by bucket, reads and writes
+     * overlapping the update: the slower of the update and the drives' traffic */
+    if (state_on_drives(p) && r->drive.host_step > r->time.host_adam) {
+        r->time.host_adam = r->drive.host_step;
+        snprintf(r->time.host_adam_bound, sizeof r->time.host_adam_bound, "drives");
+    }
 
     double backward_mb = r->time.compute / k * (2.0 / passes);
     double out = fmax(r->time.pcie_out, r->time.dp_reduce_scatter) / k;
@@ -476,6 +608,9 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     double dpu = cpu ? sync : device + exposed_host + r->time.dp_all_gather;
     r->time.step = p->dpu ? dpu : sync;
     r->time.hidden_by_dpu = sync - dpu;
+    /* the drives serve the host step and the weights' reads in turn: a step takes at least as
+     * long as they are busy, whatever overlaps */
+    if (state_on_drives(p)) r->time.step = fmax(r->time.step, r->drive.seconds);
     r->time.tokens = tokens_rank * d;
     r->time.tokens_per_second = r->time.step > 0 ? r->time.tokens / r->time.step : 0.0;
     r->time.tflops_per_gpu = r->time.step > 0 ? r->time.flops_per_gpu / r->time.step / 1e12 : 0.0;
@@ -484,23 +619,26 @@ static void step_time(const zoe_plan_config *p, const zoe_plan_optimizer *o, zoe
     /* What binds: the largest term on the critical path. */
     char stream_name[32];
     snprintf(stream_name, sizeof stream_name, "weights in: %.16s", r->stream.bound);
-    const char *names[] = {"gpu compute", "tp all-reduce", "pcie",
-                           "host adam",   "dp all-gather", stream_name};
+    const char *names[] = {"gpu compute",   "tp all-reduce", "pcie",  "host adam",
+                           "dp all-gather", stream_name,     "drives"};
     double exposed_share = host > 0 ? exposed_host / host : 0.0;
     double terms[] = {r->time.compute,
                       r->time.tp_comm,
                       (p->dpu && !cpu ? exposed_share : 1.0) * r->time.pcie_in + exposed_out,
                       (p->dpu && !cpu ? exposed_share : 1.0) * r->time.host_adam,
                       r->time.dp_all_gather,
-                      stream};
+                      stream,
+                      r->drive.seconds};
+    if (!strcmp(r->time.host_adam_bound, "drives")) names[3] = "host step: drives";
     int best = 0;
-    for (int i = 1; i < 6; i++)
+    for (int i = 1; i < 7; i++)
         if (terms[i] > terms[best]) best = i;
     if (cpu && best == 0) names[0] = "cpu compute";
     snprintf(r->time.bound, sizeof r->time.bound, "%s", names[best]);
 }
 
-static zoe_status plan_once(const zoe_plan_config *p, zoe_plan_result *r) {
+/* grads: the gradient partition on the drives (with the state there). */
+static zoe_status plan_once(const zoe_plan_config *p, int grads, zoe_plan_result *r) {
     if (!p || !r) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_plan: NULL argument");
     memset(r, 0, sizeof *r);
     ZOE_TRY(check(p));
@@ -536,6 +674,7 @@ static zoe_status plan_once(const zoe_plan_config *p, zoe_plan_result *r) {
         m.host_other += tokens * p->model.hidden * sizeof(float) * (p->dtype == ZOE_F32 ? 1 : 2);
     zoe_status st = zoe_plan_optimizer_of(&c, g, p->dp, &o);
     if (st == ZOE_OK) stream_sizes(p, g, &o, r);
+    if (st == ZOE_OK) drive_sizes(p, &o, grads, r);
     zoe_gpt_destroy(g);
     ZOE_TRY(st);
     ZOE_TRY(activation_bytes(&c, 1, &m.act_recompute));
@@ -548,19 +687,35 @@ static zoe_status plan_once(const zoe_plan_config *p, zoe_plan_result *r) {
             r->stream.prefetch = p->prefetch_layers > 0 ? p->prefetch_layers : 1;
         r->stream.ring = stream_ring(p, r);
     }
+    /* with the weights on the drives, a host ring of the largest unit's partitions: the ring's
+     * units on their way to the device, and one more being read from the drives */
+    if (weights_on_drives(p))
+        r->drive.weights_ring =
+            (r->stream.prefetch + 2.0) *
+            fmax(fmax(r->stream.layer_bytes, r->stream.head_bytes), r->stream.embedding_bytes) /
+            p->dp;
     memory(p, &m, &o, r);
     return ZOE_OK;
 }
 
+/* The gradient partition: on the drives where asked, or (auto) where the host cannot hold it
+ * with the state on the drives. */
+static zoe_status plan_tiers(const zoe_plan_config *p, zoe_plan_result *r) {
+    const int asked = state_on_drives(p) ? p->grads_on_drives : 0;
+    ZOE_TRY(plan_once(p, asked == 1, r));
+    if (asked == ZOE_PLAN_GRADS_AUTO && !r->fits_host) ZOE_TRY(plan_once(p, 1, r));
+    return ZOE_OK;
+}
+
 zoe_status zoe_plan(const zoe_plan_config *p, zoe_plan_result *r) {
-    ZOE_TRY(plan_once(p, r));
+    ZOE_TRY(plan_tiers(p, r));
     /* and whether the run at the micro-batch that hides the copies fits */
     if (streamed(p) && r->stream.hide_micro_batch > 0) {
         zoe_plan_config at = *p;
         at.micro_batch = r->stream.hide_micro_batch;
         zoe_plan_result h;
         r->stream.hide_fits =
-            at.micro_batch == p->micro_batch ? r->fits : plan_once(&at, &h) == ZOE_OK && h.fits;
+            at.micro_batch == p->micro_batch ? r->fits : plan_tiers(&at, &h) == ZOE_OK && h.fits;
     }
     return ZOE_OK;
 }
@@ -598,11 +753,28 @@ void zoe_plan_family_member(const zoe_model_config *base, int layers, zoe_model_
     snprintf(m->name, sizeof m->name, "scaled");
 }
 
+/* Whether p fits; with streamed weights and no prefetch given, at the plan's prefetch or else at
+ * the fewest units ahead (one: a smaller ring, its copies paced by their latency). *used is the
+ * configuration that fits (or p). */
+static zoe_status fits_at_some_prefetch(const zoe_plan_config *p, zoe_plan_config *used,
+                                        zoe_plan_result *r, int *fits) {
+    *used = *p;
+    ZOE_TRY(zoe_plan(p, r));
+    *fits = r->fits;
+    if (*fits || !streamed(p) || p->prefetch_layers > 0 || r->stream.prefetch <= 1) return ZOE_OK;
+    used->prefetch_layers = 1;
+    ZOE_TRY(zoe_plan(used, r));
+    *fits = r->fits;
+    if (!*fits) *used = *p;
+    return ZOE_OK;
+}
+
 zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
                               zoe_plan_result *best_plan) {
     if (!cfg || !best) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "max model: NULL argument");
-    zoe_plan_config p = *cfg;
+    zoe_plan_config p = *cfg, used;
     zoe_plan_result r;
+    int fits = 0;
     /* L layers and heads, L a multiple of tp (each rank its share of the heads), hidden 128 L up
      * to 65536. Memory grows with L, so a bisection over the multiples of tp finds the largest
      * that fits. */
@@ -611,8 +783,8 @@ zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
         zoe_plan_family_member(&cfg->model, mid * tp, &p.model);
-        ZOE_TRY(zoe_plan(&p, &r));
-        if (r.fits)
+        ZOE_TRY(fits_at_some_prefetch(&p, &used, &r, &fits));
+        if (fits)
             lo = mid;
         else
             hi = mid - 1;
@@ -624,7 +796,7 @@ zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best
     zoe_plan_family_member(&cfg->model, lo * tp, best);
     if (best_plan) {
         p.model = *best;
-        ZOE_TRY(zoe_plan(&p, best_plan));
+        ZOE_TRY(fits_at_some_prefetch(&p, &used, best_plan, &fits));
     }
     return ZOE_OK;
 }

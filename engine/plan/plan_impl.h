@@ -26,6 +26,11 @@ typedef struct zoe_plan_optimizer {
     size_t part_numel, host_numel; /* the partition, and its host part, in elements */
     double adam_bytes_per_param;   /* host memory the host step moves per element */
     double adam_ns_per_param;      /* one core's arithmetic of the host step per element */
+    /* The drive tier's pieces, from the footprint: of the host share, the state arrays (master,
+     * moments, scales), of them a master held pinned as the streamed weights, the gradient
+     * partitions; the largest bucket's partition in elements. */
+    double state_bytes, pinned_master, grads_bytes;
+    size_t bucket_part_numel;
 } zoe_plan_optimizer;
 
 /* One core's host Adam arithmetic in nanoseconds per element for the state's dtypes (ZOE_F32,

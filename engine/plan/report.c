@@ -18,6 +18,42 @@ static const char *yes_no(int fits) {
     return fits ? "fits" : "DOES NOT FIT";
 }
 
+static int on_drives(const zoe_plan_config *c) {
+    return c->version >= 4 && c->state_on_drives;
+}
+
+/* Where the weights live, in words. */
+static const char *weights_home(const zoe_plan_config *c) {
+    if (c->version < 3 || !c->offload_params) return "on the device";
+    return c->version >= 4 && c->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES
+               ? "streamed from the drives"
+               : "streamed from the host";
+}
+
+/* The drive tier: what the drives hold against their capacity, and the host rings. */
+static void print_drives(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
+    const zoe_hardware *hw = &c->hardware;
+    fprintf(out, "\nDrives (%d x %.2f TB; %s):\n", hw->drives, hw->drive_bytes / 1e12,
+            hw->drive_source ? hw->drive_source : "");
+    fprintf(out, "  optimizer state per rank  %9.2f GiB\n", gib(r->drive.state_bytes));
+    if (r->drive.weights_bytes > 0)
+        fprintf(out, "  weights per rank          %9.2f GiB  (%s, apart from the master)\n",
+                gib(r->drive.weights_bytes), zoe_dtype_name(c->dtype));
+    fprintf(out, "  gradient per rank         %9.2f GiB  (%s)\n", gib(r->drive.grads_bytes),
+            r->drive.grads            ? "on the drives: the host cannot hold it"
+            : c->grads_on_drives == 0 ? "on the host, as asked"
+                                      : "on the host, which holds it");
+    fprintf(out,
+            "  total                     %9.2f TB, %d x %.3f, of %.2f available (%.2f less 5%% "
+            "for the file system)   %s\n",
+            r->drive.total / 1e12, r->ranks_per_node, r->drive.per_rank / 1e12,
+            r->drive.available / 1e12, r->drive.capacity / 1e12, yes_no(r->drive.fits));
+    fprintf(out,
+            "  host rings per rank       %9.2f GiB  (%d + 1 + %d buckets of the step's state%s)\n",
+            gib(r->drive.state_ring + r->drive.weights_ring), r->drive.buckets_ahead,
+            r->drive.buckets_ahead, r->drive.weights_ring > 0 ? "; the weights' units" : "");
+}
+
 static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
     int cpu = c->hardware.backend == ZOE_BACKEND_CPU;
     fprintf(out, "\n%s, per rank (GiB):\n", cpu ? "Device (CPU backend: host memory)" : "Per GPU");
@@ -62,8 +98,10 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
                 "    of which the weights    %9.2f GiB  (%s; the box's host holds %.2f bytes per "
                 "parameter of the model's share on it)\n",
                 gib(r->stream.host_weights),
-                r->stream.host_weights > 0 ? "the compute-dtype copy of the partition"
-                                           : "none apart: the master is the weights",
+                c->version >= 4 && c->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES
+                    ? "on the drives, streamed through the host ring below"
+                : r->stream.host_weights > 0 ? "the compute-dtype copy of the partition"
+                                             : "none apart: the master is the weights",
                 r->stream.host_bytes_per_param);
     fprintf(out, "  other per rank            %9.2f GiB  (rank base %.2f%s)\n",
             gib(r->host.other_per_rank), gib(c->hardware.rank_base_bytes),
@@ -76,6 +114,7 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
     if (r->fits_host)
         fprintf(out, "  spare                     %9.1f%% of host memory\n",
                 100.0 * (1.0 - r->host.total / r->host.capacity));
+    if (on_drives(c)) print_drives(out, c, r);
 }
 
 static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_result *r) {
@@ -116,6 +155,11 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
                 "  weights in, %-13s %9.3f   %.2f GiB per rank per step (each unit's 1/%d "
                 "partition, once per forward and once per backward of each micro-batch)\n",
                 cpu ? "host copies" : "PCIe", r->stream.pcie, gib(r->stream.pcie_bytes), c->dp);
+        if (r->drive.stream > 0)
+            fprintf(out,
+                    "  weights in, drives        %9.3f   the same bytes read from the drives, "
+                    "%d ranks at %.1f GB/s\n",
+                    r->drive.stream, r->ranks_per_node, r->drive.read_bandwidth / 1e9);
         fprintf(out, "  weights in, DP all-gather %9.3f   %.2f GiB per rank per step\n",
                 r->stream.all_gather, gib(r->stream.gather_bytes));
         fprintf(out,
@@ -131,6 +175,14 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
                 : r->stream.hide_fits           ? " (fits)"
                                                 : " (does not fit)");
     }
+    if (on_drives(c))
+        fprintf(out,
+                "  drives, host step         %9.3f   %.2f GiB read, %.2f GiB written per rank; "
+                "%d ranks at %.1f GB/s read, %.1f GB/s write\n"
+                "  drives busy               %9.3f   the host step's traffic%s\n",
+                r->drive.host_step, gib(r->drive.step_read_bytes), gib(r->drive.step_write_bytes),
+                r->ranks_per_node, r->drive.read_bandwidth / 1e9, r->drive.write_bandwidth / 1e9,
+                r->drive.seconds, r->drive.stream > 0 ? " and the weights' reads" : "");
     fprintf(out, "  host stall without DPU    %9.3f   (%.0f%% of the synchronous step)\n",
             r->time.host_stall, 100.0 * r->time.stall_share);
     fprintf(out, "  %-25s %9.3f\n", c->dpu ? "DPU hides" : "DPU would hide", r->time.hidden_by_dpu);
@@ -152,7 +204,12 @@ void zoe_plan_print(FILE *out, const zoe_plan_config *c, const zoe_plan_result *
             r->ranks, c->tp, c->dp, r->nodes, r->nodes == 1 ? "" : "s", c->micro_batch, m->seq_len,
             c->grad_accum, zoe_dtype_name(c->dtype), c->recompute ? "on" : "off",
             c->dpu ? "on" : "off", (double)c->offload_ratio, (long long)c->bucket_mb,
-            c->version >= 3 && c->offload_params ? "streamed from the host" : "on the device");
+            weights_home(c));
+    if (on_drives(c))
+        fprintf(out,
+                "tiers: optimizer state on the drives, gradient partition on the %s, weights "
+                "%s\n",
+                r->drive.grads ? "drives" : "host", weights_home(c));
     print_memory(out, c, r);
     print_time(out, c, r);
     if (!r->fits) {
@@ -165,6 +222,8 @@ void zoe_plan_print(FILE *out, const zoe_plan_config *c, const zoe_plan_result *
     fprintf(out, "host %.1f of %.1f GiB available (%.1f%% of host memory spare)",
             gib(r->host.total), gib(r->host.available),
             100.0 * (1.0 - r->host.total / r->host.capacity));
+    if (on_drives(c))
+        fprintf(out, ", drives %.2f of %.2f TB", r->drive.total / 1e12, r->drive.available / 1e12);
     if (strcmp(r->time.bound, "not probed"))
         fprintf(out, "; a step takes %.2f s, %s binds", r->time.step, r->time.bound);
     fprintf(out, ".\n");
@@ -180,12 +239,16 @@ void zoe_plan_summary(const zoe_plan_config *c, const zoe_plan_result *r, char *
     if (strcmp(r->time.bound, "not probed"))
         snprintf(step, sizeof step, "; step %.3f s predicted (%s binds)", r->time.step,
                  r->time.bound);
+    char drives[96] = "";
+    if (on_drives(c))
+        snprintf(drives, sizeof drives, "; drives %.2f of %.2f TB available", r->drive.total / 1e12,
+                 r->drive.available / 1e12);
     snprintf(buf, len,
              "plan on %s: %s; %shost %.2f of %.2f GiB available (%d rank%s, up to %.2f GiB "
-             "each)%s",
+             "each)%s%s",
              c->hardware.name, r->fits ? "fits" : "does not fit", gpu, gib(r->host.total),
              gib(r->host.available), r->ranks_per_node, r->ranks_per_node == 1 ? "" : "s",
-             gib(r->host.per_rank), step);
+             gib(r->host.per_rank), drives, step);
 }
 
 static cJSON *add_object(cJSON *parent, const char *name) {
@@ -266,7 +329,37 @@ zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *c, const zoe_pl
     cJSON_AddStringToObject(t, "bound", r->time.bound);
     cJSON_AddNumberToObject(t, "mfu", r->mfu);
     const int streamed = c->version >= 3 && c->offload_params;
-    cJSON_AddStringToObject(run, "offload_params", streamed ? "cpu" : "none");
+    const int weights_drives = c->version >= 4 && c->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES;
+    cJSON_AddStringToObject(run, "offload_params",
+                            weights_drives ? "nvme"
+                            : streamed     ? "cpu"
+                                           : "none");
+    cJSON_AddStringToObject(run, "offload", on_drives(c) ? "nvme" : "cpu");
+    if (on_drives(c)) {
+        cJSON *dr = add_object(root, "drives");
+        cJSON_AddNumberToObject(dr, "drives", c->hardware.drives);
+        cJSON_AddNumberToObject(dr, "drive_bytes", c->hardware.drive_bytes);
+        cJSON_AddBoolToObject(dr, "grads", r->drive.grads);
+        cJSON_AddNumberToObject(dr, "buckets_ahead", r->drive.buckets_ahead);
+        cJSON_AddNumberToObject(dr, "state_bytes", r->drive.state_bytes);
+        cJSON_AddNumberToObject(dr, "weights_bytes", r->drive.weights_bytes);
+        cJSON_AddNumberToObject(dr, "grads_bytes", r->drive.grads_bytes);
+        cJSON_AddNumberToObject(dr, "per_rank", r->drive.per_rank);
+        cJSON_AddNumberToObject(dr, "total", r->drive.total);
+        cJSON_AddNumberToObject(dr, "capacity", r->drive.capacity);
+        cJSON_AddNumberToObject(dr, "available", r->drive.available);
+        cJSON_AddBoolToObject(dr, "fits", r->drive.fits);
+        cJSON_AddNumberToObject(dr, "state_ring_bytes", r->drive.state_ring);
+        cJSON_AddNumberToObject(dr, "weights_ring_bytes", r->drive.weights_ring);
+        cJSON_AddNumberToObject(dr, "step_read_bytes", r->drive.step_read_bytes);
+        cJSON_AddNumberToObject(dr, "step_write_bytes", r->drive.step_write_bytes);
+        cJSON_AddNumberToObject(dr, "stream_read_bytes", r->drive.stream_read_bytes);
+        cJSON_AddNumberToObject(dr, "read_bandwidth", r->drive.read_bandwidth);
+        cJSON_AddNumberToObject(dr, "write_bandwidth", r->drive.write_bandwidth);
+        cJSON_AddNumberToObject(dr, "host_step_seconds", r->drive.host_step);
+        cJSON_AddNumberToObject(dr, "stream_seconds", r->drive.stream);
+        cJSON_AddNumberToObject(dr, "seconds", r->drive.seconds);
+    }
     if (streamed) {
         cJSON *st = add_object(root, "stream");
         cJSON_AddNumberToObject(st, "prefetch", r->stream.prefetch);

@@ -41,9 +41,11 @@ static int terminal_width(FILE *out) {
     return n >= 20 && n <= 1000 ? n : 80;
 }
 
-/* The metrics file, open for writing at its end. A resumed run (first_step > 0) keeps the
- * lines of the steps before first_step (a crash may have left lines of steps after the
- * checkpoint, which the resumed run writes again) and appends; otherwise it starts empty. */
+/* The metrics file, open for writing at its end. Its "step" counts from 1, as the progress line
+ * and the checkpoints' step-N do: the line of step N is written when N steps are done. A resumed
+ * run (first_step > 0 steps done) keeps the lines of steps 1..first_step (a crash may have left
+ * lines of steps after the checkpoint, which the resumed run writes again) and appends;
+ * otherwise it starts empty. */
 static int open_metrics(const char *path, int first_step) {
     if (first_step <= 0) return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     FILE *in = fopen(path, "r");
@@ -58,7 +60,7 @@ static int open_metrics(const char *path, int first_step) {
         char line[4096];
         int step;
         while (fgets(line, sizeof line, in))
-            if (sscanf(line, "{\"step\":%d", &step) == 1 && step < first_step) fputs(line, out);
+            if (sscanf(line, "{\"step\":%d", &step) == 1 && step <= first_step) fputs(line, out);
         int ok = fclose(out) == 0;
         fclose(in);
         if (!ok || rename(tmp, path) != 0) return -1;
@@ -230,7 +232,7 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                          "\"ms_offload\":%.3f,\"ms_host_step\":%.3f,\"ms_refresh\":%.3f,"
                          "\"ms_optimizer\":%.3f,\"overlapped\":%d,\"redone\":%d,"
                          "\"device_peak_bytes\":%lld",
-                         s->step, (double)s->loss, (double)s->lr, (double)s->grad_norm,
+                         s->step + 1, (double)s->loss, (double)s->lr, (double)s->grad_norm,
                          (double)s->loss_scale, s->skipped, (long long)s->tokens, tok_per_s,
                          s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
                          s->ms_refresh, s->ms_optimizer, s->overlapped, s->redone,
@@ -241,7 +243,7 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                           (double)s->val_loss);
         if (n > 0 && n < (int)sizeof line - 2) {
             n += snprintf(line + n, sizeof line - (size_t)n, "}\n");
-            ZOE_TRY(write_metrics_line(p, line, (size_t)n, s->step));
+            ZOE_TRY(write_metrics_line(p, line, (size_t)n, s->step + 1));
         }
     }
     if (s->evaluated) p->evaluated = 1, p->val_loss = s->val_loss;

@@ -79,13 +79,16 @@ static void describe_peers(const zoe_watchdog *wd, double now, char *out, size_t
         n += (size_t)snprintf(out + n, cap - n,
                               "; did not arrive: rank %s, stopped or dead (no heartbeat)", silent);
     if (ne && n < cap) n += (size_t)snprintf(out + n, cap - n, "; elsewhere: %s", elsewhere);
-    if (!ns && !ne && n < cap)
-        n += (size_t)snprintf(out + n, cap - n,
-                              "; the %d other ranks of this node are alive here too",
-                              wd->node_size - 1);
-    if (wd->node_size < wd->world_size && n < cap)
-        snprintf(out + n, cap - n, "; the %d ranks on other nodes are not seen from here",
-                 wd->world_size - wd->node_size);
+    const int others = wd->node_size - 1, away = wd->world_size - wd->node_size;
+    if (!ns && !ne && others > 0 && n < cap)
+        n += (size_t)(others == 1 ? snprintf(out + n, cap - n,
+                                             "; the other rank of this node is alive here too")
+                                  : snprintf(out + n, cap - n,
+                                             "; the %d other ranks of this node are alive here too",
+                                             others));
+    if (away > 0 && n < cap)
+        snprintf(out + n, cap - n, "; the %d rank%s on other nodes %s not seen from here", away,
+                 away == 1 ? "" : "s", away == 1 ? "is" : "are");
 }
 
 static void report_and_abort(zoe_watchdog *wd, double idle_s) {

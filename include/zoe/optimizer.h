@@ -374,6 +374,12 @@ typedef struct zoe_optimizer_footprint {
      * from the master: 0 where the master is those weights (a bf16 master computing in bf16
      * under no stale DPU schedule; fp32 on the CPU backend) and without params_on_host. */
     size_t params_host_bytes;
+    /* The drive tier's pieces (docs/plan.md, "Drives"): of the host share, the state arrays
+     * (master, moments, an int8 moment's scales) wherever they are held, of that the master
+     * held pinned as the streamed weights (params_are_master), the gradient partitions, and
+     * the largest bucket's partition in elements (the unit a host step streams the state in). */
+    size_t state_bytes, pinned_master_bytes, grads_bytes;
+    size_t bucket_part_numel;
 } zoe_optimizer_footprint;
 
 /* What zoe_optimizer_create would allocate, computed by the code that sizes the allocations,

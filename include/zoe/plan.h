@@ -54,6 +54,13 @@ typedef struct zoe_hardware {
                               * context, MPI, libraries) */
     double host_free_bytes;  /* local: memory free now (MemAvailable), what other processes
                               * leave; 0 when unknown */
+    /* The drive tier (docs/plan.md, "Drives"): the box's NVMe data drives, each one's capacity
+     * in bytes and its achievable sequential read and write rates in bytes/s (O_DIRECT, large
+     * blocks, deep queues), and where the figures come from. 0 drives: the box has none. */
+    int drives;
+    double drive_bytes;
+    double drive_read_bandwidth, drive_write_bandwidth;
+    const char *drive_source;
 } zoe_hardware;
 
 /* Fills *out with a named box: dgx2, v100-32g, dgx-a100-80g, dgx-h100, h200, or local (this
@@ -70,8 +77,19 @@ zoe_status zoe_hardware_local(int probe, zoe_hardware *out);
  * plus what a CPU rank maps later outside the plan's buffers (BLAS and MPI buffers); `local`
  * states the same base with the first part as measured on a small VM. */
 zoe_status zoe_hardware_measure_rank_base(zoe_hardware *hw);
+/* The drives of --nvme-path DIR[,DIR...] on this machine: one drive per directory, each of
+ * the least free space among them (statvfs; a rank's file is striped evenly across them); the
+ * rates are left as they are (0 on `local`: not probed). A directory that cannot be read is
+ * refused, naming it. */
+zoe_status zoe_hardware_drives_of_paths(const char *paths, zoe_hardware *hw);
 
-#define ZOE_PLAN_CONFIG_VERSION 3 /* 2: main_grads_dtype; 3: offload_params, prefetch_layers */
+#define ZOE_PLAN_CONFIG_VERSION                                                                    \
+    4 /* 2: main_grads_dtype; 3: offload_params, prefetch_layers;                                  \
+       * 4: state_on_drives, grads_on_drives, weights on drives */
+/* offload_params: the weights live on the box's drives (version 4). */
+#define ZOE_PLAN_WEIGHTS_ON_DRIVES 2
+/* grads_on_drives: the plan decides (on drives only where the host cannot hold them). */
+#define ZOE_PLAN_GRADS_AUTO (-1)
 
 typedef struct zoe_plan_config {
     int version; /* ZOE_PLAN_CONFIG_VERSION */
@@ -107,11 +125,23 @@ typedef struct zoe_plan_config {
      * the fewest that hide one unit's copy behind compute (time.stream.prefetch). */
     int offload_params;
     int prefetch_layers;
+    /* Version 4. The drive tier (--offload nvme, --offload-params nvme; docs/plan.md,
+     * "Drives"). state_on_drives 1: the optimizer state (master, moments) lives on the box's
+     * drives and the host step streams it per bucket through a host ring (read bucket i + k,
+     * update i, write i - k). offload_params ZOE_PLAN_WEIGHTS_ON_DRIVES: the weights too, each
+     * unit's partition read from the drives into a host ring ahead of its host->device copy,
+     * once per forward and once per backward of every micro-batch (needs state_on_drives: the
+     * host step writes them). grads_on_drives, with state_on_drives: the gradient partition on
+     * the drives (1), on the host (0), or ZOE_PLAN_GRADS_AUTO, on the drives only where the host
+     * cannot hold it. */
+    int state_on_drives;
+    int grads_on_drives;
 } zoe_plan_config;
 
 /* Defaults: the demo model, TP=1 x DP=1, micro-batch 4, fp32 (zoe-plan takes the box's own dtype),
  * no recompute, no DPU (its schedule exact), offload ratio 1, 16 MiB buckets, no evaluation, no
- * checkpoints. hardware is left empty: fill it with
+ * checkpoints, nothing on drives (gradients there where the host cannot hold them, once the
+ * state is). hardware is left empty: fill it with
  * zoe_hardware_preset. */
 void zoe_plan_config_init(zoe_plan_config *cfg);
 /* The plan configuration of a zoe-train run on world ranks (micro-batch, accumulation, dtype,
@@ -212,6 +242,29 @@ typedef struct zoe_plan_result {
     /* Model FLOPs utilisation: the model's FLOPs per step (forward and backward, 3 x the
      * forward; a recomputed forward not counted) per GPU over the step, against the GPU's peak. */
     double mfu;
+
+    /* The drive tier (state_on_drives): what lives on the drives, the host rings that stream it,
+     * and what crosses per step. Zero without it. */
+    struct {
+        int grads;            /* the gradient partition is on the drives (as asked, or decided) */
+        int buckets_ahead;    /* k: the host step reads bucket i + k while it updates bucket i */
+        double state_bytes;   /* per rank: master, moments, scales */
+        double weights_bytes; /* per rank: the compute-dtype weights apart from the master */
+        double grads_bytes;   /* per rank: the gradient partition */
+        double per_rank, total, capacity, available; /* available: capacity less the reserve */
+        int fits;
+        /* Host rings, per rank: 2k + 1 buckets of state (and of the gradient where it is on the
+         * drives, and the written weights), and, with the weights on the drives, prefetch + 2
+         * partitions of the largest unit (pinned: they feed the host->device copy). */
+        double state_ring, weights_ring;
+        /* Per rank per step: the host step's reads and writes, the weights' reads. */
+        double step_read_bytes, step_write_bytes, stream_read_bytes;
+        double read_bandwidth, write_bandwidth; /* the box's drives together, bytes/s */
+        /* Seconds per step of the box's drives: the host step's traffic (reads at the read rate
+         * and writes at the write rate, in turn: one drive serves both), the weights' reads,
+         * and both together (the drives are busy this long whatever overlaps). */
+        double host_step, stream, seconds;
+    } drive;
 } zoe_plan_result;
 
 /* Plans cfg. Pure: allocates only its own tables, touches no device, needs no MPI. */
@@ -236,8 +289,10 @@ zoe_status zoe_plan_auto_offload_ratio(const zoe_plan_config *cfg, float *ratio)
  * Few-Shot Learners", Table 2.1: the 6.7B, 13B and 175B models have as many layers as heads,
  * each head 128 wide: 32 x 4096, 40 x 5120, 96 x 12288): L layers of hidden 128 L with L heads,
  * MLP 4 x hidden, L a multiple of tp; cfg's sequence length and vocabulary. Depth and width grow
- * together, so the answer is a shape of the family the field trains. *best_plan (optional) is
- * its plan. */
+ * together, so the answer is a shape of the family the field trains. With streamed weights and
+ * no prefetch_layers given, a member fits at the plan's prefetch or, failing that, at one unit
+ * ahead (the smallest ring; its copies then paced by their latency). *best_plan (optional) is
+ * its plan (prefetch_from_plan 0 where it took one unit ahead). */
 zoe_status zoe_plan_max_model(const zoe_plan_config *cfg, zoe_model_config *best,
                               zoe_plan_result *best_plan);
 int zoe_plan_dpu_pays(const zoe_plan_result *r);

@@ -102,6 +102,11 @@ grep -qE "tensor [a-z_0-9.]+\.exp_avg" flipped.out || fail "flipped byte: the te
 "$ckpt" verify bad > v.out 2>&1; [[ $? -eq 1 ]] && grep -q "checksum" v.out || fail "verify of a flipped byte"
 fresh && printf 'X' | dd of=bad/step-00000012/model.safetensors bs=1 seek=12 conv=notrunc 2>/dev/null
 expect_refused header "model.safetensors"
+# a byte flipped inside a tensor's name in the header: said to be the header's damage, not another
+# model (the name of the second layer's first tensor, "h.1.", turned into "h.7.")
+at=$(grep -abo '"h\.1\.' ck/step-00000012/model.safetensors | head -1 | cut -d: -f1)
+fresh && printf '7' | dd of=bad/step-00000012/model.safetensors bs=1 seek=$((at + 3)) conv=notrunc 2>/dev/null
+expect_refused renamed "the safetensors header is corrupt: the entry of data bytes [0-9]*\.\.[0-9]* is named \"h\.7\."
 fresh && rm bad/step-00000012/optimizer.safetensors
 expect_refused missing "optimizer.safetensors"
 fresh && expect_refused other-shape "tensor wte is F32 \[257, 64\] in the file but F32 \[257, 96\]" --hidden 96

@@ -4,10 +4,8 @@
  * needs, and a save after room is made again succeeds. So does a save whose writes report
  * success and write nothing (test hook ZOE_CKPT_TEST_LOSE_WRITES): the read-back finds it. At 1
  * and 2 ranks (every rank's writes are limited). */
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include "ckpt_test.h"
 #include "runtime/error.h"
@@ -40,14 +38,9 @@ int main(int argc, char **argv) {
     CHECK_OK(ckpt_session_steps(&s, FAILED_SAVE, loss));
 
     /* 64 KiB: below the model file of this GPT (about 0.5 MB), above everything else. */
-    struct rlimit old, tight;
-    getrlimit(RLIMIT_FSIZE, &old);
-    tight = old;
-    tight.rlim_cur = 64 << 10;
-    signal(SIGXFSZ, SIG_IGN);
-    setrlimit(RLIMIT_FSIZE, &tight);
+    unsigned long long limit = test_file_size_limit(64 << 10);
     zoe_status st = zoe_trainer_save(s.tr, root, 0, NULL, 0);
-    setrlimit(RLIMIT_FSIZE, &old);
+    test_file_size_limit(limit);
     const char *msg = zoe_last_error();
     CHECK(st != ZOE_OK, "the save past the file-size limit succeeded");
     CHECK(strstr(msg, "step-00000004.partial removed") && strstr(msg, "the checkpoint needs"),

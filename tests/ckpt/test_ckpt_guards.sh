@@ -90,8 +90,16 @@ run "$train" "${small[@]}" --steps $((step + 1)) --save lk --resume lk > resumed
 # ---- zoe-ckpt export onto a full disk ----
 "$ckpt" export --hf full/hf lk > export.out 2>&1 || fail "export: $(cat export.out)"
 before=$(md5sum full/hf/model.safetensors full/hf/config.json)
+# ---- and into a directory that holds a model: refused without --force, one line, exit 2 ----
+"$ckpt" export --hf full/hf lk > again.out 2>&1
+code=$?
+[[ $code -eq 2 && $(wc -l < again.out) -eq 1 ]] &&
+    grep -q "^zoe-ckpt: export: 'full/hf' holds a model already (config.json or weights); --force overwrites it$" again.out ||
+    fail "export over an export: exit $code, $(cat again.out)"
+[[ "$(md5sum full/hf/model.safetensors full/hf/config.json)" == "$before" ]] ||
+    fail "a refused export changed the earlier export"
 fill full
-"$ckpt" export --hf full/hf lk > export2.out 2>&1 && fail "export onto a full disk succeeded"
+"$ckpt" export --hf full/hf --force lk > export2.out 2>&1 && fail "export onto a full disk succeeded"
 grep -q "full/hf/model.safetensors.tmp.*No space left on device.*the export needs [0-9]* bytes; 0 bytes are free in full/hf" export2.out ||
     fail "export onto a full disk says: $(cat export2.out)"
 [[ "$(md5sum full/hf/model.safetensors full/hf/config.json)" == "$before" ]] ||

@@ -55,6 +55,32 @@ row "option --tp needs a value" "$plan" --tp
 row "option --seed needs a value" "${zg[@]}" --seed
 row "option --threads needs a value" "${zd[@]}" --threads
 row "usage: zoe-ckpt" "$ckpt" export --hf # positional: no option of its own to repeat
+# the bad word named: an unknown option (also as the last argument, where it has no value to
+# need), an unknown command, an extra argument
+row "unknown option '--bogus'" "$plan" --bogus
+row "unknown option '--bogus'" "$plan" --model demo --bogus
+row "unknown option '--bogus=1'" "$plan" --bogus=1
+row "unknown command 'frob'" "$ckpt" frob "$out"
+row "unexpected argument 'extra'" "$ckpt" info "$out" extra
+row "unexpected argument 'extra'" "$ckpt" verify "$out" extra
+# a file where a checkpoint is wanted is not a checkpoint, not a missing one; zoe-train says so
+# in its one line, without the plan's line before it
+printf 'not a checkpoint\n' >"$out/file.txt"
+row "'$out/file.txt' is not a checkpoint: it is a file" "$ckpt" verify "$out/file.txt"
+row "'$out/file.txt' is not a checkpoint: it is a file" "$ckpt" info "$out/file.txt"
+row "'$out/file.txt' is not a checkpoint: it is a file" "${zt[@]}" --steps 2 --resume "$out/file.txt"
+row "checkpoint '$out/none' does not exist" "$ckpt" verify "$out/none"
+"${zt[@]}" --steps 2 --resume "$out/file.txt" 2>/dev/null | grep '^zoe-' >"$out/stdout"
+if [ -s "$out/stdout" ]; then
+  echo "FAIL: a refused --resume printed before its error: $(cat "$out/stdout")"; fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
+# a number out of range in a config file is quoted as written, not as the double it became
+printf '{"lr": 1e999}\n' >"$out/inf.json"
+row "--lr: '1e999' is not a number" "${zt[@]}" --config "$out/inf.json"
+printf '{"lr": -2E+999}\n' >"$out/ninf.json"
+row "--lr: '-2E+999' is not a number" "${zt[@]}" --config "$out/ninf.json"
 # zoe-generate judges its command line before MPI starts: a bad one is named even where MPI_Init
 # fails (here: Open MPI's session directory cannot be made, as when a neighbouring job removes
 # it; before, exit 1 and Open MPI's lines only). With a good one, MPI's failure is not silent.

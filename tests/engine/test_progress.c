@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     char why[512] = "";
     CHECK(report_until_failure("/dev/full", &rng, why, sizeof why) == 0,
           "a report on a full disk succeeded");
-    CHECK(strstr(why, "--metrics '/dev/full': writing the line of step 0 failed: No space left") !=
+    CHECK(strstr(why, "--metrics '/dev/full': writing the line of step 1 failed: No space left") !=
               NULL,
           "message '%s'", why);
     /* a file-size limit reached mid-line: the reports before it succeed, the one cut fails, the
@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
           "failed at step %d with %d lines kept", failed_at, lines);
     char want[600];
     snprintf(want, sizeof want, "--metrics '%s': writing the line of step %d failed", path,
-             failed_at);
+             failed_at + 1); /* the metrics count steps from 1, as the progress line does */
     CHECK(strstr(why, want) != NULL, "message '%s', not '%s'", why, want);
     CHECK(len > 0 && len <= 1000 && m[len - 1] == '\n', "metrics end in a whole line (%zu bytes)",
           len);

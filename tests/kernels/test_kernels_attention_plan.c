@@ -150,6 +150,11 @@ static void test_gemm_pass(void) {
             /* a head's whole T x T scores fit 256 MiB up to T = 4728 */
             CHECK((p.rows == T) == (T <= 4728), "T=%lld: rows %lld", (long long)T,
                   (long long)p.rows);
+            /* docs/attention.md's figure: at T = 8192, 256 MiB / (8192 x 12 bytes) = 2730 rows,
+             * 2688 in multiples of 64: 4 passes per head (3 x 2688 + 128) */
+            if (T == 8192)
+                CHECK(p.rows == 2688 && (T + p.rows - 1) / p.rows == 4,
+                      "T=8192: passes of %lld rows", (long long)p.rows);
         }
 }
 
@@ -173,8 +178,8 @@ static void test_cost(void) {
               f.cuda_flops == 0 && f.bytes > 0,
           "GEMM forward %g flops", f.tensor_flops);
     CHECK(fabs(b.tensor_flops - 5 * square) < 1, "GEMM backward %g flops", b.tensor_flops);
-    /* Row blocks at T = 8192 (one head of 4096 rows per pass) skip the keys past each block:
-     * 8192 x 4096 + 8192 x 8192 scores per head instead of 8192^2 x 2. */
+    /* Row blocks at T = 8192 (one head of 2688 rows per pass, 4 passes) skip the keys past each
+     * block: each block's rows times the keys up to its last row, instead of 8192^2 per head. */
     s.T = 8192;
     f = zoe_attention_cost_of(ZOE_ATTN_FORWARD, &s, &h100, 0);
     const zoe_attention_gemm_pass p =

@@ -35,7 +35,29 @@ check max-model-model 2 "max-model scales GPT-3's family" -- "$plan" --max-model
 check stream 0 "weights ring \(fp16\) .* streamed: 1 \+ 1 layers of 0.12, the embedding's 0.07 held" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-params cpu --state int8
 check stream-json 0 '"offload_params":"cpu".*"stream":\{"prefetch":[0-9]+,.*"hide_micro_batch":[0-9]+' -- "$plan" --model 13b --hardware h200 --offload-params cpu --json
 check stream-max 0 "copies hide behind compute from micro-batch [0-9]+" -- "$plan" --max-model --hardware v100-32g --offload-params cpu --state int8 --main-grads-dtype fp16
-check bad-offload-params 2 "--offload-params: 'gpu' is not cpu or none" -- "$plan" --offload-params gpu
+check bad-offload-params 2 "--offload-params: 'gpu' is not cpu, nvme or none" -- "$plan" --offload-params gpu
+# the drive tier (docs/plan.md, "Drives"): its goal, its JSON, its search, its refusals in one line
+check nvme-max 0 "224 layers x hidden 28672: 2211.34B parameters; .*does not fit: GPU memory" -- "$plan" --max-model --hardware dgx2 --tp 16 --offload nvme --offload-params nvme --state int8 --main-grads-dtype fp16
+check nvme-max-ring 0 "1 \+ 1 layers in a ring .*one ahead, the fewest: the plan's prefetch does not fit" -- "$plan" --max-model --hardware dgx2 --tp 16 --offload nvme --offload-params nvme --state int8 --main-grads-dtype fp16
+check nvme-json 0 '"offload_params":"nvme","offload":"nvme".*"drives":\{"drives":8,.*"grads":false' -- "$plan" --model 13b --hardware dgx2 --offload nvme --offload-params nvme --json
+check nvme-search 0 "^ +1 +1 +[0-9]+ +o[nf]+ +o[nf]+ +1.00 +(gpu|host|drives) +drives" -- "$plan" --search --model 13b --hardware h200 --tiers all --top 3
+check_one() { # a refusal: exit 2, one line
+    local name="$1" pattern="$2"
+    shift 3
+    check "$name" 2 "$pattern" -- "$@"
+    local lines
+    lines="$("$@" 2>&1 | wc -l)"
+    if [[ $lines -ne 1 ]]; then
+        echo "FAIL $name: $lines lines, want one"
+        fails=$((fails + 1))
+    fi
+}
+check_one nvme-no-drives "--offload nvme on dgx2: 0 drives" -- "$plan" --model 13b --hardware dgx2 --offload nvme --drives 0
+check_one nvme-local "--offload nvme on local: 0 drives" -- "$plan" --model demo --offload nvme
+check_one nvme-params-alone "--offload-params nvme without --offload nvme" -- "$plan" --model 13b --hardware dgx2 --offload-params nvme
+check_one nvme-grads-alone "gradient partition on drives without --offload nvme" -- "$plan" --model 13b --hardware dgx2 --offload-grads nvme
+check_one nvme-ratio "--offload nvme with --offload-ratio 0.5" -- "$plan" --model 13b --hardware dgx2 --offload nvme --offload-ratio 0.5
+check_one nvme-bad-drives "--drive-tb=-1 is not a positive figure" -- "$plan" --drive-tb -1
 check prefetch-alone 2 "--prefetch-layers=2 needs --offload-params cpu" -- "$plan" --prefetch-layers 2
 check stream-ratio 2 "with --offload-ratio 0.5: streamed weights keep" -- "$plan" --model 13b --hardware h200 --offload-params cpu --offload-ratio 0.5
 check auto-ratio 0 "--offload-ratio auto chose" -- "$plan" --model 13b --hardware v100-32g --offload-ratio auto

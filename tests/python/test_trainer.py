@@ -72,10 +72,11 @@ def train_steps(trainer: zoe.Trainer, first: int, last: int, save_at: dict[int, 
 
 
 def metrics(path: str, first: int, last: int) -> list[tuple[str, str]]:
-    """Steps [first, last) of a metrics file (a resumed run's holds only its own steps)."""
+    """Steps [first, last) of a metrics file, counted from 0 as StepStats.step is (the file counts
+    from 1; a resumed run's holds only its own steps)."""
     lines = [json.loads(line) for line in open(path)]
     return [(f"{m['loss']:.6f}", f"{m['grad_norm']:.6g}") for m in lines
-            if first <= m["step"] < last]
+            if first < m["step"] <= last]
 
 
 def as_printed(stats) -> list[tuple[str, str]]:

@@ -154,6 +154,18 @@ int main(int argc, char **argv) {
               ZOE_ERR_INVALID_ARGUMENT,
           "unknown dtype");
     CHECK(strstr(zoe_last_error(), "unknown dtype 9") != NULL, "message: %s", zoe_last_error());
+    /* int8 is a dtype (the Adam moments' codes) that no collective carries: refused by name on
+     * every collective, never moved as fp32 words (4 bytes per int8 element). */
+    int8_t codes[10] = {1, -2, 3, -4, 5, -6, 7, -8, 9, -10};
+    zoe_status i8[4] = {
+        zoe_comm_all_reduce(c, codes, codes, 10, ZOE_I8, ZOE_REDUCE_SUM, s),
+        zoe_comm_reduce_scatter(c, codes, codes, 1, ZOE_I8, ZOE_REDUCE_SUM, s),
+        zoe_comm_all_gather(c, codes, codes, 1, ZOE_I8, s),
+        zoe_comm_broadcast(c, codes, 10, ZOE_I8, 0, s),
+    };
+    for (int k = 0; k < 4; k++) CHECK(i8[k] == ZOE_ERR_INVALID_ARGUMENT, "int8 collective %d", k);
+    CHECK(strstr(zoe_last_error(), "dtype int8 is not one the communicators carry") != NULL,
+          "message: %s", zoe_last_error());
     CHECK(zoe_comm_all_reduce(c, x, x, 10, ZOE_F32, (zoe_reduce_op)7, s) ==
               ZOE_ERR_INVALID_ARGUMENT,
           "unknown op");

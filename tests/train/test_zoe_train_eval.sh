@@ -23,7 +23,7 @@ run --split 90,10 --eval-every 2 --eval-iters 2 --metrics "$dir/m.jsonl" --save 
   --save-every 2 --keep-last 0 >"$dir/out" 2>&1; rc=$?
 check "the run exits 0 (got $rc: $(tail -3 "$dir/out"))" '[ "$rc" -eq 0 ]'
 check "val_loss on the lines of steps 2 and 4 only" \
-  '[ "$(grep -c "\"val_loss\":" "$dir/m.jsonl")" -eq 2 ] && [ "$(grep "\"val_loss\":" "$dir/m.jsonl" | cut -d, -f1 | tr "\n" " ")" = "{\"step\":1 {\"step\":3 " ]'
+  '[ "$(grep -c "\"val_loss\":" "$dir/m.jsonl")" -eq 2 ] && [ "$(grep "\"val_loss\":" "$dir/m.jsonl" | cut -d, -f1 | tr "\n" " ")" = "{\"step\":2 {\"step\":4 " ]'
 check "the metrics lines keep their fields" \
   '[ "$(grep -c "\"tokens_per_s\":.*\"overlapped\":[01]" "$dir/m.jsonl")" -eq 4 ]'
 check "progress lines of steps 2 and 4 show val" \

@@ -5,6 +5,7 @@
  *   zoe-plan --max-model --hardware v100-32g --offload-ratio 0
  *
  * Explained in docs/plan.md. */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,11 @@ typedef struct options {
     int dp_given, dtype_given, ratio_auto, micro_given, recompute_given, model_given;
     int seq_given, vocab_given;
     double host_gib; /* --host-memory-gib; 0: the preset's */
+    /* --drives N, --drive-tb, --drive-read-gbs, --drive-write-gbs: the box's drives instead of
+     * the preset's (-1: the preset's) */
+    int drives;
+    double drive_tb, drive_read_gbs, drive_write_gbs;
+    int all_tiers; /* --tiers all: --search and --max-model try every placement */
     /* --state auto: the smallest state whose convergence docs/offload.md documents as equal to
      * fp32's (a bf16 master with int8 moments); --search tries fp32, bf16 and that */
     int state_auto;
@@ -59,7 +65,19 @@ static void usage(FILE *out) {
             "                      (one micro-batch a step) [fp32]\n"
             "  --offload-params P  cpu: the weights live on the host and stream through a\n"
             "                      ring of device buffers, layer by layer (recompute on unless\n"
-            "                      --no-recompute); none: they stay on the device [none]\n"
+            "                      --no-recompute); nvme: they live on the box's drives and\n"
+            "                      stream through a host ring too (needs --offload nvme);\n"
+            "                      none: they stay on the device [none]\n"
+            "  --offload S         cpu: the optimizer state on the host; nvme: on the box's\n"
+            "                      drives, streamed per bucket through a host ring [cpu]\n"
+            "  --offload-grads G   with --offload nvme, the gradient partition: cpu (host),\n"
+            "                      nvme (drives), auto (the drives where the host cannot hold\n"
+            "                      it) [auto]\n"
+            "  --drives N, --drive-tb X, --drive-read-gbs X, --drive-write-gbs X\n"
+            "                      the box's drives: count, TB each, achievable GB/s each\n"
+            "                      [the preset's; local: none]\n"
+            "  --tiers all         --search and --max-model try every placement: weights on\n"
+            "                      the device, host or drives, state on the host or drives\n"
             "  --prefetch-layers N units fetched ahead with --offload-params cpu [the plan's:\n"
             "                      the fewest that hide a layer's copy]\n"
             "  --json              one JSON object instead of the report\n"
@@ -70,6 +88,23 @@ static void usage(FILE *out) {
             "                      largest GPT of GPT-3's family (as many layers as heads of\n"
             "                      128) that fit; its run: --seq-len [2048], --vocab [50257],\n"
             "                      --micro-batch [1], --[no-]recompute [on]\n");
+}
+
+/* Whether --help lists OPTION ("--tp"): the help is the list of options, so an option without a
+ * value at the end of the line is told apart from one that does not exist. */
+static int listed_in_help(const char *option) {
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) return 1; /* no memory to tell: let the option's own check speak */
+    usage(f);
+    fclose(f);
+    int listed = 0;
+    size_t len = strlen(option);
+    for (const char *p = strstr(text, option); p && !listed; p = strstr(p + 1, option))
+        listed = !(islower((unsigned char)p[len]) || p[len] == '-');
+    free(text);
+    return listed;
 }
 
 static int parse_int(const char *name, const char *text, int min, int *out) {
@@ -107,6 +142,8 @@ static int parse_options(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     zoe_plan_config_init(&o->cfg);
     o->top = 15;
+    o->drives = -1;
+    o->drive_tb = o->drive_read_gbs = o->drive_write_gbs = -1;
     /* the model first, so that shape options refine it whatever their order */
     for (int i = 1; i < argc; i++) {
         const char *model = NULL;
@@ -152,6 +189,10 @@ static int parse_options(int argc, char **argv, options *o) {
         snprintf(option, sizeof option, "%s", a);
         if ((eq = strchr(option, '='))) *eq = '\0';
         const char *name = option + 2, *v = NULL;
+        if (!listed_in_help(option)) {
+            fprintf(stderr, "zoe-plan: unknown option '%s' (see --help)\n", a);
+            return 0;
+        }
         int found = zoe_cli_value(argc, argv, &i, option, ZOE_CLI_ONCE, &v);
         if (found != 1) { /* 0: a name too long for option[], so no option of ours */
             fprintf(stderr, "zoe-plan: %s (see --help)\n",
@@ -182,9 +223,33 @@ static int parse_options(int argc, char **argv, options *o) {
         } else if (strcmp(name, "prefetch-layers") == 0)
             ok = parse_int(name, v, 1, &o->cfg.prefetch_layers);
         else if (strcmp(name, "offload-params") == 0) {
-            ok = strcmp(v, "cpu") == 0 || strcmp(v, "none") == 0;
-            if (!ok) fprintf(stderr, "zoe-plan: --offload-params: '%s' is not cpu or none\n", v);
-            o->cfg.offload_params = strcmp(v, "cpu") == 0;
+            int nvme = strcmp(v, "nvme") == 0;
+            ok = strcmp(v, "cpu") == 0 || strcmp(v, "none") == 0 || nvme;
+            if (!ok)
+                fprintf(stderr, "zoe-plan: --offload-params: '%s' is not cpu, nvme or none\n", v);
+            o->cfg.offload_params = nvme ? ZOE_PLAN_WEIGHTS_ON_DRIVES : strcmp(v, "cpu") == 0;
+        } else if (strcmp(name, "offload") == 0) {
+            ok = strcmp(v, "cpu") == 0 || strcmp(v, "nvme") == 0;
+            if (!ok) fprintf(stderr, "zoe-plan: --offload: '%s' is not cpu or nvme\n", v);
+            o->cfg.state_on_drives = strcmp(v, "nvme") == 0;
+        } else if (strcmp(name, "offload-grads") == 0) {
+            int nvme = strcmp(v, "nvme") == 0, cpu = strcmp(v, "cpu") == 0;
+            ok = nvme || cpu || strcmp(v, "auto") == 0;
+            if (!ok)
+                fprintf(stderr, "zoe-plan: --offload-grads: '%s' is not cpu, nvme or auto\n", v);
+            o->cfg.grads_on_drives = nvme ? 1 : cpu ? 0 : ZOE_PLAN_GRADS_AUTO;
+        } else if (strcmp(name, "tiers") == 0) {
+            ok = o->all_tiers = strcmp(v, "all") == 0;
+            if (!ok) fprintf(stderr, "zoe-plan: --tiers: '%s' is not all\n", v);
+        } else if (strcmp(name, "drives") == 0)
+            ok = parse_int(name, v, 0, &o->drives);
+        else if (strcmp(name, "drive-tb") == 0 || strcmp(name, "drive-read-gbs") == 0 ||
+                 strcmp(name, "drive-write-gbs") == 0) {
+            double *x = name[6] == 't'   ? &o->drive_tb
+                        : name[6] == 'r' ? &o->drive_read_gbs
+                                         : &o->drive_write_gbs;
+            ok = zoe_parse_number(v, x) && *x > 0 && *x < 1e6;
+            if (!ok) fprintf(stderr, "zoe-plan: --%s=%s is not a positive figure\n", name, v);
         } else if (strcmp(name, "tp") == 0)
             ok = parse_int(name, v, 1, &o->cfg.tp);
         else if (strcmp(name, "dp") == 0)
@@ -246,6 +311,13 @@ static int parse_options(int argc, char **argv, options *o) {
         return 0;
     }
     if (o->host_gib > 0) o->cfg.hardware.host_bytes = o->host_gib * 1024.0 * 1024.0 * 1024.0;
+    zoe_hardware *box = &o->cfg.hardware;
+    if (o->drives >= 0 || o->drive_tb > 0 || o->drive_read_gbs > 0 || o->drive_write_gbs > 0)
+        box->drive_source = "as given on the command line";
+    if (o->drives >= 0) box->drives = o->drives;
+    if (o->drive_tb > 0) box->drive_bytes = o->drive_tb * 1e12;
+    if (o->drive_read_gbs > 0) box->drive_read_bandwidth = o->drive_read_gbs * 1e9;
+    if (o->drive_write_gbs > 0) box->drive_write_bandwidth = o->drive_write_gbs * 1e9;
     const zoe_hardware *hw = &o->cfg.hardware;
     if (o->max_model && o->model_given) {
         fprintf(stderr, "zoe-plan: --max-model scales GPT-3's family of shapes and judges every "
@@ -304,6 +376,41 @@ static const char *state_name(const zoe_plan_config *k) {
     return m == ZOE_STATE_BF16 && a == ZOE_STATE_INT8 && b == ZOE_STATE_INT8 ? "int8" : "mixed";
 }
 
+/* Where the weights live, in a word for the search's table and in words for the reports. */
+static const char *weights_tier(const zoe_plan_config *k) {
+    return k->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES ? "drives"
+           : k->offload_params                             ? "host"
+                                                           : "gpu";
+}
+
+static const char *weights_words(const zoe_plan_config *k) {
+    return k->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES ? "streamed from the drives"
+           : k->offload_params                             ? "streamed from the host"
+                                                           : "resident on the device";
+}
+
+/* The placements --tiers all tries: the weights on the device, the host or the drives, the
+ * optimizer state on the host or the drives (the weights on the drives need the state there). */
+typedef struct placement {
+    int offload_params, state_on_drives;
+} placement;
+static const placement placements[] = {
+    {0, 0}, {1, 0}, {0, 1}, {1, 1}, {ZOE_PLAN_WEIGHTS_ON_DRIVES, 1}};
+enum { NUM_PLACEMENTS = sizeof placements / sizeof placements[0] };
+
+/* The placements to try: every one the box holds with --tiers all (those on drives where it has
+ * some), else the one given. */
+static int placements_of(const options *o, placement *out) {
+    if (!o->all_tiers) {
+        out[0] = (placement){o->cfg.offload_params, o->cfg.state_on_drives};
+        return 1;
+    }
+    int n = 0;
+    for (int i = 0; i < NUM_PLACEMENTS; i++)
+        if (!placements[i].state_on_drives || o->cfg.hardware.drives > 0) out[n++] = placements[i];
+    return n;
+}
+
 typedef struct candidate {
     zoe_plan_config cfg;
     zoe_plan_result r;
@@ -323,33 +430,50 @@ static int search(const options *o) {
     int ranks = o->cfg.hardware.gpus > 0 ? o->cfg.hardware.gpus : o->cfg.tp * o->cfg.dp;
     static const int auto_states[] = {ZOE_STATE_INT8, ZOE_STATE_BF16, ZOE_STATE_FP32};
     const size_t nratios = sizeof ratios / sizeof ratios[0], states = o->state_auto ? 3 : 1;
+    placement where[NUM_PLACEMENTS];
+    const int nplaces = placements_of(o, where);
     size_t cap = 4096, n = 0, tried = 0;
     candidate *c = malloc(cap * sizeof *c);
     if (!c) {
         fprintf(stderr, "zoe-plan: out of memory for %zu candidates\n", cap);
         return EXIT_FAILURE;
     }
-    for (int tp = 1; tp <= ranks; tp++) {
-        if (ranks % tp) continue;
-        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
-            for (int rc = 0; rc < 2; rc++)
-                for (int dpu = 0; dpu < 2; dpu++)
-                    for (size_t q = 0; q < nratios * states; q++) {
-                        candidate k = {.cfg = o->cfg};
-                        if (o->state_auto) /* int8 moments, bf16 state, fp32 state */
-                            set_state(&k.cfg, auto_states[q / nratios]);
-                        k.cfg.tp = tp, k.cfg.dp = ranks / tp;
-                        k.cfg.micro_batch = batches[b];
-                        k.cfg.recompute = rc, k.cfg.dpu = dpu;
-                        k.cfg.offload_ratio = ratios[q % nratios];
-                        /* streamed weights keep the whole optimizer state on the host */
-                        if (k.cfg.offload_params && k.cfg.offload_ratio < 1.0f) continue;
-                        tried++;
-                        if (zoe_plan(&k.cfg, &k.r) != ZOE_OK || !k.r.fits) continue;
-                        if (n == cap) break;
-                        c[n++] = k;
-                    }
-    }
+    for (int w = 0; w < nplaces; w++)
+        for (int tp = 1; tp <= ranks; tp++) {
+            if (ranks % tp) continue;
+            for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+                for (int rc = 0; rc < 2; rc++)
+                    for (int dpu = 0; dpu < 2; dpu++)
+                        for (size_t q = 0; q < nratios * states; q++) {
+                            candidate k = {.cfg = o->cfg};
+                            if (o->state_auto) /* int8 moments, bf16 state, fp32 state */
+                                set_state(&k.cfg, auto_states[q / nratios]);
+                            k.cfg.tp = tp, k.cfg.dp = ranks / tp;
+                            k.cfg.micro_batch = batches[b];
+                            k.cfg.recompute = rc, k.cfg.dpu = dpu;
+                            k.cfg.offload_ratio = ratios[q % nratios];
+                            k.cfg.offload_params = where[w].offload_params;
+                            k.cfg.state_on_drives = where[w].state_on_drives;
+                            /* streamed weights, and the drives, keep the whole optimizer state off
+                             * the device */
+                            if ((k.cfg.offload_params || k.cfg.state_on_drives) &&
+                                k.cfg.offload_ratio < 1.0f)
+                                continue;
+                            tried++;
+                            if (zoe_plan(&k.cfg, &k.r) != ZOE_OK || !k.r.fits) continue;
+                            if (n == cap) {
+                                candidate *more = realloc(c, 2 * cap * sizeof *c);
+                                if (!more) {
+                                    fprintf(stderr, "zoe-plan: out of memory for %zu candidates\n",
+                                            2 * cap);
+                                    free(c);
+                                    return EXIT_FAILURE;
+                                }
+                                c = more, cap *= 2;
+                            }
+                            c[n++] = k;
+                        }
+        }
     if (!n) {
         fprintf(stderr, "zoe-plan --search: none of %zu combinations fits %s on %s\n", tried,
                 o->cfg.model.name, o->cfg.hardware.name);
@@ -365,15 +489,20 @@ static int search(const options *o) {
     }
     printf("zoe-plan --search: %s on %s, %zu of %zu combinations fit; best predicted first\n",
            o->cfg.model.name, o->cfg.hardware.name, n, tried);
-    printf("%4s %4s %6s %9s %4s %7s %5s %9s %9s %9s %10s  %s\n", "tp", "dp", "micro", "recompute",
-           "dpu", "offload", "state", "GPU GiB", "host GiB", "step s", "tokens/s", "binds");
+    printf("%4s %4s %6s %9s %4s %7s %7s %9s %5s %9s %9s %9s %9s %10s  %s\n", "tp", "dp", "micro",
+           "recompute", "dpu", "offload", "weights", "optimizer", "state", "GPU GiB", "host GiB",
+           "drives TB", "step s", "tokens/s", "binds");
     for (size_t i = 0; i < n && i < (size_t)o->top; i++) {
         const zoe_plan_config *k = &c[i].cfg;
         const zoe_plan_result *r = &c[i].r;
-        printf("%4d %4d %6d %9s %4s %7.2f %5s %9.1f %9.1f %9.3f %10.0f  %s\n", k->tp, k->dp,
-               k->micro_batch, k->recompute ? "on" : "off", k->dpu ? "on" : "off",
-               (double)k->offload_ratio, state_name(k), r->gpu.total / (1 << 30),
-               r->host.total / (1 << 30), r->time.step, r->time.tokens_per_second, r->time.bound);
+        printf("%4d %4d %6d %9s %4s %7.2f %7s %9s %5s %9.1f %9.1f %9.2f %9.3f %10.0f  %s\n", k->tp,
+               k->dp, k->micro_batch, k->recompute ? "on" : "off", k->dpu ? "on" : "off",
+               (double)k->offload_ratio, weights_tier(k),
+               !k->state_on_drives ? "host"
+               : r->drive.grads    ? "drives+g"
+                                   : "drives",
+               state_name(k), r->gpu.total / (1 << 30), r->host.total / (1 << 30),
+               r->drive.total / 1e12, r->time.step, r->time.tokens_per_second, r->time.bound);
     }
     free(c);
     return 0;
@@ -387,9 +516,11 @@ static const char *next_binds(const zoe_plan_config *cfg, const zoe_model_config
     zoe_plan_result r;
     if (k.model.hidden > 65536) return "the family's widest, hidden 65536";
     if (zoe_plan(&k, &r) != ZOE_OK) return "its plan fails";
+    const int drives = cfg->state_on_drives && !r.drive.fits;
     return !r.fits_host && !r.fits_gpu ? "host and GPU memory"
            : !r.fits_host              ? "host memory"
-                                       : "GPU memory";
+           : !r.fits_gpu               ? (drives ? "GPU memory and the drives" : "GPU memory")
+                                       : "the drives";
 }
 
 /* --max-model: every preset at its documented run at this TP (its own sequence and vocabulary;
@@ -413,10 +544,13 @@ static int max_model(const options *o) {
     int have_scaled = zoe_plan_max_model(&o->cfg, &scaled, &r) == ZOE_OK;
     const zoe_plan_config *c = &o->cfg;
     const char *binds = have_scaled ? next_binds(c, &scaled) : "";
-    const char *params = c->offload_params ? "cpu" : "none";
+    const char *params = c->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES ? "nvme"
+                         : c->offload_params                             ? "cpu"
+                                                                         : "none";
     if (o->json) {
         printf("{\"hardware\":\"%s\",\"tp\":%d,\"dp\":%d,\"offload_ratio\":%g,\"state\":\"%s\","
                "\"main_grads_dtype\":\"%s\",\"dtype\":\"%s\",\"offload_params\":\"%s\","
+               "\"offload\":\"%s\","
                "\"seq_len\":%d,\"vocab\":%d,\"micro_batch\":%d,\"recompute\":%s,"
                "\"family\":\"gpt-3: layers = heads, head dim %d\","
                "\"largest_preset\":\"%s\",\"largest_preset_params\":%lld,"
@@ -424,8 +558,9 @@ static int max_model(const options *o) {
                "\"scaled_layers\":%d,\"scaled_hidden\":%d,\"scaled_params\":%lld",
                c->hardware.name, c->tp, c->dp, (double)c->offload_ratio, state_name(c),
                zoe_dtype_name(c->main_grads_dtype), zoe_dtype_name(c->dtype), params,
-               c->model.seq_len, c->model.vocab, c->micro_batch, c->recompute ? "true" : "false",
-               ZOE_PLAN_FAMILY_HEAD_DIM, best_preset ? best_preset->name : "",
+               c->state_on_drives ? "nvme" : "cpu", c->model.seq_len, c->model.vocab,
+               c->micro_batch, c->recompute ? "true" : "false", ZOE_PLAN_FAMILY_HEAD_DIM,
+               best_preset ? best_preset->name : "",
                best_preset ? (long long)zoe_model_param_count(best_preset) : 0LL,
                preset_cfg.micro_batch, preset_cfg.recompute ? "true" : "false",
                have_scaled ? scaled.layers : 0, have_scaled ? scaled.hidden : 0,
@@ -436,6 +571,10 @@ static int max_model(const options *o) {
                    "\"scaled_tokens_per_second\":%g,\"scaled_mfu\":%g",
                    r.gpu.total, r.host.total, r.time.bound, binds, r.time.step,
                    r.time.tokens_per_second, r.mfu);
+        if (have_scaled && c->state_on_drives)
+            printf(",\"scaled_drive_bytes\":%.0f,\"scaled_grads_on_drives\":%s,"
+                   "\"scaled_drive_seconds\":%g",
+                   r.drive.total, r.drive.grads ? "true" : "false", r.drive.seconds);
         printf("}\n");
         if (!best_preset && !have_scaled)
             fprintf(stderr, "zoe-plan --max-model: no preset and no scaled GPT fits: %s\n",
@@ -443,13 +582,13 @@ static int max_model(const options *o) {
         return best_preset || have_scaled ? 0 : 1;
     }
     printf("zoe-plan --max-model on %s, TP %d x DP %d, micro-batch %d x seq %d, vocabulary %d, "
-           "%s, recompute %s, %s (ratio %g), %s optimizer state, %s gradient partition, weights "
+           "%s, recompute %s, %s (ratio %g), %s optimizer state%s, %s gradient partition, weights "
            "%s:\n",
            c->hardware.name, c->tp, c->dp, c->micro_batch, c->model.seq_len, c->model.vocab,
            zoe_dtype_name(c->dtype), c->recompute ? "on" : "off",
            c->offload_ratio > 0 ? "with offload" : "without offload", (double)c->offload_ratio,
-           state_name(c), zoe_dtype_name(c->main_grads_dtype),
-           c->offload_params ? "streamed from the host" : "resident on the device");
+           state_name(c), c->state_on_drives ? " on the drives" : "",
+           zoe_dtype_name(c->main_grads_dtype), weights_words(c));
     if (best_preset)
         printf("  largest preset: %s (%.2fB parameters) at %s: micro-batch %d x seq %d, "
                "recompute %s\n",
@@ -471,12 +610,20 @@ static int max_model(const options *o) {
     if (strcmp(r.time.bound, "not probed"))
         printf("  its step: %.2f s, %.0f tokens/s, MFU %.1f%%; %s binds\n", r.time.step,
                r.time.tokens_per_second, 100.0 * r.mfu, r.time.bound);
+    if (c->state_on_drives)
+        printf("  drives: %.2f of %.2f TB available (%d x %.2f TB), the gradient partition on the "
+               "%s; busy %.1f s a step (%.1f the host step, %.1f the weights)\n",
+               r.drive.total / 1e12, r.drive.available / 1e12, c->hardware.drives,
+               c->hardware.drive_bytes / 1e12, r.drive.grads ? "drives" : "host", r.drive.seconds,
+               r.drive.host_step, r.drive.stream);
     if (c->offload_params && strcmp(r.time.bound, "not probed"))
-        printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding), %.1f "
-               "host bytes per "
-               "parameter; copies hide behind compute from micro-batch %d%s\n",
-               r.stream.prefetch, r.stream.ring / (1 << 30), r.stream.host_bytes_per_param,
-               r.stream.hide_micro_batch,
+        printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding%s), "
+               "%.1f host bytes per parameter; copies hide behind compute from micro-batch %d%s\n",
+               r.stream.prefetch, r.stream.ring / (1 << 30),
+               !c->prefetch_layers && !r.stream.prefetch_from_plan
+                   ? "; one ahead, the fewest: the plan's prefetch does not fit"
+                   : "",
+               r.stream.host_bytes_per_param, r.stream.hide_micro_batch,
                r.stream.hide_fits ? " (which fits)" : " (which does not fit)");
     return 0;
 }
@@ -485,6 +632,20 @@ int main(int argc, char **argv) {
     options o;
     if (!parse_options(argc, argv, &o)) return EXIT_USAGE;
     if (o.search) return search(&o);
-    if (o.max_model) return max_model(&o);
+    if (o.max_model) {
+        placement where[NUM_PLACEMENTS];
+        const int n = placements_of(&o, where);
+        int rc = 0;
+        for (int i = 0; i < n; i++) {
+            options at = o;
+            at.cfg.offload_params = where[i].offload_params;
+            at.cfg.state_on_drives = where[i].state_on_drives;
+            /* streamed weights leave the device to activations: recomputed unless told */
+            if (at.cfg.offload_params && !at.recompute_given) at.cfg.recompute = 1;
+            const int r = max_model(&at);
+            if (r > rc) rc = r;
+        }
+        return rc;
+    }
     return plan_one(&o);
 }

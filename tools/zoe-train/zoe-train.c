@@ -4,6 +4,7 @@
  *
  * Explained in docs/train.md. */
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,10 +66,11 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
     else
         snprintf(where, sizeof where, "the host for %.0f%%, the device for the rest",
                  100.0 * ratio);
-    printf("zoe-train: %d ranks = TP %d x DP %d, %s %s, optimizer on %s, DPU %s, global batch %d "
-           "x %d tokens\n",
-           world, tp, dp, zoe_backend_name(c->backend), zoe_dtype_name(c->dtype), where,
-           dpu ? "on after warm-up" : "off", dp * c->grad_accum * c->micro_batch, c->model.seq_len);
+    printf("zoe-train: %d rank%s = TP %d x DP %d, %s %s, optimizer on %s, DPU %s, global batch "
+           "%d x %d tokens\n",
+           world, world == 1 ? "" : "s", tp, dp, zoe_backend_name(c->backend),
+           zoe_dtype_name(c->dtype), where, dpu ? "on after warm-up" : "off",
+           dp * c->grad_accum * c->micro_batch, c->model.seq_len);
     if (dpu) printf("zoe-train: DPU starts after %d synchronous steps\n", c->dpu_warmup);
     printf("zoe-train: weights %s, recompute %s\n",
            c->offload_params == ZOE_OFFLOAD_PARAMS_CPU
@@ -120,12 +122,26 @@ static int check_device_cap(const zoe_train_config *cfg, const zoe_plan_result *
     return fail(rank, EXIT_USAGE, msg);
 }
 
+/* Appends one "zoe-train: ..." line to notes (rank 0's lines of the plan, printed once every check
+ * before the first step has passed: a run refused on the way prints its one line, not the plan's
+ * before it). */
+static void note(char *notes, size_t cap, const char *fmt, ...) {
+    size_t len = strlen(notes);
+    if (len + 12 >= cap) return;
+    len += (size_t)snprintf(notes + len, cap - len, "zoe-train: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(notes + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
 /* Plans the run before anything is allocated: resolves --offload-ratio auto and --dpu auto,
- * logs the plan's summary, and refuses a run that does not fit (unless --no-plan-check) or
- * needs more than --device-memory. Every rank plans from rank 0's measurements, so all decide
- * alike. gpu_bytes: the smallest GPU of the job (0 on the CPU backend). Returns 0 to go on, or
- * the exit code after a message. */
-static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, double gpu_bytes) {
+ * writes the plan's summary into notes, and refuses a run that does not fit (unless
+ * --no-plan-check) or needs more than --device-memory. Every rank plans from rank 0's measurements,
+ * so all decide alike. gpu_bytes: the smallest GPU of the job (0 on the CPU backend). Returns 0 to
+ * go on, or the exit code after a message. */
+static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, double gpu_bytes,
+                    char *notes, size_t notes_cap) {
     zoe_hardware hw;
     zoe_status st = strcmp(cfg->hardware, "local") == 0 ? zoe_hardware_local(0, &hw)
                                                         : zoe_hardware_preset(cfg->hardware, &hw);
@@ -161,8 +177,8 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
         st = zoe_plan_auto_offload_ratio(&pc, &pc.offload_ratio);
         if (st == ZOE_OK) cfg->offload_ratio = pc.offload_ratio;
         if (st == ZOE_OK && rank == 0)
-            printf("zoe-train: --offload-ratio auto: %g of the optimizer state on the host\n",
-                   (double)cfg->offload_ratio);
+            note(notes, notes_cap, "--offload-ratio auto: %g of the optimizer state on the host\n",
+                 (double)cfg->offload_ratio);
     }
     if (st == ZOE_OK && cfg->dpu == ZOE_DPU_AUTO) {
         pc.dpu = 0;
@@ -173,16 +189,19 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
         pc.dpu = pays && cfg->dpu_warmup > 0;
         if (st == ZOE_OK && rank == 0 && hw.backend == ZOE_BACKEND_CUDA &&
             strcmp(r.time.bound, "not probed") == 0)
-            printf("zoe-train: --dpu auto: off (no time model for this machine's GPUs: name the "
-                   "box with --hardware)\n");
+            note(notes, notes_cap,
+                 "--dpu auto: off (no time model for this machine's GPUs: name the "
+                 "box with --hardware)\n");
         else if (st == ZOE_OK && rank == 0 && hw.backend == ZOE_BACKEND_CPU)
-            printf("zoe-train: --dpu auto: off (on the CPU backend the host step runs on the cores "
-                   "that compute, so DPU hides nothing)\n");
+            note(notes, notes_cap,
+                 "--dpu auto: off (on the CPU backend the host step runs on the cores "
+                 "that compute, so DPU hides nothing)\n");
         else if (st == ZOE_OK && rank == 0)
-            printf("zoe-train: --dpu auto: %s (the host step would stall the device for %.0f%% "
-                   "of a step, DPU would hide %.3f s; on above %.0f%%)\n",
-                   pays ? "on" : "off", 100.0 * r.time.stall_share, r.time.hidden_by_dpu,
-                   100.0 * ZOE_PLAN_DPU_STALL_SHARE);
+            note(notes, notes_cap,
+                 "--dpu auto: %s (the host step would stall the device for %.0f%% "
+                 "of a step, DPU would hide %.3f s; on above %.0f%%)\n",
+                 pays ? "on" : "off", 100.0 * r.time.stall_share, r.time.hidden_by_dpu,
+                 100.0 * ZOE_PLAN_DPU_STALL_SHARE);
     }
     if (st == ZOE_OK) st = zoe_plan(&pc, &r);
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
@@ -191,13 +210,13 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
         cfg->prefetch_layers = r.stream.prefetch > 0 ? r.stream.prefetch : 1;
     char line[512];
     zoe_plan_summary(&pc, &r, line, sizeof line);
-    if (rank == 0) printf("zoe-train: %s\n", line);
+    if (rank == 0) note(notes, notes_cap, "%s\n", line);
     /* The plan checks the box's memory; other processes may hold much of it now. */
     if (rank == 0 && r.fits && hw.host_free_bytes > 0 && r.host.total > hw.host_free_bytes)
-        printf("zoe-train: warning: the run needs %.2f GiB of host memory, and only %.2f GiB are "
-               "free now (other processes hold the rest): it may be killed for memory\n",
-               r.host.total / (1 << 30), hw.host_free_bytes / (1 << 30));
-    fflush(stdout);
+        note(notes, notes_cap,
+             "warning: the run needs %.2f GiB of host memory, and only %.2f GiB are "
+             "free now (other processes hold the rest): it may be killed for memory\n",
+             r.host.total / (1 << 30), hw.host_free_bytes / (1 << 30));
     if (check_device_cap(cfg, &r, rank)) return EXIT_USAGE;
     if (!r.fits && !cfg->no_plan_check) {
         char msg[640];
@@ -380,7 +399,8 @@ int main(int argc, char **argv) {
     if (zoe_train_config_validate(&cfg, world) != ZOE_OK ||
         zoe_train_schedule_validate(&cfg) != ZOE_OK)
         return fail(rank, EXIT_USAGE, zoe_last_error());
-    code = plan_run(&cfg, world, rank, node_gpus, gpu_bytes);
+    char plan_notes[4096] = "";
+    code = plan_run(&cfg, world, rank, node_gpus, gpu_bytes, plan_notes, sizeof plan_notes);
     if (code) return code;
     /* Rank 0 writes the metrics. Whether it can is checked now, before anything is built, and
      * every rank learns the answer; the file itself is opened (truncated for a new run, cut at
@@ -415,6 +435,7 @@ int main(int argc, char **argv) {
     zoe_trainer *tr = NULL;
     st = zoe_trainer_create(MPI_COMM_WORLD, &cfg, &tr);
     if (st != ZOE_OK) {
+        if (rank == 0) fputs(plan_notes, stdout), fflush(stdout); /* a failure, not bad input */
         say_failed(rank, st);
         run_data_destroy(&data);
         zoe_checkpoint_lock_release(lock);
@@ -432,6 +453,7 @@ int main(int argc, char **argv) {
         zoe_checkpoint_lock_release(lock);
         return fail(rank, EXIT_USAGE, zoe_last_error());
     }
+    if (rank == 0) fputs(plan_notes, stdout), fflush(stdout);
     int first = zoe_trainer_steps_done(tr);
     if (first >= cfg.steps) {
         if (rank == 0)
