@@ -115,7 +115,7 @@ def test_same_run_as_zoe_train():
         "step-00000003", "step-00000006"]
     assert as_printed(stats) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
     assert metrics(rank0_dir("py.jsonl"), 0, 6) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
-    assert [json.loads(line)["step"] for line in open(rank0_dir("py.jsonl"))] == list(range(6))
+    assert [json.loads(line)["step"] for line in open(rank0_dir("py.jsonl"))] == list(range(1, 7))
     assert_same_checkpoint(rank0_dir("py/step-00000006"), rank0_dir("zoe/step-00000006"))
 
 
