@@ -401,9 +401,8 @@ static zoe_status discard_partial(const ckpt_view *v, int files, const char *par
                     (double)need / (gib ? 1073741824.0 : 1048576.0), gib ? "GiB" : "MiB");
 }
 
-zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, char *saved,
-                            size_t cap) {
-    if (!tr || !dir || !*dir) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "save: no directory");
+static zoe_status save_checkpoint(zoe_trainer *tr, const char *dir, int keep_last, char *saved,
+                                  size_t cap) {
     ckpt_view v = view_of(tr);
     MPI_Comm comm = zoe_grid_world_comm(v.grid);
     int rank = zoe_grid_rank(v.grid), skip = 0, refresh_due = 0;
@@ -798,8 +797,7 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     return st;
 }
 
-zoe_status zoe_trainer_load(zoe_trainer *tr, const char *path, char *loaded, size_t cap) {
-    if (!tr || !path) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "load: NULL argument");
+static zoe_status load_checkpoint(zoe_trainer *tr, const char *path, char *loaded, size_t cap) {
     ckpt_view v = view_of(tr);
     MPI_Comm comm = zoe_grid_world_comm(v.grid);
     char dir[ZOE_PATH_MAX] = "";
@@ -809,4 +807,22 @@ zoe_status zoe_trainer_load(zoe_trainer *tr, const char *path, char *loaded, siz
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm);
     if (loaded) snprintf(loaded, cap, "%s", dir);
     return load_resolved(&v, dir);
+}
+
+/* The stall watchdog names a save or a load a rank waits in. */
+zoe_status zoe_trainer_save(zoe_trainer *tr, const char *dir, int keep_last, char *saved,
+                            size_t cap) {
+    if (!tr || !dir || !*dir) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "save: no directory");
+    zoe_trainer_watch(tr, ZOE_PHASE_SAVE);
+    zoe_status st = save_checkpoint(tr, dir, keep_last, saved, cap);
+    zoe_trainer_watch(tr, ZOE_PHASE_BETWEEN);
+    return st;
+}
+
+zoe_status zoe_trainer_load(zoe_trainer *tr, const char *path, char *loaded, size_t cap) {
+    if (!tr || !path) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "load: NULL argument");
+    zoe_trainer_watch(tr, ZOE_PHASE_LOAD);
+    zoe_status st = load_checkpoint(tr, path, loaded, cap);
+    zoe_trainer_watch(tr, ZOE_PHASE_BETWEEN);
+    return st;
 }

@@ -114,6 +114,9 @@ static const option_spec options[] = {
     {"bucket-mb", OPT_INT64, CFG(bucket_mb), 1, 1 << 20, "gradient bucket size in MiB"},
     {"stall-timeout", OPT_INT, CFG(stall_timeout), 0, 1e6,
      "abort the job when no step completes in S seconds, each rank saying where it waits (0: off)"},
+    {"stop-grace", OPT_INT, CFG(stop_grace), 0, 1e6,
+     "after SIGTERM/SIGINT/SIGUSR1, abort the job when no step boundary comes in S seconds (0: "
+     "off)"},
     {"progress", OPT_PROGRESS, CFG(progress), 0, 0, "auto, bar (live) or lines"},
     {"lr-decay-style", OPT_CHOICE, CFG(lr_decay_style), 0, 0,
      "constant, linear, cosine, inverse-square-root or wsd"},
@@ -211,6 +214,7 @@ zoe_status zoe_train_config_defaults_for(zoe_train_config *cfg, size_t struct_si
     cfg->log_every = 1;
     cfg->bucket_mb = 16;
     cfg->offload_ratio = 1.0f;
+    cfg->stop_grace = 20; /* under Slurm's default KillWait (30 s): the abort's line is seen */
     cfg->dpu = ZOE_DPU_ON;
     cfg->dpu_schedule = ZOE_DPU_EXACT; /* docs/offload.md: no convergence cost, no memory */
     cfg->dpu_dc_kappa = 1.0f;

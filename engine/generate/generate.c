@@ -89,7 +89,7 @@ static zoe_status checkpoint_config(const zoe_generate_config *gc, int world, ch
         tc->offload_ratio = 1.0f;
         tc->dpu = ZOE_DPU_OFF;
         tc->dpu_warmup = 0;
-        tc->stall_timeout = 0;
+        tc->stall_timeout = tc->stop_grace = 0; /* no training steps: no watchdog */
         tc->recompute = 1; /* the training forward never runs: keep its activations small */
         tc->data[0] = tc->metrics[0] = tc->save[0] = tc->resume[0] = tc->init_from[0] = '\0';
     }

@@ -1,6 +1,8 @@
 /* Stop requests: SIGTERM, SIGINT and SIGUSR1 set a flag that the training loop polls at step
  * boundaries. The flag is the one process-wide variable besides the logger: a signal handler
- * can reach nothing else, and it may only store a sig_atomic_t.
+ * can reach nothing else. It is a lock-free atomic, which a handler may store (C17 7.14.1.1)
+ * and the stall watchdog's thread may read (engine/train/stop_signal.h: a rank blocked in a
+ * collective never reaches the boundary, and the watchdog ends it after --stop-grace).
  *
  * Under Open MPI's mpirun a SIGCONT from the launcher counts too. mpirun does not forward the
  * SIGTERM or SIGINT it gets: it kills the job, SIGCONT at once, SIGTERM odls_base_sigkill_timeout
@@ -9,13 +11,15 @@
  * timeout is long (mpirun sends nothing else for that long).
  *
  * Explained in docs/multi-node.md, "Signals"; docs/checkpoint.md, "Stopping". */
+#include "engine/train/stop_signal.h"
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "zoe/checkpoint.h"
 
-static volatile sig_atomic_t stop_signal = 0;
+static atomic_int stop_signal = 0;
 /* The launcher whose SIGCONT is a stop request (0: none); set once before the handlers. */
 static volatile sig_atomic_t launcher_pid = 0;
 
@@ -24,13 +28,14 @@ static void on_signal(int signo, siginfo_t *info, void *context) {
     /* A SIGCONT from anyone else (a shell's fg, a debugger) is a resume, nothing more. */
     if (signo == SIGCONT && (!launcher_pid || !info || info->si_pid != (pid_t)launcher_pid)) return;
     /* A second Ctrl-C means now: no save, no clean-up (only async-signal-safe calls here). */
-    if (signo == SIGINT && stop_signal) {
+    if (signo == SIGINT && atomic_load(&stop_signal)) {
         static const char msg[] = "zoe: second interrupt, stopping at once\n";
         ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
         (void)ignored;
         _exit(130);
     }
-    if (!stop_signal) stop_signal = signo;
+    int none = 0;
+    atomic_compare_exchange_strong(&stop_signal, &none, signo);
 }
 
 void zoe_stop_signals_install(void) {
@@ -53,8 +58,12 @@ const char *zoe_stop_signal_name(int signo) {
     return strsignal(signo);
 }
 
+int zoe_stop_signal_pending(void) {
+    return atomic_load(&stop_signal);
+}
+
 int zoe_stop_requested(MPI_Comm comm, int *signo) {
-    int mine = stop_signal, any = 0;
+    int mine = atomic_load(&stop_signal), any = 0;
     MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm);
     if (signo) *signo = any;
     return any != 0;

@@ -11,12 +11,12 @@
 #include "engine/hf/hf.h"
 #include "engine/config/sizing.h"
 #include "engine/train/trainer_impl.h"
-#include "engine/train/watchdog.h"
 #include "zoe/checkpoint.h"
 #include "models/gpt.h"
 #include "offload/param_stream.h"
 #include "runtime/clock.h"
 #include "runtime/error.h"
+#include "runtime/hosts.h"
 #include "runtime/mpi_chunk.h"
 #include "zoe/gpu.h"
 #include "zoe/grid.h"
@@ -35,7 +35,7 @@ struct zoe_trainer {
     zoe_gpt *gpt;
     zoe_optimizer *opt;
     zoe_param_stream *weights; /* --offload-params cpu: the weights' stream; NULL: resident */
-    zoe_watchdog *watchdog;    /* with --stall-timeout */
+    zoe_watchdog *watchdog;    /* with --stall-timeout or --stop-grace */
     void **weight_ptrs;
     /* since the last step */
     double loss_sum;        /* sum of token losses (micro-batch mean x counted targets) */
@@ -226,6 +226,34 @@ static zoe_status create_optimizer(zoe_trainer *tr) {
     return zoe_optimizer_init_from_params(tr->opt);
 }
 
+/* The host map on rank 0's log; a warning when mpirun would take long to notice a host cut off
+ * (docs/multi-node.md, "A network that splits"); the watchdog, given how long that takes. */
+static zoe_status create_watchdog(zoe_trainer *tr) {
+    const zoe_train_config *c = &tr->cfg;
+    int hosts = 1;
+    ZOE_TRY(zoe_hosts_log_map(tr->grid, &hosts));
+    double split_s = hosts > 1 ? zoe_launcher_split_seconds() : 0;
+    if (split_s > ZOE_LAUNCHER_SPLIT_MAX_S && zoe_grid_rank(tr->grid) == 0)
+        zoe_log(ZOE_LOG_WARN,
+                "mpirun notices a host that the network cut off only after %.0f s (Open MPI's "
+                "oob_tcp_keepalive_time + _probes x _intvl): a job split by the network hangs "
+                "that long; zoe's launch/openmpi-mca-params.conf makes it 11 s: mpirun --mca "
+                "mca_base_param_files /path/to/zoe/launch/openmpi-mca-params.conf "
+                "(docs/multi-node.md, \"A network that splits\")",
+                split_s);
+    if (c->stall_timeout == 0 && c->stop_grace == 0) return ZOE_OK;
+    zoe_watchdog_config wc = {
+        .world = zoe_grid_world_comm(tr->grid),
+        .stall_timeout_s = c->stall_timeout,
+        .stop_grace_s = c->stop_grace,
+        .rank = zoe_grid_rank(tr->grid),
+        .tp_rank = zoe_grid_tp_rank(tr->grid),
+        .dp_rank = zoe_grid_dp_rank(tr->grid),
+        .launcher_split_s = split_s <= ZOE_LAUNCHER_SPLIT_MAX_S ? split_s : 0,
+    };
+    return zoe_watchdog_create(&wc, &tr->watchdog);
+}
+
 zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_trainer **out) {
     if (!out || !cfg)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_create: NULL argument");
@@ -249,10 +277,7 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     if (st == ZOE_OK) bind_threads(tr);
     if (st == ZOE_OK) st = create_model(tr);
     if (st == ZOE_OK) st = create_optimizer(tr);
-    if (st == ZOE_OK && cfg->stall_timeout > 0)
-        st = zoe_watchdog_create(zoe_grid_world_comm(tr->grid), cfg->stall_timeout,
-                                 zoe_grid_rank(tr->grid), zoe_grid_tp_rank(tr->grid),
-                                 zoe_grid_dp_rank(tr->grid), &tr->watchdog);
+    if (st == ZOE_OK) st = create_watchdog(tr);
     if (st != ZOE_OK) {
         zoe_trainer_destroy(tr);
         return st;
@@ -261,6 +286,27 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     tr->step_targets = -1;
     *out = tr;
     return ZOE_OK;
+}
+
+int zoe_trainer_stop_requested(zoe_trainer *tr, int *signo) {
+    if (!tr) {
+        zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_stop_requested: NULL trainer");
+        return 0;
+    }
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, 0, ZOE_PHASE_STOP_CHECK);
+    int stop = zoe_stop_requested(zoe_grid_world_comm(tr->grid), signo);
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, 0, ZOE_PHASE_BETWEEN);
+    if (stop) zoe_watchdog_stop_settled(tr->watchdog);
+    return stop;
+}
+
+void zoe_trainer_caller_phase(zoe_trainer *tr, const char *what) {
+    if (tr) zoe_watchdog_caller_phase(tr->watchdog, what);
+}
+
+void zoe_trainer_watch(zoe_trainer *tr, zoe_step_phase phase) {
+    zoe_watchdog_at(tr->watchdog, tr->steps_done, 0, phase);
+    if (phase == ZOE_PHASE_SAVE) zoe_watchdog_stop_settled(tr->watchdog);
 }
 
 zoe_status zoe_trainer_finalize(zoe_trainer *tr) {

@@ -4,6 +4,7 @@
 #ifndef ZOE_ENGINE_TRAINER_IMPL_H
 #define ZOE_ENGINE_TRAINER_IMPL_H
 
+#include "engine/train/watchdog.h"
 #include "models/gpt.h"
 #include "zoe/grid.h"
 #include "zoe/optimizer.h"
@@ -26,5 +27,9 @@ void zoe_trainer_set_steps_done(zoe_trainer *tr, int steps);
  * save records it, so a resumed or resharded run exports it too (zoe-ckpt export --hf). */
 const char *zoe_trainer_hf_config(const zoe_trainer *tr);
 zoe_status zoe_trainer_set_hf_config(zoe_trainer *tr, const char *json);
+/* Where the rank is, for the watchdog: ZOE_PHASE_SAVE or _LOAD while a checkpoint is written or
+ * read, ZOE_PHASE_BETWEEN after. A save settles a pending stop signal (--stop-grace): it is
+ * what a stop leads to, and may take longer than the grace. */
+void zoe_trainer_watch(zoe_trainer *tr, zoe_step_phase phase);
 
 #endif

@@ -148,6 +148,12 @@ typedef struct zoe_train_config {
     /* Streamed weights: layers fetched ahead of the one in use; 0 (the default): the plan's
      * (zoe-train plans first), 1 where nothing plans. */
     int prefetch_layers;
+    /* Seconds from a stop signal (zoe_stop_signals_install: SIGTERM, SIGINT, SIGUSR1, mpirun's
+     * SIGCONT) to the next completed step or the ranks' agreement to stop
+     * (zoe_trainer_stop_requested); past it the job is aborted with one line, as a rank blocked
+     * on a dead peer never reaches the step boundary (--stop-grace). 0: never. Keep it above a
+     * step's time and below the scheduler's kill delay (Slurm's KillWait, 30 s by default). */
+    int stop_grace;
 } zoe_train_config;
 
 /* The values of zoe_train_config.offload_params. */
@@ -245,6 +251,16 @@ zoe_status zoe_trainer_micro_batch(zoe_trainer *tr, const int32_t *tokens, const
 zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats);
 /* Waits for a delayed update in flight, so the device weights are the latest. Collective. */
 zoe_status zoe_trainer_flush(zoe_trainer *tr);
+
+/* zoe_stop_requested (zoe/checkpoint.h) over the trainer's ranks, at a step boundary: 1 on every
+ * rank when any got a stop signal. The stall watchdog names this all-reduce when a rank waits in
+ * it, and once the ranks agree, --stop-grace no longer applies (the save that follows may take
+ * longer). Collective over the grid. NULL: 0, and the error recorded. */
+int zoe_trainer_stop_requested(zoe_trainer *tr, int *signo);
+/* What the caller's code does between zoe calls ("loading data", ...): a rank's stall report
+ * names it. what must outlive the trainer (a string literal); NULL forgets it. Each zoe call
+ * clears it. Local and cheap. */
+void zoe_trainer_caller_phase(zoe_trainer *tr, const char *what);
 /* Validation loss with the latest weights, leaving the training run exactly as it was (the
  * gradients, the optimizer's state and its delayed-update schedule, the dropout counter: the
  * losses and weights of the run are bit for bit those of a run without evaluation):

@@ -74,6 +74,7 @@ static void fuzz(zoe_train_config *c, test_rng *r, int small) {
     MAYBE c->bucket_mb = small ? test_rng_int(r, -1, 2) : (int64_t)test_rng_next(r);
     MAYBE c->progress = (zoe_progress_style)test_rng_int(r, -2, 4);
     MAYBE c->stall_timeout = small ? (int)test_rng_int(r, -1, 1) : pick_int(r, 0, 1000000);
+    MAYBE c->stop_grace = small ? (int)test_rng_int(r, -1, 1) : pick_int(r, 0, 1000000);
     MAYBE c->eval_every = pick_int(r, 0, 1000000000);
     MAYBE c->eval_iters = pick_int(r, 1, 1000000);
     MAYBE c->split_train = pick_int(r, 0, 100), c->split_val = pick_int(r, 0, 100);
@@ -113,6 +114,7 @@ static int acceptable(const zoe_train_config *c, int world) {
         return 0;
     if (c->bucket_mb < 1 || c->bucket_mb > (1 << 20)) return 0;
     if (c->stall_timeout < 0 || c->stall_timeout > 1000000) return 0;
+    if (c->stop_grace < 0 || c->stop_grace > 1000000) return 0;
     if (c->eval_every < 0 || c->eval_every > 1000000000) return 0;
     if (c->eval_iters < 1 || c->eval_iters > 1000000) return 0;
     int split = c->split_train || c->split_val;

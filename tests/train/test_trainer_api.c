@@ -56,6 +56,10 @@ int main(int argc, char **argv) {
               zoe_trainer_dp_rank(NULL) == -1 && zoe_trainer_dp_size(NULL) == -1,
           "getters on NULL answer -1");
     zoe_trainer_destroy(NULL);
+    CHECK(zoe_trainer_stop_requested(NULL, NULL) == 0 &&
+              strstr(zoe_last_error(), "zoe_trainer_stop_requested") != NULL,
+          "zoe_trainer_stop_requested(NULL): 0, naming the call ('%s')", zoe_last_error());
+    zoe_trainer_caller_phase(NULL, "nothing"); /* a no-op */
     zoe_train_config c;
     config(&c);
     zoe_trainer *tr = NULL;
@@ -75,6 +79,9 @@ int main(int argc, char **argv) {
     CHECK(zoe_trainer_dp_size(tr) == world && zoe_trainer_rank(tr) == rank, "getters");
     CHECK(zoe_trainer_param_count(tr) > 0, "param count");
     CHECK_OK(run_steps(tr, &rng, STEPS));
+    int signo = -1; /* no handlers installed, no signal: every rank goes on */
+    CHECK(zoe_trainer_stop_requested(tr, &signo) == 0 && signo == 0, "stop requested: signo %d",
+          signo);
     CHECK_OK(zoe_trainer_finalize(tr));
     CHECK_OK(zoe_trainer_profile(tr, &prof, 1));
     zoe_trainer_destroy(tr);

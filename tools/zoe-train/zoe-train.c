@@ -512,6 +512,7 @@ int main(int argc, char **argv) {
     double ms = 0, toks = 0;
     int stopped = 0, signo = 0, step = first;
     for (; st == ZOE_OK && step < cfg.steps && !stopped; step++) {
+        zoe_trainer_caller_phase(tr, "loading the step's batches");
         for (int m = 0; st == ZOE_OK && m < cfg.grad_accum; m++)
             st = zoe_loader_fetch(loader, step, m, tokens + (size_t)m * n, targets + (size_t)m * n);
         if (st == ZOE_OK) st = zoe_trainer_begin_step(tr, zoe_count_targets(targets, all));
@@ -526,6 +527,7 @@ int main(int argc, char **argv) {
             s.evaluated = 1, s.val_loss = val_loss, evaluated_at = step + 1;
         }
         /* rank 0 writes the metrics: a line it cannot write stops every rank */
+        zoe_trainer_caller_phase(tr, "reporting the step (rank 0 writes the metrics)");
         if (st == ZOE_OK && cfg.metrics[0])
             st = rank0_failure(rank, progress ? zoe_progress_report(progress, &s) : ZOE_OK, why,
                                sizeof why);
@@ -538,7 +540,7 @@ int main(int argc, char **argv) {
         if (st == ZOE_OK && cfg.save[0] && cfg.save_every > 0 && (step + 1) % cfg.save_every == 0)
             st = zoe_trainer_save(tr, cfg.save, cfg.keep_last, NULL, 0);
         /* Every rank finishes the step, then all agree on a signal any of them got. */
-        if (st == ZOE_OK) stopped = zoe_stop_requested(MPI_COMM_WORLD, &signo);
+        if (st == ZOE_OK) stopped = zoe_trainer_stop_requested(tr, &signo);
     }
     int done = zoe_trainer_steps_done(tr);
     if (st == ZOE_OK && cfg.save[0])
