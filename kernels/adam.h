@@ -160,7 +160,10 @@ zoe_status zoe_adam_table_step(zoe_stream *stream, const zoe_adam_table *table,
 zoe_status zoe_adam_table_sumsq(zoe_stream *stream, zoe_adam_table *table, const float *grad,
                                 double *host_sumsq);
 
-/* Converts n fp32 values to out_dtype on the stream (initialising master weights and back). */
+/* Converts n values between fp32, bf16 and fp16 on the stream (master weights from the
+ * parameters and back; streamed fp16 weights from a bf16 master). In place (dst == src) where
+ * both dtypes have one size: each element is read before it is written, by the one thread that
+ * writes it. zoe_convert's rounding (runtime/dtype.c) on both backends. */
 zoe_status zoe_convert_stream(zoe_stream *stream, void *dst, zoe_dtype dst_dtype, const void *src,
                               zoe_dtype src_dtype, size_t n);
 

@@ -43,6 +43,17 @@
  * With every state in fp32 the result is bit-identical to zoe_adam_host_to (a test checks it).
  * With a bf16 master, out in bf16 is the master's own bits.
  *
+ * fp16 weights from a bf16 master (a V100, which has no bf16): out in fp16 is the stored master
+ * converted, fp16(fp32(master[i])), never the fp32 w' rounded directly, so that the weights are
+ * a function of the master alone and streamed weights can be made from it where they are used
+ * (offload/param_stream.c converts each gathered unit in place on the device; zoe_convert and
+ * the CUDA convert kernel, one rule). Exact for every bf16 value in fp16's normal range
+ * [2^-14, 65504] (bf16's 8 significant bits fit in fp16's 11); below 2^-14 the value becomes an
+ * fp16 subnormal, rounded to nearest even at 2^-24 (below 2^-25 to a signed zero), as any fp16
+ * weight is; a master of magnitude 65536 or more (bf16 has nothing between 65280 and 65536)
+ * would be infinite: offload/state.c refuses such initial weights, and no step takes a weight
+ * there (Adam moves a weight by about lr a step). NaN stays NaN.
+ *
  * Explained in docs/offload.md, "Compressed state". */
 #ifndef ZOE_KERNELS_ADAM_STATE_H
 #define ZOE_KERNELS_ADAM_STATE_H

@@ -35,8 +35,15 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.grad_dtype = cfg->main_grads_dtype == ZOE_F32 ? ZOE_F32 : dtype;
     z.snap = z.dpu_snapshot ? z.h_numel : 0;
     z.snap_pinned = !cpu && !streamed;
-    z.params_are_master =
-        streamed && dtype == ZOE_BF16 && cfg->main_params_dtype == ZOE_BF16 && !dpu && z.h_master;
+    /* A bf16 master computing in fp16 serves too: its values convert to fp16 exactly (in fp16's
+     * range; kernels/adam_state.h) where the weight stream lands them on the device. */
+    z.params_are_master = streamed && (dtype == ZOE_BF16 || dtype == ZOE_F16) &&
+                          cfg->main_params_dtype == ZOE_BF16 && !dpu && z.h_master;
+    z.drive = cfg->state_paths && cfg->state_paths[0] && z.h_numel;
+    if (z.drive) {
+        z.drive_ahead = cfg->state_ahead > 0 ? cfg->state_ahead : ZOE_STATE_AHEAD_DEFAULT;
+        zoe_state_drive_sizes(&z, lay);
+    }
     z.params = streamed ? 0 : lay->flat_numel;
     z.host_params = streamed && !z.params_are_master ? part : 0;
     z.part_out = !cpu && !streamed && (dpu || pd) ? part : 0;
@@ -81,7 +88,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t d_scales = int8_moments * zoe_adam_int8_blocks(z->d_state) * f;
     *out = (zoe_optimizer_footprint){
         .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales +
-                      (z->snap_pinned ? 0 : snap) - pinned_master,
+                      (z->snap_pinned ? 0 : snap) - pinned_master - z->drive_paged +
+                      (size_t)z->drive_slots * z->drive_slot,
         .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz +
                         z->host_params * esz + pinned_master,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
@@ -91,13 +99,14 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
         .params_numel = z->params,
         .partition_numel = lay->part_numel,
         .step_bytes_per_element = 2 * (state_bytes + (z->master_in_params ? f : 0)) + gsz +
-                                  (z->master_in_params ? 0 : esz),
+                                  (z->master_in_params || z->params_are_master ? 0 : esz),
         /* where the master is in the parameters, the partition on the host is the master */
         .params_host_bytes = z->master_in_params ? 0 : z->host_params * esz,
         .state_bytes = z->h_numel * state_bytes + scales,
         .pinned_master_bytes = pinned_master,
         .grads_bytes = z->h_numel * gsz * (size_t)z->h_grads,
         .bucket_part_numel = lay->max_part,
+        .drive_bytes = z->drive_bytes,
     };
 }
 

@@ -81,6 +81,11 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
         (!(c->dpu_predict_scale > 0) || !isfinite(c->dpu_predict_scale)))
         BAD("dpu_predict_scale %g is not a finite value > 0 (DPU schedule predict)",
             (double)c->dpu_predict_scale);
+    if (c->state_ahead < 0) BAD("state_ahead %d is negative", c->state_ahead);
+    if (c->state_paths && c->state_paths[0] && c->partial_ratio > 0)
+        BAD("state_paths with partial_ratio %g: the drives hold the whole partition's state "
+            "(partial_ratio 0)",
+            (double)c->partial_ratio);
     const zoe_dtype states[] = {c->main_params_dtype, c->exp_avg_dtype, c->exp_avg_sq_dtype};
     const char *state_names[] = {"main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"};
     for (int i = 0; i < 3; i++) {
@@ -215,6 +220,12 @@ void *zoe_optimizer_params(zoe_optimizer *opt) {
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt) {
     return !opt ? 0 : opt->cfg.params_on_host ? opt->lay.part_numel : opt->lay.flat_numel;
 }
+zoe_dtype zoe_optimizer_params_dtype(const zoe_optimizer *opt) {
+    return !opt ? ZOE_F32 : opt->sz.params_are_master ? opt->sz.host_dtypes.master : opt->dtype;
+}
+int zoe_optimizer_params_on_host(const zoe_optimizer *opt) {
+    return opt && opt->cfg.params_on_host;
+}
 size_t zoe_optimizer_partition_numel(const zoe_optimizer *opt) {
     return opt ? opt->lay.part_numel : 0;
 }
@@ -314,9 +325,10 @@ static zoe_status int8_state_copy(zoe_optimizer *opt, int which, size_t h0, size
             continue;
         }
         ZOE_TRY(zoe_convert(x + (a - b0), ZOE_F32, u, dt, e - a));
-        ZOE_TRY(zoe_adam_moment_from_f32(ZOE_I8, which == 2, x, b0, len,
-                                         zoe_host_state_at(opt, which, 0),
-                                         zoe_host_scale_at(opt, which, 0)));
+        size_t lo = opt->win_lo[which]; /* element 0 of the array (a bucket's, on drives) */
+        ZOE_TRY(zoe_adam_moment_from_f32(ZOE_I8, which == 2, x, b0 - lo, len,
+                                         zoe_host_state_at(opt, which, lo),
+                                         zoe_host_scale_at(opt, which, lo)));
     }
     return ZOE_OK;
 }
@@ -393,6 +405,27 @@ static zoe_status state_access_check(zoe_optimizer *opt, zoe_optimizer_state whi
     return ZOE_OK;
 }
 
+/* The host part of a state copy (zoe_span_fn's ctx): buf holds host coordinates from h0 on. */
+typedef struct state_span {
+    int which;
+    char *buf;
+    size_t h0;
+    zoe_dtype dt;
+    int write;
+} state_span;
+
+static zoe_status state_span_copy(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    const state_span *sp = ctx;
+    char *u = sp->buf + (a - sp->h0) * zoe_dtype_size(sp->dt);
+    zoe_dtype held = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)sp->which);
+    if (held == ZOE_I8) return int8_state_copy(opt, sp->which, a, e, u, sp->dt, sp->write);
+    /* A bf16 state reads back exactly (widened) and is written with round-to-nearest-even:
+     * what it read back is written back unchanged. */
+    void *h = zoe_host_state_at(opt, sp->which, a);
+    return sp->write ? zoe_convert(h, held, u, sp->dt, e - a)
+                     : zoe_convert(u, sp->dt, h, held, e - a);
+}
+
 /* Copies [offset, offset + count) of one state array between the caller's host buffer, of
  * dtype dt (fp32 or bf16), and the partition, whose first sz.h_lo elements live in device memory
  * (CUDA with partial offload, in the host's dtypes). Into bf16 the values round to nearest even;
@@ -429,20 +462,14 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
     size_t pd = opt->sz.h_lo; /* the device arrays hold [0, h_lo), the host arrays the rest */
     if (offset < pd)
         ZOE_TRY(device_state_copy(opt, (int)which, offset, zoe_min_size(end, pd), buf, dt, write));
-    if (end > pd && zoe_optimizer_state_dtype(opt, which) == ZOE_I8)
-        return int8_state_copy(opt, (int)which, (offset > pd ? offset : pd) - pd, end - pd,
-                               buf + ((offset > pd ? offset : pd) - offset) * esz, dt, write);
-    if (end > pd) {
-        size_t a = offset > pd ? offset : pd;
-        /* A bf16 state reads back exactly (widened) and is written with round-to-nearest-even:
-         * what it read back is written back unchanged. */
-        void *h = zoe_host_state_at(opt, (int)which, a - pd);
-        zoe_dtype held = zoe_optimizer_state_dtype(opt, which);
-        char *u = buf + (a - offset) * esz;
-        ZOE_TRY(write ? zoe_convert(h, held, u, dt, end - a)
-                      : zoe_convert(u, dt, h, held, end - a));
-    }
-    return ZOE_OK;
+    if (end <= pd) return ZOE_OK;
+    size_t a = offset > pd ? offset : pd;
+    state_span span = {.which = (int)which,
+                       .buf = buf + (a - offset) * esz,
+                       .h0 = a - pd,
+                       .dt = dt,
+                       .write = write};
+    return zoe_state_paged(opt, a - pd, end - pd, write, state_span_copy, &span);
 }
 
 zoe_status zoe_optimizer_read_state(zoe_optimizer *opt, zoe_optimizer_state which, size_t offset,
@@ -467,6 +494,26 @@ zoe_status zoe_optimizer_write_state_as(zoe_optimizer *opt, zoe_optimizer_state 
 }
 
 _Static_assert(ZOE_OPTIMIZER_INT8_BLOCK == ZOE_ADAM_INT8_BLOCK, "the public block is the kernels'");
+
+/* The host part of a held copy (zoe_span_fn's ctx): buf holds codes or scales from host
+ * element or block first on. */
+typedef struct held_span {
+    int which, scales;
+    char *buf;
+    size_t first;
+    int write;
+} held_span;
+
+static zoe_status held_span_copy(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    const held_span *sp = ctx;
+    size_t unit = sp->scales ? ZOE_ADAM_INT8_BLOCK : 1, esz = sp->scales ? sizeof(float) : 1;
+    size_t x0 = a / unit, x1 = (e + unit - 1) / unit; /* a bucket starts at a whole block */
+    char *h = sp->scales ? (char *)zoe_host_scale_at(opt, sp->which, a)
+                         : (char *)zoe_host_state_at(opt, sp->which, a);
+    char *u = sp->buf + (x0 - sp->first) * esz;
+    memcpy(sp->write ? h : u, sp->write ? u : h, (x1 - x0) * esz);
+    return ZOE_OK;
+}
 
 /* The codes or the scales of an int8 moment moved as they are: the device share holds partition
  * elements [0, sz.h_lo) and their blocks (h_lo is whole blocks, zoe_partition_align), the host
@@ -493,14 +540,16 @@ static zoe_status held_copy(zoe_optimizer *opt, zoe_optimizer_state which,
                                  opt->update_stream));
         ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     }
-    if (end > pd) {
-        size_t a = offset > pd ? offset : pd;
-        char *h = scales ? (char *)zoe_host_scale_at(opt, (int)which, (a - pd) * unit)
-                         : (char *)zoe_host_state_at(opt, (int)which, a - pd);
-        char *u = buf + (a - offset) * esz;
-        memcpy(write ? h : u, write ? u : h, (end - a) * esz);
-    }
-    return ZOE_OK;
+    if (end <= pd) return ZOE_OK;
+    size_t a = offset > pd ? offset : pd;
+    held_span span = {.which = (int)which,
+                      .scales = scales,
+                      .buf = buf + (a - offset) * esz,
+                      .first = a - pd,
+                      .write = write};
+    /* in elements of the host arrays: a block's scale goes with its elements */
+    return zoe_state_paged(opt, (a - pd) * unit, zoe_min_size((end - pd) * unit, opt->sz.h_numel),
+                           write, held_span_copy, &span);
 }
 
 zoe_status zoe_optimizer_read_held(zoe_optimizer *opt, zoe_optimizer_state which,

@@ -8,6 +8,7 @@
 #include "kernels/adam.h"
 #include "kernels/adam_state.h"
 #include "offload/layout.h"
+#include "runtime/drive_io.h"
 #include "zoe/comm.h"
 #include "zoe/optimizer.h"
 
@@ -64,10 +65,12 @@ typedef struct zoe_state_sizes {
     zoe_dtype grad_dtype; /* theirs: fp32, or the compute dtype (main_grads_dtype) */
     size_t snap; /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
     int snap_pinned;
-    /* Streamed weights with a bf16 master and bf16 compute: the host step's bf16 copy of a bf16
-     * master is the master itself, so the master array (pinned) is the parameter buffer, and no
-     * second copy is kept or written. Not under a stale DPU schedule, whose update in flight
-     * rewrites the master while the forward still reads the weights it had. */
+    /* Streamed weights with a bf16 master computing in bf16 or fp16: the weights are the
+     * master's values (the host step's bf16 copy is the master's bits; its fp16 copy is their
+     * exact conversion, which the weight stream makes on the device after each gather), so the
+     * master array (pinned) is the parameter buffer, and no second copy is kept or written. Not
+     * under a stale DPU schedule, whose update in flight rewrites the master while the forward
+     * still reads the weights it had. */
     int params_are_master;
     size_t params;      /* device, compute dtype: the parameter buffer */
     size_t host_params; /* params_on_host: pinned host, compute dtype: the partition instead */
@@ -81,6 +84,13 @@ typedef struct zoe_state_sizes {
     int slots;                       /* gradient bucket ring */
     size_t slot_device, slot_pinned; /* elements per slot, compute dtype */
     size_t full_grad, full_pinned;   /* ZOE_GRAD_FULL_BUFFER, compute dtype */
+    /* State on drives (cfg.state_paths; offload/state_drive.c): the host arrays the step reads
+     * and writes (the master unless params_are_master, the moments, int8 scales) in the drive
+     * engine's scratch space, bucket by bucket, and a ring of drive_slots (2 drive_ahead + 1,
+     * or the buckets if fewer) slots of drive_slot bytes in host memory instead. drive_paged: the
+     * host bytes they would take. */
+    int drive, drive_ahead, drive_slots;
+    size_t drive_slot, drive_bytes, drive_paged;
 } zoe_state_sizes;
 
 /* The smaller of two sizes (the offload files' one copy). */
@@ -116,6 +126,32 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
                         const zoe_optimizer_config *cfg, zoe_state_sizes *out);
 void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_dtype dtype,
                            zoe_optimizer_footprint *out);
+
+/* State on drives (offload/state_drive.c). The arrays of a bucket: master, exp_avg, exp_avg_sq,
+ * exp_avg's and exp_avg_sq's int8 scales, each at ZOE_STATE_DRIVE_ALIGN bytes (a multiple of any
+ * drive's O_DIRECT alignment, fixed so that the sizes are known before a drive is opened). */
+enum {
+    ZOE_STATE_ARRAYS = 5,
+    ZOE_STATE_DRIVE_ALIGN = 4096,
+    ZOE_STATE_AHEAD_DEFAULT = 2,
+    ZOE_STATE_MAX_PATHS = 64,
+};
+typedef struct zoe_state_drive {
+    zoe_drive_io *io;
+    char *paths_given; /* cfg.state_paths, copied */
+    char *paths_text;  /* cfg.state_paths, split in place */
+    int ahead, slots;
+    size_t slot_bytes;
+    char *ring; /* slots * slot_bytes, aligned for O_DIRECT */
+    int num_buckets;
+    size_t *h0, *numel;     /* per bucket: its host coordinates [h0, h0 + numel) */
+    size_t *offset, *bytes; /* per bucket: its region of the scratch space */
+    int *slot_state;        /* per slot: idle, reading or writing */
+    int *slot_bucket;
+    zoe_drive_io_ticket *ticket;
+    int cached, dirty; /* the bucket paged into slot 0 outside the step's stream, -1: none */
+    int shown;         /* the bucket the window shows, -1: none */
+} zoe_state_drive;
 
 /* ZOE_DPU_EXACT (offload/speculate.c). Two phases, never at once: the speculation (the step's
  * host update, started bucket by bucket on a worker thread during the last micro-batch's
@@ -245,6 +281,10 @@ struct zoe_optimizer {
     float last_lr; /* of the last applied step (zoe_optimizer_progress) */
     zoe_speculation spec;
     int out_next; /* the copy-out ring slot the next block uses */
+    /* State on drives: h_master (unless params_are_master), h_m, h_v and the scales show one
+     * bucket of a ring slot, whose element 0 is host coordinate win_lo[array] (0: resident). */
+    zoe_state_drive *drive;
+    size_t win_lo[3];
 };
 
 /* Host element h of gradient partition buf, in sz.grad_dtype. */
@@ -262,7 +302,7 @@ static inline float *zoe_host_grad_f32(const zoe_optimizer *opt, int buf) {
 /* The scales of the block holding host element h of an int8 moment (which 1 or 2), else NULL. */
 static inline float *zoe_host_scale_at(const zoe_optimizer *opt, int which, size_t h) {
     float *base = which == 1 ? opt->h_m_scale : which == 2 ? opt->h_v_scale : NULL;
-    return base ? base + h / ZOE_ADAM_INT8_BLOCK : NULL;
+    return base ? base + (h - opt->win_lo[which]) / ZOE_ADAM_INT8_BLOCK : NULL;
 }
 
 /* Host array element h of state array which (0 master, 1 exp_avg, 2 exp_avg_sq), typed by its
@@ -270,7 +310,8 @@ static inline float *zoe_host_scale_at(const zoe_optimizer *opt, int which, size
 static inline void *zoe_host_state_at(const zoe_optimizer *opt, int which, size_t h) {
     void *base[] = {opt->h_master, opt->h_m, opt->h_v};
     zoe_dtype dt = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);
-    return base[which] ? (char *)base[which] + h * zoe_adam_state_esize(dt) : NULL;
+    return base[which] ? (char *)base[which] + (h - opt->win_lo[which]) * zoe_adam_state_esize(dt)
+                       : NULL;
 }
 
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */
@@ -307,6 +348,21 @@ size_t zoe_host_block(const zoe_optimizer *opt);
  * order, after no stream). */
 zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, size_t n,
                                 zoe_stream *stream);
+
+/* state_drive.c: state on drives. What touches host coordinates [a, e) of the state. */
+typedef zoe_status (*zoe_span_fn)(zoe_optimizer *opt, size_t a, size_t e, void *ctx);
+/* sz.drive_slot, drive_bytes and drive_paged of the sizes (drive and the dtypes set). */
+void zoe_state_drive_sizes(zoe_state_sizes *z, const zoe_layout *lay);
+zoe_status zoe_state_drive_create(zoe_optimizer *opt);
+void zoe_state_drive_destroy(zoe_optimizer *opt);
+/* fn over host coordinates [h0, h1): at once with resident state; with state on drives a
+ * bucket's piece at a time, each bucket paged in and shown (write: it goes back to the drive
+ * before another bucket takes its place). */
+zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, zoe_span_fn fn,
+                           void *ctx);
+/* fn over the whole host range: with state on drives bucket by bucket through the ring, read
+ * ahead and written behind (the host step). */
+zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx);
 
 /* speculate.c (ZOE_DPU_EXACT) */
 zoe_status zoe_spec_create(zoe_optimizer *opt);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/adam.h"
 #include "runtime/error.h"
 #include "zoe/comm.h"
 
@@ -41,6 +42,10 @@ struct zoe_param_stream {
     zoe_comm *dp;
     int dp_size, dp_rank;
     size_t esz;
+    /* The host partition's dtype (zoe_optimizer_params_dtype): the compute dtype, or a bf16
+     * master's that the weights are computed from in fp16; then a fetch converts the unit in
+     * place on the device after it landed, and a store converts back before it leaves. */
+    zoe_dtype host_dtype;
     size_t *numel;         /* [num_tensors] */
     size_t *offset;        /* [num_tensors]: element offset in its unit's buffer */
     size_t *host;          /* [num_tensors]: partition offset of this rank's piece */
@@ -202,11 +207,18 @@ zoe_status zoe_param_stream_create(zoe_optimizer *opt, MPI_Comm dp_group, zoe_de
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "weight stream: the optimizer keeps its weights on the device "
                         "(create it with params_on_host)");
+    zoe_dtype host_dtype = zoe_optimizer_params_dtype(opt);
+    if (zoe_dtype_size(host_dtype) != zoe_dtype_size(cfg->dtype))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "weight stream of %s weights from a %s host partition: the conversion "
+                        "on the device is in place, between dtypes of one size",
+                        zoe_dtype_name(cfg->dtype), zoe_dtype_name(host_dtype));
     zoe_param_stream *ps = calloc(1, sizeof *ps);
     if (!ps) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream");
     ps->cfg = *cfg;
     ps->opt = opt, ps->dev = dev, ps->compute = compute;
     ps->esz = zoe_dtype_size(cfg->dtype);
+    ps->host_dtype = host_dtype;
     MPI_Comm_size(dp_group, &ps->dp_size);
     MPI_Comm_rank(dp_group, &ps->dp_rank);
     zoe_status st = create(ps, dp_group);
@@ -267,7 +279,7 @@ static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
     }
     if (d > 1) {
         ZOE_TRY(zoe_comm_all_gather(ps->dp, at(ps, ps->staging, (size_t)me * block), ps->staging,
-                                    block, ps->cfg.dtype, ps->copy));
+                                    block, ps->host_dtype, ps->copy)); /* still the host's */
         for (int r = 0; r < d; r++)
             for (int t = un->first; t < un->first + un->n; t++) {
                 const stream_piece *pc = &ps->pieces[(size_t)t * (size_t)d + (size_t)r];
@@ -278,6 +290,12 @@ static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
                                              ps->copy));
             }
     }
+    /* bf16 -> fp16 (a V100 has no bf16): exact for every value in fp16's normal range
+     * (kernels/adam_state.h, "fp16 weights from a bf16 master"); the padding between tensors
+     * converts too, unread. */
+    if (ps->host_dtype != ps->cfg.dtype)
+        ZOE_TRY(zoe_convert_stream(ps->copy, sl->data, ps->cfg.dtype, sl->data, ps->host_dtype,
+                                   ps->unit_numel[u]));
     ZOE_TRY(zoe_event_record(sl->fetched, ps->copy));
     sl->unit = u;
     sl->state = SLOT_FETCHED;
@@ -389,6 +407,11 @@ zoe_status zoe_param_stream_store(zoe_param_stream *ps, int u) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: unit %d stored unstaged", u);
     const zoe_param_unit *un = &ps->units[u];
     void *host = zoe_optimizer_params(ps->opt);
+    /* fp16 weights into a bf16 master: to nearest even, as the resident path's
+     * zoe_optimizer_init_from_params rounds them */
+    if (ps->host_dtype != ps->cfg.dtype)
+        ZOE_TRY(zoe_convert_stream(ps->compute, sl->data, ps->host_dtype, sl->data, ps->cfg.dtype,
+                                   ps->unit_numel[u]));
     for (int t = un->first; t < un->first + un->n; t++) {
         const stream_piece *pc = &ps->pieces[(size_t)t * (size_t)ps->dp_size + (size_t)ps->dp_rank];
         if (pc->count)

@@ -3,6 +3,7 @@
  * initialised from the parameters and copied back to them.
  *
  * Explained in docs/offload.md, "Memory layout" and "Compressed state". */
+#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include "offload/optimizer_impl.h"
@@ -12,10 +13,17 @@ size_t zoe_host_block(const zoe_optimizer *opt) {
     return opt->sz.out_ring ? opt->sz.out_ring : opt->sz.h_numel;
 }
 
-/* The int8 moments' scales: zero, so that a zero block reads zero. */
-static void clear_scales(zoe_optimizer *opt) {
-    if (opt->h_m_scale) memset(opt->h_m_scale, 0, opt->sz.h_blocks * sizeof(float));
-    if (opt->h_v_scale) memset(opt->h_v_scale, 0, opt->sz.h_blocks * sizeof(float));
+/* Moments of host coordinates [a, e) := 0, their int8 scales too (a zero block reads zero; a
+ * bucket starts at a block boundary). */
+static zoe_status clear_moments(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    (void)ctx;
+    const zoe_adam_state_dtypes *dt = &opt->sz.host_dtypes;
+    memset(zoe_host_state_at(opt, 1, a), 0, (e - a) * zoe_adam_state_esize(dt->exp_avg));
+    memset(zoe_host_state_at(opt, 2, a), 0, (e - a) * zoe_adam_state_esize(dt->exp_avg_sq));
+    size_t blocks = zoe_adam_int8_blocks(e - a) * sizeof(float);
+    if (opt->h_m_scale) memset(zoe_host_scale_at(opt, 1, a), 0, blocks);
+    if (opt->h_v_scale) memset(zoe_host_scale_at(opt, 2, a), 0, blocks);
+    return ZOE_OK;
 }
 
 /* First touch of every host array, block by block and tile by tile, with the schedule of the
@@ -40,14 +48,15 @@ static void first_touch(zoe_optimizer *opt) {
             if (snap) memset((char *)snap + lo * opt->esz, 0, len * opt->esz);
         }
     }
-    clear_scales(opt);
+    if (!opt->drive) clear_moments(opt, 0, n, NULL); /* the drive's buckets: zeroed there */
 }
 
 zoe_status zoe_host_state_read(const zoe_optimizer *opt, int which, size_t h, size_t n,
                                float *dst) {
     zoe_dtype dt = zoe_optimizer_state_dtype(opt, (zoe_optimizer_state)which);
-    return zoe_adam_moment_to_f32(dt, which == 2, zoe_host_state_at(opt, which, 0),
-                                  zoe_host_scale_at(opt, which, 0), h, n, dst);
+    size_t lo = opt->win_lo[which]; /* element 0 of the array (a bucket's, on drives) */
+    return zoe_adam_moment_to_f32(dt, which == 2, zoe_host_state_at(opt, which, lo),
+                                  zoe_host_scale_at(opt, which, lo), h - lo, n, dst);
 }
 
 static zoe_status device_array(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
@@ -58,22 +67,28 @@ static zoe_status device_array(zoe_optimizer *opt, size_t bytes, int ring, void 
 static zoe_status host_arrays(zoe_optimizer *opt) {
     const zoe_state_sizes *z = &opt->sz;
     size_t n = z->h_numel, bytes = n * zoe_dtype_size(z->grad_dtype);
-    opt->h_m = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg));
-    opt->h_v = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg_sq));
     opt->h_grad[0] = zoe_state_host_alloc(opt, bytes);
     opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
     size_t master_bytes = n * zoe_adam_state_esize(z->host_dtypes.master);
     if (z->params_are_master) /* the streamed weights: pinned, for the copies to the device */
         ZOE_TRY(zoe_state_pinned_alloc(opt, master_bytes, 0, &opt->h_master));
-    else if (z->h_master)
-        opt->h_master = zoe_state_host_alloc(opt, master_bytes);
-    int m_int8 = z->host_dtypes.exp_avg == ZOE_I8, v_int8 = z->host_dtypes.exp_avg_sq == ZOE_I8;
-    if (m_int8) opt->h_m_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
-    if (v_int8) opt->h_v_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
-    if (!opt->h_m || !opt->h_v || !opt->h_grad[0] || !opt->h_grad[1] ||
-        (z->h_master && !opt->h_master) || (m_int8 && !opt->h_m_scale) ||
-        (v_int8 && !opt->h_v_scale))
-        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements", z->h_numel);
+    if (!opt->h_grad[0] || !opt->h_grad[1])
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host gradient partition of %zu elements", n);
+    if (z->drive) { /* the rest of the state: on the drives, shown a bucket at a time */
+        ZOE_TRY(zoe_state_drive_create(opt));
+    } else {
+        opt->h_m = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg));
+        opt->h_v = zoe_state_host_alloc(opt, n * zoe_adam_state_esize(z->host_dtypes.exp_avg_sq));
+        if (z->h_master && !z->params_are_master)
+            opt->h_master = zoe_state_host_alloc(opt, master_bytes);
+        int m_int8 = z->host_dtypes.exp_avg == ZOE_I8, v_int8 = z->host_dtypes.exp_avg_sq == ZOE_I8;
+        if (m_int8) opt->h_m_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
+        if (v_int8) opt->h_v_scale = zoe_state_host_alloc(opt, z->h_blocks * sizeof(float));
+        if (!opt->h_m || !opt->h_v || (z->h_master && !opt->h_master) ||
+            (m_int8 && !opt->h_m_scale) || (v_int8 && !opt->h_v_scale))
+            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements",
+                            z->h_numel);
+    }
     if (z->snap && z->snap_pinned)
         ZOE_TRY(zoe_state_pinned_alloc(opt, z->snap * opt->esz, 0, &opt->h_snap));
     else if (z->snap && !(opt->h_snap = zoe_state_host_alloc(opt, z->snap * opt->esz)))
@@ -165,12 +180,16 @@ void zoe_state_destroy(zoe_optimizer *opt) {
         zoe_device_free(opt->dev, opt->d_grad[1]);
     }
     if (opt->h_grad[1] != opt->h_grad[0]) free(opt->h_grad[1]);
+    free(opt->h_grad[0]);
     if (opt->sz.params_are_master)
         zoe_host_free(opt->dev, opt->h_master);
-    else
+    else if (!opt->drive)
         free(opt->h_master);
-    free(opt->h_m), free(opt->h_v), free(opt->h_grad[0]);
-    free(opt->h_m_scale), free(opt->h_v_scale);
+    if (!opt->drive) { /* else they show a slot of the drive's ring */
+        free(opt->h_m), free(opt->h_v);
+        free(opt->h_m_scale), free(opt->h_v_scale);
+    }
+    zoe_state_drive_destroy(opt);
     if (opt->sz.snap_pinned)
         zoe_host_free(opt->dev, opt->h_snap);
     else
@@ -199,15 +218,15 @@ zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, 
     return ZOE_OK;
 }
 
-/* The host share's master weights from (to_master) or to the parameter buffer. On the CPU
- * backend they are converted in place of the slices; on CUDA they pass, block by block, through
- * a pinned staging buffer (the snapshot or a copy-out slot). */
-static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
+/* The host share's master weights from (to_master) or to the parameter buffer, over host
+ * coordinates [a, e). On the CPU backend they are converted in place of the slices; on CUDA they
+ * pass, block by block, through a pinned staging buffer (the snapshot or a copy-out slot). */
+static zoe_status master_span_copy(zoe_optimizer *opt, size_t a, size_t e, void *to_master_p) {
     const zoe_state_sizes *z = &opt->sz;
-    if (z->master_in_params || z->params_are_master || !z->h_numel) return ZOE_OK;
+    const int to_master = *(const int *)to_master_p;
     zoe_dtype mdt = z->host_dtypes.master;
     if (zoe_params_in_host_memory(opt)) {
-        for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo, z->h_numel);
+        for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo + a, e - a);
              zoe_slices_next(&it);) {
             void *master = zoe_host_state_at(opt, 0, it.x - z->h_lo);
             char *w = (char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz;
@@ -218,8 +237,8 @@ static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
     }
     void *stage = opt->h_snap ? opt->h_snap : opt->out_ring[0];
     size_t block = opt->h_snap ? z->h_numel : z->out_ring;
-    for (size_t b0 = 0; b0 < z->h_numel; b0 += block) {
-        size_t n = zoe_min_size(block, z->h_numel - b0);
+    for (size_t b0 = a; b0 < e; b0 += block) {
+        size_t n = zoe_min_size(block, e - b0);
         void *master = zoe_host_state_at(opt, 0, b0);
         if (to_master) {
             for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo + b0, n);
@@ -237,6 +256,70 @@ static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
         }
     }
     return ZOE_OK;
+}
+
+static zoe_status host_master_copy(zoe_optimizer *opt, int to_master) {
+    const zoe_state_sizes *z = &opt->sz;
+    if (z->master_in_params || z->params_are_master || !z->h_numel) return ZOE_OK;
+    return zoe_state_paged(opt, 0, z->h_numel, to_master, master_span_copy, &to_master);
+}
+
+/* fp16 weights from a bf16 master are the master's values, converted (kernels/adam_state.h, "fp16
+ * weights from a bf16 master"): every step writes them so, and so do the initial ones, which the
+ * caller wrote in fp16 and the master rounded to bf16. Streamed weights whose host partition is
+ * the master have no other copy to write. */
+static int weights_from_master(const zoe_optimizer *opt) {
+    return opt->dtype == ZOE_F16 && opt->sz.host_dtypes.master == ZOE_BF16 &&
+           !opt->sz.params_are_master;
+}
+
+/* The initial bf16 master against fp16's range where the weights are computed in fp16 from it:
+ * an initial fp16 weight of magnitude 65280 or more rounds to a bf16 master of 65536, which
+ * would be an infinite fp16 weight. Refused here, once; no step brings a weight there (docs/
+ * offload.md, "Streamed weights"). The host share; a device share's master (partial offload,
+ * resident weights only) is converted on the device and not checked. */
+typedef struct fp16_range_count {
+    unsigned long long bad;
+    size_t first;
+    float first_value;
+} fp16_range_count;
+
+/* Master weights of host coordinates [a, e) beyond fp16's range, counted (a bucket at a time
+ * where the state is on drives). */
+static zoe_status count_beyond_fp16(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    fp16_range_count *c = ctx;
+    const zoe_bf16 *master = zoe_host_state_at(opt, 0, a);
+    for (size_t h = a; master && h < e; h++) {
+        unsigned mag = master[h - a] & 0x7fffu; /* above 0x477f: 65536 or more, inf (not NaN) */
+        if (mag > 0x477fu && mag <= 0x7f80u && !c->bad++) {
+            c->first = h;
+            c->first_value = zoe_bf16_to_f32(master[h - a]);
+        }
+    }
+    return ZOE_OK;
+}
+
+static zoe_status check_fp16_range(zoe_optimizer *opt) {
+    if (opt->dtype != ZOE_F16 || opt->sz.host_dtypes.master != ZOE_BF16) return ZOE_OK;
+    fp16_range_count c = {0};
+    unsigned long long bad, everywhere = 0;
+    ZOE_TRY(zoe_state_paged(opt, 0, opt->sz.h_numel, 0, count_beyond_fp16, &c));
+    bad = c.bad;
+    /* every rank refuses together (one holding none of them would go on into the refresh) */
+    int rc = MPI_Allreduce(&bad, &everywhere, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+                           zoe_grid_world_comm(opt->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the weights beyond fp16");
+    if (!everywhere) return ZOE_OK;
+    if (!bad)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "%llu initial weights on other ranks are beyond fp16's range as a bf16 "
+                        "master: fp16 compute would read them as infinite",
+                        everywhere);
+    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                    "%llu initial weights (%llu here, the first at partition element %zu: %g) are "
+                    "beyond fp16's range as a bf16 master: fp16 compute would read them as "
+                    "infinite",
+                    everywhere, bad, opt->sz.h_lo + c.first, (double)c.first_value);
 }
 
 zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
@@ -271,11 +354,8 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
     }
     ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
     ZOE_TRY(host_master_copy(opt, 1));
-    if (opt->sz.h_numel) {
-        memset(opt->h_m, 0, opt->sz.h_numel * zoe_adam_state_esize(dt->exp_avg));
-        memset(opt->h_v, 0, opt->sz.h_numel * zoe_adam_state_esize(dt->exp_avg_sq));
-        clear_scales(opt);
-    }
+    ZOE_TRY(zoe_state_paged(opt, 0, opt->sz.h_numel, 1, clear_moments, NULL));
+    ZOE_TRY(check_fp16_range(opt));
     opt->iteration = 0;
     opt->refresh_due = 0;
     opt->micro_batches = 0;
@@ -285,7 +365,7 @@ zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt) {
     memset(&opt->stats, 0, sizeof opt->stats);
     opt->stats.loss_scale = opt->loss_scale;
     opt->stats.clip_coef = 1.0;
-    return ZOE_OK;
+    return weights_from_master(opt) ? zoe_optimizer_refresh_params(opt) : ZOE_OK;
 }
 
 zoe_status zoe_optimizer_refresh_params(zoe_optimizer *opt) {

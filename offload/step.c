@@ -101,8 +101,9 @@ static zoe_status predict_range(const zoe_optimizer *opt, const zoe_adam_consts 
                                 size_t n, void *out) {
     float scale = opt->cfg.dpu_predict_scale;
     if (!opt->sz.compressed)
-        return zoe_adam_predict_host(k, scale, (float *)opt->h_master + h, (float *)opt->h_m + h,
-                                     (float *)opt->h_v + h, out, opt->dtype, n);
+        return zoe_adam_predict_host(k, scale, (float *)zoe_host_state_at(opt, 0, h),
+                                     (float *)zoe_host_state_at(opt, 1, h),
+                                     (float *)zoe_host_state_at(opt, 2, h), out, opt->dtype, n);
     float w[STATE_CHUNK], m[STATE_CHUNK], v[STATE_CHUNK];
     for (size_t i = 0; i < n; i += STATE_CHUNK) {
         size_t len = zoe_min_size(n - i, STATE_CHUNK);
@@ -126,8 +127,9 @@ static zoe_status compensate_range(const zoe_optimizer *opt, const zoe_segment *
     const zoe_adam_consts *prev = zoe_segment_consts(&opt->flight_prev_consts, sg);
     float lambda = opt->flight_dc_lambda;
     if (!opt->sz.compressed)
-        return zoe_adam_compensate_host(prev, lambda, grad_scale, grad, w, (float *)opt->h_m + h,
-                                        (float *)opt->h_v + h, n);
+        return zoe_adam_compensate_host(prev, lambda, grad_scale, grad, w,
+                                        (float *)zoe_host_state_at(opt, 1, h),
+                                        (float *)zoe_host_state_at(opt, 2, h), n);
     float wc[STATE_CHUNK], m[STATE_CHUNK], v[STATE_CHUNK];
     for (size_t i = 0; i < n; i += STATE_CHUNK) {
         size_t len = zoe_min_size(n - i, STATE_CHUNK);
@@ -219,7 +221,8 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     size_t esz = opt->esz;
     if (z->compressed) /* only its undo comes here: the step goes a tile at a time */
         return compressed_undo(opt, c, sg, a, e, buf, block_out, block_lo);
-    float *w_in = z->master_in_params ? (float *)opt->params + flat : (float *)opt->h_master + h;
+    float *w_in =
+        z->master_in_params ? (float *)opt->params + flat : (float *)zoe_host_state_at(opt, 0, h);
     float *w_out = in_flight && z->dpu_swap ? zoe_host_grad_f32(opt, buf) + h : w_in;
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
@@ -228,7 +231,8 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     void *out = range_output(opt, a, flat, in_flight, block_out, block_lo);
     const zoe_adam_consts *k = zoe_segment_consts(from_snap ? snap_c : c, sg);
     if (undo) /* ZOE_DPU_EXACT, whose layout is that of no DPU: the master and fp32 gradient */
-        return zoe_adam_undo_host(k, w_in, (float *)opt->h_m + h, (float *)opt->h_v + h,
+        return zoe_adam_undo_host(k, w_in, (float *)zoe_host_state_at(opt, 1, h),
+                                  (float *)zoe_host_state_at(opt, 2, h),
                                   zoe_host_grad_f32(opt, buf) + h, out, opt->dtype, e - a);
     int predict = in_flight && opt->flight_predict;
     if (in_flight && opt->flight_dc && from_snap) { /* into the thread's fp32 tile */
@@ -237,13 +241,15 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     } else if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
         ZOE_TRY(compensate_range(opt, sg, k->grad_scale, w_in, h, e - a,
                                  zoe_host_grad_f32(opt, buf) + h));
-    ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)opt->h_m + h, (float *)opt->h_v + h, grad,
-                             grad_dtype, predict ? NULL : out, opt->dtype, e - a));
+    ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)zoe_host_state_at(opt, 1, h),
+                             (float *)zoe_host_state_at(opt, 2, h), grad, grad_dtype,
+                             predict ? NULL : out, opt->dtype, e - a));
     /* The prediction replaces the compute-dtype copy, over the tile the step has just touched. */
-    return predict
-               ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out, (float *)opt->h_m + h,
-                                       (float *)opt->h_v + h, out, opt->dtype, e - a)
-               : ZOE_OK;
+    return predict ? zoe_adam_predict_host(k, opt->cfg.dpu_predict_scale, w_out,
+                                           (float *)zoe_host_state_at(opt, 1, h),
+                                           (float *)zoe_host_state_at(opt, 2, h), out, opt->dtype,
+                                           e - a)
+                   : ZOE_OK;
 }
 
 /* The host Adam over host coordinates [b0, b1) (a block): OpenMP over its tiles, each thread
@@ -293,11 +299,21 @@ static zoe_status host_update(zoe_optimizer *opt, const zoe_step_consts *c,
     return zoe_worker_error_raise(&err, "host Adam");
 }
 
-zoe_status zoe_host_range_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf, size_t b0,
-                                 size_t b1, int undo) {
+/* What an update over a span of the host state takes (zoe_span_fn's ctx). */
+typedef struct update_span {
+    const zoe_step_consts *c, *snap_c;
+    int buf, in_flight, undo;
+} update_span;
+
+/* The host Adam over host coordinates [b0, b1) of the state shown (the whole host range, or a
+ * bucket's on drives) and, on CUDA without DPU, the copy of the new weights to the device
+ * through the copy-out ring. */
+static zoe_status span_update(zoe_optimizer *opt, size_t b0, size_t b1, void *ctx) {
+    const update_span *u = ctx;
     const zoe_state_sizes *z = &opt->sz;
-    if (b0 >= b1) return ZOE_OK;
-    if (!z->out_ring) return host_update(opt, c, c, buf, 0, b0, b1, NULL, undo);
+    const zoe_step_consts *c = u->c;
+    int buf = u->buf, undo = u->undo;
+    if (!z->out_ring) return host_update(opt, c, u->snap_c, buf, u->in_flight, b0, b1, NULL, undo);
     for (size_t x = b0; x < b1;) {
         size_t next = zoe_min_size(x + z->out_ring, b1);
         int k = opt->out_next;
@@ -312,20 +328,23 @@ zoe_status zoe_host_range_update(zoe_optimizer *opt, const zoe_step_consts *c, i
     return ZOE_OK;
 }
 
+zoe_status zoe_host_range_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf, size_t b0,
+                                 size_t b1, int undo) {
+    update_span u = {.c = c, .snap_c = c, .buf = buf, .undo = undo};
+    return zoe_state_paged(opt, b0, b1, 1, span_update, &u);
+}
+
 /* The host share of an update and, on CUDA, its way to the device: through the copy-out ring
  * block by block (without DPU), or from the snapshot the update wrote into (DPU). */
 static zoe_status host_part_update(zoe_optimizer *opt, const zoe_step_consts *c,
                                    const zoe_step_consts *snap_c, int buf, int in_flight) {
     const zoe_state_sizes *z = &opt->sz;
     if (!z->h_numel) return ZOE_OK;
-    if (!z->out_ring) {
-        ZOE_TRY(host_update(opt, c, snap_c, buf, in_flight, 0, z->h_numel, NULL, 0));
-        if (z->snap_pinned && opt->h_snap)
-            ZOE_TRY(
-                zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
-        return ZOE_OK;
-    }
-    return zoe_host_range_update(opt, c, buf, 0, z->h_numel, 0);
+    update_span u = {.c = c, .snap_c = snap_c, .buf = buf, .in_flight = in_flight};
+    ZOE_TRY(zoe_state_streamed(opt, span_update, &u));
+    if (!z->out_ring && z->snap_pinned && opt->h_snap)
+        ZOE_TRY(zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
+    return ZOE_OK;
 }
 
 /* The start of an update: the update stream waits for the gradients and the last refresh, and
@@ -507,16 +526,25 @@ void zoe_step_consts_of(const zoe_optimizer *opt, float lr, float grad_scale, lo
 /* ZOE_DPU_PREDICT on resume: the prediction the saving run's update in flight wrote into the
  * snapshot, recomputed from the restored state and the last step's learning rate (the same
  * kernel on the same inputs: the same bits), and staged for the due refresh. */
+static zoe_status predict_span(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    const zoe_step_consts *c = ctx;
+    const zoe_state_sizes *z = &opt->sz;
+    for (int s = opt->first_run_segment; s < opt->lay.num_segments; s++) {
+        const zoe_segment *sg = &opt->lay.segments[s];
+        size_t h0 = sg->offset - z->h_lo, h1 = h0 + sg->len;
+        h0 = h0 > a ? h0 : a, h1 = zoe_min_size(h1, e);
+        if (h0 < h1)
+            ZOE_TRY(predict_range(opt, zoe_segment_consts(c, sg), h0, h1 - h0,
+                                  (char *)opt->h_snap + h0 * opt->esz));
+    }
+    return ZOE_OK;
+}
+
 static zoe_status stage_prediction(zoe_optimizer *opt) {
     const zoe_state_sizes *z = &opt->sz;
     zoe_step_consts c;
     zoe_step_consts_of(opt, opt->last_lr, 1.0f, opt->stats.step, &c);
-    for (int s = opt->first_run_segment; s < opt->lay.num_segments; s++) {
-        const zoe_segment *sg = &opt->lay.segments[s];
-        size_t h = sg->offset - z->h_lo;
-        ZOE_TRY(predict_range(opt, zoe_segment_consts(&c, sg), h, sg->len,
-                              (char *)opt->h_snap + h * opt->esz));
-    }
+    ZOE_TRY(zoe_state_paged(opt, 0, z->h_numel, 0, predict_span, &c));
     if (zoe_params_in_host_memory(opt)) return ZOE_OK; /* the due refresh copies the snapshot */
     ZOE_TRY(zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
     return zoe_stream_synchronize(opt->update_stream);

@@ -373,6 +373,44 @@ zoe_status zoe_stream_wait_event(zoe_stream *stream, zoe_event *event) {
     return ZOE_OK;
 }
 
+/* 1 where [p, p + bytes) lies in one live device allocation (not a pinned one), 0 where p lies
+ * in none, -1 where it starts in one and runs past its end. */
+static int device_range(zoe_device *dev, const void *p, size_t bytes) {
+    const char *c = p;
+    int in = 0;
+    pthread_mutex_lock(&dev->lock);
+    for (size_t i = 0; i < dev->num_live && !in; i++) {
+        const zoe_allocation *a = &dev->live[i];
+        const char *lo = a->ptr;
+        if (a->pinned || c < lo || c >= lo + a->bytes) continue;
+        in = (size_t)(lo + a->bytes - c) >= bytes ? 1 : -1;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return in;
+}
+
+/* The CPU backend's "device" is host memory, so a copy of the wrong kind would work here and
+ * fail on a GPU (or read the wrong memory): each side named device must lie in a live device
+ * allocation of the stream's device, each side named host in none. */
+static zoe_status check_copy_kind(zoe_device *dev, void *dst, const void *src, size_t bytes,
+                                  zoe_copy_kind kind) {
+    static const char *const names[] = {"host to device", "device to host", "device to device",
+                                        "host to host"};
+    if (kind < ZOE_COPY_HOST_TO_DEVICE || kind > ZOE_COPY_HOST_TO_HOST)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "memcpy of unknown kind %d", (int)kind);
+    const int src_device = kind == ZOE_COPY_DEVICE_TO_HOST || kind == ZOE_COPY_DEVICE_TO_DEVICE;
+    const int dst_device = kind == ZOE_COPY_HOST_TO_DEVICE || kind == ZOE_COPY_DEVICE_TO_DEVICE;
+    const int src_in = device_range(dev, src, bytes), dst_in = device_range(dev, dst, bytes);
+    const char *bad = src_in != src_device ? "source" : dst_in != dst_device ? "destination" : NULL;
+    if (!bad) return ZOE_OK;
+    int in = bad[0] == 's' ? src_in : dst_in;
+    return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "memcpy %s of %zu bytes: the %s %p is %s",
+                    names[kind], bytes, bad, bad[0] == 's' ? src : (const void *)dst,
+                    in == 1    ? "device memory"
+                    : in == -1 ? "partly device memory (it runs past its allocation)"
+                               : "not device memory");
+}
+
 zoe_status zoe_memcpy_async(void *dst, const void *src, size_t bytes, zoe_copy_kind kind,
                             zoe_stream *stream) {
     if (bytes && (!dst || !src))
@@ -381,7 +419,7 @@ zoe_status zoe_memcpy_async(void *dst, const void *src, size_t bytes, zoe_copy_k
     if (stream && is_cuda(stream->dev))
         return zoe_cuda_memcpy_async(dst, src, bytes, kind, stream->native);
 #endif
-    (void)kind;
+    if (bytes && stream) ZOE_TRY(check_copy_kind(stream->dev, dst, src, bytes, kind));
     if (bytes && dst != src) memmove(dst, src, bytes);
     return ZOE_OK;
 }

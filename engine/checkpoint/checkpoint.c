@@ -223,6 +223,7 @@ static ckpt_io io_of(const ckpt_view *v) {
     return (ckpt_io){.comm = zoe_grid_world_comm(v->grid),
                      .opt = v->opt,
                      .params = zoe_optimizer_params(v->opt),
+                     .params_on_host = zoe_optimizer_params_on_host(v->opt),
                      .stream = zoe_trainer_stream(v->tr),
                      .round_bytes = zoe_ckpt_round_bytes()};
 }
@@ -293,6 +294,9 @@ static char *trainer_json(const ckpt_view *v, const zoe_optimizer_progress *op, 
         }
     }
     cJSON_AddStringToObject(root, "dtype", zoe_dtype_name(c->dtype));
+    /* the imported model's own config.json, for the export (docs/hf.md, "Export") */
+    const char *hf = zoe_trainer_hf_config(v->tr);
+    if (hf) cJSON_AddItemToObject(root, "hf_config", cJSON_Parse(hf));
     char *config = zoe_train_config_json(c);
     cJSON_AddItemToObject(root, "config", config ? cJSON_Parse(config) : cJSON_CreateNull());
     free(config);
@@ -781,6 +785,14 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     if (st == ZOE_OK) {
         zoe_gpt_set_forward_count(v->gpt, (uint64_t)json_num(root, "dropout_forward_count", 0));
         zoe_trainer_set_steps_done(v->tr, (int)json_num(root, "step", 0));
+    }
+    /* the model's Hugging Face config goes on with the run, into its next saves */
+    const cJSON *hf = cJSON_GetObjectItemCaseSensitive(root, "hf_config");
+    if (st == ZOE_OK && cJSON_IsObject(hf)) {
+        char *text = cJSON_PrintUnformatted(hf);
+        st = text ? zoe_trainer_set_hf_config(v->tr, text)
+                  : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%s: hf_config", dir);
+        free(text);
     }
     cJSON_Delete(root);
     return st;

@@ -131,8 +131,6 @@ static void gpt2_config(cJSON *c, const zoe_model_config *m) {
     cJSON_AddNumberToObject(c, "attn_pdrop", 0);
     cJSON_AddNumberToObject(c, "layer_norm_epsilon", 1e-5);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
-    cJSON_AddNumberToObject(c, "bos_token_id", m->vocab - 1); /* zoe's end-of-document token */
-    cJSON_AddNumberToObject(c, "eos_token_id", m->vocab - 1);
 }
 
 static void llama_config(cJSON *c, const zoe_model_config *m) {
@@ -165,13 +163,33 @@ static void llama_config(cJSON *c, const zoe_model_config *m) {
     cJSON_AddNumberToObject(c, "initializer_range", 0.02);
 }
 
-static char *hf_config(const zoe_model_config *m) {
-    cJSON *c = cJSON_CreateObject();
+/* config.json of the export. A model zoe initialised gets what zoe knows of it, and no token
+ * ids (zoe has no tokenizer to take them from; transformers' own defaults apply). An imported
+ * model (imported: its config.json, which the checkpoint keeps) gets that config back, every key
+ * as it was (its token ids, its context length rather than the training --seq-len, its rope
+ * scaling, tie flag and whatever else transformers reads), with the keys of zoe's own config
+ * added where it lacks them; only the dtype is zoe's, the fp32 of the weights written. */
+static char *hf_config(const zoe_model_config *m, const cJSON *imported) {
+    cJSON *c = imported ? cJSON_Duplicate(imported, 1) : cJSON_CreateObject();
+    cJSON *own = cJSON_CreateObject();
+    if (!c || !own) {
+        cJSON_Delete(c);
+        cJSON_Delete(own);
+        return NULL;
+    }
     if (m->family == ZOE_MODEL_LLAMA)
-        llama_config(c, m);
+        llama_config(own, m);
     else
-        gpt2_config(c, m);
+        gpt2_config(own, m);
+    for (const cJSON *k = own->child; k; k = k->next)
+        if (!cJSON_HasObjectItem(c, k->string))
+            cJSON_AddItemToObject(c, k->string, cJSON_Duplicate(k, 1));
+    cJSON_Delete(own);
+    int dtype_key = cJSON_HasObjectItem(c, "dtype"); /* transformers 5's name of torch_dtype */
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "dtype");
+    cJSON_DeleteItemFromObjectCaseSensitive(c, "torch_dtype");
     cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    if (dtype_key) cJSON_AddStringToObject(c, "dtype", "float32");
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     return text;
@@ -221,7 +239,8 @@ zoe_status zoe_checkpoint_export_hf(const char *path, const char *out_dir) {
     if (st == ZOE_OK) st = ckpt_replace(tmp, out);
     if (st != ZOE_OK && writing) unlink(tmp);
     if (st == ZOE_OK) {
-        char *config = hf_config(&x.model);
+        const cJSON *imported = cJSON_GetObjectItemCaseSensitive(root, "hf_config");
+        char *config = hf_config(&x.model, cJSON_IsObject(imported) ? imported : NULL);
         snprintf(out, sizeof out, "%s/config.json", out_dir);
         snprintf(tmp, sizeof tmp, "%s.tmp", out);
         st = config ? ckpt_write_text(tmp, config) : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "config");

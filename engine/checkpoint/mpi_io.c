@@ -201,8 +201,10 @@ static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64
     size_t esz = zoe_st_dtype_size(sdt);
     if (r->source == CKPT_PARAMS) {
         char *p = (char *)io->params + (r->mem + skip) * esz;
-        ZOE_TRY(zoe_memcpy_async(to_memory ? p : staging, to_memory ? staging : p, n * esz,
-                                 to_memory ? ZOE_COPY_HOST_TO_DEVICE : ZOE_COPY_DEVICE_TO_HOST,
+        zoe_copy_kind kind = io->params_on_host ? ZOE_COPY_HOST_TO_HOST
+                             : to_memory        ? ZOE_COPY_HOST_TO_DEVICE
+                                                : ZOE_COPY_DEVICE_TO_HOST;
+        ZOE_TRY(zoe_memcpy_async(to_memory ? p : staging, to_memory ? staging : p, n * esz, kind,
                                  io->stream));
         return zoe_stream_synchronize(io->stream);
     }

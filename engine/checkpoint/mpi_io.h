@@ -60,7 +60,8 @@ zoe_status ckpt_runs_add(ckpt_runs *r, const ckpt_run *run);
 typedef struct ckpt_io {
     MPI_Comm comm;                /* every rank of the run */
     zoe_optimizer *opt;           /* state sources */
-    void *params;                 /* the parameter buffer (device) */
+    void *params;                 /* the parameter buffer (compute dtype) */
+    int params_on_host;           /* 1: it is host memory (streamed weights), else the device's */
     zoe_stream *stream;           /* orders copies to and from the parameter buffer */
     size_t round_bytes;           /* staging buffer size */
     uint64_t written;             /* bytes this rank wrote so far (the crash hook counts them) */

@@ -60,8 +60,10 @@ static const char *const wsd_style_names[] = {"exponential", "linear", "cosine",
 static const char *const dpu_schedule_names[] = {"plain", "predict", "dc", "exact",
                                                  NULL}; /* zoe_dpu_schedule */
 static const char *const state_dtype_names[] = {"fp32", "bf16", "int8",
-                                                NULL};                   /* zoe_train_state_dtype */
-static const char *const offload_params_names[] = {"none", "cpu", NULL}; /* zoe_offload_params */
+                                                NULL}; /* zoe_train_state_dtype */
+static const char *const offload_params_names[] = {"none", "cpu", "nvme",
+                                                   NULL};           /* zoe_offload_params */
+static const char *const offload_names[] = {"cpu", "none", "nvme"}; /* zoe_offload_mode */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
 #define MODEL(field) (offsetof(zoe_train_config, model) + offsetof(zoe_model_config, field))
@@ -100,7 +102,9 @@ static const option_spec options[] = {
     {"dtype", OPT_DTYPE, CFG(dtype), 0, 0,
      "compute dtype: fp32, bf16 or fp16 (zoe-train on CUDA, when not given: bf16 from sm_80, "
      "fp16 with loss scaling before)"},
-    {"offload", OPT_OFFLOAD, CFG(offload), 0, 0, "optimizer on the host (cpu) or device (none)"},
+    {"offload", OPT_OFFLOAD, CFG(offload), 0, 0,
+     "optimizer on the host (cpu), the device (none), or the host with its state on drives "
+     "(nvme: --nvme-path)"},
     {"dpu-warmup", OPT_INT, CFG(dpu_warmup), 0, 1e9,
      "synchronous steps before the delayed parameter update (0: no DPU)"},
     {"recompute", OPT_FLAG, CFG(recompute), 0, 1, "recompute activations in backward"},
@@ -151,6 +155,11 @@ static const option_spec options[] = {
      "by layer; turns --recompute on)"},
     {"prefetch-layers", OPT_INT, CFG(prefetch_layers), 0, 1024,
      "--offload-params cpu: layers fetched ahead of the one in use (0: the plan's; 1 unplanned)"},
+    {"nvme-path", OPT_PATH, CFG(nvme_path), 0, 0,
+     "--offload nvme: directories (DIR[,DIR...], one per drive) of the optimizer state's "
+     "scratch files"},
+    {"nvme-ahead", OPT_INT, CFG(nvme_ahead), 0, 64,
+     "--offload nvme: state buckets read ahead of the host step and written behind it (0: 2)"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -328,13 +337,12 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--backend: '%s' is not cpu or cuda", text);
         return ZOE_OK;
     case OPT_OFFLOAD:
-        if (strcmp(text, "cpu") == 0)
-            *(zoe_offload_mode *)base = ZOE_OFFLOAD_CPU;
-        else if (strcmp(text, "none") == 0)
-            *(zoe_offload_mode *)base = ZOE_OFFLOAD_NONE;
-        else
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload: '%s' is not cpu or none", text);
-        return ZOE_OK;
+        for (int i = 0; i <= ZOE_OFFLOAD_NVME; i++)
+            if (strcmp(text, offload_names[i]) == 0) {
+                *(zoe_offload_mode *)base = (zoe_offload_mode)i;
+                return ZOE_OK;
+            }
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload: '%s' is not cpu, none or nvme", text);
     case OPT_PROGRESS: {
         for (int i = 0; i < 3; i++)
             if (strcmp(text, progress_names[i]) == 0) {
@@ -670,8 +678,9 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
     case OPT_OFFLOAD: {
         zoe_offload_mode v;
         memcpy(&v, base, sizeof v);
-        if (v != ZOE_OFFLOAD_CPU && v != ZOE_OFFLOAD_NONE)
-            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload=%d is not cpu or none", (int)v);
+        if (v != ZOE_OFFLOAD_CPU && v != ZOE_OFFLOAD_NONE && v != ZOE_OFFLOAD_NVME)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload=%d is not cpu, none or nvme",
+                            (int)v);
         return ZOE_OK;
     }
     case OPT_PROGRESS: {
@@ -751,6 +760,35 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
     return zoe_fail(ZOE_ERR_INTERNAL, "option kind %d", (int)o->kind);
 }
 
+/* --offload nvme and its options (docs/nvme.md). */
+static zoe_status check_nvme(const zoe_train_config *c) {
+    if (c->offload_params == ZOE_OFFLOAD_PARAMS_NVME)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--offload-params=nvme: weights on drives are not built yet (use "
+                        "--offload-params cpu with --offload nvme: docs/nvme.md)");
+    if (c->offload != ZOE_OFFLOAD_NVME) {
+        if (c->nvme_path[0])
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                            "--nvme-path=%s without --offload nvme: nothing would live there",
+                            c->nvme_path);
+        return ZOE_OK;
+    }
+    if (!c->nvme_path[0])
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--offload=nvme without --nvme-path: give the drives' directories "
+                        "(DIR[,DIR...])");
+    for (const char *p = c->nvme_path; *p; p++)
+        if (*p == ',' && (p == c->nvme_path || p[1] == ',' || p[1] == '\0'))
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--nvme-path=%s: an empty directory name",
+                            c->nvme_path);
+    if (c->offload_ratio != 1.0f)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--offload=nvme with --offload-ratio=%s: the drives hold the whole "
+                        "partition's state (use --offload-ratio 1)",
+                        c->offload_ratio == ZOE_OFFLOAD_RATIO_AUTO ? "auto" : "below 1");
+    return ZOE_OK;
+}
+
 zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) {
     if (!c) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_train_config_validate: cfg is NULL");
     ZOE_TRY(
@@ -809,6 +847,7 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
                         "writes its weights into a device copy, which streamed weights do not "
                         "keep (use --offload-ratio 1)",
                         c->offload_ratio == ZOE_OFFLOAD_RATIO_AUTO ? "auto" : "below 1");
+    ZOE_TRY(check_nvme(c));
     if (c->main_params_dtype == ZOE_STATE_INT8)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--main-params-dtype=int8: the master weights are fp32 or bf16 (int8 is "
@@ -889,7 +928,7 @@ static void format_value(const zoe_train_config *cfg, const option_spec *o, char
         snprintf(buf, n, "%s", zoe_backend_name(*(const zoe_backend *)base));
         break;
     case OPT_OFFLOAD:
-        snprintf(buf, n, "%s", *(const zoe_offload_mode *)base == ZOE_OFFLOAD_CPU ? "cpu" : "none");
+        snprintf(buf, n, "%s", offload_names[*(const zoe_offload_mode *)base]);
         break;
     case OPT_FLAG:
         snprintf(buf, n, "%s", *(const int *)base ? "on" : "off");

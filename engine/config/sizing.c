@@ -86,6 +86,10 @@ void zoe_train_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     oc->main_grads_dtype = c->main_grads_dtype;
     oc->rounding_seed = c->seed;
     oc->params_on_host = c->offload_params == ZOE_OFFLOAD_PARAMS_CPU;
+    if (c->offload == ZOE_OFFLOAD_NVME) {
+        oc->state_paths = c->nvme_path;
+        oc->state_ahead = c->nvme_ahead;
+    }
 }
 
 size_t zoe_ckpt_round_bytes(void) {

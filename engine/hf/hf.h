@@ -18,6 +18,10 @@ typedef struct zoe_gpt zoe_gpt;
  * n_positions (GPT-2, which is also max_positions, the position table's rows) or
  * max_position_embeddings (Llama). */
 zoe_status zoe_hf_read_config(const char *dir, zoe_model_config *out);
+/* dir/config.json as compact JSON text (*out, the caller frees): every key, the ones zoe reads
+ * and the ones it does not (token ids, the context length, rope scaling ...), which checkpoints
+ * keep for the export to give back. */
+zoe_status zoe_hf_config_text(const char *dir, char **out);
 
 /* How one zoe tensor's global element (i, j) comes from the Hugging Face tensors:
  *  COPY       hf[i, j] (1-D: hf[i]); rows past the HF tensor's are zero (vocabulary padding);

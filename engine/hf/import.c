@@ -138,6 +138,16 @@ static zoe_status llama_config(const cJSON *c, const char *path, zoe_model_confi
     return ZOE_OK;
 }
 
+zoe_status zoe_hf_config_text(const char *dir, char **out) {
+    char path[ZOE_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *c = NULL;
+    ZOE_TRY(read_json(path, &c));
+    *out = cJSON_PrintUnformatted(c);
+    cJSON_Delete(c);
+    return *out ? ZOE_OK : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%s as text", path);
+}
+
 zoe_status zoe_hf_read_config(const char *dir, zoe_model_config *out) {
     char path[ZOE_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/config.json", dir);

@@ -56,6 +56,10 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     out->dpu_schedule = c->dpu_schedule;
     out->offload_params = c->offload_params;
     out->prefetch_layers = c->prefetch_layers;
+    /* --offload nvme: the state on the drives; the trainer keeps the gradient partition on the
+     * host (gradients on drives are not built: docs/nvme.md) */
+    out->state_on_drives = c->offload == ZOE_OFFLOAD_NVME;
+    out->grads_on_drives = 0;
     out->evaluates = c->val_data[0] != '\0' || c->split_val > 0;
     out->checkpoints = c->save[0] != '\0' || c->resume[0] != '\0';
     const char *threads = getenv("OMP_NUM_THREADS");

@@ -53,6 +53,7 @@ struct zoe_trainer {
     double eval_loss_sum;
     int64_t eval_targets;
     void *stale_params; /* pinned copy of the parameter buffer the next forward reads (stale DPU) */
+    char *hf_config;    /* zoe_trainer_hf_config */
 };
 
 /* Gradient sink: the optimizer's buffers; the time spent handing them back is the offload. */
@@ -271,6 +272,7 @@ zoe_status zoe_trainer_create(MPI_Comm world, const zoe_train_config *cfg, zoe_t
     tr->cfg = *cfg;
     if (tr->cfg.dpu == ZOE_DPU_OFF) tr->cfg.dpu_warmup = 0;
     zoe_status st = zoe_grid_create(world, cfg->tp, &tr->grid);
+    if (st == ZOE_OK && cfg->init_from[0]) st = zoe_hf_config_text(cfg->init_from, &tr->hf_config);
     if (st == ZOE_OK) st = create_device(tr);
     if (st == ZOE_OK) bind_threads(tr);
     if (st == ZOE_OK) st = create_model(tr);
@@ -326,6 +328,7 @@ void zoe_trainer_destroy(zoe_trainer *tr) {
     zoe_device_destroy(tr->dev);
     zoe_grid_destroy(tr->grid);
     free(tr->weight_ptrs);
+    free(tr->hf_config);
     free(tr);
 }
 
@@ -355,6 +358,16 @@ int zoe_trainer_steps_done(const zoe_trainer *tr) {
 }
 void zoe_trainer_set_steps_done(zoe_trainer *tr, int steps) {
     tr->steps_done = steps;
+}
+const char *zoe_trainer_hf_config(const zoe_trainer *tr) {
+    return tr->hf_config;
+}
+zoe_status zoe_trainer_set_hf_config(zoe_trainer *tr, const char *json) {
+    char *copy = json ? strdup(json) : NULL;
+    if (json && !copy) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "the Hugging Face config");
+    free(tr->hf_config);
+    tr->hf_config = copy;
+    return ZOE_OK;
 }
 int zoe_trainer_rank(const zoe_trainer *tr) {
     return tr ? zoe_grid_rank(tr->grid) : -1;

@@ -22,6 +22,11 @@ zoe_grid *zoe_trainer_grid(zoe_trainer *tr);
 zoe_stream *zoe_trainer_stream(zoe_trainer *tr);
 const zoe_train_config *zoe_trainer_config(const zoe_trainer *tr);
 void zoe_trainer_set_steps_done(zoe_trainer *tr, int steps);
+/* The Hugging Face config.json the model came from, compact JSON: --init-from's, or the record
+ * of a loaded checkpoint (trainer.json's "hf_config"); NULL for a model zoe initialised. Every
+ * save records it, so a resumed or resharded run exports it too (zoe-ckpt export --hf). */
+const char *zoe_trainer_hf_config(const zoe_trainer *tr);
+zoe_status zoe_trainer_set_hf_config(zoe_trainer *tr, const char *json);
 /* Where the rank is, for the watchdog: ZOE_PHASE_SAVE or _LOAD while a checkpoint is written or
  * read, ZOE_PHASE_BETWEEN after. A save settles a pending stop signal (--stop-grace): it is
  * what a stop leads to, and may take longer than the grace. */

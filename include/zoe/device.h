@@ -87,6 +87,10 @@ zoe_status zoe_event_synchronize(zoe_event *event);
 /* Work submitted to stream after this call waits for the event. */
 zoe_status zoe_stream_wait_event(zoe_stream *stream, zoe_event *event);
 
+/* kind names the sides as they are: device memory is what zoe_device_alloc returned, host
+ * memory anything else (zoe_host_alloc's page-locked memory included). The CPU backend checks
+ * it against its live allocations and refuses a wrong kind (ZOE_ERR_INVALID_ARGUMENT), as a GPU
+ * would fail it. */
 zoe_status zoe_memcpy_async(void *dst, const void *src, size_t bytes, zoe_copy_kind kind,
                             zoe_stream *stream);
 zoe_status zoe_memset_async(void *dst, int value, size_t bytes, zoe_stream *stream);

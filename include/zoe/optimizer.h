@@ -207,6 +207,16 @@ typedef struct zoe_optimizer_config {
      * gathers them over DP where it uses them (offload/param_stream.h, per layer). Not with a
      * device share (partial_ratio 0 only). 0: the default. */
     int params_on_host;
+    /* State on drives (zoe-train --offload nvme; docs/nvme.md, "State and weights on drives"):
+     * NULL or "" keeps the host state in host memory; else the directories, one per drive,
+     * comma-separated (copied at create), of this rank's scratch file. The host state (master
+     * weights unless they are the parameters, moments, int8 scales) then lives there, bucket by
+     * bucket in the layout of host memory, and host memory holds a ring of 2 state_ahead + 1
+     * buckets: the host step reads bucket i + state_ahead while it updates bucket i and writes
+     * bucket i - state_ahead. Bit for bit the same state, steps and checkpoints. Not with a
+     * device share (partial_ratio 0 only). */
+    const char *state_paths;
+    int state_ahead; /* 0: 2 */
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
@@ -259,6 +269,14 @@ void zoe_optimizer_destroy(zoe_optimizer *opt);
  * weights (partition coordinates) and partition_numel. */
 void *zoe_optimizer_params(zoe_optimizer *opt);
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt);
+/* The dtype of the buffer zoe_optimizer_params returns (fp32 for NULL): the compute dtype, except
+ * with params_on_host where a bf16 master computing in fp16 is the buffer: bf16 then, and whoever
+ * reads the weights converts them to fp16 where they are used (offload/param_stream.c). */
+zoe_dtype zoe_optimizer_params_dtype(const zoe_optimizer *opt);
+/* 1 where that buffer is host memory (params_on_host: page-locked, from zoe_host_alloc), 0 where
+ * it is the device's (zoe_device_alloc; on the CPU backend host memory standing in for it): the
+ * side a copy to or from it names (zoe_copy_kind). */
+int zoe_optimizer_params_on_host(const zoe_optimizer *opt);
 /* Element offset of tensor index t in the parameter buffer. */
 zoe_status zoe_optimizer_tensor_offset(const zoe_optimizer *opt, int t, size_t *offset);
 /* Elements of this rank's partition (host and device parts together), padding included. */
@@ -269,7 +287,10 @@ zoe_status zoe_optimizer_tensor_shard(const zoe_optimizer *opt, int t, size_t *f
                                       size_t *partition_offset);
 
 /* Master weights := the parameter buffer's values on this rank's partition; moments := 0,
- * step := 0. Every DP rank must hold the same parameters. Collective over DP. */
+ * step := 0. Every DP rank must hold the same parameters. With fp16 compute and a bf16 master
+ * the weights then become the master's values (kernels/adam_state.h: every step makes them so),
+ * and initial weights of magnitude 65280 or more, which round to a bf16 master beyond fp16's
+ * range, are refused (ZOE_ERR_INVALID_ARGUMENT on every rank). Collective over the grid. */
 zoe_status zoe_optimizer_init_from_params(zoe_optimizer *opt);
 
 zoe_status zoe_optimizer_begin_micro_batch(zoe_optimizer *opt);
@@ -366,13 +387,14 @@ typedef struct zoe_optimizer_footprint {
     size_t partition_numel; /* elements of this rank's partition (padding included) */
     /* Host memory the host step reads and writes per element of the host share: the state
      * arrays twice (read and written, in their dtypes), the fp32 gradient once, and the
-     * compute-dtype weights it writes unless the master is the weights (CPU backend, fp32).
+     * compute-dtype weights it writes unless the master is the weights (CPU backend, fp32;
+     * streamed weights that are a bf16 master).
      * An int8 moment counts its codes; its scales (4 bytes per block of 256, read and written:
      * 0.03 bytes per element) are left out of this whole number, and counted in host_bytes. */
     size_t step_bytes_per_element;
     /* Of pinned_bytes, with params_on_host, the compute-dtype weights of the partition apart
-     * from the master: 0 where the master is those weights (a bf16 master computing in bf16
-     * under no stale DPU schedule; fp32 on the CPU backend) and without params_on_host. */
+     * from the master: 0 where the master is those weights (a bf16 master computing in bf16 or
+     * fp16 under no stale DPU schedule; fp32 on the CPU backend) and without params_on_host. */
     size_t params_host_bytes;
     /* The drive tier's pieces (docs/plan.md, "Drives"): of the host share, the state arrays
      * (master, moments, an int8 moment's scales) wherever they are held, of that the master
@@ -380,6 +402,9 @@ typedef struct zoe_optimizer_footprint {
      * the largest bucket's partition in elements (the unit a host step streams the state in). */
     size_t state_bytes, pinned_master_bytes, grads_bytes;
     size_t bucket_part_numel;
+    /* State on drives (state_paths): the scratch bytes of this rank's state on the drives; its
+     * host ring counts in host_bytes, the state it holds does not. 0 otherwise. */
+    size_t drive_bytes;
 } zoe_optimizer_footprint;
 
 /* What zoe_optimizer_create would allocate, computed by the code that sizes the allocations,

@@ -23,6 +23,9 @@ extern "C" {
 typedef enum zoe_offload_mode {
     ZOE_OFFLOAD_CPU = 0,  /* optimizer state and step on the host (ZeRO-Offload) */
     ZOE_OFFLOAD_NONE = 1, /* optimizer state and step on the device */
+    /* the step on the host, the state in files on drives (zoe_train_config.nvme_path),
+     * streamed through a ring of buckets in host memory (docs/nvme.md) */
+    ZOE_OFFLOAD_NVME = 2,
 } zoe_offload_mode;
 
 #define ZOE_PATH_MAX           1024
@@ -154,12 +157,20 @@ typedef struct zoe_train_config {
      * on a dead peer never reaches the step boundary (--stop-grace). 0: never. Keep it above a
      * step's time and below the scheduler's kill delay (Slurm's KillWait, 30 s by default). */
     int stop_grace;
+    /* --offload nvme (docs/nvme.md, "State and weights on drives"): the directories, one per
+     * drive, comma-separated, that hold each rank's scratch file of optimizer state; the state
+     * is striped across them. "" with any other --offload. */
+    char nvme_path[ZOE_PATH_MAX];
+    /* --offload nvme: state buckets read ahead of the one the host step updates (and written
+     * behind it); 0: the default, 2. */
+    int nvme_ahead;
 } zoe_train_config;
 
 /* The values of zoe_train_config.offload_params. */
 typedef enum zoe_offload_params {
     ZOE_OFFLOAD_PARAMS_NONE = 0,
     ZOE_OFFLOAD_PARAMS_CPU = 1,
+    ZOE_OFFLOAD_PARAMS_NVME = 2, /* weights on drives: not built yet, refused (docs/nvme.md) */
 } zoe_offload_params;
 
 /* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16,

@@ -102,15 +102,31 @@ static int get_array(PyObject *module, PyObject *obj, Py_buffer *view, const cha
 
 /* ---- handles ---- */
 
+/* A trainer and what zoe-train keeps beside it for --save and --metrics: rank 0 of comm holds
+ * the save directory's lock for the trainer's life and writes the metrics, opened at the first
+ * step (after a load, where the run's first step is known). */
 typedef struct trainer_handle {
     zoe_trainer *trainer;
     zoe_train_config cfg;
+    MPI_Comm comm;
+    int rank;                  /* in comm */
+    zoe_checkpoint_lock *lock; /* rank 0 with cfg.save */
+    zoe_progress *metrics;     /* rank 0 with cfg.metrics, from the first step */
 } trainer_handle;
+
+/* Frees what the handle holds but the trainer (destroyed apart, GIL released). */
+static void trainer_handle_release(trainer_handle *h) {
+    zoe_progress_destroy(h->metrics);
+    h->metrics = NULL;
+    zoe_checkpoint_lock_release(h->lock);
+    h->lock = NULL;
+}
 
 static void trainer_capsule_free(PyObject *capsule) {
     trainer_handle *h = PyCapsule_GetPointer(capsule, "zoe.trainer");
     if (!h) return;
     zoe_trainer_destroy(h->trainer);
+    trainer_handle_release(h);
     free(h);
 }
 
@@ -196,6 +212,43 @@ static int comm_of(PyObject *handle, MPI_Comm *out) {
 
 /* ---- the trainer ---- */
 
+/* The status of a check or a write that rank 0 of comm alone makes (as zoe-train: rank 0 writes
+ * the metrics and holds the save directory's lock; checkpoint directories are shared), on every
+ * rank, with rank 0's message in why when it failed. Collective over comm. */
+static zoe_status rank0_status(MPI_Comm comm, int rank, zoe_status st, char *why, size_t cap) {
+    int code = (int)st;
+    MPI_Bcast(&code, 1, MPI_INT, 0, comm);
+    if (code == ZOE_OK) return ZOE_OK;
+    if (rank == 0) snprintf(why, cap, "%s", zoe_last_error());
+    MPI_Bcast(why, (int)cap, MPI_CHAR, 0, comm);
+    return (zoe_status)code;
+}
+
+/* zoe-train's refusals before it builds anything, on rank 0 for every rank: an unwritable
+ * --metrics or one whose disk cannot hold --steps lines; a --save directory that cannot be
+ * written, is in use by another run (its lock, then held by h), or holds another run's
+ * checkpoints (unless --resume names it). Collective over h->comm. */
+static zoe_status check_outputs(trainer_handle *h, char *why, size_t cap) {
+    const zoe_train_config *c = &h->cfg;
+    zoe_status st = ZOE_OK;
+    if (h->rank == 0) {
+        st = zoe_metrics_check(c->metrics);
+        if (st == ZOE_OK && c->metrics[0]) st = zoe_metrics_check_room(c->metrics, c->steps);
+        if (st == ZOE_OK && c->save[0]) st = zoe_checkpoint_dir_check(c->save);
+        if (st == ZOE_OK && c->save[0]) st = zoe_checkpoint_lock_acquire(c->save, &h->lock);
+        if (st == ZOE_OK && c->save[0]) st = zoe_checkpoint_dir_check_run(c->save, c->resume);
+    }
+    return rank0_status(h->comm, h->rank, st, why, cap);
+}
+
+/* Rank 0: whether the file system of --save has room for one checkpoint of this trainer. */
+static zoe_status room_for_checkpoint(trainer_handle *h) {
+    if (h->rank != 0 || !h->cfg.save[0]) return ZOE_OK;
+    uint64_t need = 0;
+    zoe_status st = zoe_trainer_checkpoint_bytes(h->trainer, &need);
+    return st == ZOE_OK ? zoe_checkpoint_room_check(h->cfg.save, need) : st;
+}
+
 static PyObject *py_trainer_create(PyObject *module, PyObject *args) {
     PyObject *handle, *flags;
     if (!PyArg_ParseTuple(args, "OO!", &handle, &PyList_Type, &flags)) return NULL;
@@ -203,19 +256,32 @@ static PyObject *py_trainer_create(PyObject *module, PyObject *args) {
     if (!comm_of(handle, &comm)) return NULL;
     trainer_handle *h = calloc(1, sizeof *h);
     if (!h) return PyErr_NoMemory();
+    h->comm = comm;
+    MPI_Comm_rank(comm, &h->rank);
     int raised = 0;
+    char why[1024] = "";
     zoe_status st = parse_config(module, flags, &h->cfg, &raised);
     if (st == ZOE_OK) {
-        Py_BEGIN_ALLOW_THREADS st = zoe_trainer_create(comm, &h->cfg, &h->trainer);
+        Py_BEGIN_ALLOW_THREADS st = check_outputs(h, why, sizeof why);
+        if (st == ZOE_OK) st = zoe_trainer_create(comm, &h->cfg, &h->trainer);
+        /* as zoe-train: --resume loads now, and a --save without room is refused before the
+         * first step, not after the training it was to keep */
+        if (st == ZOE_OK && h->cfg.resume[0])
+            st = zoe_trainer_load(h->trainer, h->cfg.resume, NULL, 0);
+        if (st == ZOE_OK) st = rank0_status(comm, h->rank, room_for_checkpoint(h), why, sizeof why);
         Py_END_ALLOW_THREADS
     }
     if (st != ZOE_OK) {
+        zoe_trainer_destroy(h->trainer);
+        trainer_handle_release(h);
         free(h);
-        return raised ? NULL : raise_last(module, st);
+        if (raised) return NULL;
+        return why[0] ? raise_status(module, (int)st, why) : raise_last(module, st);
     }
     PyObject *capsule = PyCapsule_New(h, "zoe.trainer", trainer_capsule_free);
     if (!capsule) {
         zoe_trainer_destroy(h->trainer);
+        trainer_handle_release(h);
         free(h);
     }
     return capsule;
@@ -254,7 +320,8 @@ static PyObject *py_trainer_destroy(PyObject *module, PyObject *capsule) {
     zoe_trainer *tr = h->trainer;
     h->trainer = NULL;
     Py_BEGIN_ALLOW_THREADS zoe_trainer_destroy(tr); /* waits for an update in flight */
-    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+    Py_END_ALLOW_THREADS trainer_handle_release(h);
+    Py_RETURN_NONE;
 }
 
 /* Calls that take the trainer alone and return a status, collective or long: GIL released. */
@@ -267,7 +334,23 @@ static PyObject *py_trainer_destroy(PyObject *module, PyObject *capsule) {
         Py_END_ALLOW_THREADS if (st != ZOE_OK) return raise_last(module, st);                      \
         Py_RETURN_NONE;                                                                            \
     }
-TRAINER_CALL(py_trainer_finalize, zoe_trainer_finalize)
+/* zoe-train's end of a run: the last update landed, then with --save the final checkpoint
+ * (a step already saved is not written again). Collective. */
+static zoe_status finalize_run(trainer_handle *h) {
+    zoe_status st = zoe_trainer_finalize(h->trainer);
+    if (st == ZOE_OK && h->cfg.save[0])
+        st = zoe_trainer_save(h->trainer, h->cfg.save, h->cfg.keep_last, NULL, 0);
+    return st;
+}
+
+static PyObject *py_trainer_finalize(PyObject *module, PyObject *capsule) {
+    trainer_handle *h = trainer_of(module, capsule);
+    if (!h) return NULL;
+    zoe_status st;
+    Py_BEGIN_ALLOW_THREADS st = finalize_run(h);
+    Py_END_ALLOW_THREADS if (st != ZOE_OK) return raise_last(module, st);
+    Py_RETURN_NONE;
+}
 TRAINER_CALL(py_trainer_flush, zoe_trainer_flush)
 TRAINER_CALL(py_trainer_eval_begin, zoe_trainer_eval_begin)
 
@@ -352,6 +435,28 @@ static PyObject *py_trainer_eval_end(PyObject *module, PyObject *capsule) {
     return PyFloat_FromDouble((double)loss);
 }
 
+/* One step as zoe-train takes it: the step, its metrics line (rank 0; a line it cannot write
+ * stops every rank, why holding its message), and with --save and --save-every N a checkpoint
+ * after every N-th step. Collective. */
+static zoe_status step_run(trainer_handle *h, float lr, zoe_step_stats *s, char *why, size_t cap) {
+    const zoe_train_config *c = &h->cfg;
+    zoe_status st = ZOE_OK;
+    if (c->metrics[0]) {
+        if (h->rank == 0 && !h->metrics) /* a resumed run keeps the lines of its earlier steps */
+            st =
+                zoe_progress_create_at(NULL, ZOE_PROGRESS_LINES, c->steps, c->log_every, c->metrics,
+                                       zoe_trainer_steps_done(h->trainer), &h->metrics);
+        st = rank0_status(h->comm, h->rank, st, why, cap);
+    }
+    if (st == ZOE_OK) st = zoe_trainer_step(h->trainer, lr, s);
+    if (st == ZOE_OK && c->metrics[0])
+        st = rank0_status(h->comm, h->rank,
+                          h->metrics ? zoe_progress_report(h->metrics, s) : ZOE_OK, why, cap);
+    if (st == ZOE_OK && c->save[0] && c->save_every > 0 && (s->step + 1) % c->save_every == 0)
+        st = zoe_trainer_save(h->trainer, c->save, c->keep_last, NULL, 0);
+    return st;
+}
+
 static PyObject *py_trainer_step(PyObject *module, PyObject *args) {
     PyObject *capsule;
     float lr;
@@ -359,9 +464,11 @@ static PyObject *py_trainer_step(PyObject *module, PyObject *args) {
     trainer_handle *h = trainer_of(module, capsule);
     if (!h) return NULL;
     zoe_step_stats s;
+    char why[1024] = "";
     zoe_status st;
-    Py_BEGIN_ALLOW_THREADS st = zoe_trainer_step(h->trainer, lr, &s);
-    Py_END_ALLOW_THREADS if (st != ZOE_OK) return raise_last(module, st);
+    Py_BEGIN_ALLOW_THREADS st = step_run(h, lr, &s, why, sizeof why);
+    Py_END_ALLOW_THREADS if (st != ZOE_OK) return why[0] ? raise_status(module, (int)st, why)
+                                                         : raise_last(module, st);
     return Py_BuildValue(
         "{s:i,s:f,s:f,s:f,s:f,s:O,s:O,s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L}", "step", s.step,
         "loss", (double)s.loss, "lr", (double)s.lr, "grad_norm", (double)s.grad_norm, "loss_scale",
@@ -655,30 +762,60 @@ static PyObject *py_count_targets(PyObject *module, PyObject *targets) {
 /* ---- the host Adam over caller's arrays (zoe/adam.h) ----
  * Arrays come as addresses: torch has no buffer protocol and numpy no bf16, so zoe.torch checks
  * each tensor (CPU, contiguous, dtype, element count) before passing its data_ptr(). */
+/* zoe_adam_step_state over a tensor's arrays given by address (HostAdam checks the tensors);
+ * the scales are 0 unless the moment's dtype is int8. */
 static PyObject *py_adam_step(PyObject *module, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {
-        "master",       "exp_avg",   "exp_avg_sq", "grad",  "grad_dtype", "param",
-        "param_dtype",  "n",         "lr",         "beta1", "beta2",      "eps",
-        "weight_decay", "decoupled", "grad_scale", "step",  "threads",    NULL};
-    unsigned long long master, m, v, grad, param;
-    int grad_dtype, param_dtype, decoupled, threads;
+    static char *names[] = {"master",
+                            "exp_avg",
+                            "exp_avg_sq",
+                            "grad",
+                            "grad_dtype",
+                            "param",
+                            "param_dtype",
+                            "n",
+                            "lr",
+                            "beta1",
+                            "beta2",
+                            "eps",
+                            "weight_decay",
+                            "decoupled",
+                            "grad_scale",
+                            "step",
+                            "threads",
+                            "master_dtype",
+                            "exp_avg_dtype",
+                            "exp_avg_sq_dtype",
+                            "exp_avg_scale",
+                            "exp_avg_sq_scale",
+                            "seed",
+                            NULL};
+    unsigned long long master, m, v, grad, param, m_scale = 0, v_scale = 0, seed = 0;
+    int grad_dtype, param_dtype, decoupled, threads, master_dtype = ZOE_F32, m_dtype = ZOE_F32,
+                                                     v_dtype = ZOE_F32;
     Py_ssize_t n;
     long step;
     float lr, beta1, beta2, eps, wd, grad_scale;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKKKiKinfffffpfli", names, &master, &m, &v,
-                                     &grad, &grad_dtype, &param, &param_dtype, &n, &lr, &beta1,
-                                     &beta2, &eps, &wd, &decoupled, &grad_scale, &step, &threads))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKKKiKinfffffpfli|iiiKKK", names, &master, &m,
+                                     &v, &grad, &grad_dtype, &param, &param_dtype, &n, &lr, &beta1,
+                                     &beta2, &eps, &wd, &decoupled, &grad_scale, &step, &threads,
+                                     &master_dtype, &m_dtype, &v_dtype, &m_scale, &v_scale, &seed))
         return NULL;
     if (n < 0) return raise_status(module, ZOE_ERR_INVALID_ARGUMENT, "adam_step: n < 0");
     zoe_adam_config cfg = ZOE_ADAM_CONFIG_INITIALIZER;
     cfg.lr = lr, cfg.beta1 = beta1, cfg.beta2 = beta2, cfg.eps = eps, cfg.weight_decay = wd;
     cfg.decoupled = decoupled, cfg.grad_scale = grad_scale, cfg.step = step;
-    cfg.threads = threads;
+    cfg.threads = threads, cfg.seed = seed;
+    cfg.master_dtype = (zoe_dtype)master_dtype, cfg.exp_avg_dtype = (zoe_dtype)m_dtype;
+    cfg.exp_avg_sq_dtype = (zoe_dtype)v_dtype;
+    zoe_adam_state_arrays state = {.master = (void *)(uintptr_t)master,
+                                   .exp_avg = (void *)(uintptr_t)m,
+                                   .exp_avg_sq = (void *)(uintptr_t)v,
+                                   .exp_avg_scale = (float *)(uintptr_t)m_scale,
+                                   .exp_avg_sq_scale = (float *)(uintptr_t)v_scale};
     zoe_status st;
     Py_BEGIN_ALLOW_THREADS st =
-        zoe_adam_step(&cfg, (float *)(uintptr_t)master, (float *)(uintptr_t)m,
-                      (float *)(uintptr_t)v, (const void *)(uintptr_t)grad, (zoe_dtype)grad_dtype,
-                      (void *)(uintptr_t)param, (zoe_dtype)param_dtype, (size_t)n);
+        zoe_adam_step_state(&cfg, &state, (const void *)(uintptr_t)grad, (zoe_dtype)grad_dtype,
+                            (void *)(uintptr_t)param, (zoe_dtype)param_dtype, (size_t)n);
     Py_END_ALLOW_THREADS if (st != ZOE_OK) return raise_last(module, st);
     Py_RETURN_NONE;
 }
@@ -752,6 +889,7 @@ PyMODINIT_FUNC PyInit__zoe(void) {
     if (PyModule_AddIntConstant(module, "F32", ZOE_F32) ||
         PyModule_AddIntConstant(module, "BF16", ZOE_BF16) ||
         PyModule_AddIntConstant(module, "F16", ZOE_F16) ||
+        PyModule_AddIntConstant(module, "I8", ZOE_I8) ||
         PyModule_AddIntConstant(module, "API_VERSION", ZOE_API_VERSION)) {
         Py_DECREF(module);
         return NULL;

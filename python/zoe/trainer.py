@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 from typing import Any, Iterable
 
 import numpy as np
@@ -11,6 +12,9 @@ from . import _zoe
 from ._arrays import as_array
 from ._options import as_flags
 from .errors import InvalidArgument
+
+_STEP_MAX = 2**31 - 1  # a step is a C int
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +68,14 @@ class Trainer:
     ``micro_batch=4``, ``dpu_warmup=0``, ``config="run.json"``...), parsed and validated by the
     library, so a bad one raises the :class:`zoe.InvalidArgument` that zoe-train would print.
     Creating is collective over ``comm`` (an mpi4py communicator; None: COMM_WORLD).
+
+    The outputs are zoe-train's too: ``metrics="run.jsonl"`` writes its line per step (rank 0;
+    a resumed run keeps the lines of its earlier steps), ``save="ckpt"`` saves every
+    ``save_every`` steps and at ``finalize`` (keeping ``keep_last``), ``resume=`` loads a
+    checkpoint at creation. As zoe-train, creating refuses (with the one line zoe-train prints)
+    a metrics file that cannot be written, a save directory that cannot be written, is in use
+    by another run or holds another run's checkpoints (unless ``resume`` names it), and one
+    whose disk cannot hold a checkpoint; rank 0 checks and every rank raises.
 
     A step is ``micro_batch`` ``grad_accum`` times, then ``step``; both collective over the grid
     as in the C API. ``finalize`` (collective) ends a run; ``destroy`` (local, also on leaving a
@@ -138,7 +150,12 @@ class Trainer:
         return self._info("steps_done")
 
     def lr_at(self, step: int) -> float:
-        """The configured schedule's learning rate at 0-based ``step`` (zoe_train_lr_at)."""
+        """The configured schedule's learning rate at 0-based ``step`` (zoe_train_lr_at), a step
+        in [0, 2^31 - 1]."""
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+            raise InvalidArgument(f"lr_at: step={step!r} is not an integer")
+        if not 0 <= step <= _STEP_MAX:
+            raise InvalidArgument(f"lr_at: step={step} is out of range [0, {_STEP_MAX}]")
         return _zoe.trainer_lr_at(self._live(), int(step))
 
     # ---- training ----
@@ -174,6 +191,10 @@ class Trainer:
         handle = self._live()
         if lr is None:
             lr = self.lr_at(self.steps_done)
+        # the library takes a float32: a value it would round to infinity is refused as given
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or \
+                not (0 <= float(lr) <= _FLOAT32_MAX):
+            raise InvalidArgument(f"step: lr={lr!r} is not a learning rate in [0, {_FLOAT32_MAX:g}]")
         return StepStats(**_zoe.trainer_step(handle, float(lr)))
 
     def flush(self) -> None:

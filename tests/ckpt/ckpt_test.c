@@ -203,6 +203,22 @@ int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *fil
     return compare_files(dir_a, dir_b, file, 0, &bf16_a, &bf16_b);
 }
 
+void ckpt_test_same_files(const char *a, const char *b, const char *what) {
+    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 2; f++)
+        CHECK(ckpt_test_same_tensors(a, b, files[f]), "%s: %s differs", what, files[f]);
+    char pa[1100], pb[1100];
+    snprintf(pa, sizeof pa, "%s/params-in-use.safetensors", a);
+    snprintf(pb, sizeof pb, "%s/params-in-use.safetensors", b);
+    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+    CHECK(!fa == !fb, "%s: params-in-use.safetensors in one checkpoint only", what);
+    if (fa && fb)
+        CHECK(ckpt_test_same_tensors(a, b, "params-in-use.safetensors"),
+              "%s: params-in-use.safetensors differs", what);
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+}
+
 int ckpt_test_same_values(const char *dir_a, const char *dir_b, const char *file, int *bf16_a,
                           int *bf16_b) {
     return compare_files(dir_a, dir_b, file, 1, bf16_a, bf16_b);

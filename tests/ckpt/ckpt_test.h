@@ -35,6 +35,9 @@ void ckpt_test_tmpdir(MPI_Comm comm, char *out, size_t cap);
 void ckpt_test_rmdir(MPI_Comm comm, const char *dir);
 /* 1 when file in both checkpoint directories holds the same tensors with the same bytes. */
 int ckpt_test_same_tensors(const char *dir_a, const char *dir_b, const char *file);
+/* CHECKs that the model, optimizer and (in both or neither) weights-in-use files of two
+ * checkpoint directories hold the same tensors with the same bytes; what names the case. */
+void ckpt_test_same_files(const char *dir_a, const char *dir_b, const char *what);
 /* 1 when file in both directories holds tensors of the same names and values, each widened to
  * fp32 from its own dtype (F32 or BF16) and compared bit for bit; *bf16_a and *bf16_b count the
  * tensors stored in BF16 in each. */

@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
     expect_error("--lr -1", "--lr=-1 is out of range");
     expect_error("--micro-batch 2.5", "'2.5' is not an integer");
     expect_error("--dtype fp64", "'fp64' is not fp32, bf16 or fp16");
-    expect_error("--offload gpu", "'gpu' is not cpu or none");
+    expect_error("--offload gpu", "'gpu' is not cpu, none or nvme");
     expect_error("--model gpt5", "unknown model 'gpt5'");
     expect_error("--tp", "option --tp needs a value");
     expect_error("--config /nonexistent.json", "cannot open config '/nonexistent.json'");

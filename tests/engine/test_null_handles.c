@@ -61,7 +61,8 @@ int main(int argc, char **argv) {
     REFUSES(zoe_optimizer_write_state(NULL, ZOE_STATE_MASTER, 0, 1, f));
     REFUSES(zoe_optimizer_config_default_for(NULL, sizeof(zoe_optimizer_config), ZOE_API_VERSION));
     CHECK(zoe_optimizer_params(NULL) == NULL && zoe_optimizer_params_numel(NULL) == 0 &&
-              zoe_optimizer_partition_numel(NULL) == 0,
+              zoe_optimizer_partition_numel(NULL) == 0 &&
+              zoe_optimizer_params_dtype(NULL) == ZOE_F32 && !zoe_optimizer_params_on_host(NULL),
           "optimizer getters");
     zoe_optimizer_destroy(NULL);
 

@@ -9,7 +9,8 @@ Tolerances: those of test_adam_torch.py (fp32_tolerances: m within 1e-5 max|g|, 
 relative, w 20 (4u |w| + 1e-4 lr)), derived there for 20 steps of the same operations in
 another order; HostAdam is that kernel. For bf16 parameters the fp32 master is compared with
 torch's fp32 weights under the same tolerance (both step from the same bf16 gradients, widened),
-and the bf16 parameter must be the master rounded to nearest even, exactly.
+and the bf16 parameter must be the master rounded to nearest even, exactly. Compressed state
+(bf16 master, bf16 or int8 moments) has its own tolerances, derived where it is tested.
 """
 from __future__ import annotations
 
@@ -106,6 +107,108 @@ def test_16bit_parameters(dtype):
         assert torch.equal(p.detach(), state["master_param"].to(dtype))  # nearest even
 
 
+# ---- compressed state: zoe-train's --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype ----
+
+STATES = [dict(main_params_dtype="bf16", exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"),
+          dict(main_params_dtype="bf16", exp_avg_dtype="int8", exp_avg_sq_dtype="int8"),
+          dict(main_params_dtype="fp32", exp_avg_dtype="bf16", exp_avg_sq_dtype="int8")]
+HELD = {"fp32": {torch.float32}, "bf16": {torch.bfloat16}, "int8": {torch.int8, torch.uint8}}
+
+
+@pytest.mark.parametrize("dtypes", STATES, ids=lambda d: "-".join(d.values()))
+def test_compressed_state_unbiased(dtypes):
+    """bf16 parameters, 20 steps at lr 1e-4, far under half a bf16 unit of the weights (|w| in
+    [0.1, 0.5]: a unit is 2^-10..2^-8, 1e-3..4e-3): rounded to nearest, almost no weight would
+    move. zoe rounds the master (and v) stochastically, so each weight's expected move is
+    torch's fp32 AdamW's. Measured as the mean over the 10007 elements of zoe's move projected
+    on the sign of torch's, over the mean of torch's |move|: 1 when unbiased, 0 when nothing
+    moves. The rounding noise is at most sqrt(20) units per element, 4.5e-3 / sqrt(10007) =
+    4.5e-5 on the mean against a mean move of about 1e-3: the ratio is 1 within 0.05 (0.1 for
+    int8 moments, whose codes' error moves each update by up to a few percent: 1/127^2 of the
+    block's absmax for m near zero, within the square law's relative 2/127 elsewhere)."""
+    rng = np.random.default_rng(11)
+    w0 = torch.from_numpy(rng.choice([-1, 1], SIZES[0]) * rng.uniform(0.1, 0.5, SIZES[0]))
+    w0 = w0.to(torch.bfloat16)
+    grads = [torch.from_numpy(rng.normal(0, 1, SIZES[0])).to(torch.bfloat16)
+             for _ in range(STEPS)]
+    zp = torch.nn.Parameter(w0.clone())
+    tp = torch.nn.Parameter(w0.float())
+    zopt = HostAdam([zp], lr=1e-4, betas=BETAS, eps=EPS, **dtypes)
+    topt = torch.optim.AdamW([tp], lr=1e-4, betas=BETAS, eps=EPS, weight_decay=0.0,
+                             foreach=False)
+    for g in grads:
+        zp.grad, tp.grad = g.clone(), g.float()
+        zopt.step()
+        topt.step()
+    state = zopt.state[zp]
+    for key, name in (("exp_avg", "exp_avg_dtype"), ("exp_avg_sq", "exp_avg_sq_dtype")):
+        assert state[key].dtype in HELD[dtypes[name]], key
+        assert (key + "_scale" in state) == (dtypes[name] == "int8")
+    # a bf16 master of a bf16 parameter is the parameter itself
+    assert ("master_param" in state) == (dtypes["main_params_dtype"] == "fp32")
+    master = state.get("master_param", zp).detach().double()
+    want = (tp.detach() - w0.float()).double()
+    got = master - w0.double()
+    ratio = float((got * want.sign()).mean() / want.abs().mean())
+    assert abs(ratio - 1) <= (0.1 if "int8" in dtypes.values() else 0.05), ratio
+    assert int((zp.detach() != w0).sum()) > SIZES[0] // 10  # weights moved (nearest: ~none)
+
+
+@pytest.mark.parametrize("dtypes", STATES, ids=lambda d: "-".join(d.values()))
+def test_compressed_state_close_to_torch(dtypes):
+    """At lr 1e-2 (updates of several bf16 units) the master stays within the rounding's reach of
+    torch's fp32 AdamW: per element, 20 steps of one bf16 unit of |w| (stochastic rounding moves
+    a value by less than a unit) plus, for the moments' rounding, 10 % of the largest total
+    move, 20 lr, with bf16 moments (2^-8 relative each), half of it with int8 ones (the
+    gradients' scales spread over e^(+-3): an element 400 times below its block's largest has
+    its sqrt(v) at the lowest codes, within a code of sqrt(s)/255 of its value, which damps or
+    swells its update by up to half), plus test_adam_torch's fp32 tolerance."""
+    w0, grads = draw(12, torch.bfloat16)
+    zp, zopt = run(lambda g: host_adamw(g, **dtypes), w0, grads, torch.bfloat16)
+    tp, topt = run(torch_adamw, w0, grads)
+    for k, (p, q) in enumerate(zip(zp, tp)):
+        master = zopt.state[p].get("master_param", p).detach().double().numpy()
+        want = q.detach().double().numpy()
+        lr = GROUPS[k]["lr"]
+        tol = fp32_tolerances(np.stack([g[k] for g in grads]), lr, want,
+                              topt.state[q]["exp_avg_sq"].numpy())["w"]
+        moments = 0.5 if "int8" in dtypes.values() else 0.1
+        tol = tol + STEPS * 2.0**-8 * np.abs(want) + moments * STEPS * lr
+        err = np.abs(master - want)
+        i = int(np.argmax(err / tol))
+        assert err[i] <= tol[i], f"group {k}: w[{i}] zoe {master[i]} torch {want[i]}"
+
+
+@pytest.mark.parametrize("dtypes", STATES, ids=lambda d: "-".join(d.values()))
+def test_compressed_state_dict_resumes_bit_for_bit(dtypes):
+    """10 steps, the state dict into a fresh HostAdam with the same dtypes, 10 more: the run of
+    20 steps to the bit (the rounding is keyed by seed, tensor and step, not by a generator's
+    state); threads 1 and 2 alike."""
+    w0, grads = draw(13, torch.bfloat16)
+    whole, _ = run(lambda g: host_adamw(g, threads=2, **dtypes), w0, grads, torch.bfloat16)
+    params, opt = run(lambda g: host_adamw(g, threads=1, **dtypes), w0, grads, torch.bfloat16,
+                      steps=10)
+    resumed = host_adamw([dict(params=[p], **g) for p, g in zip(params, GROUPS)], **dtypes)
+    resumed.load_state_dict(opt.state_dict())
+    for gs in grads[10:]:
+        for p, g in zip(params, gs):
+            p.grad = torch.from_numpy(g.copy()).to(torch.bfloat16)
+        resumed.step()
+    assert all(torch.equal(a, b) for a, b in zip(whole, params))
+
+
+def test_fp32_optimizer_states_false():
+    """DeepSpeed's flag: the moments of a bf16 parameter in bf16; an fp32 parameter's in fp32."""
+    p16 = torch.nn.Parameter(torch.rand(300).to(torch.bfloat16))
+    p32 = torch.nn.Parameter(torch.rand(300))
+    p16.grad, p32.grad = torch.rand(300).to(torch.bfloat16), torch.rand(300)
+    opt = HostAdam([p16, p32], fp32_optimizer_states=False)
+    opt.step()
+    assert opt.state[p16]["exp_avg"].dtype == torch.bfloat16
+    assert opt.state[p16]["master_param"].dtype == torch.float32
+    assert opt.state[p32]["exp_avg_sq"].dtype == torch.float32
+
+
 def test_threads_bit_identical():
     w0, grads = draw(4)
     one, _ = run(lambda g: host_adamw(g, threads=1), w0, grads, steps=3)
@@ -157,6 +260,20 @@ def test_bad_input():
     r.grad = torch.ones(8)
     with pytest.raises(zoe.InvalidArgument, match=r"betas \(0.9, 1\)"):
         HostAdam([r], betas=(0.9, 1.0)).step()
+    with pytest.raises(zoe.InvalidArgument,
+                       match="main_params_dtype='int8' is not one of fp32, bf16"):
+        HostAdam([r], main_params_dtype="int8")
+    with pytest.raises(zoe.InvalidArgument, match="exp_avg_dtype='fp16' is not one of"):
+        HostAdam([r], exp_avg_dtype="fp16")
+    int8 = HostAdam([r], exp_avg_dtype="int8")
+    int8.step()
+    loaded = HostAdam([r])  # the saved groups' dtypes come with the state dict, as their lr
+    loaded.load_state_dict(int8.state_dict())
+    assert loaded.state[r]["exp_avg"].dtype == torch.int8
+    plain = int8.state_dict()
+    del plain["param_groups"][0]["exp_avg_dtype"]  # int8 codes where fp32 is configured
+    with pytest.raises(zoe.Unsupported, match="int8 moments load only as int8"):
+        HostAdam([r]).load_state_dict(plain)
 
 
 def deepspeed_cpu_adam():

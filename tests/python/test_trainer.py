@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -102,12 +103,19 @@ def rank0_dir(name: str) -> str:
 
 @needs_ref
 def test_same_run_as_zoe_train():
-    """6 steps from scratch: zoe-train's losses and norms, and its final state bit for bit; the
-    step-3 save is the input of zoe-train's resume afterwards."""
-    with zoe.Trainer(comm=comm_world(), **RUN) as trainer:
-        stats = train_steps(trainer, 0, 6, {3: rank0_dir("py"), 6: rank0_dir("py")})
+    """6 steps from scratch with zoe-train's --save (every 3 steps) and --metrics as options:
+    zoe-train's losses and norms, in the stats and in the metrics file, its checkpoints (step 3,
+    and step 6 saved at finalize) and its final state bit for bit; the step-3 save is the input
+    of zoe-train's resume afterwards."""
+    outputs = dict(save=rank0_dir("py"), save_every=3, metrics=rank0_dir("py.jsonl"))
+    with zoe.Trainer(comm=comm_world(), **RUN, **outputs) as trainer:
+        stats = train_steps(trainer, 0, 6, {})
         trainer.finalize()
+    assert sorted(os.path.basename(d) for d in glob.glob(rank0_dir("py/step-*"))) == [
+        "step-00000003", "step-00000006"]
     assert as_printed(stats) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
+    assert metrics(rank0_dir("py.jsonl"), 0, 6) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
+    assert [json.loads(line)["step"] for line in open(rank0_dir("py.jsonl"))] == list(range(1, 7))
     assert_same_checkpoint(rank0_dir("py/step-00000006"), rank0_dir("zoe/step-00000006"))
 
 
@@ -137,6 +145,28 @@ def test_streamed_weights_same_run():
     assert as_printed(stats) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
     assert_same_checkpoint(rank0_dir("py-streamed/step-00000006"),
                            rank0_dir("zoe/step-00000006"))
+
+
+@needs_ref
+def test_state_on_drives_same_run():
+    """offload="nvme" with two drive directories (the optimizer state striped over a tmpfs and a
+    disk directory, read one bucket ahead): zoe-train's host-state run to the bit, its losses and
+    norms and its final checkpoint."""
+    disk = rank0_dir("drive")
+    os.makedirs(disk, exist_ok=True)
+    options = dict(RUN, offload="nvme", nvme_path=["/dev/shm", disk], nvme_ahead=1)
+    with zoe.Trainer(comm=comm_world(), **options) as trainer:
+        stats = train_steps(trainer, 0, 6, {6: rank0_dir("py-drives")})
+        trainer.finalize()
+    assert as_printed(stats) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
+    assert_same_checkpoint(rank0_dir("py-drives/step-00000006"),
+                           rank0_dir("zoe/step-00000006"))
+
+
+def test_nvme_path_without_offload_nvme():
+    """--nvme-path alone is refused naming it, before anything is built."""
+    with pytest.raises(zoe.InvalidArgument, match="--nvme-path=/dev/shm without --offload nvme"):
+        zoe.Trainer(comm=comm_world(), model="demo", nvme_path="/dev/shm")
 
 
 @pytest.mark.skipif(not REF or not os.path.isdir(os.path.join(REF, "zoe-from-py")),
@@ -215,6 +245,48 @@ def test_bad_batches(trainer):
     logits = trainer.logits(x)
     assert logits.shape == (trainer.micro_batch_size, trainer.seq_len, trainer.vocab)
     assert np.isfinite(trainer.eval([(x, x)]))
+
+
+def test_schedule_and_lr_refused(trainer):
+    assert trainer.lr_at(0) > 0
+    for step, message in ((-5, r"lr_at: step=-5 is out of range \[0, 2147483647\]"),
+                          (10**12, r"lr_at: step=1000000000000 is out of range"),
+                          (1.5, r"lr_at: step=1.5 is not an integer")):
+        with pytest.raises(zoe.InvalidArgument, match=message):
+            trainer.lr_at(step)
+    x = batch(trainer)
+    trainer.micro_batch(x, x)
+    for lr in (1e300, -1e-3, float("nan")):
+        with pytest.raises(zoe.InvalidArgument, match=re.escape(f"step: lr={lr!r} is not a learning rate")):
+            trainer.step(lr)
+    trainer.step(1e-3)  # the micro-batch is still there to step on
+
+
+def test_outputs_refused(tmp_path):
+    """An unwritable --metrics or --save is refused at creation with zoe-train's line; nothing is
+    built or written. Each rank alone (a split of COMM_WORLD): rank 0 checks for its comm."""
+    comm = comm_world()
+    sub = comm.Split(comm.Get_rank(), 0) if comm is not None else None
+    run = dict(comm=sub, model="demo", dpu_warmup=0)
+    try:
+        with pytest.raises(zoe.InvalidArgument, match=r"--save: .*'/proc/x'"):
+            zoe.Trainer(save="/proc/x", **run)
+        with pytest.raises(zoe.IOFailure, match=r"--metrics: cannot write '/proc/x/m.jsonl'"):
+            zoe.Trainer(metrics="/proc/x/m.jsonl", **run)
+        assert not os.path.exists("/proc/x")
+        busy = str(tmp_path / f"ckpt{comm.Get_rank() if comm else 0}")
+        with zoe.Trainer(save=busy, **run) as t:
+            with pytest.raises(zoe.InvalidArgument, match="in use"):
+                zoe.Trainer(save=busy, **run)
+            x = batch(t)
+            t.micro_batch(x, x)
+            t.step(1e-3)
+            assert not glob.glob(os.path.join(busy, "step-*"))  # --save-every 0: at the end
+            t.finalize()
+        assert glob.glob(os.path.join(busy, "step-*")) == [os.path.join(busy, "step-00000001")]
+    finally:
+        if sub is not None:
+            sub.Free()
 
 
 def test_destroyed_trainer():

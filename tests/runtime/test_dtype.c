@@ -1,5 +1,6 @@
 /* Conversions against hand-checked bit patterns: ties to even, NaN, inf, subnormals, overflow;
- * and the bulk (SIMD) paths against the scalar ones on random data with every tail length. */
+ * the bulk (SIMD) paths against the scalar ones on random data with every tail length; and bf16
+ * -> fp16 on every bf16 pattern against a float64 reference. */
 #include <math.h>
 #include <stdlib.h>
 #include "testing.h"
@@ -18,8 +19,72 @@ static float from_bits(uint32_t u) {
     return zoe_f32_from_bits(u);
 }
 
+/* A bf16 bit pattern's value in float64, from the format's definition (1 sign, 8 exponent bits
+ * biased by 127, 7 fraction bits), not through any zoe conversion. NaN for a NaN pattern. */
+static double bf16_value(uint16_t b) {
+    int sign = b >> 15, e = (b >> 7) & 0xff, f = b & 0x7f;
+    double mag = e == 0xff ? (f ? NAN : INFINITY)
+                 : e == 0  ? ldexp(f, -126 - 7)
+                           : ldexp(128 + f, e - 127 - 7);
+    return sign ? -mag : mag;
+}
+
+/* The same for fp16 (5 exponent bits biased by 15, 10 fraction bits). */
+static double f16_value(uint16_t h) {
+    int sign = h >> 15, e = (h >> 10) & 0x1f, f = h & 0x3ff;
+    double mag = e == 0x1f ? (f ? NAN : INFINITY)
+                 : e == 0  ? ldexp(f, -14 - 10)
+                           : ldexp(1024 + f, e - 15 - 10);
+    return sign ? -mag : mag;
+}
+
+/* x rounded to fp16 in float64 arithmetic: to the nearest multiple of fp16's spacing at x's
+ * binade (2^-24 below 2^-14, the subnormals), ties to even (rint in the default rounding mode),
+ * infinite from 65520 = 65504 + half its spacing of 32. Every step is exact in float64. */
+static double f16_nearest(double x) {
+    double a = fabs(x);
+    if (a >= 65520) return copysign(INFINITY, x);
+    int e;
+    frexp(a, &e); /* a in [2^(e-1), 2^e) */
+    int step = a < ldexp(1, -14) ? -24 : e - 1 - 10;
+    return copysign(ldexp(rint(ldexp(a, -step)), step), x);
+}
+
+/* bf16 -> fp16, the conversion streamed fp16 weights go through (zoe_convert, in place as the
+ * weight stream runs it), for every one of the 65536 bf16 patterns against the float64
+ * reference: exact in fp16's normal range, rounded among the subnormals, infinite beyond 65504,
+ * the sign of zero kept, NaN kept NaN. */
+static void check_bf16_to_f16(void) {
+    enum { N = 1 << 16 };
+    uint16_t *buf = malloc(N * sizeof *buf);
+    for (int i = 0; i < N; i++) buf[i] = (uint16_t)i;
+    CHECK_OK(zoe_convert(buf, ZOE_F16, buf, ZOE_BF16, N));
+    int bad = 0, exact = 0, rounded = 0, overflow = 0;
+    for (int i = 0; i < N; i++) {
+        double x = bf16_value((uint16_t)i), got = f16_value(buf[i]), want = f16_nearest(x);
+        int ok = isnan(x) ? isnan(got) : got == want && signbit(got) == signbit(x) && !isnan(got);
+        if (!ok && bad++ < 5)
+            CHECK(0, "bf16 0x%04x (%a) -> fp16 0x%04x (%a), want %a", i, x, buf[i], got, want);
+        if (isnan(x)) continue;
+        double a = fabs(x);
+        exact += a >= ldexp(1, -14) && a <= 65504 && got == x;
+        rounded += a < ldexp(1, -14) && got != x;
+        overflow += a > 65504 && isinf(got) && !isinf(x);
+    }
+    CHECK(bad == 0, "bf16 -> fp16: %d of %d patterns differ from the float64 reference", bad, N);
+    /* fp16's normal range [2^-14, 65504] holds bf16 exponents -14..15 with every fraction: 30
+     * binades x 128 x 2 signs, all exact; below them bf16 has more precision than fp16's
+     * subnormals, above them nothing fits */
+    CHECK(exact == 30 * 128 * 2, "bf16 -> fp16: %d exact in the normal range, want %d", exact,
+          30 * 128 * 2);
+    CHECK(rounded > 0 && overflow > 0, "bf16 -> fp16: %d rounded subnormals, %d overflows", rounded,
+          overflow);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
+    check_bf16_to_f16();
     /* bf16: 1.0, -2.0, ties: 0x3f808000 is halfway between 0x3f80 and 0x3f81 -> even 0x3f80;
      * 0x3f818000 halfway between 0x3f81 and 0x3f82 -> even 0x3f82; just above halfway rounds up. */
     check_bf16(1.0f, 0x3f80);

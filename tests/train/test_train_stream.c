@@ -101,22 +101,6 @@ static zoe_status run(MPI_Comm comm, const zoe_train_config *c, const char *resu
     return st;
 }
 
-static void same_files(const char *a, const char *b, const char *what) {
-    const char *files[] = {"model.safetensors", "optimizer.safetensors"};
-    for (int f = 0; f < 2; f++)
-        CHECK(ckpt_test_same_tensors(a, b, files[f]), "%s: %s differs", what, files[f]);
-    char pa[1100], pb[1100];
-    snprintf(pa, sizeof pa, "%s/params-in-use.safetensors", a);
-    snprintf(pb, sizeof pb, "%s/params-in-use.safetensors", b);
-    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
-    CHECK(!fa == !fb, "%s: params-in-use.safetensors in one checkpoint only", what);
-    if (fa && fb)
-        CHECK(ckpt_test_same_tensors(a, b, "params-in-use.safetensors"),
-              "%s: params-in-use.safetensors differs", what);
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-}
-
 /* What the checkpoints of both modes give downstream: the generator (which streams for the
  * streamed run's checkpoint, its trainer.json naming the mode) scores a sequence and generates
  * greedily alike; and their Hugging Face export, imported with streamed and with resident weights
@@ -171,7 +155,7 @@ static void outputs_case(MPI_Comm comm, char dir[2][300], const char *what) {
     CHECK(memcmp(losses[0], losses[1], sizeof losses[0]) == 0,
           "%s: runs from the export differ (%.9g, %.9g)", what, (double)losses[0][1],
           (double)losses[1][1]);
-    same_files(saved[0], saved[1], what);
+    ckpt_test_same_files(saved[0], saved[1], what);
     for (int m = 0; m < 2; m++) ckpt_test_rmdir(comm, root[m]);
     ckpt_test_rmdir(comm, hf);
 }
@@ -198,7 +182,7 @@ static void equality_case(MPI_Comm comm, const stream_case *k, int dp) {
           "%s: validation loss %.9g resident, %.9g "
           "streamed",
           what, (double)val[0], (double)val[1]);
-    same_files(dir[0], dir[1], what);
+    ckpt_test_same_files(dir[0], dir[1], what);
     if (!k->dpu && !k->int8 && !k->llama) outputs_case(comm, dir, what);
     for (int i = 0; i < 2; i++) ckpt_test_rmdir(comm, root[i]);
 }
@@ -222,7 +206,7 @@ static void resume_case(MPI_Comm comm, const stream_case *k, int dp, int from) {
           "%s: second half: %s", what, zoe_last_error());
     CHECK(memcmp(whole, resumed, sizeof whole) == 0, "%s: losses differ (last %.9g, %.9g)", what,
           (double)whole[STEPS - 1], (double)resumed[STEPS - 1]);
-    same_files(dir[0], dir[1], what);
+    ckpt_test_same_files(dir[0], dir[1], what);
     for (int i = 0; i < 3; i++) ckpt_test_rmdir(comm, root[i]);
 }
 

@@ -59,7 +59,10 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
     int dpu = c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0;
     float ratio = c->offload == ZOE_OFFLOAD_NONE ? 0.0f : c->offload_ratio;
     char where[64];
-    if (ratio >= 1.0f)
+    if (c->offload == ZOE_OFFLOAD_NVME)
+        snprintf(where, sizeof where, "the host, its state on drives (%d read ahead)",
+                 c->nvme_ahead > 0 ? c->nvme_ahead : 2);
+    else if (ratio >= 1.0f)
         snprintf(where, sizeof where, "the host (ZeRO-Offload)");
     else if (ratio <= 0.0f)
         snprintf(where, sizeof where, "the device");
@@ -146,6 +149,9 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
     zoe_status st = strcmp(cfg->hardware, "local") == 0 ? zoe_hardware_local(0, &hw)
                                                         : zoe_hardware_preset(cfg->hardware, &hw);
     if (st == ZOE_OK && hw.backend == ZOE_BACKEND_CPU) st = zoe_hardware_measure_rank_base(&hw);
+    /* --offload nvme on this machine: its drives are the --nvme-path directories */
+    if (st == ZOE_OK && cfg->offload == ZOE_OFFLOAD_NVME && strcmp(cfg->hardware, "local") == 0)
+        st = zoe_hardware_drives_of_paths(cfg->nvme_path, &hw);
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
     if (cfg->backend == ZOE_BACKEND_CUDA && hw.backend == ZOE_BACKEND_CPU) {
         /* this machine's GPUs: their count (all a node's ranks see, whatever each rank sees);
@@ -440,7 +446,8 @@ int main(int argc, char **argv) {
         run_data_destroy(&data);
         zoe_checkpoint_lock_release(lock);
         MPI_Finalize();
-        return EXIT_FAILURE;
+        /* bad input found only now (a --nvme-path without room): exit 2, nothing written */
+        return st == ZOE_ERR_INVALID_ARGUMENT ? EXIT_USAGE : EXIT_FAILURE;
     }
     char ckpt[ZOE_PATH_MAX * 2] = "";
     /* A bad checkpoint is bad input: one line naming it, exit 2, nothing written. So is a

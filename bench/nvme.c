@@ -1,0 +1,198 @@
+/* bench_nvme: the host step with its optimizer state on drives (--offload nvme), in one run:
+ *
+ * 1. against fio: the step with the state on a file of the disk (dir, O_DIRECT) moves every
+ *    bucket's state in and out; bench_drive_io (bench/drive_io.c, beside this program) then runs
+ *    fio over the same bytes the same way (O_DIRECT reads and writes, the state's bucket bytes,
+ *    the engine's 1 MiB block and queue depth 32, the step's read-ahead) and its best fio figure
+ *    is the reference: bandwidth_share = the step's bytes per second (read + written) / fio's
+ *    (goal >= 0.8).
+ * 2. against host memory: the step with the state on a tmpfs path (/dev/shm) over the step with
+ *    the state in host memory (tmpfs_over_host: the engine's own overhead, goal <= 1.10).
+ *
+ * The optimizer: one rank, the CPU backend, fp32, `tensors` tensors of `numel` elements, each its
+ * own bucket (so every bucket's state is the same bytes: 8 per element, the moments; the fp32
+ * master is the parameters there), AdamW, no DPU. The three optimizers step in turn, `repeats`
+ * times, on the same gradient, so other work on the machine slows all alike; the medians count.
+ * Prints one JSON line.
+ *
+ * Usage: bench_nvme [--dir DIR] [--tensors N] [--numel N] [--ahead K] [--repeats R]
+ * Defaults: /tmp (a disk here), 16, 4194304 (16 x 4 Mi: 512 MiB of state on the drive), 2, 5. */
+#include <cjson/cJSON.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include "zoe/zoe.h"
+#include "zoe/optimizer.h"
+
+enum { MODES = 3, HOST = 0, TMPFS = 1, DISK = 2, MAX_REPEATS = 15, MAX_TENSORS = 256 };
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_nvme: %s: %s\n", what, zoe_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct options {
+    const char *dir;
+    int tensors, ahead, repeats;
+    size_t numel;
+} options;
+
+static int parse_options(int argc, char **argv, options *o) {
+    *o = (options){.dir = "/tmp", .tensors = 16, .numel = 4u << 20, .ahead = 2, .repeats = 5};
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) return 0;
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--dir"))
+            o->dir = v;
+        else if (!strcmp(k, "--tensors"))
+            o->tensors = atoi(v);
+        else if (!strcmp(k, "--numel"))
+            o->numel = (size_t)atoll(v);
+        else if (!strcmp(k, "--ahead"))
+            o->ahead = atoi(v);
+        else if (!strcmp(k, "--repeats"))
+            o->repeats = atoi(v);
+        else
+            return 0;
+    }
+    return o->tensors >= 1 && o->tensors <= MAX_TENSORS && o->numel >= 1024 && o->ahead >= 1 &&
+           o->repeats >= 1 && o->repeats <= MAX_REPEATS;
+}
+
+/* One optimizer of the bench's tensors, its state where `paths` says (NULL: host memory). */
+static zoe_optimizer *create(zoe_grid *grid, zoe_device *dev, zoe_stream *s, const options *o,
+                             const char *paths) {
+    zoe_param_tensor t[MAX_TENSORS];
+    char names[MAX_TENSORS][16];
+    for (int i = 0; i < o->tensors; i++) {
+        snprintf(names[i], sizeof names[i], "t%d", i);
+        t[i] = (zoe_param_tensor){.name = names[i], .numel = o->numel};
+    }
+    zoe_optimizer_config cfg;
+    zoe_optimizer_config_default(&cfg);
+    cfg.bucket_numel = o->numel;
+    cfg.weight_decay = 0.01f;
+    cfg.state_paths = paths;
+    cfg.state_ahead = o->ahead;
+    zoe_optimizer *opt = NULL;
+    if (zoe_optimizer_create(grid, dev, s, ZOE_F32, t, o->tensors, &cfg, &opt) != ZOE_OK)
+        die("optimizer");
+    float *w = zoe_optimizer_params(opt);
+    for (size_t i = 0; i < zoe_optimizer_params_numel(opt); i++)
+        w[i] = 0.01f * (float)((i * 2654435761u) % 1000) - 5.0f;
+    if (zoe_optimizer_init_from_params(opt) != ZOE_OK) die("init");
+    return opt;
+}
+
+/* One step's wall time: a micro-batch of the same pseudo-random gradients, then the step. */
+static double step(zoe_optimizer *opt, const options *o) {
+    if (zoe_optimizer_begin_micro_batch(opt) != ZOE_OK) die("begin");
+    for (int t = o->tensors - 1; t >= 0; t--) {
+        float *g = NULL;
+        if (zoe_optimizer_grad_buffer(opt, t, (void **)&g) != ZOE_OK) die("grad buffer");
+        for (size_t i = 0; i < o->numel; i++)
+            g[i] = 1e-3f * (float)(((i + (size_t)t) * 40503u) % 2000) - 1.0f;
+        if (zoe_optimizer_grad_ready(opt, t) != ZOE_OK) die("grad ready");
+    }
+    if (zoe_optimizer_end_micro_batch(opt) != ZOE_OK) die("end");
+    double t0 = now();
+    if (zoe_optimizer_step(opt, 1e-4f) != ZOE_OK) die("step");
+    return now() - t0;
+}
+
+/* bench_drive_io's best fio figure (bytes per second) for the state's pattern, or -1. */
+static double fio_reference(const char *self, const options *o, size_t bytes, size_t bucket) {
+    char dir[1024], cmd[2048];
+    snprintf(dir, sizeof dir, "%s", self);
+    snprintf(cmd, sizeof cmd,
+             "%s/bench_drive_io --dir %s --bytes %zu --bucket %zu --block 1M --queue-depth 32 "
+             "--ahead %d --repeats %d",
+             dirname(dir), o->dir, bytes, bucket, o->ahead, o->repeats);
+    FILE *f = popen(cmd, "r");
+    char line[4096] = "";
+    if (!f || !fgets(line, sizeof line, f)) {
+        if (f) pclose(f);
+        return -1;
+    }
+    if (pclose(f) != 0) return -1;
+    fputs(line, stderr); /* its own figures, for the record */
+    cJSON *root = cJSON_Parse(line);
+    const char *fio[] = {"fio_io_uring_mixed_MBps", "fio_io_uring_streams_MBps",
+                         "fio_psync_mixed_MBps"};
+    double best = -1;
+    for (int i = 0; i < 3; i++) {
+        double v = cJSON_GetNumberValue(cJSON_GetObjectItem(root, fio[i]));
+        best = v > best ? v : best;
+    }
+    cJSON_Delete(root);
+    return best * 1e6;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    options o;
+    if (!parse_options(argc, argv, &o)) {
+        fprintf(stderr,
+                "usage: bench_nvme [--dir DIR] [--tensors 1..%d] [--numel N >= 1024] "
+                "[--ahead K >= 1] [--repeats 1..%d]\n",
+                MAX_TENSORS, MAX_REPEATS);
+        return 2;
+    }
+    zoe_grid *grid = NULL;
+    zoe_device *dev = NULL;
+    zoe_stream *s = NULL;
+    if (zoe_grid_create(MPI_COMM_WORLD, 1, &grid) != ZOE_OK ||
+        zoe_device_create(ZOE_BACKEND_CPU, 0, &dev) != ZOE_OK ||
+        zoe_stream_create(dev, &s) != ZOE_OK)
+        die("grid, device and stream");
+    const char *paths[MODES] = {NULL, "/dev/shm", o.dir};
+    zoe_optimizer *opt[MODES];
+    for (int m = 0; m < MODES; m++) opt[m] = create(grid, dev, s, &o, paths[m]);
+    zoe_optimizer_footprint fp;
+    if (zoe_optimizer_memory(opt[DISK], &fp) != ZOE_OK) die("footprint");
+    for (int m = 0; m < MODES; m++) step(opt[m], &o); /* warm-up: not counted */
+    double secs[MODES][MAX_REPEATS];
+    for (int r = 0; r < o.repeats; r++)
+        for (int m = 0; m < MODES; m++) secs[m][r] = step(opt[m], &o);
+    double med[MODES];
+    for (int m = 0; m < MODES; m++) med[m] = median(secs[m], o.repeats);
+    for (int m = 0; m < MODES; m++) zoe_optimizer_destroy(opt[m]);
+    /* every bucket's state is one region: the moments, 8 bytes per element (4096-aligned) */
+    size_t bucket = fp.drive_bytes / (size_t)o.tensors;
+    double step_bps = 2.0 * (double)fp.drive_bytes / med[DISK];
+    double fio_bps = fio_reference(argv[0], &o, fp.drive_bytes, bucket);
+    if (fio_bps <= 0) die("bench_drive_io (fio) failed: is fio installed?");
+    struct utsname u;
+    uname(&u);
+    printf("{\"bench\": \"nvme\", \"host\": \"%s\", \"dir\": \"%s\", \"state_bytes\": %zu, "
+           "\"bucket_bytes\": %zu, \"ahead\": %d, \"repeats\": %d, \"step_ms_host\": %.1f, "
+           "\"step_ms_tmpfs\": %.1f, \"step_ms_disk\": %.1f, \"step_MBps_disk\": %.1f, "
+           "\"fio_best_MBps\": %.1f, \"bandwidth_share\": %.3f, \"tmpfs_over_host\": %.3f}\n",
+           u.nodename, o.dir, fp.drive_bytes, bucket, o.ahead, o.repeats, 1e3 * med[HOST],
+           1e3 * med[TMPFS], 1e3 * med[DISK], step_bps / 1e6, fio_bps / 1e6, step_bps / fio_bps,
+           med[TMPFS] / med[HOST]);
+    zoe_stream_destroy(s);
+    zoe_device_destroy(dev);
+    zoe_grid_destroy(grid);
+    MPI_Finalize();
+    return 0;
+}

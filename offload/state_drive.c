@@ -1,0 +1,294 @@
+/* The host state on drives (zoe_optimizer_config.state_paths, zoe-train --offload nvme): the
+ * host arrays the step reads and writes (the master unless it is the parameters, the moments,
+ * the int8 scales) live in the drive engine's scratch space (runtime/drive_io.h), bucket by
+ * bucket, each bucket's arrays back to back in the bytes of host memory; host memory holds a ring
+ * of buckets. Whoever touches the state sees one bucket at a time through the window
+ * (zoe_host_state_at): the host step streams the buckets through the ring (read ahead, update,
+ * write behind), everything else pages them in one at a time (zoe_state_paged). The drive files
+ * are scratch: a checkpoint reads the state through the window, a resume writes it back.
+ *
+ * Explained in docs/nvme.md, "State and weights on drives". */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "offload/optimizer_impl.h"
+#include "runtime/error.h"
+
+enum { SLOT_IDLE = 0, SLOT_READING, SLOT_WRITING };
+
+static size_t round_up(size_t x, size_t a) {
+    return (x + a - 1) / a * a;
+}
+
+/* Bytes of host array a (ZOE_STATE_ARRAYS order) for n elements; 0: the array is not paged. */
+static size_t array_bytes(const zoe_state_sizes *z, int a, size_t n) {
+    const zoe_adam_state_dtypes *dt = &z->host_dtypes;
+    switch (a) {
+    case 0:
+        return z->h_master && !z->params_are_master ? n * zoe_adam_state_esize(dt->master) : 0;
+    case 1:
+        return n * zoe_adam_state_esize(dt->exp_avg);
+    case 2:
+        return n * zoe_adam_state_esize(dt->exp_avg_sq);
+    case 3:
+        return dt->exp_avg == ZOE_I8 ? zoe_adam_int8_blocks(n) * sizeof(float) : 0;
+    default:
+        return dt->exp_avg_sq == ZOE_I8 ? zoe_adam_int8_blocks(n) * sizeof(float) : 0;
+    }
+}
+
+/* Where array a of a bucket of n elements starts in its region (and a = ZOE_STATE_ARRAYS: the
+ * region's bytes): the arrays back to back, each at the drive alignment. */
+static size_t array_offset(const zoe_state_sizes *z, int a, size_t n) {
+    size_t off = 0;
+    for (int i = 0; i < a; i++) off += round_up(array_bytes(z, i, n), ZOE_STATE_DRIVE_ALIGN);
+    return off;
+}
+
+void zoe_state_drive_sizes(zoe_state_sizes *z, const zoe_layout *lay) {
+    size_t largest = 0, all = 0;
+    for (int b = 0; b < lay->num_buckets; b++) {
+        size_t r = array_offset(z, ZOE_STATE_ARRAYS, lay->buckets[b].part);
+        largest = r > largest ? r : largest;
+        all += r;
+    }
+    z->drive_slot = largest;
+    z->drive_bytes = all;
+    /* 2 ahead + 1 slots, or one per bucket where there are fewer: bucket b always takes slot
+     * b % slots, and the slot's last bucket, b - slots, is then never one of this step's */
+    z->drive_slots = 2 * z->drive_ahead + 1;
+    if (z->drive_slots > lay->num_buckets) z->drive_slots = lay->num_buckets;
+    size_t paged = 0; /* what the drives hold instead of host memory */
+    for (int a = 0; a < ZOE_STATE_ARRAYS; a++) paged += array_bytes(z, a, z->h_numel);
+    z->drive_paged = paged;
+}
+
+/* Shows bucket b's arrays in slot s through the window: zoe_host_state_at(opt, a, h) for h in
+ * the bucket's host range addresses the slot. */
+static void show(zoe_optimizer *opt, int b, int s) {
+    zoe_state_drive *d = opt->drive;
+    size_t n = d->numel[b];
+    char *slot = d->ring + (size_t)s * d->slot_bytes;
+    void **arrays[] = {&opt->h_master, &opt->h_m, &opt->h_v, (void **)&opt->h_m_scale,
+                       (void **)&opt->h_v_scale};
+    for (int a = 0; a < ZOE_STATE_ARRAYS; a++)
+        if (array_bytes(&opt->sz, a, n)) *arrays[a] = slot + array_offset(&opt->sz, a, n);
+    for (int a = 0; a < 3; a++)
+        if (array_bytes(&opt->sz, a, n)) opt->win_lo[a] = d->h0[b];
+    d->shown = b;
+}
+
+static zoe_status start(zoe_optimizer *opt, int b, int s, int write) {
+    zoe_state_drive *d = opt->drive;
+    char *slot = d->ring + (size_t)s * d->slot_bytes;
+    d->slot_state[s] = write ? SLOT_WRITING : SLOT_READING;
+    d->slot_bucket[s] = b;
+    return write ? zoe_drive_io_write(d->io, d->offset[b], slot, d->bytes[b], &d->ticket[s])
+                 : zoe_drive_io_read(d->io, d->offset[b], slot, d->bytes[b], &d->ticket[s]);
+}
+
+static zoe_status finish(zoe_state_drive *d, int s) {
+    if (d->slot_state[s] == SLOT_IDLE) return ZOE_OK;
+    d->slot_state[s] = SLOT_IDLE;
+    return zoe_drive_io_wait(d->io, d->ticket[s]);
+}
+
+/* Waits for every request in flight (after a failure too: the buffers must be free). */
+static zoe_status drain(zoe_state_drive *d, zoe_status st) {
+    for (int s = 0; s < d->slots; s++) {
+        zoe_status w = finish(d, s);
+        if (st == ZOE_OK) st = w;
+    }
+    return st;
+}
+
+/* The bucket paged into slot 0 goes back to the drive if it was written. */
+static zoe_status put_back(zoe_optimizer *opt) {
+    zoe_state_drive *d = opt->drive;
+    if (d->cached >= 0 && d->dirty) {
+        ZOE_TRY(start(opt, d->cached, 0, 1));
+        ZOE_TRY(finish(d, 0));
+    }
+    d->dirty = 0;
+    return ZOE_OK;
+}
+
+/* Bucket b in slot 0, shown through the window (read unless it is there already). */
+static zoe_status page_in(zoe_optimizer *opt, int b) {
+    zoe_state_drive *d = opt->drive;
+    if (d->cached != b) {
+        ZOE_TRY(put_back(opt));
+        d->cached = -1;
+        ZOE_TRY(start(opt, b, 0, 0));
+        ZOE_TRY(finish(d, 0));
+        d->cached = b;
+    }
+    show(opt, b, 0);
+    return ZOE_OK;
+}
+
+/* The bucket holding host coordinate h (the last one whose range starts at or before it). */
+static int bucket_of(const zoe_state_drive *d, size_t h) {
+    int lo = 0, hi = d->num_buckets - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (d->h0[mid] <= h)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, zoe_span_fn fn,
+                           void *ctx) {
+    zoe_state_drive *d = opt->drive;
+    if (h0 >= h1) return ZOE_OK;
+    if (!d) return fn(opt, h0, h1, ctx);
+    for (int b = bucket_of(d, h0); b < d->num_buckets && d->h0[b] < h1; b++) {
+        size_t a = d->h0[b] > h0 ? d->h0[b] : h0, e = zoe_min_size(d->h0[b] + d->numel[b], h1);
+        if (a >= e) continue;
+        ZOE_TRY(page_in(opt, b));
+        ZOE_TRY(fn(opt, a, e, ctx));
+        d->dirty |= write;
+    }
+    return ZOE_OK;
+}
+
+zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx) {
+    zoe_state_drive *d = opt->drive;
+    if (!d) return fn(opt, 0, opt->sz.h_numel, ctx);
+    ZOE_TRY(put_back(opt)); /* the ring's slot 0 is the stream's now */
+    d->cached = -1;
+    const int nb = d->num_buckets, k = d->ahead, r = d->slots;
+    zoe_status st = ZOE_OK;
+    for (int b = 0; b < k && b < nb && st == ZOE_OK; b++) st = start(opt, b, b % r, 0);
+    for (int b = 0; b < nb && st == ZOE_OK; b++) {
+        int next = b + k, s = b % r;
+        if (next < nb) { /* its slot last held bucket next - r, written k + 1 buckets ago */
+            st = finish(d, next % r);
+            if (st == ZOE_OK) st = start(opt, next, next % r, 0);
+        }
+        if (st == ZOE_OK) st = finish(d, s);
+        if (st != ZOE_OK) break;
+        show(opt, b, s);
+        st = fn(opt, d->h0[b], d->h0[b] + d->numel[b], ctx);
+        if (st == ZOE_OK) st = start(opt, b, s, 1);
+    }
+    return drain(d, st);
+}
+
+/* A run id every rank shares: world rank 0's process id and clock, broadcast. */
+static zoe_status run_id(zoe_optimizer *opt, char id[32]) {
+    unsigned long long v[1] = {((unsigned long long)getpid() << 32) ^
+                               (unsigned long long)time(NULL)};
+    int rc = MPI_Bcast(v, 1, MPI_UNSIGNED_LONG_LONG, 0, zoe_grid_world_comm(opt->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Bcast of the scratch files' run id");
+    snprintf(id, 32, "%llx", v[0]);
+    return ZOE_OK;
+}
+
+/* Splits the comma-separated directories into paths (pointers into text, which it edits). */
+static int split_paths(char *text, const char **paths, int max) {
+    int n = 0;
+    for (char *p = strtok(text, ","); p && n < max; p = strtok(NULL, ",")) paths[n++] = p;
+    return n;
+}
+
+zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
+    const zoe_layout *lay = &opt->lay;
+    zoe_state_drive *d = calloc(1, sizeof *d);
+    if (!d) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state drive struct");
+    opt->drive = d;
+    d->cached = d->shown = -1;
+    d->ahead = opt->sz.drive_ahead;
+    d->slots = opt->sz.drive_slots;
+    d->slot_bytes = opt->sz.drive_slot;
+    d->num_buckets = lay->num_buckets;
+    int nb = d->num_buckets;
+    d->h0 = calloc((size_t)nb, sizeof *d->h0);
+    d->numel = calloc((size_t)nb, sizeof *d->numel);
+    d->offset = calloc((size_t)nb, sizeof *d->offset);
+    d->bytes = calloc((size_t)nb, sizeof *d->bytes);
+    d->slot_state = calloc((size_t)d->slots, sizeof *d->slot_state);
+    d->slot_bucket = calloc((size_t)d->slots, sizeof *d->slot_bucket);
+    d->ticket = calloc((size_t)d->slots, sizeof *d->ticket);
+    d->paths_text = strdup(opt->cfg.state_paths);
+    d->paths_given = strdup(opt->cfg.state_paths);
+    opt->cfg.state_paths = d->paths_given; /* the caller's string may go */
+    if (!d->paths_given || !d->h0 || !d->numel || !d->offset || !d->bytes || !d->slot_state ||
+        !d->slot_bucket || !d->ticket || !d->paths_text)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state drive tables of %d buckets", nb);
+    size_t at = 0;
+    for (int b = 0; b < nb; b++) {
+        d->h0[b] = lay->buckets[b].part_offset - opt->sz.h_lo;
+        d->numel[b] = lay->buckets[b].part;
+        d->offset[b] = at;
+        d->bytes[b] = array_offset(&opt->sz, ZOE_STATE_ARRAYS, d->numel[b]);
+        at += d->bytes[b];
+    }
+    const char *paths[ZOE_STATE_MAX_PATHS];
+    int num_paths = split_paths(d->paths_text, paths, ZOE_STATE_MAX_PATHS);
+    if (num_paths == 0)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "state_paths '%s' names no directory",
+                        opt->cfg.state_paths);
+    char id[32];
+    ZOE_TRY(run_id(opt, id));
+    int world_rank = 0;
+    MPI_Comm_rank(zoe_grid_world_comm(opt->grid), &world_rank);
+    zoe_drive_io_config dc = zoe_drive_io_config_init();
+    dc.paths = paths;
+    dc.num_paths = num_paths;
+    dc.bytes = at;
+    dc.rank = world_rank;
+    dc.run_id = id;
+    /* Every rank opens its files or none goes on (one without room fails alone otherwise). */
+    zoe_status opened = zoe_drive_io_open(&dc, &d->io);
+    int worst = (int)opened;
+    int rc =
+        MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, zoe_grid_world_comm(opt->grid));
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Allreduce of the scratch files' opening");
+    if (opened != ZOE_OK) return opened;
+    if (worst != ZOE_OK)
+        return zoe_fail((zoe_status)worst, "another rank could not open its scratch files");
+    size_t align = zoe_drive_io_alignment(d->io);
+    if (align == 0 || ZOE_STATE_DRIVE_ALIGN % align != 0)
+        return zoe_fail(ZOE_ERR_UNSUPPORTED,
+                        "the drives' alignment %zu does not divide the state's %d bytes", align,
+                        ZOE_STATE_DRIVE_ALIGN);
+    d->ring = zoe_drive_io_buffer_alloc((size_t)d->slots * d->slot_bytes);
+    if (!d->ring)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state ring of %d buckets of %zu bytes", d->slots,
+                        d->slot_bytes);
+    opt->mem.host_bytes += (size_t)d->slots * d->slot_bytes;
+    opt->mem.drive_bytes += at;
+    /* Zeroed state on the drives (so that nothing reads what a file held before): the moments'
+     * zeros, and a master the initialisation or the load overwrites. */
+    memset(d->ring, 0, (size_t)d->slots * d->slot_bytes);
+    for (int b = 0; b < nb; b++) {
+        ZOE_TRY(start(opt, b, 0, 1));
+        ZOE_TRY(finish(d, 0));
+    }
+    zoe_log(ZOE_LOG_INFO,
+            "optimizer state on drives (%s): %zu bytes in %d buckets over %d path(s); a ring of "
+            "%d buckets (%zu bytes) in host memory, %d read ahead",
+            zoe_drive_io_engine_name(d->io), at, nb, num_paths, d->slots,
+            (size_t)d->slots * d->slot_bytes, d->ahead);
+    return ZOE_OK;
+}
+
+void zoe_state_drive_destroy(zoe_optimizer *opt) {
+    zoe_state_drive *d = opt->drive;
+    if (!d) return;
+    if (d->io && d->slot_state) drain(d, ZOE_OK);
+    zoe_drive_io_destroy(d->io);
+    zoe_drive_io_buffer_free(d->ring);
+    free(d->h0), free(d->numel), free(d->offset), free(d->bytes);
+    free(d->slot_state), free(d->slot_bucket), free(d->ticket);
+    free(d->paths_text), free(d->paths_given);
+    free(d);
+    opt->drive = NULL;
+}

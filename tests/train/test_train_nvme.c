@@ -1,0 +1,203 @@
+/* The optimizer state on drives (--offload nvme, docs/nvme.md "State and weights on drives")
+ * against host-resident state, at 1, 2 and 4 ranks: the drives move bytes and never change math,
+ * so everything must agree bit for bit.
+ *
+ * For each grid the world allows (1x1; 2x1 and 1x2; 2x2: TP x DP), each DPU schedule (off,
+ * plain, predict, dc, exact; warm-up 2) and two kinds of state (fp32 weights and state; bf16
+ * weights, a bf16 master and int8 moments with their scales), a run with the state on drives and
+ * one with it in host memory train the same batches for STEPS steps (two micro-batches a step,
+ * dropout), then save. Checked: every loss equal (memcmp), and every tensor of the model,
+ * optimizer and weights-in-use files the same bytes. The exact cases clip at 1, where every step
+ * clips, so the speculation's buckets are undone and redone through the drive's pages. The drive
+ * is a tmpfs directory (/dev/shm: buffered I/O) or a disk directory (/tmp: O_DIRECT), or both
+ * striped, case by case; the ring reads 1 or 2 buckets ahead, so that the ring wraps.
+ *
+ * State and streamed weights (--offload-params cpu) on top: fp32 (the master is the host
+ * partition, only the moments go to the drive) and bf16 with int8 moments (the bf16 master is
+ * the streamed weights and stays in host memory; under the exact schedule too).
+ *
+ * Resume across modes (exact schedule, fp32): saved with host state at step SAVE_AT and resumed
+ * with drives, and the other way round, ends with the uninterrupted run's losses and bytes.
+ *
+ * Faults: a read error injected into the drive engine (zoe_drive_io_inject_fault) fails the next
+ * step with ZOE_ERR_IO naming the scratch file, and the checkpoint saved before it still holds
+ * what the host-resident run saved at that step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ckpt_test.h"
+#include "engine/train/trainer_impl.h"
+#include "offload/optimizer_impl.h"
+#include "runtime/error.h"
+
+enum { STEPS = 4, SAVE_AT = 2 };
+
+static const char *corpus;
+
+typedef struct nvme_case {
+    int tp;
+    int dpu; /* 0: off */
+    zoe_dpu_schedule schedule;
+    int int8;     /* 1: bf16 weights and master, int8 moments */
+    int streamed; /* 1: --offload-params cpu as well */
+    int where;    /* the drive: 0 tmpfs, 1 disk, 2 both striped */
+} nvme_case;
+
+static const char *schedule_name(const nvme_case *k) {
+    if (!k->dpu) return "off";
+    static const char *names[] = {"plain", "predict", "dc", "exact"};
+    return names[k->schedule];
+}
+
+/* disk: a directory on the disk (made by the caller), for cases whose drive is on it. */
+static void config(zoe_train_config *c, const nvme_case *k, int dp, int drives, const char *disk) {
+    ckpt_test_config(c, k->tp, dp, 2, 0.1f, k->dpu ? 2 : 0);
+    c->dpu = k->dpu ? ZOE_DPU_ON : ZOE_DPU_OFF;
+    c->dpu_schedule = k->schedule;
+    c->clip_grad = k->dpu && k->schedule == ZOE_DPU_EXACT ? 1.0f : 0.0f;
+    /* Buckets of 1 MiB (256 Ki fp32 or 512 Ki bf16 elements): 4 layers of hidden 128 make 4
+     * (fp32) or 2 of them, more than a ring of 3 (one read ahead) holds, so that it wraps. */
+    c->model.hidden = 128;
+    c->model.layers = 4;
+    c->bucket_mb = 1;
+    if (k->int8) {
+        c->dtype = ZOE_BF16;
+        c->main_params_dtype = ZOE_STATE_BF16;
+        c->exp_avg_dtype = c->exp_avg_sq_dtype = ZOE_STATE_INT8;
+    }
+    if (k->streamed) {
+        c->offload_params = ZOE_OFFLOAD_PARAMS_CPU;
+        c->recompute = 1;
+    }
+    if (!drives) return;
+    c->offload = ZOE_OFFLOAD_NVME;
+    c->nvme_ahead = 1 + k->schedule % 2;
+    const char *paths[] = {"/dev/shm", disk};
+    if (k->where < 2)
+        snprintf(c->nvme_path, sizeof c->nvme_path, "%s", paths[k->where]);
+    else
+        snprintf(c->nvme_path, sizeof c->nvme_path, "%s,%s", disk, paths[0]);
+}
+
+/* Trains from a fresh trainer (or the checkpoint `resume`) up to step `to`, saving into root
+ * (the checkpoint's directory into saved). */
+static zoe_status run(MPI_Comm comm, const zoe_train_config *c, const char *resume, int to,
+                      const char *root, char saved[300], float *losses) {
+    ckpt_session s;
+    zoe_status st = ckpt_session_open(&s, comm, c, corpus);
+    if (st == ZOE_OK && resume) st = zoe_trainer_load(s.tr, resume, NULL, 0);
+    if (st == ZOE_OK) st = ckpt_session_steps(&s, to, losses);
+    if (st == ZOE_OK) st = zoe_trainer_save(s.tr, root, 0, saved, 300);
+    ckpt_session_close(&s);
+    return st;
+}
+
+static void equality_case(MPI_Comm comm, const nvme_case *k, int dp, const char *disk) {
+    char what[160], root[2][256], dir[2][300];
+    snprintf(what, sizeof what, "TP %d x DP %d, DPU %s, %s state%s, drive %s", k->tp, dp,
+             schedule_name(k), k->int8 ? "int8" : "fp32", k->streamed ? ", streamed weights" : "",
+             k->where == 0   ? "tmpfs"
+             : k->where == 1 ? "disk"
+                             : "disk+tmpfs");
+    float losses[2][STEPS];
+    for (int drives = 0; drives < 2; drives++) {
+        zoe_train_config c;
+        config(&c, k, dp, drives, disk);
+        ckpt_test_tmpdir(comm, root[drives], sizeof root[drives]);
+        zoe_status st = run(comm, &c, NULL, STEPS, root[drives], dir[drives], losses[drives]);
+        CHECK(st == ZOE_OK, "%s, state %s: %s", what, drives ? "on drives" : "in host memory",
+              zoe_last_error());
+    }
+    CHECK(memcmp(losses[0], losses[1], sizeof losses[0]) == 0,
+          "%s: losses differ (step 0: %.9g host, %.9g drives; last: %.9g, %.9g)", what,
+          (double)losses[0][0], (double)losses[1][0], (double)losses[0][STEPS - 1],
+          (double)losses[1][STEPS - 1]);
+    ckpt_test_same_files(dir[0], dir[1], what);
+    for (int i = 0; i < 2; i++) ckpt_test_rmdir(comm, root[i]);
+}
+
+/* Saved at SAVE_AT with state on drives (from = 1) or in host memory, resumed the other way,
+ * against the uninterrupted run in the saving mode. */
+static void resume_case(MPI_Comm comm, const nvme_case *k, int dp, int from, const char *disk) {
+    char what[160], root[3][256], dir[2][300], saved[300];
+    snprintf(what, sizeof what, "TP %d x DP %d: saved %s, resumed %s", k->tp, dp,
+             from ? "with drives" : "without", from ? "without" : "with drives");
+    zoe_train_config c[2];
+    for (int m = 0; m < 2; m++) config(&c[m], k, dp, m, disk);
+    for (int i = 0; i < 3; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
+    float whole[STEPS], resumed[STEPS];
+    CHECK(run(comm, &c[from], NULL, STEPS, root[0], dir[0], whole) == ZOE_OK, "%s: whole: %s", what,
+          zoe_last_error());
+    CHECK(run(comm, &c[from], NULL, SAVE_AT, root[1], saved, resumed) == ZOE_OK,
+          "%s: first half: %s", what, zoe_last_error());
+    CHECK(run(comm, &c[!from], saved, STEPS, root[2], dir[1], resumed) == ZOE_OK,
+          "%s: second half: %s", what, zoe_last_error());
+    CHECK(memcmp(whole, resumed, sizeof whole) == 0, "%s: losses differ (last %.9g, %.9g)", what,
+          (double)whole[STEPS - 1], (double)resumed[STEPS - 1]);
+    ckpt_test_same_files(dir[0], dir[1], what);
+    for (int i = 0; i < 3; i++) ckpt_test_rmdir(comm, root[i]);
+}
+
+/* A read error of the drive in the step after a save: the step fails naming the scratch file,
+ * and the save holds what a host-resident run saves at that step. */
+static void fault_case(MPI_Comm comm, int tp, int dp, const char *disk) {
+    nvme_case k = {.tp = tp, .where = 1};
+    zoe_train_config c[2];
+    for (int m = 0; m < 2; m++) config(&c[m], &k, dp, m, disk);
+    char root[2][256], dir[2][300];
+    for (int i = 0; i < 2; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
+    CHECK(run(comm, &c[0], NULL, SAVE_AT, root[0], dir[0], NULL) == ZOE_OK, "fault: host: %s",
+          zoe_last_error());
+    ckpt_session s;
+    zoe_status st = ckpt_session_open(&s, comm, &c[1], corpus);
+    if (st == ZOE_OK) st = ckpt_session_steps(&s, SAVE_AT, NULL);
+    if (st == ZOE_OK) st = zoe_trainer_save(s.tr, root[1], 0, dir[1], 300);
+    CHECK(st == ZOE_OK, "fault: the run before the fault: %s", zoe_last_error());
+    if (st == ZOE_OK) {
+        zoe_optimizer *opt = zoe_trainer_optimizer(s.tr);
+        zoe_drive_io_inject_fault(opt->drive->io, 0, 5 /* EIO */);
+        st = ckpt_session_steps(&s, SAVE_AT + 1, NULL);
+        CHECK(st == ZOE_ERR_IO, "fault: the step after the injected read error returned %s",
+              zoe_status_string(st));
+        CHECK(strstr(zoe_last_error(), "zoe-scratch") != NULL,
+              "fault: the error does not name the scratch file: %s", zoe_last_error());
+    }
+    ckpt_session_close(&s);
+    ckpt_test_same_files(dir[0], dir[1], "fault: the checkpoint before it");
+    for (int i = 0; i < 2; i++) ckpt_test_rmdir(comm, root[i]);
+}
+
+int main(int argc, char **argv) {
+    test_init(&argc, &argv);
+    if (argc < 2) return fprintf(stderr, "usage: test_train_nvme CORPUS\n"), 2;
+    corpus = argv[1];
+    MPI_Comm comm = MPI_COMM_WORLD;
+    int world;
+    MPI_Comm_size(comm, &world);
+    char disk[256]; /* a directory on the disk for the drive files (/tmp is not a tmpfs here) */
+    ckpt_test_tmpdir(comm, disk, sizeof disk);
+    const int tps[2] = {world == 4 ? 2 : 1, world}; /* 1x1; 1x2, 2x1; 2x2 */
+    for (int g = 0; g < (world == 1 ? 1 : world == 4 ? 1 : 2); g++) {
+        int tp = tps[g], dp = world / tp, n = 0;
+        for (int int8 = 0; int8 < 2; int8++)
+            for (int s = -1; s <= ZOE_DPU_EXACT; s++, n++) {
+                nvme_case k = {.tp = tp,
+                               .dpu = s >= 0,
+                               .schedule = s >= 0 ? (zoe_dpu_schedule)s : ZOE_DPU_PLAIN,
+                               .int8 = int8,
+                               .where = n % 3};
+                equality_case(comm, &k, dp, disk);
+            }
+        const nvme_case streamed[3] = {
+            {.tp = tp, .streamed = 1, .where = 1},
+            {.tp = tp, .streamed = 1, .int8 = 1, .where = 0},
+            {.tp = tp, .streamed = 1, .int8 = 1, .dpu = 1, .schedule = ZOE_DPU_EXACT, .where = 2},
+        };
+        for (int i = 0; i < 3; i++) equality_case(comm, &streamed[i], dp, disk);
+        nvme_case k = {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_EXACT, .where = 1};
+        for (int from = 0; from < 2; from++) resume_case(comm, &k, dp, from, disk);
+        fault_case(comm, tp, dp, disk);
+    }
+    ckpt_test_rmdir(comm, disk);
+    return test_finish("test_train_nvme");
+}
