@@ -137,8 +137,9 @@ zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, vo
     return ZOE_OK;
 }
 
-zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
-    ZOE_TRY(zoe_host_alloc(opt->dev, bytes, out));
+zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, const char *what,
+                                  void **out) {
+    ZOE_TRY(zoe_host_alloc_for(opt->dev, bytes, what, out));
     opt->mem.pinned_bytes += bytes;
     if (ring) opt->mem.pinned_ring_bytes += bytes;
     return ZOE_OK;

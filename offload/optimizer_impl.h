@@ -316,7 +316,8 @@ static inline void *zoe_host_state_at(const zoe_optimizer *opt, int which, size_
 
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */
 zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
-zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
+zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, const char *what,
+                                  void **out);
 void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes); /* zoe_host_array_alloc; free() */
 zoe_status zoe_config_check(const zoe_optimizer_config *cfg);
 /* The gradient partition's dtype against the compute dtype and the layout (main_grads_dtype). */

@@ -71,7 +71,7 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
     opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
     size_t master_bytes = n * zoe_adam_state_esize(z->host_dtypes.master);
     if (z->params_are_master) /* the streamed weights: pinned, for the copies to the device */
-        ZOE_TRY(zoe_state_pinned_alloc(opt, master_bytes, 0, &opt->h_master));
+        ZOE_TRY(zoe_state_pinned_alloc(opt, master_bytes, 0, "the master weights", &opt->h_master));
     if (!opt->h_grad[0] || !opt->h_grad[1])
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host gradient partition of %zu elements", n);
     if (z->drive) { /* the rest of the state: on the drives, shown a bucket at a time */
@@ -90,11 +90,13 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
                             z->h_numel);
     }
     if (z->snap && z->snap_pinned)
-        ZOE_TRY(zoe_state_pinned_alloc(opt, z->snap * opt->esz, 0, &opt->h_snap));
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->snap * opt->esz, 0,
+                                       "the DPU snapshot of the weights", &opt->h_snap));
     else if (z->snap && !(opt->h_snap = zoe_state_host_alloc(opt, z->snap * opt->esz)))
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "gradient snapshot of %zu elements", z->snap);
     for (int s = 0; s < z->out_slots; s++) {
-        ZOE_TRY(zoe_state_pinned_alloc(opt, z->out_ring * opt->esz, 1, &opt->out_ring[s]));
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->out_ring * opt->esz, 1, "a copy-out ring slot",
+                                       &opt->out_ring[s]));
         ZOE_TRY(zoe_event_create(opt->dev, &opt->out_done[s]));
     }
     return ZOE_OK;
@@ -120,7 +122,8 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
     const zoe_layout *lay = &opt->lay;
     const zoe_state_sizes *z = &opt->sz;
     if (z->host_params) {
-        ZOE_TRY(zoe_state_pinned_alloc(opt, z->host_params * opt->esz, 0, &opt->params));
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->host_params * opt->esz, 0, "the streamed weights",
+                                       &opt->params));
         memset(opt->params, 0, z->host_params * opt->esz);
     } else if (!z->params_are_master) { /* else the master is the parameter buffer, below */
         ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));

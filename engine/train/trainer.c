@@ -123,6 +123,7 @@ static zoe_status create_device(zoe_trainer *tr) {
     }
     ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
     ZOE_TRY(zoe_device_set_memory_limit(tr->dev, (size_t)tr->cfg.device_memory));
+    ZOE_TRY(zoe_device_set_pinned_limit(tr->dev, (size_t)tr->cfg.pinned_memory));
     return zoe_stream_create(tr->dev, &tr->stream);
 }
 
@@ -555,7 +556,9 @@ zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
     ZOE_TRY(zoe_optimizer_settle(tr->opt, &due));
     if (due && stale) {
         if (!tr->stale_params) {
-            zoe_status st = zoe_host_alloc(tr->dev, param_bytes(tr), &tr->stale_params);
+            zoe_status st =
+                zoe_host_alloc_for(tr->dev, param_bytes(tr),
+                                   "the stale weights an evaluation runs on", &tr->stale_params);
             if (st != ZOE_OK) {
                 tr->stale_params = NULL;
                 return zoe_fail(st, "pinned host copy of the stale weights (%zu bytes)",
