@@ -249,7 +249,8 @@ zoe_status zoe_gpt_create(const zoe_gpt_config *cfg, zoe_device *dev, zoe_stream
         st = zoe_device_alloc_for(dev, g->arena_bytes, "the model's activations", &g->arena);
     if (st == ZOE_OK) layout(g, g->arena);
     if (st == ZOE_OK)
-        st = zoe_host_alloc(dev, 2 * (size_t)g->N * sizeof(int32_t), (void **)&g->staged_ids);
+        st = zoe_host_alloc_for(dev, 2 * (size_t)g->N * sizeof(int32_t), "the staged token ids",
+                                (void **)&g->staged_ids);
     /* poison: 0xff bytes are NaN in every float dtype, so a read of an activation no op wrote
      * shows in the loss instead of passing as stale zeros */
     if (st == ZOE_OK) st = zoe_memset_async(g->arena, 0xff, g->arena_bytes, stream);

@@ -88,7 +88,8 @@ zoe_status zoe_gpt_kv_cache_create(zoe_gpt *g, int64_t max_tokens, int64_t max_c
     if (st == ZOE_OK) st = zoe_device_alloc_for(g->dev, bytes, "the KV cache", &c->arena);
     if (st == ZOE_OK) layout(g, c, c->arena);
     if (st == ZOE_OK)
-        st = zoe_host_alloc(g->dev, (size_t)max_chunk * sizeof(int32_t), (void **)&c->staged);
+        st = zoe_host_alloc_for(g->dev, (size_t)max_chunk * sizeof(int32_t),
+                                "the decoder's staged tokens", (void **)&c->staged);
     /* NaN poison, as the model's arena: a read of a position no step wrote shows at once */
     if (st == ZOE_OK) st = zoe_memset_async(c->arena, 0xff, bytes, g->stream);
     if (st == ZOE_OK) st = zoe_stream_synchronize(g->stream);

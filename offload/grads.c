@@ -19,7 +19,8 @@ zoe_status zoe_grads_create(zoe_optimizer *opt) {
         ZOE_TRY(zoe_state_device_alloc(opt, z->full_grad * opt->esz, 0, &opt->full_grad));
         ZOE_TRY(zoe_memset_async(opt->full_grad, 0, z->full_grad * opt->esz, opt->stream));
         if (z->full_pinned)
-            ZOE_TRY(zoe_state_pinned_alloc(opt, z->full_pinned * opt->esz, 0, &opt->full_pinned));
+            ZOE_TRY(zoe_state_pinned_alloc(opt, z->full_pinned * opt->esz, 0,
+                                           "the gradient staging buffer", &opt->full_pinned));
         return ZOE_OK;
     }
     opt->slots = calloc((size_t)z->slots, sizeof *opt->slots);
@@ -29,7 +30,8 @@ zoe_status zoe_grads_create(zoe_optimizer *opt) {
         slot->bucket = -1;
         ZOE_TRY(zoe_state_device_alloc(opt, z->slot_device * opt->esz, 1, &slot->device));
         if (z->slot_pinned)
-            ZOE_TRY(zoe_state_pinned_alloc(opt, z->slot_pinned * opt->esz, 1, &slot->pinned));
+            ZOE_TRY(zoe_state_pinned_alloc(opt, z->slot_pinned * opt->esz, 1,
+                                           "a gradient bucket's staging slot", &slot->pinned));
         ZOE_TRY(zoe_event_create(opt->dev, &slot->done));
     }
     return ZOE_OK;

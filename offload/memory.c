@@ -34,7 +34,6 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.h_grads = !z.h_numel ? 0 : z.dpu_swap ? 2 : 1;
     z.grad_dtype = cfg->main_grads_dtype == ZOE_F32 ? ZOE_F32 : dtype;
     z.snap = z.dpu_snapshot ? z.h_numel : 0;
-    z.snap_pinned = !cpu && !streamed;
     /* A bf16 master computing in fp16 serves too: its values convert to fp16 exactly (in fp16's
      * range; kernels/adam_state.h) where the weight stream lands them on the device. */
     z.params_are_master = streamed && (dtype == ZOE_BF16 || dtype == ZOE_F16) &&
@@ -49,7 +48,9 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.part_out = !cpu && !streamed && (dpu || pd) ? part : 0;
     z.d_state = cpu ? 0 : pd;
     z.d_grads = !z.d_state ? 0 : dpu ? 2 : 1;
-    if (!cpu && !streamed && !dpu && z.h_numel) {
+    /* The host step's new weights reach the device through a pinned ring of whole tiles: the
+     * DPU snapshot (a whole copy of the host share) stays pageable, as on the CPU backend. */
+    if (!cpu && !streamed && z.h_numel) {
         size_t tiles = (cfg->copy_out_numel + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE;
         z.out_ring = zoe_min_size(z.h_numel, tiles * ZOE_ADAM_TILE); /* blocks of whole tiles */
         z.out_slots = 2;
@@ -87,11 +88,10 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
                            zoe_adam_state_esize(z->host_dtypes.exp_avg_sq);
     size_t d_scales = int8_moments * zoe_adam_int8_blocks(z->d_state) * f;
     *out = (zoe_optimizer_footprint){
-        .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales +
-                      (z->snap_pinned ? 0 : snap) - pinned_master - z->drive_paged +
-                      (size_t)z->drive_slots * z->drive_slot,
-        .pinned_bytes = slots_pinned + ring + (z->snap_pinned ? snap : 0) + z->full_pinned * esz +
-                        z->host_params * esz + pinned_master,
+        .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales + snap -
+                      pinned_master - z->drive_paged + (size_t)z->drive_slots * z->drive_slot,
+        .pinned_bytes =
+            slots_pinned + ring + z->full_pinned * esz + z->host_params * esz + pinned_master,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
                         z->d_state * (d_state_bytes + f * (size_t)z->d_grads) + d_scales,
         .pinned_ring_bytes = slots_pinned + ring,
@@ -137,8 +137,9 @@ zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, vo
     return ZOE_OK;
 }
 
-zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out) {
-    ZOE_TRY(zoe_host_alloc(opt->dev, bytes, out));
+zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, const char *what,
+                                  void **out) {
+    ZOE_TRY(zoe_host_alloc_for(opt->dev, bytes, what, out));
     opt->mem.pinned_bytes += bytes;
     if (ring) opt->mem.pinned_ring_bytes += bytes;
     return ZOE_OK;

@@ -63,8 +63,7 @@ typedef struct zoe_state_sizes {
     size_t h_blocks; /* blocks of the host arrays (ZOE_ADAM_INT8_BLOCK): an int8 moment's scales */
     int h_grads;     /* host gradient partitions: 1, or 2 with dpu_swap */
     zoe_dtype grad_dtype; /* theirs: fp32, or the compute dtype (main_grads_dtype) */
-    size_t snap; /* DPU snapshot elements, compute dtype: pinned on CUDA, plain host on CPU */
-    int snap_pinned;
+    size_t snap;          /* DPU snapshot elements, compute dtype, plain host memory */
     /* Streamed weights with a bf16 master computing in bf16 or fp16: the weights are the
      * master's values (the host step's bf16 copy is the master's bits; its fp16 copy is their
      * exact conversion, which the weight stream makes on the device after each gather), so the
@@ -79,7 +78,8 @@ typedef struct zoe_state_sizes {
                          * partition lands in the parameter buffer's own slices */
     size_t d_state;     /* device master, m and v of the device share (CUDA), in host_dtypes */
     int d_grads;        /* device fp32 gradient partitions of d_state elements: 1, 2 with DPU */
-    size_t out_ring; /* pinned copy-out ring (CUDA without DPU): elements per slot, compute dtype */
+    size_t out_ring;    /* pinned copy-out ring (CUDA, resident weights): elements per slot, compute
+                         * dtype */
     int out_slots;
     int slots;                       /* gradient bucket ring */
     size_t slot_device, slot_pinned; /* elements per slot, compute dtype */
@@ -316,7 +316,8 @@ static inline void *zoe_host_state_at(const zoe_optimizer *opt, int which, size_
 
 /* memory.c: allocations counted into opt->mem (ring: a fixed-size ring buffer). */
 zoe_status zoe_state_device_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
-zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, void **out);
+zoe_status zoe_state_pinned_alloc(zoe_optimizer *opt, size_t bytes, int ring, const char *what,
+                                  void **out);
 void *zoe_state_host_alloc(zoe_optimizer *opt, size_t bytes); /* zoe_host_array_alloc; free() */
 zoe_status zoe_config_check(const zoe_optimizer_config *cfg);
 /* The gradient partition's dtype against the compute dtype and the layout (main_grads_dtype). */

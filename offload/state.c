@@ -36,7 +36,7 @@ static void first_touch(zoe_optimizer *opt) {
     size_t gsz = zoe_dtype_size(opt->sz.grad_dtype);
     size_t esizes[] = {zoe_adam_state_esize(dt->master), zoe_adam_state_esize(dt->exp_avg),
                        zoe_adam_state_esize(dt->exp_avg_sq), gsz, gsz};
-    void *snap = opt->sz.snap_pinned ? NULL : opt->h_snap; /* pinned memory is placed already */
+    void *snap = opt->h_snap;
     for (size_t b0 = 0; b0 < n; b0 += block) {
         long first = (long)(b0 / ZOE_ADAM_TILE);
         long last = (long)((zoe_min_size(b0 + block, n) + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
@@ -71,7 +71,7 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
     opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
     size_t master_bytes = n * zoe_adam_state_esize(z->host_dtypes.master);
     if (z->params_are_master) /* the streamed weights: pinned, for the copies to the device */
-        ZOE_TRY(zoe_state_pinned_alloc(opt, master_bytes, 0, &opt->h_master));
+        ZOE_TRY(zoe_state_pinned_alloc(opt, master_bytes, 0, "the master weights", &opt->h_master));
     if (!opt->h_grad[0] || !opt->h_grad[1])
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host gradient partition of %zu elements", n);
     if (z->drive) { /* the rest of the state: on the drives, shown a bucket at a time */
@@ -89,12 +89,11 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
             return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host optimizer state of %zu elements",
                             z->h_numel);
     }
-    if (z->snap && z->snap_pinned)
-        ZOE_TRY(zoe_state_pinned_alloc(opt, z->snap * opt->esz, 0, &opt->h_snap));
-    else if (z->snap && !(opt->h_snap = zoe_state_host_alloc(opt, z->snap * opt->esz)))
+    if (z->snap && !(opt->h_snap = zoe_state_host_alloc(opt, z->snap * opt->esz)))
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "gradient snapshot of %zu elements", z->snap);
     for (int s = 0; s < z->out_slots; s++) {
-        ZOE_TRY(zoe_state_pinned_alloc(opt, z->out_ring * opt->esz, 1, &opt->out_ring[s]));
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->out_ring * opt->esz, 1, "a copy-out ring slot",
+                                       &opt->out_ring[s]));
         ZOE_TRY(zoe_event_create(opt->dev, &opt->out_done[s]));
     }
     return ZOE_OK;
@@ -120,7 +119,8 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
     const zoe_layout *lay = &opt->lay;
     const zoe_state_sizes *z = &opt->sz;
     if (z->host_params) {
-        ZOE_TRY(zoe_state_pinned_alloc(opt, z->host_params * opt->esz, 0, &opt->params));
+        ZOE_TRY(zoe_state_pinned_alloc(opt, z->host_params * opt->esz, 0, "the streamed weights",
+                                       &opt->params));
         memset(opt->params, 0, z->host_params * opt->esz);
     } else if (!z->params_are_master) { /* else the master is the parameter buffer, below */
         ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
@@ -190,10 +190,7 @@ void zoe_state_destroy(zoe_optimizer *opt) {
         free(opt->h_m_scale), free(opt->h_v_scale);
     }
     zoe_state_drive_destroy(opt);
-    if (opt->sz.snap_pinned)
-        zoe_host_free(opt->dev, opt->h_snap);
-    else
-        free(opt->h_snap);
+    free(opt->h_snap);
     for (int s = 0; s < 2; s++) {
         zoe_host_free(opt->dev, opt->out_ring[s]);
         zoe_event_destroy(opt->out_done[s]);
@@ -220,7 +217,7 @@ zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, 
 
 /* The host share's master weights from (to_master) or to the parameter buffer, over host
  * coordinates [a, e). On the CPU backend they are converted in place of the slices; on CUDA they
- * pass, block by block, through a pinned staging buffer (the snapshot or a copy-out slot). */
+ * pass, block by block, through the first copy-out slot. */
 static zoe_status master_span_copy(zoe_optimizer *opt, size_t a, size_t e, void *to_master_p) {
     const zoe_state_sizes *z = &opt->sz;
     const int to_master = *(const int *)to_master_p;
@@ -235,8 +232,10 @@ static zoe_status master_span_copy(zoe_optimizer *opt, size_t a, size_t e, void 
         }
         return ZOE_OK;
     }
-    void *stage = opt->h_snap ? opt->h_snap : opt->out_ring[0];
-    size_t block = opt->h_snap ? z->h_numel : z->out_ring;
+    /* a copy-out slot, free once the copies queued before are done */
+    ZOE_TRY(zoe_stream_synchronize(opt->update_stream));
+    void *stage = opt->out_ring[0];
+    size_t block = z->out_ring;
     for (size_t b0 = a; b0 < e; b0 += block) {
         size_t n = zoe_min_size(block, e - b0);
         void *master = zoe_host_state_at(opt, 0, b0);

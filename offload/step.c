@@ -14,15 +14,13 @@
 
 /* Where the host Adam over partition coordinates [a, ...) of a segment (at flat in the
  * parameter buffer) writes the compute-dtype weights: block_out is the copy-out slot holding
- * partition coordinate block_lo (CUDA without DPU), else NULL. NULL: none, the master is the
- * weights (CPU, fp32; streamed bf16), or the update's w_out holds them. */
+ * partition coordinate block_lo (CUDA with resident weights), else NULL. NULL: none, the master is
+ * the weights (CPU, fp32; streamed bf16), or the update's w_out holds them. */
 static void *range_output(const zoe_optimizer *opt, size_t a, size_t flat, int in_flight,
                           void *block_out, size_t block_lo) {
     const zoe_state_sizes *z = &opt->sz;
     size_t esz = opt->esz;
     char *snap = opt->h_snap ? (char *)opt->h_snap + (a - z->h_lo) * esz : NULL;
-    if (z->snap_pinned && snap)
-        return snap; /* CUDA with DPU: the snapshot is the staging buffer of every step */
     if (block_out) return (char *)block_out + (a - block_lo) * esz;
     if (in_flight && z->dpu_snapshot) return snap;
     if (!z->master_in_params && !z->params_are_master)
@@ -319,7 +317,7 @@ static zoe_status span_update(zoe_optimizer *opt, size_t b0, size_t b1, void *ct
         int k = opt->out_next;
         opt->out_next ^= 1;
         ZOE_TRY(zoe_event_synchronize(opt->out_done[k])); /* its previous copy is done */
-        ZOE_TRY(host_update(opt, c, c, buf, 0, x, next, opt->out_ring[k], undo));
+        ZOE_TRY(host_update(opt, c, u->snap_c, buf, u->in_flight, x, next, opt->out_ring[k], undo));
         ZOE_TRY(
             zoe_partition_upload(opt, z->h_lo + x, opt->out_ring[k], next - x, opt->update_stream));
         ZOE_TRY(zoe_event_record(opt->out_done[k], opt->update_stream));
@@ -341,10 +339,7 @@ static zoe_status host_part_update(zoe_optimizer *opt, const zoe_step_consts *c,
     const zoe_state_sizes *z = &opt->sz;
     if (!z->h_numel) return ZOE_OK;
     update_span u = {.c = c, .snap_c = snap_c, .buf = buf, .in_flight = in_flight};
-    ZOE_TRY(zoe_state_streamed(opt, span_update, &u));
-    if (!z->out_ring && z->snap_pinned && opt->h_snap)
-        ZOE_TRY(zoe_partition_upload(opt, z->h_lo, opt->h_snap, z->h_numel, opt->update_stream));
-    return ZOE_OK;
+    return zoe_state_streamed(opt, span_update, &u);
 }
 
 /* The start of an update: the update stream waits for the gradients and the last refresh, and

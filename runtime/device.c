@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include "runtime/device_impl.h"
 #include "runtime/error.h"
 #include "runtime/host_array.h"
+#include "zoe/log.h"
 
 const char *zoe_backend_name(zoe_backend backend) {
     return backend == ZOE_BACKEND_CUDA ? "cuda" : backend == ZOE_BACKEND_CPU ? "cpu" : "unknown";
@@ -78,6 +80,7 @@ zoe_status zoe_device_create(zoe_backend backend, int ordinal, zoe_device **out)
     dev->backend = backend;
     dev->ordinal = backend == ZOE_BACKEND_CUDA ? ordinal : -1;
     dev->memory_limit = dev->memory_total = memory_total;
+    dev->pinned_limit = SIZE_MAX;
     if (pthread_mutex_init(&dev->lock, NULL) != 0) {
         free(dev);
         return zoe_fail(ZOE_ERR_INTERNAL, "device accounting lock");
@@ -117,22 +120,40 @@ static void format_bytes(char *buf, size_t n, double bytes) {
     snprintf(buf, n, "%.1f %s", bytes, units[u]);
 }
 
-/* Counts bytes as held before the backend allocates them, so that two threads cannot both pass
- * the limit, and refuses device bytes that would pass it. The peaks count what was asked for at
- * once (an allocation that the backend then fails included: the run stops there anyway). */
-static zoe_status reserve(zoe_device *dev, size_t bytes, int pinned, const char *what) {
+/* Counts bytes as held in *now (and its peak) unless they would pass limit, under the lock so
+ * that two threads cannot both pass it: 1 when counted. *held: what *now held before. */
+static int take(zoe_device *dev, size_t *now, size_t *peak, size_t limit, size_t bytes,
+                size_t *held) {
     pthread_mutex_lock(&dev->lock);
-    zoe_memory_stats *m = &dev->stats;
-    size_t *now = pinned ? &m->pinned_bytes : &m->device_bytes;
-    size_t *peak = pinned ? &m->pinned_peak : &m->device_peak;
-    const size_t held = *now, limit = dev->memory_limit;
-    const int over = !pinned && (bytes > limit || held > limit - bytes);
-    if (!over) {
+    *held = *now;
+    const int fits = bytes <= limit && *held <= limit - bytes;
+    if (fits) {
         *now += bytes;
         if (*now > *peak) *peak = *now;
     }
     pthread_mutex_unlock(&dev->lock);
-    if (!over) return ZOE_OK;
+    return fits;
+}
+
+/* The counter an allocation of this kind is held in (zoe_memory_stats). */
+static size_t *held_in(zoe_memory_stats *m, int pinned, int pageable) {
+    return pageable ? &m->pageable_bytes : pinned ? &m->pinned_bytes : &m->device_bytes;
+}
+
+static void release(zoe_device *dev, size_t bytes, int pinned, int pageable) {
+    pthread_mutex_lock(&dev->lock);
+    *held_in(&dev->stats, pinned, pageable) -= bytes;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+/* Reserves device bytes, refusing those that would pass the memory limit. The peaks count what
+ * was asked for at once (an allocation that the backend then fails included: the run stops there
+ * anyway). */
+static zoe_status reserve_device(zoe_device *dev, size_t bytes, const char *what) {
+    size_t held;
+    const size_t limit = dev->memory_limit;
+    if (take(dev, &dev->stats.device_bytes, &dev->stats.device_peak, limit, bytes, &held))
+        return ZOE_OK;
     char cap[32], asked[32], need[32], have[32];
     format_bytes(cap, sizeof cap, (double)limit);
     format_bytes(asked, sizeof asked, (double)bytes);
@@ -145,14 +166,8 @@ static zoe_status reserve(zoe_device *dev, size_t bytes, int pinned, const char 
                     (double)held + (double)bytes, have);
 }
 
-static void release(zoe_device *dev, size_t bytes, int pinned) {
-    pthread_mutex_lock(&dev->lock);
-    *(pinned ? &dev->stats.pinned_bytes : &dev->stats.device_bytes) -= bytes;
-    pthread_mutex_unlock(&dev->lock);
-}
-
 /* Every live allocation with its size, so that a free knows what it returns. */
-static zoe_status track(zoe_device *dev, void *ptr, size_t bytes, int pinned) {
+static zoe_status track(zoe_device *dev, zoe_allocation a) {
     zoe_status st = ZOE_OK;
     pthread_mutex_lock(&dev->lock);
     if (dev->num_live == dev->cap_live) {
@@ -163,22 +178,25 @@ static zoe_status track(zoe_device *dev, void *ptr, size_t bytes, int pinned) {
         else
             st = ZOE_ERR_OUT_OF_MEMORY;
     }
-    if (st == ZOE_OK)
-        dev->live[dev->num_live++] = (zoe_allocation){.ptr = ptr, .bytes = bytes, .pinned = pinned};
+    if (st == ZOE_OK) dev->live[dev->num_live++] = a;
     pthread_mutex_unlock(&dev->lock);
     return st == ZOE_OK ? ZOE_OK : zoe_fail(st, "allocation table of %zu entries", dev->num_live);
 }
 
-static void untrack(zoe_device *dev, void *ptr) {
+/* Forgets ptr's allocation and returns it ({0} for a pointer not allocated here). */
+static zoe_allocation untrack(zoe_device *dev, void *ptr) {
+    zoe_allocation found = {0};
     pthread_mutex_lock(&dev->lock);
     for (size_t i = dev->num_live; i-- > 0;) { /* frees tend to come in reverse order */
         zoe_allocation a = dev->live[i];
         if (a.ptr != ptr) continue;
-        *(a.pinned ? &dev->stats.pinned_bytes : &dev->stats.device_bytes) -= a.bytes;
+        *held_in(&dev->stats, a.pinned, a.pageable) -= a.bytes;
         dev->live[i] = dev->live[--dev->num_live];
+        found = a;
         break;
     }
     pthread_mutex_unlock(&dev->lock);
+    return found;
 }
 
 zoe_status zoe_device_set_memory_limit(zoe_device *dev, size_t bytes) {
@@ -212,6 +230,14 @@ size_t zoe_device_memory_limit(const zoe_device *dev) {
     return limit;
 }
 
+zoe_status zoe_device_set_pinned_limit(zoe_device *dev, size_t bytes) {
+    if (!dev) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "pinned memory limit: NULL device");
+    pthread_mutex_lock(&dev->lock);
+    dev->pinned_limit = bytes ? bytes : SIZE_MAX;
+    pthread_mutex_unlock(&dev->lock);
+    return ZOE_OK;
+}
+
 zoe_status zoe_device_memory_stats(const zoe_device *dev, zoe_memory_stats *out) {
     if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "memory stats: NULL argument");
     pthread_mutex_lock((pthread_mutex_t *)&dev->lock);
@@ -228,54 +254,116 @@ static zoe_status raw_alloc(zoe_device *dev, size_t bytes, int pinned, void **ou
     return cpu_alloc(bytes, out);
 }
 
-static void raw_free(zoe_device *dev, void *ptr, int pinned) {
+static void raw_free(zoe_device *dev, zoe_allocation a) {
 #ifdef ZOE_HAVE_CUDA
-    if (is_cuda(dev)) {
-        if (pinned)
-            zoe_cuda_host_free(ptr);
+    if (is_cuda(dev) && !a.pageable) {
+        if (a.pinned)
+            zoe_cuda_host_free(a.ptr);
         else
-            zoe_cuda_free(ptr);
+            zoe_cuda_free(a.ptr);
         return;
     }
 #endif
-    (void)dev, (void)pinned;
-    free(ptr);
+    (void)dev;
+    free(a.ptr);
 }
 
-static zoe_status tracked_alloc(zoe_device *dev, size_t bytes, int pinned, const char *what,
-                                void **out) {
-    if (!dev || !out)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s alloc: NULL argument",
-                        pinned ? "host" : "device");
-    *out = NULL;
-    ZOE_TRY(reserve(dev, bytes, pinned, what));
-    zoe_status st = raw_alloc(dev, bytes, pinned, out);
-    if (st == ZOE_OK) st = track(dev, *out, bytes, pinned);
+/* Allocates and tracks bytes already counted in their counter, which a failure gives back. */
+static zoe_status place(zoe_device *dev, size_t bytes, int pinned, int pageable, void **out) {
+    zoe_status st = pageable ? cpu_alloc(bytes, out) : raw_alloc(dev, bytes, pinned, out);
+    zoe_allocation a = {.ptr = *out, .bytes = bytes, .pinned = pinned, .pageable = pageable};
+    if (st == ZOE_OK) st = track(dev, a);
     if (st != ZOE_OK) {
-        if (*out) raw_free(dev, *out, pinned);
+        if (*out) raw_free(dev, a);
         *out = NULL;
-        release(dev, bytes, pinned);
+        release(dev, bytes, pinned, pageable);
     }
     return st;
 }
 
+/* The soft RLIMIT_MEMLOCK in a message: "unlimited" or a size. */
+static void format_memlock(char *buf, size_t n) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0)
+        snprintf(buf, n, "unknown");
+    else if (rl.rlim_cur == RLIM_INFINITY)
+        snprintf(buf, n, "unlimited");
+    else
+        format_bytes(buf, n, (double)rl.rlim_cur);
+}
+
+/* 1 the first time allocations named what fall back to pageable memory (and for names past the
+ * first 16), 0 after. */
+static int first_fall_back(zoe_device *dev, const char *what) {
+    int first = 1;
+    pthread_mutex_lock(&dev->lock);
+    for (int i = 0; i < dev->num_fell_back && first; i++)
+        first = strncmp(dev->fell_back[i], what, sizeof dev->fell_back[i] - 1) != 0;
+    if (first && dev->num_fell_back < (int)(sizeof dev->fell_back / sizeof dev->fell_back[0]))
+        snprintf(dev->fell_back[dev->num_fell_back++], sizeof dev->fell_back[0], "%s", what);
+    pthread_mutex_unlock(&dev->lock);
+    return first;
+}
+
+/* Page-locked host memory, or pageable memory with one warning (the first time for a name) when
+ * pinning fails or would pass the pin limit: the run stays correct, its copies slower. On the CPU
+ * backend a failure to allocate is the host's memory running out, which pageable memory would not
+ * change. */
+static zoe_status host_alloc(zoe_device *dev, size_t bytes, const char *what, void **out) {
+    if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "host alloc: NULL argument");
+    *out = NULL;
+    zoe_memory_stats *m = &dev->stats;
+    char why[384], asked[32], limit[32], held_text[32], memlock[32];
+    size_t held;
+    if (take(dev, &m->pinned_bytes, &m->pinned_peak, dev->pinned_limit, bytes, &held)) {
+        zoe_status st = place(dev, bytes, 1, 0, out);
+        if (st == ZOE_OK || dev->backend == ZOE_BACKEND_CPU) return st;
+        snprintf(why, sizeof why, "pinning failed (%s)", zoe_last_error());
+    } else {
+        format_bytes(limit, sizeof limit, (double)dev->pinned_limit);
+        format_bytes(held_text, sizeof held_text, (double)held);
+        snprintf(why, sizeof why, "the pin limit %s would be passed (%s pinned already)", limit,
+                 held_text);
+    }
+    format_bytes(asked, sizeof asked, (double)bytes);
+    format_memlock(memlock, sizeof memlock);
+    if (first_fall_back(dev, what && what[0] ? what : "a page-locked host buffer"))
+        zoe_log(ZOE_LOG_WARN,
+                "%s for %s (%zu bytes): %s; RLIMIT_MEMLOCK %s. Using pageable host memory instead: "
+                "correct, but its copies to and from the device are slower and do not overlap",
+                asked, what && what[0] ? what : "a page-locked host buffer", bytes, why, memlock);
+    take(dev, &m->pageable_bytes, &m->pageable_peak, SIZE_MAX, bytes, &held);
+    return place(dev, bytes, 1, 1, out);
+}
+
+static zoe_status device_alloc(zoe_device *dev, size_t bytes, const char *what, void **out) {
+    if (!dev || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "device alloc: NULL argument");
+    *out = NULL;
+    ZOE_TRY(reserve_device(dev, bytes, what));
+    return place(dev, bytes, 0, 0, out);
+}
+
 static void tracked_free(zoe_device *dev, void *ptr, int pinned) {
     if (!ptr) return;
-    untrack(dev, ptr);
-    raw_free(dev, ptr, pinned);
+    zoe_allocation a = untrack(dev, ptr);
+    if (!a.ptr) a = (zoe_allocation){.ptr = ptr, .pinned = pinned}; /* not tracked: as asked */
+    raw_free(dev, a);
 }
 
 zoe_status zoe_device_alloc(zoe_device *dev, size_t bytes, void **out) {
-    return tracked_alloc(dev, bytes, 0, NULL, out);
+    return device_alloc(dev, bytes, NULL, out);
 }
 zoe_status zoe_device_alloc_for(zoe_device *dev, size_t bytes, const char *what, void **out) {
-    return tracked_alloc(dev, bytes, 0, what, out);
+    return device_alloc(dev, bytes, what, out);
 }
 void zoe_device_free(zoe_device *dev, void *ptr) {
     tracked_free(dev, ptr, 0);
 }
 zoe_status zoe_host_alloc(zoe_device *dev, size_t bytes, void **out) {
-    return tracked_alloc(dev, bytes, 1, NULL, out);
+    return host_alloc(dev, bytes, NULL, out);
+}
+zoe_status zoe_host_alloc_for(zoe_device *dev, size_t bytes, const char *what, void **out) {
+    return host_alloc(dev, bytes, what, out);
 }
 void zoe_host_free(zoe_device *dev, void *ptr) {
     tracked_free(dev, ptr, 1);

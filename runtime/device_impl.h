@@ -12,7 +12,8 @@
 typedef struct zoe_allocation {
     void *ptr;
     size_t bytes;
-    int pinned;
+    int pinned;   /* host memory asked for as page-locked (zoe_host_alloc) */
+    int pageable; /* ... that fell back to pageable memory (not pinned) */
 } zoe_allocation;
 
 struct zoe_device {
@@ -25,6 +26,13 @@ struct zoe_device {
     /* The most device bytes the allocations may hold together (zoe_device_set_memory_limit),
      * and the device's own memory, the default: the GPU's total, SIZE_MAX on CPU (no limit). */
     size_t memory_limit, memory_total;
+    /* The most bytes zoe_host_alloc pins together (zoe_device_set_pinned_limit); SIZE_MAX: no
+     * limit. Past it host allocations are pageable. */
+    size_t pinned_limit;
+    /* What fell back to pageable memory and was warned about: one line per name, not one per
+     * staging buffer of each weight. */
+    char fell_back[16][64];
+    int num_fell_back;
     /* CUDA: the NCCL collectives of every communicator on this GPU keep the order the host
      * issued them in (comm_nccl_cuda.c), by NCCL's launch order or, when nccl_serial, one after
      * another: then the event marks the last one. The communicators count themselves (the last

@@ -124,8 +124,9 @@ zoe_status zoe_tp_param_init(const zoe_tp *tp, const zoe_tp_param *p) {
     size_t es = zoe_dtype_size(tp->dtype), chunk = (size_t)(rows_per_chunk * lc);
     float *vals = malloc(chunk * sizeof(float));
     void *stage = NULL;
-    zoe_status st = vals ? zoe_host_alloc(tp->device, chunk * es, &stage)
-                         : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%s: init staging", p->name);
+    zoe_status st =
+        vals ? zoe_host_alloc_for(tp->device, chunk * es, "the weights' staging buffer", &stage)
+             : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "%s: init staging", p->name);
     for (int64_t r0 = 0; st == ZOE_OK && r0 < p->local_shape[0]; r0 += rows_per_chunk) {
         int64_t nrows =
             p->local_shape[0] - r0 < rows_per_chunk ? p->local_shape[0] - r0 : rows_per_chunk;

@@ -252,7 +252,7 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
      * rate, without the driver staging a pageable buffer through its own. */
     zoe_device *dev = zoe_stream_device(io->stream);
     void *pinned = NULL;
-    zoe_status st = zoe_host_alloc(dev, budget, &pinned);
+    zoe_status st = zoe_host_alloc_for(dev, budget, "the checkpoint's staging buffer", &pinned);
     char *staging = st == ZOE_OK ? pinned : NULL;
     round_plan plan = {0};
     int ri = 0;

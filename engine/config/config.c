@@ -180,6 +180,9 @@ static const option_spec options[] = {
     {"device-memory", OPT_SIZE, CFG(device_memory), 0, 0,
      "the most zoe allocates on each rank's device: 512MiB, 30GiB, bytes, or auto (the GPU's "
      "memory; on the CPU backend no limit)"},
+    {"pinned-memory", OPT_SIZE, CFG(pinned_memory), 0, 0,
+     "the most page-locked host memory each rank pins (past it buffers are pageable: slower "
+     "copies): 16GiB, bytes, or auto (no limit)"},
 };
 
 /* The names of an OPT_CHOICE option's values, NULL-terminated. */

@@ -564,8 +564,9 @@ zoe_status zoe_hf_load_tensors(zoe_gpt *g, const char *dir, int first, int n) {
     const size_t es = zoe_dtype_size(tp->dtype);
     float *vals = malloc(largest * sizeof(float));
     void *stage = NULL;
-    zoe_status st = vals ? zoe_host_alloc(tp->device, largest * es, &stage)
-                         : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "import buffer");
+    zoe_status st =
+        vals ? zoe_host_alloc_for(tp->device, largest * es, "the import's staging buffer", &stage)
+             : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "import buffer");
     for (int t = first; st == ZOE_OK && t < first + n; t++) {
         const zoe_tp_param *p = zoe_gpt_tensor(g, t);
         st = read_shard(m, &d, p, vals);

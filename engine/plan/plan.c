@@ -327,18 +327,17 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
         o->host - plain_on_drives - r->drive.grads_bytes + r->drive.state_ring;
     /* Besides the optimizer's (with streamed weights, their host copy among them): an evaluation
      * under a stale DPU schedule keeps the parameter buffer it must put back, on the device or
-     * the host (engine/train/trainer.c), and checkpoint files move through one bounded staging
-     * buffer (engine/checkpoint/mpi_io.c, sized by zoe_ckpt_round_bytes). */
+     * the host, in pageable memory (engine/train/trainer.c), and checkpoint files move through one
+     * bounded staging buffer (engine/checkpoint/mpi_io.c, sized by zoe_ckpt_round_bytes). */
     int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
     double params_buffer =
         streamed(p) ? (double)o->part_numel * zoe_dtype_size(p->dtype) : o->device_params;
     r->host.pinned_per_rank = o->pinned - pinned_on_drives + r->drive.weights_ring +
-                              (p->evaluates && stale ? params_buffer : 0.0) +
                               (p->checkpoints ? (double)zoe_ckpt_round_bytes() : 0.0);
     /* On the CPU backend the device is host memory, and so are the kernels' workspace, the
      * MPI staging of 16-bit collectives and the packing of those past INT_MAX elements. */
     r->host.other_per_rank =
-        hw->rank_base_bytes + m->host_other +
+        hw->rank_base_bytes + m->host_other + (p->evaluates && stale ? params_buffer : 0.0) +
         (cpu ? r->gpu.total + m->workspace + o->comm_staging + o->comm_root + o->comm_pack : 0);
     r->host.per_rank =
         r->host.optimizer_per_rank + r->host.pinned_per_rank + r->host.other_per_rank;

@@ -52,7 +52,7 @@ struct zoe_trainer {
     int eval_restore; /* under DPU: stale_params goes back, the latest weights' refresh due */
     double eval_loss_sum;
     int64_t eval_targets;
-    void *stale_params; /* pinned copy of the parameter buffer the next forward reads (stale DPU) */
+    void *stale_params; /* host copy of the parameter buffer the next forward reads (stale DPU) */
     char *hf_config;    /* zoe_trainer_hf_config */
 };
 
@@ -123,6 +123,7 @@ static zoe_status create_device(zoe_trainer *tr) {
     }
     ZOE_TRY(zoe_device_create(tr->cfg.backend, ordinal, &tr->dev));
     ZOE_TRY(zoe_device_set_memory_limit(tr->dev, (size_t)tr->cfg.device_memory));
+    ZOE_TRY(zoe_device_set_pinned_limit(tr->dev, (size_t)tr->cfg.pinned_memory));
     return zoe_stream_create(tr->dev, &tr->stream);
 }
 
@@ -323,7 +324,7 @@ void zoe_trainer_destroy(zoe_trainer *tr) {
     zoe_optimizer_destroy(tr->opt);
     zoe_gpt_destroy(tr->gpt);
     zoe_comm_destroy(tr->tp_comm);
-    if (tr->stale_params) zoe_host_free(tr->dev, tr->stale_params);
+    free(tr->stale_params);
     zoe_stream_destroy(tr->stream);
     zoe_device_destroy(tr->dev);
     zoe_grid_destroy(tr->grid);
@@ -541,9 +542,11 @@ static size_t param_bytes(const zoe_trainer *tr) {
  * the parameter buffer yet, so the update lands (flush) first. With the exact schedule the next
  * forward reads those latest weights anyway, so nothing more is needed. With a stale schedule
  * the next forward reads the buffer as it was (one step stale): those weights are kept in a
- * pinned host copy, made once and reused, and eval_end puts things back as zoe_trainer_load does
- * for a checkpoint saved in this state: the latest weights staged for the due refresh, the stale
- * ones in the buffer. (The plan counts that copy: engine/plan/plan.c, the host's eval copy.) */
+ * host copy, made once and reused (pageable: a whole copy of the weights pinned would compete
+ * with the optimizer's memory, and its two copies an evaluation are no step's critical path), and
+ * eval_end puts things back as zoe_trainer_load does for a checkpoint saved in this state: the
+ * latest weights staged for the due refresh, the stale ones in the buffer. (The plan counts that
+ * copy: engine/plan/plan.c, the host's eval copy.) */
 zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
     if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_begin: NULL trainer");
     if (tr->evaluating || tr->micro_batches > 0)
@@ -554,14 +557,9 @@ zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
     int due = 0, stale = tr->cfg.dpu_schedule != ZOE_DPU_EXACT;
     ZOE_TRY(zoe_optimizer_settle(tr->opt, &due));
     if (due && stale) {
-        if (!tr->stale_params) {
-            zoe_status st = zoe_host_alloc(tr->dev, param_bytes(tr), &tr->stale_params);
-            if (st != ZOE_OK) {
-                tr->stale_params = NULL;
-                return zoe_fail(st, "pinned host copy of the stale weights (%zu bytes)",
-                                param_bytes(tr));
-            }
-        }
+        if (!tr->stale_params && !(tr->stale_params = malloc(param_bytes(tr))))
+            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host copy of the stale weights (%zu bytes)",
+                            param_bytes(tr));
         ZOE_TRY(zoe_memcpy_async(tr->stale_params, zoe_optimizer_params(tr->opt), param_bytes(tr),
                                  tr->weights ? ZOE_COPY_HOST_TO_HOST : ZOE_COPY_DEVICE_TO_HOST,
                                  tr->stream));

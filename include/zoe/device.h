@@ -59,17 +59,29 @@ void zoe_device_free(zoe_device *dev, void *ptr);
 zoe_status zoe_device_set_memory_limit(zoe_device *dev, size_t bytes);
 /* The limit in force (SIZE_MAX: none; 0 for NULL). */
 size_t zoe_device_memory_limit(const zoe_device *dev);
-/* Page-locked host memory that device copies can run from asynchronously. */
+/* Page-locked host memory that device copies can run from asynchronously; zoe_host_alloc_for
+ * names what the bytes are for. Where pinning fails (cudaMallocHost: the host's memory, a
+ * container's or RLIMIT_MEMLOCK's limit) or would pass the pin limit, the allocation is pageable
+ * host memory instead, with one warning naming it, its size and RLIMIT_MEMLOCK: the run stays
+ * correct, its copies to and from the device are slower. Only when no host memory is left does
+ * it fail (ZOE_ERR_OUT_OF_MEMORY). */
 zoe_status zoe_host_alloc(zoe_device *dev, size_t bytes, void **out);
+zoe_status zoe_host_alloc_for(zoe_device *dev, size_t bytes, const char *what, void **out);
 void zoe_host_free(zoe_device *dev, void *ptr);
+/* The pin limit (zoe-train's --pinned-memory): the most bytes dev's zoe_host_alloc allocations
+ * pin together; those past it are pageable. Both backends honour it (on CPU "page-locked" is
+ * plain memory, and the limit is how the fall-back is rehearsed). 0: no limit, the default. */
+zoe_status zoe_device_set_pinned_limit(zoe_device *dev, size_t bytes);
 
 /* What the device's allocations hold now and held at most since it was created, in bytes as
  * requested: device memory (zoe_device_alloc; on the CPU backend the host memory that stands in
- * for it) and page-locked host memory (zoe_host_alloc). Safe to call, and to allocate and free,
+ * for it), page-locked host memory (zoe_host_alloc) and the host memory zoe_host_alloc gave
+ * pageable when pinning failed or passed the pin limit. Safe to call, and to allocate and free,
  * from several threads. */
 typedef struct zoe_memory_stats {
     size_t device_bytes, device_peak;
     size_t pinned_bytes, pinned_peak;
+    size_t pageable_bytes, pageable_peak;
 } zoe_memory_stats;
 zoe_status zoe_device_memory_stats(const zoe_device *dev, zoe_memory_stats *out);
 

@@ -164,6 +164,11 @@ typedef struct zoe_train_config {
     /* --offload nvme: state buckets read ahead of the one the host step updates (and written
      * behind it); 0: the default, 2. */
     int nvme_ahead;
+    /* The most page-locked host memory each rank pins (--pinned-memory;
+     * zoe_device_set_pinned_limit): host buffers past it are pageable, with one warning each
+     * (correct, slower copies), and zoe-train warns at start when the plan pins more than it or
+     * than RLIMIT_MEMLOCK on a GPU. 0: no limit. */
+    uint64_t pinned_memory;
 } zoe_train_config;
 
 /* The values of zoe_train_config.offload_params. */

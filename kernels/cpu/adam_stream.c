@@ -79,7 +79,9 @@ zoe_status zoe_adam_table_create(zoe_stream *stream, const zoe_adam_run *runs, i
     if (st == ZOE_OK)
         st = zoe_device_alloc_for(t->dev, (ZOE_SUMSQ_MAX_BLOCKS + 1) * sizeof(double),
                                   "the device Adam's partial sums", (void **)&t->partials);
-    if (st == ZOE_OK) st = zoe_host_alloc(t->dev, sizeof(double), (void **)&t->pinned_sum);
+    if (st == ZOE_OK)
+        st = zoe_host_alloc_for(t->dev, sizeof(double), "the gradient norm's sum",
+                                (void **)&t->pinned_sum);
     if (st == ZOE_OK)
         st = zoe_memcpy_async(t->device_runs, staged, bytes, ZOE_COPY_HOST_TO_DEVICE, stream);
     if (st == ZOE_OK) st = zoe_stream_synchronize(stream);

@@ -255,6 +255,11 @@ static void gpu_box(int d) {
               zoe_dtype_name(cases[i].m), zoe_dtype_name(cases[i].v),
               zoe_dtype_name(cases[i].grads), d, host_per_param(&f), device_per_param(&f),
               f.step_bytes_per_element, cases[i].host, device, cases[i].step_bytes);
+        /* Pinned memory is bounded: rings only, the DPU snapshot pageable (docs/offload.md,
+         * "Pinned memory"). */
+        CHECK(f.pinned_bytes == f.pinned_ring_bytes && f.pinned_ring_bytes > 0,
+              "CUDA %s DPU %d, DP=%d: %zu bytes pinned, %zu of them rings",
+              zoe_dtype_name(cases[i].dt), cases[i].dpu, d, f.pinned_bytes, f.pinned_ring_bytes);
         if (test_rank() == 0)
             printf("CUDA %s DPU %d state %s/%s/%s, %s gradient, DP=%d: %.3f B/param host held "
                    "(pinned rings %zu bytes), %zu moved by the host step, %.3f device\n",

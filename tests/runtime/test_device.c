@@ -1,9 +1,12 @@
 /* The CPU device: alignment, copies through streams in order, events, memset; the allocation
  * accounting (bytes as requested, peaks, frees in any order, from several threads); the memory
  * limit (refusals that name the allocation, exact to the byte, under threads); and the errors
- * for a CUDA device in a build or machine without one. */
+ * for a CUDA device in a build or machine without one; the pin limit and its fall-back to
+ * pageable memory. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include "testing.h"
 
 enum { THREADS = 4, ROUNDS = 500 };
@@ -178,6 +181,91 @@ static void check_limit_threads(void) {
     zoe_device_destroy(dev);
 }
 
+/* Runs alloc with stderr going to a file, and returns what it wrote there (the caller frees). */
+static char *stderr_of(zoe_status (*alloc)(zoe_device *, void **), zoe_device *dev, void **out,
+                       zoe_status *st) {
+    char path[] = "/tmp/zoe_test_device_XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    fflush(stderr);
+    dup2(fd, 2);
+    *st = alloc(dev, out);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char *text = calloc(4096, 1);
+    lseek(fd, 0, SEEK_SET);
+    if (read(fd, text, 4095) < 0) text[0] = 0;
+    close(fd);
+    unlink(path);
+    return text;
+}
+
+static zoe_status alloc_snapshot(zoe_device *dev, void **out) {
+    return zoe_host_alloc_for(dev, 600, "the test's snapshot", out);
+}
+
+/* The pin limit: allocations past it are pageable host memory, with one warning naming the
+ * allocation, its size and RLIMIT_MEMLOCK; counted apart; copies run from them as from pinned
+ * memory; their free returns them to their own counter. */
+static void check_pinned_limit(void) {
+    zoe_device *dev = NULL;
+    zoe_stream *s = NULL;
+    if (!CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &dev))) return;
+    CHECK_OK(zoe_stream_create(dev, &s));
+    CHECK_OK(zoe_device_set_pinned_limit(dev, 1000));
+    void *ring = NULL, *snap = NULL, *d = NULL, *exact = NULL, *over = NULL;
+    CHECK_OK(zoe_host_alloc_for(dev, 600, "the test's ring", &ring));
+    zoe_status st;
+    char *log = stderr_of(alloc_snapshot, dev, &snap, &st);
+    CHECK(st == ZOE_OK && snap, "the allocation past the pin limit fails: %s", zoe_last_error());
+    CHECK(strstr(log, "the test's snapshot") && strstr(log, "(600 bytes)") &&
+              strstr(log, "RLIMIT_MEMLOCK") && strstr(log, "pin limit 1000 bytes") &&
+              strstr(log, "pageable") && strchr(log, '\n') == strrchr(log, '\n'),
+          "the fall-back's one line: '%s'", log);
+    free(log);
+    zoe_memory_stats m;
+    CHECK_OK(zoe_device_memory_stats(dev, &m));
+    CHECK(m.pinned_bytes == 600 && m.pageable_bytes == 600 && m.pageable_peak == 600,
+          "600 pinned and 600 pageable bytes counted as %zu and %zu", m.pinned_bytes,
+          m.pageable_bytes);
+    /* the pageable buffer is host memory to the copies, both ways */
+    test_rng rng;
+    test_rng_seed(&rng, 11);
+    float src[150], back[150];
+    test_fill_uniform(&rng, src, 150, -1, 1);
+    memcpy(snap, src, sizeof src);
+    CHECK_OK(zoe_device_alloc(dev, sizeof src, &d));
+    CHECK_OK(zoe_memcpy_async(d, snap, sizeof src, ZOE_COPY_HOST_TO_DEVICE, s));
+    memset(snap, 0, sizeof src);
+    CHECK_OK(zoe_memcpy_async(snap, d, sizeof src, ZOE_COPY_DEVICE_TO_HOST, s));
+    memcpy(back, snap, sizeof back);
+    CHECK(memcmp(back, src, sizeof src) == 0, "copies through a pageable fall-back buffer");
+    CHECK(zoe_memcpy_async(d, snap, sizeof src, ZOE_COPY_DEVICE_TO_HOST, s) ==
+              ZOE_ERR_INVALID_ARGUMENT,
+          "the pageable buffer taken for device memory");
+    zoe_host_free(dev, snap);
+    zoe_host_free(dev, ring);
+    CHECK_OK(zoe_host_alloc(dev, 1000, &exact)); /* to the byte: pinned */
+    CHECK_OK(zoe_device_memory_stats(dev, &m));
+    CHECK(m.pinned_bytes == 1000 && m.pageable_bytes == 0 && m.pageable_peak == 600,
+          "after the frees and 1000 bytes: %zu pinned, %zu pageable", m.pinned_bytes,
+          m.pageable_bytes);
+    CHECK_OK(zoe_device_set_pinned_limit(dev, 0)); /* no limit */
+    CHECK_OK(zoe_host_alloc(dev, 1 << 20, &over));
+    CHECK_OK(zoe_device_memory_stats(dev, &m));
+    CHECK(m.pinned_bytes == 1000 + (1 << 20) && m.pageable_bytes == 0,
+          "without a limit everything is pinned: %zu pinned, %zu pageable", m.pinned_bytes,
+          m.pageable_bytes);
+    zoe_host_free(dev, over), zoe_host_free(dev, exact), zoe_device_free(dev, d);
+    CHECK_OK(zoe_device_memory_stats(dev, &m));
+    CHECK(m.pinned_bytes == 0 && m.pageable_bytes == 0 && m.device_bytes == 0,
+          "all freed: %zu pinned, %zu pageable, %zu device", m.pinned_bytes, m.pageable_bytes,
+          m.device_bytes);
+    CHECK(zoe_device_set_pinned_limit(NULL, 1) == ZOE_ERR_INVALID_ARGUMENT, "NULL device");
+    zoe_stream_destroy(s);
+    zoe_device_destroy(dev);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     zoe_device *dev = NULL;
@@ -219,5 +307,6 @@ int main(int argc, char **argv) {
     check_accounting();
     check_limit();
     check_limit_threads();
+    check_pinned_limit();
     return test_finish("test_device");
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include "zoe/data.h"
 #include "zoe/plan.h"
@@ -125,6 +126,33 @@ static int check_device_cap(const zoe_train_config *cfg, const zoe_plan_result *
     return fail(rank, EXIT_USAGE, msg);
 }
 
+/* The plan's pinned host memory per rank against --pinned-memory and, on a GPU, RLIMIT_MEMLOCK
+ * (ulimit -l) of this machine: one warning line when it pins more, as the buffers past the limit
+ * are pageable then (zoe_host_alloc falls back; correct, slower copies). Writes "" when it fits. */
+static void check_pinned(const zoe_train_config *cfg, const zoe_plan_result *r, char *line,
+                         size_t cap) {
+    const double gib = 1 << 30, pinned = r->host.pinned_per_rank;
+    line[0] = 0;
+    if (cfg->pinned_memory && pinned > (double)cfg->pinned_memory) {
+        snprintf(line, cap,
+                 "warning: the run pins %.2f GiB (%.0f bytes) of host memory on each rank, more "
+                 "than --pinned-memory (%llu bytes): the buffers past it are pageable "
+                 "(slower copies to and from the device)\n",
+                 pinned / gib, pinned, (unsigned long long)cfg->pinned_memory);
+        return;
+    }
+    struct rlimit rl;
+    if (cfg->backend != ZOE_BACKEND_CUDA || getrlimit(RLIMIT_MEMLOCK, &rl) != 0 ||
+        rl.rlim_cur == RLIM_INFINITY || pinned <= (double)rl.rlim_cur)
+        return;
+    snprintf(line, cap,
+             "warning: the run pins %.2f GiB of host memory on each rank and RLIMIT_MEMLOCK "
+             "(ulimit -l) is %.2f GiB: where pinning fails the buffers are pageable instead "
+             "(slower copies to and from the GPU; raise the limit, or --pinned-memory bounds "
+             "what is pinned)\n",
+             pinned / gib, (double)rl.rlim_cur / gib);
+}
+
 /* Appends one "zoe-train: ..." line to notes (rank 0's lines of the plan, printed once every check
  * before the first step has passed: a run refused on the way prints its one line, not the plan's
  * before it). */
@@ -223,6 +251,9 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
              "warning: the run needs %.2f GiB of host memory, and only %.2f GiB are "
              "free now (other processes hold the rest): it may be killed for memory\n",
              r.host.total / (1 << 30), hw.host_free_bytes / (1 << 30));
+    char pin_line[384];
+    check_pinned(cfg, &r, pin_line, sizeof pin_line);
+    if (rank == 0 && pin_line[0]) note(notes, notes_cap, "%s", pin_line);
     if (check_device_cap(cfg, &r, rank)) return EXIT_USAGE;
     if (!r.fits && !cfg->no_plan_check) {
         char msg[640];
