@@ -49,6 +49,7 @@
 /* The NCCL type of a dtype the communicators carry (comm.c's check_args refuses the others
  * first); anything else is refused here too, never sent as another type's bytes. */
 static zoe_status nccl_type(zoe_dtype d, ncclDataType_t *out) {
+    *out = ncclNumTypes; /* no type: what NCCL refuses, should a caller ignore the status */
     switch (d) {
     case ZOE_F32:
         *out = ncclFloat32;
