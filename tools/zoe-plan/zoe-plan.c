@@ -593,8 +593,10 @@ static int max_model(const options *o) {
         printf("  largest preset: %s (%.2fB parameters) at %s: micro-batch %d x seq %d, "
                "recompute %s\n",
                best_preset->name, (double)zoe_model_param_count(best_preset) / 1e9,
-               preset_documented ? "its documented run" : "the run above", preset_cfg.micro_batch,
-               preset_cfg.model.seq_len, preset_cfg.recompute ? "on" : "off");
+               preset_documented ? "its documented run"
+                                 : "the run above with its own sequence and vocabulary",
+               preset_cfg.micro_batch, preset_cfg.model.seq_len,
+               preset_cfg.recompute ? "on" : "off");
     else
         printf("  no preset fits\n");
     if (!have_scaled) {
