@@ -19,22 +19,16 @@ static float from_bits(uint32_t u) {
     return zoe_f32_from_bits(u);
 }
 
-/* A bf16 bit pattern's value in float64, from the format's definition (1 sign, 8 exponent bits
- * biased by 127, 7 fraction bits), not through any zoe conversion. NaN for a NaN pattern. */
-static double bf16_value(uint16_t b) {
-    int sign = b >> 15, e = (b >> 7) & 0xff, f = b & 0x7f;
-    double mag = e == 0xff ? (f ? NAN : INFINITY)
-                 : e == 0  ? ldexp(f, -126 - 7)
-                           : ldexp(128 + f, e - 127 - 7);
-    return sign ? -mag : mag;
-}
-
-/* The same for fp16 (5 exponent bits biased by 15, 10 fraction bits). */
-static double f16_value(uint16_t h) {
-    int sign = h >> 15, e = (h >> 10) & 0x1f, f = h & 0x3ff;
-    double mag = e == 0x1f ? (f ? NAN : INFINITY)
-                 : e == 0  ? ldexp(f, -14 - 10)
-                           : ldexp(1024 + f, e - 15 - 10);
+/* A 16-bit IEEE-style pattern's value in float64, from the format's definition (1 sign bit,
+ * exp_bits exponent bits biased by 2^(exp_bits-1) - 1, the rest fraction bits), not through any
+ * zoe conversion. NaN for a NaN pattern. bf16: 8 exponent bits; fp16: 5. */
+static double half_value(uint16_t bits, int exp_bits) {
+    const int frac_bits = 15 - exp_bits, bias = (1 << (exp_bits - 1)) - 1;
+    const int emax = (1 << exp_bits) - 1;
+    int sign = bits >> 15, e = (bits >> frac_bits) & emax, f = bits & ((1 << frac_bits) - 1);
+    double mag = e == emax ? (f ? NAN : INFINITY)
+                 : e == 0  ? ldexp(f, 1 - bias - frac_bits)
+                           : ldexp((1 << frac_bits) + f, e - bias - frac_bits);
     return sign ? -mag : mag;
 }
 
@@ -61,7 +55,7 @@ static void check_bf16_to_f16(void) {
     CHECK_OK(zoe_convert(buf, ZOE_F16, buf, ZOE_BF16, N));
     int bad = 0, exact = 0, rounded = 0, overflow = 0;
     for (int i = 0; i < N; i++) {
-        double x = bf16_value((uint16_t)i), got = f16_value(buf[i]), want = f16_nearest(x);
+        double x = half_value((uint16_t)i, 8), got = half_value(buf[i], 5), want = f16_nearest(x);
         int ok = isnan(x) ? isnan(got) : got == want && signbit(got) == signbit(x) && !isnan(got);
         if (!ok && bad++ < 5)
             CHECK(0, "bf16 0x%04x (%a) -> fp16 0x%04x (%a), want %a", i, x, buf[i], got, want);
