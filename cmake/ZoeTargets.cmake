@@ -52,12 +52,18 @@ endif()
 # shares nothing with any other job.
 set(ZOE_MPI_SESSIONS "${CMAKE_BINARY_DIR}/mpi-sessions")
 # zoe_isolate_mpi_sessions(): the last line of each tests/*/CMakeLists.txt (tests/CMakeLists.txt
-# refuses a folder of tests without it).
+# refuses a folder of tests without it). It also gives each test a COST, its timeout: where ctest
+# has no times of its own (a clean clone: CI) it starts the costliest tests first, so that the
+# longest one does not start last and run alone at the end of a ctest -j2.
 function(zoe_isolate_mpi_sessions)
   get_property(_tests DIRECTORY PROPERTY TESTS)
   foreach(_test ${_tests})
     set_property(TEST ${_test} APPEND PROPERTY ENVIRONMENT
                  "OMPI_MCA_orte_tmpdir_base=${ZOE_MPI_SESSIONS}/${_test}")
+    get_test_property(${_test} TIMEOUT _timeout)
+    if(_timeout)
+      set_tests_properties(${_test} PROPERTIES COST ${_timeout})
+    endif()
   endforeach()
   set_property(DIRECTORY PROPERTY ZOE_MPI_SESSIONS_ISOLATED TRUE)
 endfunction()
