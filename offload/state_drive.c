@@ -265,13 +265,10 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
                         d->slot_bytes);
     opt->mem.host_bytes += (size_t)d->slots * d->slot_bytes;
     opt->mem.drive_bytes += at;
-    /* Zeroed state on the drives (so that nothing reads what a file held before): the moments'
-     * zeros, and a master the initialisation or the load overwrites. */
+    /* No pass of zeros over the drives: the files are new (O_EXCL) and preallocated, so every
+     * byte reads as zero until written (unwritten extents, a tmpfs's zeroed pages), and nothing
+     * reads what a file held before. The ring's pages are touched now, not in the first step. */
     memset(d->ring, 0, (size_t)d->slots * d->slot_bytes);
-    for (int b = 0; b < nb; b++) {
-        ZOE_TRY(start(opt, b, 0, 1));
-        ZOE_TRY(finish(d, 0));
-    }
     zoe_log(ZOE_LOG_INFO,
             "optimizer state on drives (%s): %zu bytes in %d buckets over %d path(s); a ring of "
             "%d buckets (%zu bytes) in host memory, %d read ahead",
