@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "offload/optimizer_impl.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 enum { SLOT_IDLE = 0, SLOT_READING, SLOT_WRITING };
@@ -165,20 +166,28 @@ zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx) {
     d->cached = -1;
     const int nb = d->num_buckets, k = d->ahead, r = d->slots;
     zoe_status st = ZOE_OK;
+    double waited = 0, t0; /* ms blocked on the drives */
     for (int b = 0; b < k && b < nb && st == ZOE_OK; b++) st = start(opt, b, b % r, 0);
     for (int b = 0; b < nb && st == ZOE_OK; b++) {
         int next = b + k, s = b % r;
         if (next < nb) { /* its slot last held bucket next - r, written k + 1 buckets ago */
+            t0 = zoe_clock_ms();
             st = finish(d, next % r);
+            waited += zoe_clock_ms() - t0;
             if (st == ZOE_OK) st = start(opt, next, next % r, 0);
         }
+        t0 = zoe_clock_ms();
         if (st == ZOE_OK) st = finish(d, s);
+        waited += zoe_clock_ms() - t0;
         if (st != ZOE_OK) break;
         show(opt, b, s);
         st = fn(opt, d->h0[b], d->h0[b] + d->numel[b], ctx);
         if (st == ZOE_OK) st = start(opt, b, s, 1);
     }
-    return drain(d, st);
+    t0 = zoe_clock_ms();
+    st = drain(d, st);
+    d->ms_wait = waited + zoe_clock_ms() - t0;
+    return st;
 }
 
 /* A run id every rank shares: world rank 0's process id and clock, broadcast. */
