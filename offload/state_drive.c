@@ -82,11 +82,20 @@ static void show(zoe_optimizer *opt, int b, int s) {
     d->shown = b;
 }
 
+/* Starts moving bucket b between slot s and the drives. A bucket never written reads as zeros
+ * (the scratch files are new): its slot is zeroed instead of read (the initialisation's and a
+ * resume's page-ins). */
 static zoe_status start(zoe_optimizer *opt, int b, int s, int write) {
     zoe_state_drive *d = opt->drive;
     char *slot = d->ring + (size_t)s * d->slot_bytes;
-    d->slot_state[s] = write ? SLOT_WRITING : SLOT_READING;
     d->slot_bucket[s] = b;
+    if (!write && !d->written[b]) {
+        memset(slot, 0, d->bytes[b]);
+        d->slot_state[s] = SLOT_IDLE;
+        return ZOE_OK;
+    }
+    d->slot_state[s] = write ? SLOT_WRITING : SLOT_READING;
+    d->written[b] |= write;
     return write ? zoe_drive_io_write(d->io, d->offset[b], slot, d->bytes[b], &d->ticket[s])
                  : zoe_drive_io_read(d->io, d->offset[b], slot, d->bytes[b], &d->ticket[s]);
 }
@@ -225,11 +234,12 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     d->slot_state = calloc((size_t)d->slots, sizeof *d->slot_state);
     d->slot_bucket = calloc((size_t)d->slots, sizeof *d->slot_bucket);
     d->ticket = calloc((size_t)d->slots, sizeof *d->ticket);
+    d->written = calloc((size_t)nb, sizeof *d->written);
     d->paths_text = strdup(opt->cfg.state_paths);
     d->paths_given = strdup(opt->cfg.state_paths);
     opt->cfg.state_paths = d->paths_given; /* the caller's string may go */
     if (!d->paths_given || !d->h0 || !d->numel || !d->offset || !d->bytes || !d->slot_state ||
-        !d->slot_bucket || !d->ticket || !d->paths_text)
+        !d->slot_bucket || !d->ticket || !d->written || !d->paths_text)
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state drive tables of %d buckets", nb);
     size_t at = 0;
     for (int b = 0; b < nb; b++) {
@@ -293,7 +303,7 @@ void zoe_state_drive_destroy(zoe_optimizer *opt) {
     zoe_drive_io_destroy(d->io);
     zoe_drive_io_buffer_free(d->ring);
     free(d->h0), free(d->numel), free(d->offset), free(d->bytes);
-    free(d->slot_state), free(d->slot_bucket), free(d->ticket);
+    free(d->slot_state), free(d->slot_bucket), free(d->ticket), free(d->written);
     free(d->paths_text), free(d->paths_given);
     free(d);
     opt->drive = NULL;
