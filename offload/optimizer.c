@@ -460,8 +460,7 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
          * gradient partition it read; the rank's weight slices hold the previous ones until the
          * due refresh. */
         state_span span = {.buf = buf, .h0 = offset, .dt = dt, .write = write};
-        return zoe_state_paged_grads(opt, offset, end, 0, opt->flight_buf, write, swapped_copy,
-                                     &span);
+        return zoe_grads_paged(opt, offset, end, opt->flight_buf, write, swapped_copy, &span);
     }
     if (which == ZOE_STATE_MASTER && opt->sz.master_in_params) { /* the rank's weight slices */
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, offset, count);

@@ -388,6 +388,12 @@ zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, 
  * drives the same as zoe_state_paged. */
 zoe_status zoe_state_paged_grads(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
                                  int grad_write, zoe_span_fn fn, void *ctx);
+/* fn over host coordinates [h0, h1) of gradient partition buf alone (the state not read, and
+ * not shown), a bucket at a time on drives (write: each goes back after fn), at once in host
+ * memory: what reads or writes the gradient and no state (the DPU snapshot, dpu_swap's staged
+ * weights). */
+zoe_status zoe_grads_paged(zoe_optimizer *opt, size_t h0, size_t h1, int buf, int write,
+                           zoe_span_fn fn, void *ctx);
 /* fn over the whole host range: with state on drives bucket by bucket through the ring, read
  * ahead and written behind (the host step); grad_buf and grad_write as zoe_state_paged_grads
  * (the bucket's gradient read with its state, in the same pass). */

@@ -156,18 +156,19 @@ static zoe_status put_back(zoe_optimizer *opt) {
     return ZOE_OK;
 }
 
-/* Bucket b in slot 0, shown through the window (its state read unless it is there already;
- * the gradient the pass shows read always). */
-static zoe_status page_in(zoe_optimizer *opt, int b) {
+/* Bucket b in slot 0, shown through the window (with_state: its state read unless it is there
+ * already; the gradient the pass shows read always). */
+static zoe_status page_in(zoe_optimizer *opt, int b, int with_state) {
     zoe_state_drive *d = opt->drive;
-    if (d->cached != b) {
+    int fresh = with_state && d->cached != b;
+    if (fresh) {
         ZOE_TRY(put_back(opt));
         d->cached = -1;
         ZOE_TRY(start(opt, b, 0, 0));
-        d->cached = b;
     }
     if (d->grad_buf >= 0) ZOE_TRY(grad_start(d, b, 0, 0));
     ZOE_TRY(finish(d, 0));
+    if (fresh) d->cached = b; /* only once its bytes are there */
     show(opt, b, 0);
     return ZOE_OK;
 }
@@ -208,8 +209,10 @@ static int bucket_of(const zoe_state_drive *d, size_t h) {
     return lo;
 }
 
-zoe_status zoe_state_paged_grads(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
-                                 int grad_write, zoe_span_fn fn, void *ctx) {
+/* The paged passes: fn over [h0, h1) a bucket at a time, with the bucket's state (with_state)
+ * and gradient partition grad_buf (-1: none) shown. */
+static zoe_status paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
+                        int grad_write, int with_state, zoe_span_fn fn, void *ctx) {
     zoe_state_drive *d = opt->drive;
     if (h0 >= h1) return ZOE_OK;
     if (!d) return fn(opt, h0, h1, ctx);
@@ -217,7 +220,7 @@ zoe_status zoe_state_paged_grads(zoe_optimizer *opt, size_t h0, size_t h1, int w
     for (int b = bucket_of(d, h0); b < d->num_buckets && d->h0[b] < h1; b++) {
         size_t a = d->h0[b] > h0 ? d->h0[b] : h0, e = zoe_min_size(d->h0[b] + d->numel[b], h1);
         if (a >= e) continue;
-        ZOE_TRY(page_in(opt, b));
+        ZOE_TRY(page_in(opt, b, with_state));
         ZOE_TRY(fn(opt, a, e, ctx));
         d->dirty |= write;
         if (d->grad_write) {
@@ -228,9 +231,19 @@ zoe_status zoe_state_paged_grads(zoe_optimizer *opt, size_t h0, size_t h1, int w
     return ZOE_OK;
 }
 
+zoe_status zoe_state_paged_grads(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
+                                 int grad_write, zoe_span_fn fn, void *ctx) {
+    return paged(opt, h0, h1, write, grad_buf, grad_write, 1, fn, ctx);
+}
+
 zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, zoe_span_fn fn,
                            void *ctx) {
-    return zoe_state_paged_grads(opt, h0, h1, write, -1, 0, fn, ctx);
+    return paged(opt, h0, h1, write, -1, 0, 1, fn, ctx);
+}
+
+zoe_status zoe_grads_paged(zoe_optimizer *opt, size_t h0, size_t h1, int buf, int write,
+                           zoe_span_fn fn, void *ctx) {
+    return paged(opt, h0, h1, 0, buf, write, 0, fn, ctx);
 }
 
 zoe_status zoe_state_streamed(zoe_optimizer *opt, int grad_buf, int grad_write, zoe_span_fn fn,

@@ -409,9 +409,6 @@ zoe_status zoe_refresh(zoe_optimizer *opt) {
     return zoe_event_record(opt->refreshed, opt->stream);
 }
 
-/* The DPU snapshot: the host gradient partition buf times scale, in the compute dtype, with the
- * host step's schedule. A partition in the compute dtype holds one micro-batch (scale 1): a
- * copy. */
 typedef struct snapshot_span_ctx {
     int buf, copy;
     float scale;
@@ -439,12 +436,15 @@ static zoe_status snapshot_span(zoe_optimizer *opt, size_t a, size_t e, void *ct
     return zoe_worker_error_raise(&err, "gradient snapshot");
 }
 
+/* The DPU snapshot: the host gradient partition buf times scale, in the compute dtype, with the
+ * host step's schedule. A partition in the compute dtype holds one micro-batch (scale 1): a
+ * copy. */
 static zoe_status snapshot_grads(zoe_optimizer *opt, int buf, float scale) {
     snapshot_span_ctx k = {.buf = buf, .copy = opt->sz.grad_dtype != ZOE_F32, .scale = scale};
     if (k.copy && scale != 1.0f)
         return zoe_fail(ZOE_ERR_INTERNAL, "snapshot of a %s gradient partition scaled by %g",
                         zoe_dtype_name(opt->sz.grad_dtype), (double)scale);
-    return zoe_state_paged_grads(opt, 0, opt->sz.h_numel, 0, buf, 0, snapshot_span, &k);
+    return zoe_grads_paged(opt, 0, opt->sz.h_numel, buf, 0, snapshot_span, &k);
 }
 
 static void release_grads(zoe_optimizer *opt) {
@@ -508,8 +508,7 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
     /* On the CPU backend the update left the new weights where it read the gradient (the
      * snapshot, or the fp32 gradient partition); the forward that read the old ones is done. */
     if (zoe_params_in_host_memory(opt) && opt->sz.dpu_swap)
-        ZOE_TRY(zoe_state_paged_grads(opt, 0, opt->sz.h_numel, 0, opt->flight_buf, 0,
-                                      upload_swapped, NULL));
+        ZOE_TRY(zoe_grads_paged(opt, 0, opt->sz.h_numel, opt->flight_buf, 0, upload_swapped, NULL));
     else if (zoe_params_in_host_memory(opt))
         ZOE_TRY(zoe_partition_upload(opt, 0, opt->h_snap, opt->lay.part_numel, opt->stream));
     opt->refresh_due = 0;
@@ -594,8 +593,7 @@ zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
     const zoe_state_sizes *z = &opt->sz;
     if (zoe_params_in_host_memory(opt) && z->h_numel && z->dpu_swap) {
         opt->flight_buf = opt->grad_buf ^ 1; /* never the one gradients fill */
-        ZOE_TRY(
-            zoe_state_paged_grads(opt, 0, z->h_numel, 0, opt->flight_buf, 1, stage_params, NULL));
+        ZOE_TRY(zoe_grads_paged(opt, 0, z->h_numel, opt->flight_buf, 1, stage_params, NULL));
     } else if (zoe_params_in_host_memory(opt) && z->h_numel && opt->h_snap) {
         ZOE_TRY(stage_params(opt, 0, opt->lay.part_numel, opt->h_snap));
     }
