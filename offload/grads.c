@@ -105,7 +105,10 @@ static zoe_status assign_compute_dtype(const zoe_optimizer *opt, void *dst, cons
  * partition, held in pinned from partition offset pinned_start, into the host gradient
  * partition, segment by segment, with the norm's sum of squares of the result (and in
  * *all_sumsq, when not NULL, that of every segment, counted or not). Large segments are split
- * over the OpenMP threads. */
+ * over the OpenMP threads. With the gradient on drives the bucket's partition is summed in a
+ * staging slot (read from its region first unless assigned) and written back to the region:
+ * the same kernel on the same values, so the same bits and the same norm; under the exact
+ * schedule the write lands before the bucket is offered (the speculation reads it there). */
 static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pinned,
                                        size_t pinned_start, int assign, double *all_sumsq) {
     size_t lo, mid, hi;
@@ -118,6 +121,11 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
                         "a second micro-batch in one step: the %s gradient partition "
                         "(main_grads_dtype) holds one; accumulate in fp32",
                         zoe_dtype_name(opt->sz.grad_dtype));
+    char *stage = NULL; /* gradients on drives: the bucket's host partition, from its h0 */
+    size_t stage_h0 = lay->buckets[b].part_offset - opt->sz.h_lo,
+           gsz = zoe_dtype_size(opt->sz.grad_dtype);
+    if (opt->sz.drive_grads)
+        ZOE_TRY(zoe_grad_stage_begin(opt, b, opt->grad_buf, assign, (void **)&stage));
     for (int s = lay->num_device_segments; s < lay->num_segments; s++) {
         const zoe_segment *seg = &lay->segments[s];
         size_t a = seg->offset > mid ? seg->offset : mid;
@@ -132,7 +140,8 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
                    n = e - x < ZOE_ADAM_TILE ? e - x : ZOE_ADAM_TILE;
             double part = 0;
             const char *src = (const char *)pinned + (x - pinned_start) * opt->esz;
-            void *dst = zoe_host_grad_at(opt, opt->grad_buf, x - opt->sz.h_lo);
+            void *dst = stage ? stage + (x - opt->sz.h_lo - stage_h0) * gsz
+                              : zoe_host_grad_at(opt, opt->grad_buf, x - opt->sz.h_lo);
             zoe_worker_error_record(
                 &err, opt->sz.grad_dtype == ZOE_F32
                           ? zoe_grad_accumulate_host(dst, src, opt->dtype, scale, assign, n, &part)
@@ -143,7 +152,7 @@ static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pi
         if (seg->counted) opt->host_sumsq += sumsq;
         if (all_sumsq) *all_sumsq += sumsq;
     }
-    return ZOE_OK;
+    return stage ? zoe_grad_stage_end(opt, b, opt->grad_buf, opt->spec.expected) : ZOE_OK;
 }
 
 /* Reduce-scatters bucket b held in device buffer `grads` (its padded d*part elements) on the
@@ -356,6 +365,7 @@ zoe_status zoe_optimizer_end_micro_batch(zoe_optimizer *opt) {
             if (!opt->progress[b].reduced && (opt->progress[b].slot >= 0) == (pass == 0))
                 ZOE_TRY(complete_bucket(opt, b));
     if (opt->slots) ZOE_TRY(drain_through(opt, opt->sequence));
+    ZOE_TRY(zoe_grad_stage_drain(opt)); /* gradients on drives: every bucket's write landed */
     opt->in_micro_batch = 0;
     opt->micro_batches++;
     return ZOE_OK;
@@ -384,6 +394,7 @@ zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
         ZOE_TRY(accumulate_host_part(opt, b, host_part,
                                      in_place ? bk->part_offset : opt->lay.device_numel, 1, NULL));
     }
+    ZOE_TRY(zoe_grad_stage_drain(opt));
     ZOE_TRY(zoe_event_record(opt->grads_written, opt->copy_stream));
     ZOE_TRY(zoe_stream_wait_event(opt->stream, opt->grads_written));
     return zoe_memset_async(opt->full_grad, 0, opt->lay.flat_numel * opt->esz, opt->stream);

@@ -40,6 +40,7 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
                           cfg->main_params_dtype == ZOE_BF16 && !dpu && z.h_master;
     z.drive = cfg->state_paths && cfg->state_paths[0] && z.h_numel;
     if (z.drive) {
+        z.drive_grads = cfg->grads_on_drives;
         z.drive_ahead = cfg->state_ahead > 0 ? cfg->state_ahead : ZOE_STATE_AHEAD_DEFAULT;
         zoe_state_drive_sizes(&z, lay);
     }
@@ -93,7 +94,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t d_scales = int8_moments * zoe_adam_int8_blocks(z->d_state) * f;
     *out = (zoe_optimizer_footprint){
         .host_bytes = z->h_numel * (state_bytes + gsz * (size_t)z->h_grads) + scales + snap -
-                      pinned_master - z->drive_paged + (size_t)z->drive_slots * z->drive_slot,
+                      pinned_master - z->drive_paged + (size_t)z->drive_slots * z->drive_slot +
+                      z->drive_stage,
         .pinned_bytes =
             slots_pinned + ring + z->full_pinned * esz + z->host_params * esz + pinned_master,
         .device_bytes = (z->params + z->part_out + z->full_grad) * esz + slots_device +
@@ -111,6 +113,7 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
         .grads_bytes = z->h_numel * gsz * (size_t)z->h_grads,
         .bucket_part_numel = lay->max_part,
         .drive_bytes = z->drive_bytes,
+        .drive_ring_bytes = (size_t)z->drive_slots * z->drive_slot + z->drive_stage,
     };
 }
 

@@ -82,6 +82,10 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
         BAD("dpu_predict_scale %g is not a finite value > 0 (DPU schedule predict)",
             (double)c->dpu_predict_scale);
     if (c->state_ahead < 0) BAD("state_ahead %d is negative", c->state_ahead);
+    if (c->grads_on_drives != 0 && c->grads_on_drives != 1)
+        BAD("grads_on_drives %d is not 0 or 1", c->grads_on_drives);
+    if (c->grads_on_drives && !(c->state_paths && c->state_paths[0]))
+        BAD("grads_on_drives without state_paths: the gradient goes to the state's drives");
     if (c->state_paths && c->state_paths[0] && c->partial_ratio > 0)
         BAD("state_paths with partial_ratio %g: the drives hold the whole partition's state "
             "(partial_ratio 0)",
@@ -427,6 +431,16 @@ static zoe_status state_span_copy(zoe_optimizer *opt, size_t a, size_t e, void *
                      : zoe_convert(u, sp->dt, h, held, e - a);
 }
 
+/* The master a settled delayed update left in the fp32 gradient partition flight_buf (dpu_swap:
+ * the CPU backend, where host coordinates are partition coordinates). */
+static zoe_status swapped_copy(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    const state_span *sp = ctx;
+    char *u = sp->buf + (a - sp->h0) * zoe_dtype_size(sp->dt);
+    float *staged = zoe_host_grad_f32(opt, opt->flight_buf, a);
+    return sp->write ? zoe_convert(staged, ZOE_F32, u, sp->dt, e - a)
+                     : zoe_convert(u, sp->dt, staged, ZOE_F32, e - a);
+}
+
 /* Copies [offset, offset + count) of one state array between the caller's host buffer, of
  * dtype dt (fp32 or bf16), and the partition, whose first sz.h_lo elements live in device memory
  * (CUDA with partial offload, in the host's dtypes). Into bf16 the values round to nearest even;
@@ -446,9 +460,8 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
         /* A settled delayed update (zoe_optimizer_settle) left the new master weights in the
          * gradient partition it read; the rank's weight slices hold the previous ones until the
          * due refresh. */
-        float *staged = zoe_host_grad_f32(opt, opt->flight_buf) + offset;
-        return write ? zoe_convert(staged, ZOE_F32, buf, dt, count)
-                     : zoe_convert(buf, dt, staged, ZOE_F32, count);
+        state_span span = {.buf = buf, .h0 = offset, .dt = dt, .write = write};
+        return zoe_grads_paged(opt, offset, end, opt->flight_buf, write, swapped_copy, &span);
     }
     if (which == ZOE_STATE_MASTER && opt->sz.master_in_params) { /* the rank's weight slices */
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, offset, count);

@@ -96,6 +96,12 @@ typedef struct zoe_state_sizes {
      * host bytes they would take. */
     int drive, drive_ahead, drive_slots;
     size_t drive_slot, drive_bytes, drive_paged;
+    /* The gradient partition(s) on drives too (cfg.grads_on_drives): h_grads regions per bucket
+     * of drive_grad_slot bytes at most, counted in drive_bytes and drive_paged; each ring slot
+     * holds a bucket's gradient after its state (drive_slot counts it), and drive_stage bytes of
+     * host memory stage the accumulation (ZOE_GRAD_STAGE_SLOTS buckets). */
+    int drive_grads;
+    size_t drive_grad_slot, drive_stage;
 } zoe_state_sizes;
 
 /* The smaller of two sizes (the offload files' one copy). */
@@ -140,6 +146,7 @@ enum {
     ZOE_STATE_DRIVE_ALIGN = 4096,
     ZOE_STATE_AHEAD_DEFAULT = 2,
     ZOE_STATE_MAX_PATHS = 64,
+    ZOE_GRAD_STAGE_SLOTS = 2, /* gradients on drives: one bucket accumulated, one written */
 };
 typedef struct zoe_state_drive {
     zoe_drive_io *io;
@@ -160,6 +167,19 @@ typedef struct zoe_state_drive {
     /* the last streamed pass's time blocked on the drives (stats.ms_drive_wait): written by
      * the thread that streams (the update's worker under DPU), read by stats_get */
     _Atomic double ms_wait;
+    /* Gradients on drives (sz.drive_grads): per bucket the region of gradient partition 0
+     * (partition 1's is grad_span further); in each ring slot the bucket's gradient at grad_at.
+     * grad_buf: which partition a pass shows (-1: none), grad_write: whether it goes back. */
+    size_t *grad_offset, *grad_bytes, grad_span, grad_at;
+    int grad_partitions; /* sz.h_grads */
+    int grad_buf, grad_write;
+    int *grad_pending; /* per slot: a gradient request in flight */
+    zoe_drive_io_ticket *grad_ticket;
+    /* The accumulation's staging (the main thread's, while a worker may stream the state):
+     * ZOE_GRAD_STAGE_SLOTS buckets, each written to its region behind the next one's sums. */
+    char *stage;
+    int stage_bucket[ZOE_GRAD_STAGE_SLOTS], stage_busy[ZOE_GRAD_STAGE_SLOTS], stage_next;
+    zoe_drive_io_ticket stage_ticket[ZOE_GRAD_STAGE_SLOTS];
 } zoe_state_drive;
 
 /* ZOE_DPU_EXACT (offload/speculate.c). Two phases, never at once: the speculation (the step's
@@ -295,18 +315,19 @@ struct zoe_optimizer {
      * bucket of a ring slot, whose element 0 is host coordinate win_lo[array] (0: resident). */
     zoe_state_drive *drive;
     size_t win_lo[3];
+    size_t win_grad; /* gradients on drives: host coordinate of h_grad[buf]'s element 0 */
 };
 
 /* Host element h of gradient partition buf, in sz.grad_dtype. */
 static inline void *zoe_host_grad_at(const zoe_optimizer *opt, int buf, size_t h) {
-    return (char *)opt->h_grad[buf] + h * zoe_dtype_size(opt->sz.grad_dtype);
+    return (char *)opt->h_grad[buf] + (h - opt->win_grad) * zoe_dtype_size(opt->sz.grad_dtype);
 }
-/* Gradient partition buf as fp32, for what only an fp32 partition reaches (an fp32 master in the
- * parameters' dpu_swap and dc's compensation in place there, the exact schedule's undo and
- * speculation: the configurations a 2-byte partition refuses or steps without,
+/* Host element h of gradient partition buf as fp32, for what only an fp32 partition reaches (an
+ * fp32 master in the parameters' dpu_swap and dc's compensation in place there, the exact
+ * schedule's undo and speculation: the configurations a 2-byte partition refuses or steps without,
  * zoe_grads_dtype_check). */
-static inline float *zoe_host_grad_f32(const zoe_optimizer *opt, int buf) {
-    return (float *)opt->h_grad[buf];
+static inline float *zoe_host_grad_f32(const zoe_optimizer *opt, int buf, size_t h) {
+    return (float *)zoe_host_grad_at(opt, buf, h);
 }
 
 /* The scales of the block holding host element h of an int8 moment (which 1 or 2), else NULL. */
@@ -371,9 +392,31 @@ void zoe_state_drive_destroy(zoe_optimizer *opt);
  * before another bucket takes its place). */
 zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, zoe_span_fn fn,
                            void *ctx);
+/* zoe_state_paged that also shows gradient partition grad_buf (-1: none) through h_grad
+ * (zoe_host_grad_at), read from the drive with each bucket (never cached: the accumulation
+ * rewrites it between steps) and, with grad_write, written back after fn. Without gradients on
+ * drives the same as zoe_state_paged. */
+zoe_status zoe_state_paged_grads(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
+                                 int grad_write, zoe_span_fn fn, void *ctx);
+/* fn over host coordinates [h0, h1) of gradient partition buf alone (the state not read, and
+ * not shown), a bucket at a time on drives (write: each goes back after fn), at once in host
+ * memory: what reads or writes the gradient and no state (the DPU snapshot, dpu_swap's staged
+ * weights). */
+zoe_status zoe_grads_paged(zoe_optimizer *opt, size_t h0, size_t h1, int buf, int write,
+                           zoe_span_fn fn, void *ctx);
 /* fn over the whole host range: with state on drives bucket by bucket through the ring, read
- * ahead and written behind (the host step). */
-zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx);
+ * ahead and written behind (the host step); grad_buf and grad_write as zoe_state_paged_grads
+ * (the bucket's gradient read with its state, in the same pass). */
+zoe_status zoe_state_streamed(zoe_optimizer *opt, int grad_buf, int grad_write, zoe_span_fn fn,
+                              void *ctx);
+/* Gradients on drives: the staging slot for bucket b's host partition (its host coordinate
+ * h0 of the bucket is element 0), after the slot's previous write has landed; zeroed when
+ * assign, else read from the bucket's region of partition buf (accumulation). */
+zoe_status zoe_grad_stage_begin(zoe_optimizer *opt, int b, int buf, int assign, void **stage);
+/* Starts the write of the staged bucket b to its region; wait: and waits for it. */
+zoe_status zoe_grad_stage_end(zoe_optimizer *opt, int b, int buf, int wait);
+/* Waits for every staged write (before the step reads the gradients). */
+zoe_status zoe_grad_stage_drain(zoe_optimizer *opt);
 
 /* speculate.c (ZOE_DPU_EXACT) */
 zoe_status zoe_spec_create(zoe_optimizer *opt);

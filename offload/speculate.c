@@ -273,7 +273,7 @@ zoe_status zoe_spec_offer(zoe_optimizer *opt, int b, double host_sumsq) {
     zoe_bucket_split(&opt->lay, b, &lo, &mid, &hi);
     double all = host_sumsq; /* on the CPU backend the device share is in the host arrays */
     if (zoe_device_is_host_memory(opt) && mid > lo)
-        all += zoe_sumsq_host(zoe_host_grad_f32(opt, opt->grad_buf) + lo, mid - lo);
+        all += zoe_sumsq_host(zoe_host_grad_f32(opt, opt->grad_buf, lo), mid - lo);
     if (!(all * sp->unscale * sp->unscale < SPEC_SUMSQ_LIMIT) ||
         opt->host_sumsq > sp->certain_clip) {
         sp->stopped = 1;

@@ -67,13 +67,15 @@ static zoe_status device_array(zoe_optimizer *opt, size_t bytes, int ring, void 
 static zoe_status host_arrays(zoe_optimizer *opt) {
     const zoe_state_sizes *z = &opt->sz;
     size_t n = z->h_numel, bytes = n * zoe_dtype_size(z->grad_dtype);
-    opt->h_grad[0] = zoe_state_host_alloc(opt, bytes);
-    opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
+    if (!z->drive_grads) { /* else they show a slot of the drive's ring, as the state does */
+        opt->h_grad[0] = zoe_state_host_alloc(opt, bytes);
+        opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
+        if (!opt->h_grad[0] || !opt->h_grad[1])
+            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host gradient partition of %zu elements", n);
+    }
     size_t master_bytes = n * zoe_adam_state_esize(z->host_dtypes.master);
     if (z->params_are_master) /* the streamed weights: pinned, for the copies to the device */
         ZOE_TRY(zoe_state_pinned_alloc(opt, master_bytes, 0, "the master weights", &opt->h_master));
-    if (!opt->h_grad[0] || !opt->h_grad[1])
-        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host gradient partition of %zu elements", n);
     if (z->drive) { /* the rest of the state: on the drives, shown a bucket at a time */
         ZOE_TRY(zoe_state_drive_create(opt));
     } else {
@@ -179,8 +181,10 @@ void zoe_state_destroy(zoe_optimizer *opt) {
         zoe_device_free(opt->dev, opt->d_grad[0]);
         zoe_device_free(opt->dev, opt->d_grad[1]);
     }
-    if (opt->h_grad[1] != opt->h_grad[0]) free(opt->h_grad[1]);
-    free(opt->h_grad[0]);
+    if (!opt->sz.drive_grads) {
+        if (opt->h_grad[1] != opt->h_grad[0]) free(opt->h_grad[1]);
+        free(opt->h_grad[0]);
+    }
     if (opt->sz.params_are_master)
         zoe_host_free(opt->dev, opt->h_master);
     else if (!opt->drive)

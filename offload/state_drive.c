@@ -58,12 +58,25 @@ void zoe_state_drive_sizes(zoe_state_sizes *z, const zoe_layout *lay) {
     }
     z->drive_slot = largest;
     z->drive_bytes = all;
+    if (z->drive_grads) { /* per bucket one region per gradient partition, after the state's */
+        size_t gsz = zoe_dtype_size(z->grad_dtype), glargest = 0, gall = 0;
+        for (int b = 0; b < lay->num_buckets; b++) {
+            size_t r = round_up(lay->buckets[b].part * gsz, ZOE_STATE_DRIVE_ALIGN);
+            glargest = r > glargest ? r : glargest;
+            gall += r;
+        }
+        z->drive_grad_slot = glargest;
+        z->drive_slot += glargest; /* a ring slot shows the bucket's gradient after its state */
+        z->drive_bytes += gall * (size_t)z->h_grads;
+        z->drive_stage = ZOE_GRAD_STAGE_SLOTS * glargest;
+    }
     /* 2 ahead + 1 slots, or one per bucket where there are fewer: bucket b always takes slot
      * b % slots, and the slot's last bucket, b - slots, is then never one of this step's */
     z->drive_slots = 2 * z->drive_ahead + 1;
     if (z->drive_slots > lay->num_buckets) z->drive_slots = lay->num_buckets;
     size_t paged = 0; /* what the drives hold instead of host memory */
     for (int a = 0; a < ZOE_STATE_ARRAYS; a++) paged += array_bytes(z, a, z->h_numel);
+    if (z->drive_grads) paged += z->h_numel * zoe_dtype_size(z->grad_dtype) * (size_t)z->h_grads;
     z->drive_paged = paged;
 }
 
@@ -79,7 +92,26 @@ static void show(zoe_optimizer *opt, int b, int s) {
         if (array_bytes(&opt->sz, a, n)) *arrays[a] = slot + array_offset(&opt->sz, a, n);
     for (int a = 0; a < 3; a++)
         if (array_bytes(&opt->sz, a, n)) opt->win_lo[a] = d->h0[b];
+    if (d->grad_buf >= 0) {
+        opt->h_grad[d->grad_buf] = slot + d->grad_at;
+        opt->win_grad = d->h0[b];
+    }
     d->shown = b;
+}
+
+/* Where bucket b's region of gradient partition buf starts in the scratch space (with one
+ * partition, buf 1 is buf 0: a stale schedule's snapshot alternates the index, not the array). */
+static size_t grad_region(const zoe_state_drive *d, int b, int buf) {
+    return d->grad_offset[b] + (size_t)(buf % d->grad_partitions) * d->grad_span;
+}
+
+/* Starts moving bucket b's gradient (of the partition the pass shows) into or out of slot s. */
+static zoe_status grad_start(zoe_state_drive *d, int b, int s, int write) {
+    char *at = d->ring + (size_t)s * d->slot_bytes + d->grad_at;
+    d->grad_pending[s] = 1;
+    size_t off = grad_region(d, b, d->grad_buf);
+    return write ? zoe_drive_io_write(d->io, off, at, d->grad_bytes[b], &d->grad_ticket[s])
+                 : zoe_drive_io_read(d->io, off, at, d->grad_bytes[b], &d->grad_ticket[s]);
 }
 
 /* Starts moving bucket b between slot s and the drives. A bucket never written reads as zeros
@@ -101,9 +133,17 @@ static zoe_status start(zoe_optimizer *opt, int b, int s, int write) {
 }
 
 static zoe_status finish(zoe_state_drive *d, int s) {
-    if (d->slot_state[s] == SLOT_IDLE) return ZOE_OK;
-    d->slot_state[s] = SLOT_IDLE;
-    return zoe_drive_io_wait(d->io, d->ticket[s]);
+    zoe_status st = ZOE_OK;
+    if (d->slot_state[s] != SLOT_IDLE) {
+        d->slot_state[s] = SLOT_IDLE;
+        st = zoe_drive_io_wait(d->io, d->ticket[s]);
+    }
+    if (d->grad_pending && d->grad_pending[s]) {
+        d->grad_pending[s] = 0;
+        zoe_status w = zoe_drive_io_wait(d->io, d->grad_ticket[s]);
+        if (st == ZOE_OK) st = w;
+    }
+    return st;
 }
 
 /* Waits for every request in flight (after a failure too: the buffers must be free). */
@@ -126,18 +166,44 @@ static zoe_status put_back(zoe_optimizer *opt) {
     return ZOE_OK;
 }
 
-/* Bucket b in slot 0, shown through the window (read unless it is there already). */
-static zoe_status page_in(zoe_optimizer *opt, int b) {
+/* Bucket b in slot 0, shown through the window (with_state: its state read unless it is there
+ * already; the gradient the pass shows read always). */
+static zoe_status page_in(zoe_optimizer *opt, int b, int with_state) {
     zoe_state_drive *d = opt->drive;
-    if (d->cached != b) {
+    int fresh = with_state && d->cached != b;
+    if (fresh) {
         ZOE_TRY(put_back(opt));
         d->cached = -1;
         ZOE_TRY(start(opt, b, 0, 0));
-        ZOE_TRY(finish(d, 0));
-        d->cached = b;
     }
+    if (d->grad_buf >= 0) ZOE_TRY(grad_start(d, b, 0, 0));
+    ZOE_TRY(finish(d, 0));
+    if (fresh) d->cached = b; /* only once its bytes are there */
     show(opt, b, 0);
     return ZOE_OK;
+}
+
+/* Which gradient partition the next pass shows (gradients on drives), and whether it goes back
+ * to the drive; -1: none. */
+static void show_grads(zoe_optimizer *opt, int grad_buf, int grad_write) {
+    zoe_state_drive *d = opt->drive;
+    d->grad_buf = opt->sz.drive_grads ? grad_buf : -1;
+    d->grad_write = d->grad_buf >= 0 && grad_write;
+}
+
+/* A pass's request for bucket b in slot s: the state, and the gradient the pass shows (read;
+ * written back where the pass writes it). */
+static zoe_status start_pass(zoe_optimizer *opt, int b, int s, int write) {
+    zoe_state_drive *d = opt->drive;
+    ZOE_TRY(start(opt, b, s, write));
+    return d->grad_buf >= 0 && (!write || d->grad_write) ? grad_start(d, b, s, write) : ZOE_OK;
+}
+
+/* Waits for staging slot s's request, if any. */
+static zoe_status stage_wait(zoe_state_drive *d, int s) {
+    if (!d->stage_busy[s]) return ZOE_OK;
+    d->stage_busy[s] = 0;
+    return zoe_drive_io_wait(d->io, d->stage_ticket[s]);
 }
 
 /* The bucket holding host coordinate h (the last one whose range starts at or before it). */
@@ -153,37 +219,61 @@ static int bucket_of(const zoe_state_drive *d, size_t h) {
     return lo;
 }
 
-zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, zoe_span_fn fn,
-                           void *ctx) {
+/* The paged passes: fn over [h0, h1) a bucket at a time, with the bucket's state (with_state)
+ * and gradient partition grad_buf (-1: none) shown. */
+static zoe_status paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
+                        int grad_write, int with_state, zoe_span_fn fn, void *ctx) {
     zoe_state_drive *d = opt->drive;
     if (h0 >= h1) return ZOE_OK;
     if (!d) return fn(opt, h0, h1, ctx);
+    show_grads(opt, grad_buf, grad_write);
     for (int b = bucket_of(d, h0); b < d->num_buckets && d->h0[b] < h1; b++) {
         size_t a = d->h0[b] > h0 ? d->h0[b] : h0, e = zoe_min_size(d->h0[b] + d->numel[b], h1);
         if (a >= e) continue;
-        ZOE_TRY(page_in(opt, b));
+        ZOE_TRY(page_in(opt, b, with_state));
         ZOE_TRY(fn(opt, a, e, ctx));
         d->dirty |= write;
+        if (d->grad_write) {
+            ZOE_TRY(grad_start(d, b, 0, 1));
+            ZOE_TRY(finish(d, 0));
+        }
     }
     return ZOE_OK;
 }
 
-zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx) {
+zoe_status zoe_state_paged_grads(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
+                                 int grad_write, zoe_span_fn fn, void *ctx) {
+    return paged(opt, h0, h1, write, grad_buf, grad_write, 1, fn, ctx);
+}
+
+zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, zoe_span_fn fn,
+                           void *ctx) {
+    return paged(opt, h0, h1, write, -1, 0, 1, fn, ctx);
+}
+
+zoe_status zoe_grads_paged(zoe_optimizer *opt, size_t h0, size_t h1, int buf, int write,
+                           zoe_span_fn fn, void *ctx) {
+    return paged(opt, h0, h1, 0, buf, write, 0, fn, ctx);
+}
+
+zoe_status zoe_state_streamed(zoe_optimizer *opt, int grad_buf, int grad_write, zoe_span_fn fn,
+                              void *ctx) {
     zoe_state_drive *d = opt->drive;
     if (!d) return fn(opt, 0, opt->sz.h_numel, ctx);
+    show_grads(opt, grad_buf, grad_write);
     ZOE_TRY(put_back(opt)); /* the ring's slot 0 is the stream's now */
     d->cached = -1;
     const int nb = d->num_buckets, k = d->ahead, r = d->slots;
     zoe_status st = ZOE_OK;
     double waited = 0, t0; /* ms blocked on the drives */
-    for (int b = 0; b < k && b < nb && st == ZOE_OK; b++) st = start(opt, b, b % r, 0);
+    for (int b = 0; b < k && b < nb && st == ZOE_OK; b++) st = start_pass(opt, b, b % r, 0);
     for (int b = 0; b < nb && st == ZOE_OK; b++) {
         int next = b + k, s = b % r;
         if (next < nb) { /* its slot last held bucket next - r, written k + 1 buckets ago */
             t0 = zoe_clock_ms();
             st = finish(d, next % r);
             waited += zoe_clock_ms() - t0;
-            if (st == ZOE_OK) st = start(opt, next, next % r, 0);
+            if (st == ZOE_OK) st = start_pass(opt, next, next % r, 0);
         }
         t0 = zoe_clock_ms();
         if (st == ZOE_OK) st = finish(d, s);
@@ -191,11 +281,53 @@ zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx) {
         if (st != ZOE_OK) break;
         show(opt, b, s);
         st = fn(opt, d->h0[b], d->h0[b] + d->numel[b], ctx);
-        if (st == ZOE_OK) st = start(opt, b, s, 1);
+        if (st == ZOE_OK) st = start_pass(opt, b, s, 1);
     }
     t0 = zoe_clock_ms();
     st = drain(d, st);
     d->ms_wait = waited + zoe_clock_ms() - t0;
+    return st;
+}
+
+zoe_status zoe_grad_stage_begin(zoe_optimizer *opt, int b, int buf, int assign, void **stage) {
+    zoe_state_drive *d = opt->drive;
+    int s = d->stage_next;
+    d->stage_next = (s + 1) % ZOE_GRAD_STAGE_SLOTS;
+    ZOE_TRY(stage_wait(d, s)); /* its last bucket's write has landed */
+    char *at = d->stage + (size_t)s * opt->sz.drive_grad_slot;
+    d->stage_bucket[s] = b;
+    if (assign) { /* the padding between tensors too: no stale bytes go to the drive */
+        memset(at, 0, d->grad_bytes[b]);
+    } else { /* read, add, write: the micro-batches before this one's sums */
+        ZOE_TRY(zoe_drive_io_read(d->io, grad_region(d, b, buf), at, d->grad_bytes[b],
+                                  &d->stage_ticket[s]));
+        d->stage_busy[s] = 1;
+        ZOE_TRY(stage_wait(d, s));
+    }
+    *stage = at;
+    return ZOE_OK;
+}
+
+zoe_status zoe_grad_stage_end(zoe_optimizer *opt, int b, int buf, int wait) {
+    zoe_state_drive *d = opt->drive;
+    int s = (d->stage_next + ZOE_GRAD_STAGE_SLOTS - 1) % ZOE_GRAD_STAGE_SLOTS; /* the last begun */
+    if (d->stage_bucket[s] != b)
+        return zoe_fail(ZOE_ERR_INTERNAL, "gradient staging: bucket %d ended, %d staged", b,
+                        d->stage_bucket[s]);
+    ZOE_TRY(zoe_drive_io_write(d->io, grad_region(d, b, buf),
+                               d->stage + (size_t)s * opt->sz.drive_grad_slot, d->grad_bytes[b],
+                               &d->stage_ticket[s]));
+    d->stage_busy[s] = 1;
+    return wait ? stage_wait(d, s) : ZOE_OK;
+}
+
+zoe_status zoe_grad_stage_drain(zoe_optimizer *opt) {
+    zoe_state_drive *d = opt->drive;
+    zoe_status st = ZOE_OK;
+    for (int s = 0; d && d->stage && s < ZOE_GRAD_STAGE_SLOTS; s++) {
+        zoe_status w = stage_wait(d, s);
+        if (st == ZOE_OK) st = w;
+    }
     return st;
 }
 
@@ -221,7 +353,7 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     zoe_state_drive *d = calloc(1, sizeof *d);
     if (!d) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state drive struct");
     opt->drive = d;
-    d->cached = d->shown = -1;
+    d->cached = d->shown = d->grad_buf = -1;
     d->ahead = opt->sz.drive_ahead;
     d->slots = opt->sz.drive_slots;
     d->slot_bytes = opt->sz.drive_slot;
@@ -234,12 +366,17 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     d->slot_state = calloc((size_t)d->slots, sizeof *d->slot_state);
     d->slot_bucket = calloc((size_t)d->slots, sizeof *d->slot_bucket);
     d->ticket = calloc((size_t)d->slots, sizeof *d->ticket);
+    d->grad_offset = calloc((size_t)nb, sizeof *d->grad_offset);
+    d->grad_bytes = calloc((size_t)nb, sizeof *d->grad_bytes);
+    d->grad_pending = calloc((size_t)d->slots, sizeof *d->grad_pending);
+    d->grad_ticket = calloc((size_t)d->slots, sizeof *d->grad_ticket);
     d->written = calloc((size_t)nb, sizeof *d->written);
     d->paths_text = strdup(opt->cfg.state_paths);
     d->paths_given = strdup(opt->cfg.state_paths);
     opt->cfg.state_paths = d->paths_given; /* the caller's string may go */
     if (!d->paths_given || !d->h0 || !d->numel || !d->offset || !d->bytes || !d->slot_state ||
-        !d->slot_bucket || !d->ticket || !d->written || !d->paths_text)
+        !d->slot_bucket || !d->ticket || !d->written || !d->paths_text || !d->grad_offset ||
+        !d->grad_bytes || !d->grad_pending || !d->grad_ticket)
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state drive tables of %d buckets", nb);
     size_t at = 0;
     for (int b = 0; b < nb; b++) {
@@ -248,6 +385,20 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
         d->offset[b] = at;
         d->bytes[b] = array_offset(&opt->sz, ZOE_STATE_ARRAYS, d->numel[b]);
         at += d->bytes[b];
+    }
+    const zoe_state_sizes *z = &opt->sz;
+    if (z->drive_grads) { /* then the gradient regions: partition 0's buckets, partition 1's */
+        d->grad_at = z->drive_slot - z->drive_grad_slot;
+        size_t g0 = at;
+        for (int b = 0; b < nb; b++) {
+            d->grad_offset[b] = at;
+            d->grad_bytes[b] =
+                round_up(d->numel[b] * zoe_dtype_size(z->grad_dtype), ZOE_STATE_DRIVE_ALIGN);
+            at += d->grad_bytes[b];
+        }
+        d->grad_span = at - g0;
+        d->grad_partitions = z->h_grads;
+        at += d->grad_span * (size_t)(z->h_grads - 1);
     }
     const char *paths[ZOE_STATE_MAX_PATHS];
     int num_paths = split_paths(d->paths_text, paths, ZOE_STATE_MAX_PATHS);
@@ -283,16 +434,24 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state ring of %d buckets of %zu bytes", d->slots,
                         d->slot_bytes);
     opt->mem.host_bytes += (size_t)d->slots * d->slot_bytes;
+    opt->mem.drive_ring_bytes += (size_t)d->slots * d->slot_bytes;
     opt->mem.drive_bytes += at;
+    if (z->drive_grads) {
+        d->stage = zoe_drive_io_buffer_alloc(z->drive_stage);
+        if (!d->stage)
+            return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "gradient staging of %zu bytes", z->drive_stage);
+        opt->mem.host_bytes += z->drive_stage;
+        opt->mem.drive_ring_bytes += z->drive_stage;
+    }
     /* No pass of zeros over the drives: the files are new (O_EXCL) and preallocated, so every
      * byte reads as zero until written (unwritten extents, a tmpfs's zeroed pages), and nothing
      * reads what a file held before. The ring's pages are touched now, not in the first step. */
     memset(d->ring, 0, (size_t)d->slots * d->slot_bytes);
     zoe_log(ZOE_LOG_INFO,
-            "optimizer state on drives (%s): %zu bytes in %d buckets over %d path(s); a ring of "
-            "%d buckets (%zu bytes) in host memory, %d read ahead",
-            zoe_drive_io_engine_name(d->io), at, nb, num_paths, d->slots,
-            (size_t)d->slots * d->slot_bytes, d->ahead);
+            "optimizer state%s on drives (%s): %zu bytes in %d buckets over %d path(s); a ring "
+            "of %d buckets (%zu bytes) in host memory, %d read ahead",
+            z->drive_grads ? " and gradient partition" : "", zoe_drive_io_engine_name(d->io), at,
+            nb, num_paths, d->slots, (size_t)d->slots * d->slot_bytes, d->ahead);
     return ZOE_OK;
 }
 
@@ -300,8 +459,11 @@ void zoe_state_drive_destroy(zoe_optimizer *opt) {
     zoe_state_drive *d = opt->drive;
     if (!d) return;
     if (d->io && d->slot_state) drain(d, ZOE_OK);
+    if (d->io) zoe_grad_stage_drain(opt);
     zoe_drive_io_destroy(d->io);
     zoe_drive_io_buffer_free(d->ring);
+    zoe_drive_io_buffer_free(d->stage);
+    free(d->grad_offset), free(d->grad_bytes), free(d->grad_pending), free(d->grad_ticket);
     free(d->h0), free(d->numel), free(d->offset), free(d->bytes);
     free(d->slot_state), free(d->slot_bucket), free(d->ticket), free(d->written);
     free(d->paths_text), free(d->paths_given);

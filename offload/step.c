@@ -221,7 +221,7 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
         return compressed_undo(opt, c, sg, a, e, buf, block_out, block_lo);
     float *w_in =
         z->master_in_params ? (float *)opt->params + flat : (float *)zoe_host_state_at(opt, 0, h);
-    float *w_out = in_flight && z->dpu_swap ? zoe_host_grad_f32(opt, buf) + h : w_in;
+    float *w_out = in_flight && z->dpu_swap ? zoe_host_grad_f32(opt, buf, h) : w_in;
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
     const void *grad = from_snap ? (const void *)snap : (const void *)zoe_host_grad_at(opt, buf, h);
@@ -231,14 +231,14 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     if (undo) /* ZOE_DPU_EXACT, whose layout is that of no DPU: the master and fp32 gradient */
         return zoe_adam_undo_host(k, w_in, (float *)zoe_host_state_at(opt, 1, h),
                                   (float *)zoe_host_state_at(opt, 2, h),
-                                  zoe_host_grad_f32(opt, buf) + h, out, opt->dtype, e - a);
+                                  zoe_host_grad_f32(opt, buf, h), out, opt->dtype, e - a);
     int predict = in_flight && opt->flight_predict;
     if (in_flight && opt->flight_dc && from_snap) { /* into the thread's fp32 tile */
         ZOE_TRY(compensated_snapshot(opt, sg, k->grad_scale, w_in, h, e - a, dc_grad));
         grad = dc_grad, grad_dtype = ZOE_F32;
     } else if (in_flight && opt->flight_dc) /* the fp32 gradient partition (dpu_swap), in place */
         ZOE_TRY(compensate_range(opt, sg, k->grad_scale, w_in, h, e - a,
-                                 zoe_host_grad_f32(opt, buf) + h));
+                                 zoe_host_grad_f32(opt, buf, h)));
     ZOE_TRY(zoe_adam_host_to(k, w_in, w_out, (float *)zoe_host_state_at(opt, 1, h),
                              (float *)zoe_host_state_at(opt, 2, h), grad, grad_dtype,
                              predict ? NULL : out, opt->dtype, e - a));
@@ -329,7 +329,7 @@ static zoe_status span_update(zoe_optimizer *opt, size_t b0, size_t b1, void *ct
 zoe_status zoe_host_range_update(zoe_optimizer *opt, const zoe_step_consts *c, int buf, size_t b0,
                                  size_t b1, int undo) {
     update_span u = {.c = c, .snap_c = c, .buf = buf, .undo = undo};
-    return zoe_state_paged(opt, b0, b1, 1, span_update, &u);
+    return zoe_state_paged_grads(opt, b0, b1, 1, buf, 0, span_update, &u);
 }
 
 /* The host share of an update and, on CUDA, its way to the device: through the copy-out ring
@@ -339,7 +339,10 @@ static zoe_status host_part_update(zoe_optimizer *opt, const zoe_step_consts *c,
     const zoe_state_sizes *z = &opt->sz;
     if (!z->h_numel) return ZOE_OK;
     update_span u = {.c = c, .snap_c = snap_c, .buf = buf, .in_flight = in_flight};
-    return zoe_state_streamed(opt, span_update, &u);
+    /* The gradient is read with the state unless the update reads the snapshot; the update in
+     * flight over an fp32 master in the parameters writes its new weights over it (dpu_swap). */
+    int reads_grad = !(in_flight && z->dpu_snapshot), writes_grad = in_flight && z->dpu_swap;
+    return zoe_state_streamed(opt, reads_grad ? buf : -1, writes_grad, span_update, &u);
 }
 
 /* The start of an update: the update stream waits for the gradients and the last refresh, and
@@ -406,28 +409,42 @@ zoe_status zoe_refresh(zoe_optimizer *opt) {
     return zoe_event_record(opt->refreshed, opt->stream);
 }
 
+typedef struct snapshot_span_ctx {
+    int buf, copy;
+    float scale;
+} snapshot_span_ctx;
+
+/* The snapshot of host coordinates [a, e) (the whole host range, or a bucket's with the
+ * gradient on drives), tile by tile: element by element, so the bits do not depend on the
+ * ranges. */
+static zoe_status snapshot_span(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    const snapshot_span_ctx *k = ctx;
+    long first = (long)(a / ZOE_ADAM_TILE), last = (long)((e + ZOE_ADAM_TILE - 1) / ZOE_ADAM_TILE);
+    zoe_worker_error err = {ZOE_OK, ""};
+#pragma omp parallel for schedule(static)
+    for (long ch = first; ch < last; ch++) {
+        size_t lo = (size_t)ch * ZOE_ADAM_TILE, hi = zoe_min_size(lo + ZOE_ADAM_TILE, e);
+        lo = lo < a ? a : lo;
+        char *dst = (char *)opt->h_snap + lo * opt->esz;
+        if (k->copy)
+            memcpy(dst, zoe_host_grad_at(opt, k->buf, lo), (hi - lo) * opt->esz);
+        else
+            zoe_worker_error_record(&err, zoe_grad_snapshot_host(dst, opt->dtype,
+                                                                 zoe_host_grad_f32(opt, k->buf, lo),
+                                                                 k->scale, hi - lo));
+    }
+    return zoe_worker_error_raise(&err, "gradient snapshot");
+}
+
 /* The DPU snapshot: the host gradient partition buf times scale, in the compute dtype, with the
  * host step's schedule. A partition in the compute dtype holds one micro-batch (scale 1): a
  * copy. */
 static zoe_status snapshot_grads(zoe_optimizer *opt, int buf, float scale) {
-    size_t n = opt->sz.h_numel;
-    int copy = opt->sz.grad_dtype != ZOE_F32;
-    if (copy && scale != 1.0f)
+    snapshot_span_ctx k = {.buf = buf, .copy = opt->sz.grad_dtype != ZOE_F32, .scale = scale};
+    if (k.copy && scale != 1.0f)
         return zoe_fail(ZOE_ERR_INTERNAL, "snapshot of a %s gradient partition scaled by %g",
                         zoe_dtype_name(opt->sz.grad_dtype), (double)scale);
-    zoe_worker_error err = {ZOE_OK, ""};
-#pragma omp parallel for schedule(static)
-    for (long ch = 0; ch < (long)opt->num_chunks; ch++) {
-        size_t lo = (size_t)ch * ZOE_ADAM_TILE, len = zoe_min_size(lo + ZOE_ADAM_TILE, n) - lo;
-        char *dst = (char *)opt->h_snap + lo * opt->esz;
-        if (copy)
-            memcpy(dst, zoe_host_grad_at(opt, buf, lo), len * opt->esz);
-        else
-            zoe_worker_error_record(&err, zoe_grad_snapshot_host(dst, opt->dtype,
-                                                                 zoe_host_grad_f32(opt, buf) + lo,
-                                                                 scale, len));
-    }
-    return zoe_worker_error_raise(&err, "gradient snapshot");
+    return zoe_grads_paged(opt, 0, opt->sz.h_numel, buf, 0, snapshot_span, &k);
 }
 
 static void release_grads(zoe_optimizer *opt) {
@@ -472,6 +489,15 @@ zoe_status zoe_update_join(zoe_optimizer *opt) {
     return ZOE_OK;
 }
 
+/* dpu_swap (the CPU backend): host coordinates [a, e) of the new weights the update in flight
+ * wrote over the gradient partition it read, into the parameters (host coordinates are partition
+ * coordinates there: no device share). */
+static zoe_status upload_swapped(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    (void)ctx;
+    return zoe_partition_upload(opt, a, zoe_host_grad_at(opt, opt->flight_buf, a), e - a,
+                                opt->stream);
+}
+
 zoe_status zoe_update_wait(zoe_optimizer *opt) {
     ZOE_TRY(zoe_spec_cancel(opt)); /* ZOE_DPU_EXACT: nothing of a step half done */
     opt->stats.ms_wait = 0;
@@ -481,11 +507,10 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
     opt->stats.ms_wait = zoe_clock_ms() - t0;
     /* On the CPU backend the update left the new weights where it read the gradient (the
      * snapshot, or the fp32 gradient partition); the forward that read the old ones is done. */
-    if (zoe_params_in_host_memory(opt)) {
-        const void *staged =
-            opt->sz.dpu_swap ? (const void *)opt->h_grad[opt->flight_buf] : opt->h_snap;
-        ZOE_TRY(zoe_partition_upload(opt, 0, staged, opt->lay.part_numel, opt->stream));
-    }
+    if (zoe_params_in_host_memory(opt) && opt->sz.dpu_swap)
+        ZOE_TRY(zoe_grads_paged(opt, 0, opt->sz.h_numel, opt->flight_buf, 0, upload_swapped, NULL));
+    else if (zoe_params_in_host_memory(opt))
+        ZOE_TRY(zoe_partition_upload(opt, 0, opt->h_snap, opt->lay.part_numel, opt->stream));
     opt->refresh_due = 0;
     return zoe_refresh(opt);
 }
@@ -545,6 +570,19 @@ static zoe_status stage_prediction(zoe_optimizer *opt) {
     return zoe_stream_synchronize(opt->update_stream);
 }
 
+/* Partition coordinates [a, e) of the parameter buffer's weights into where the due refresh
+ * reads them: staged (the snapshot), or NULL: the gradient partition flight_buf (dpu_swap), shown
+ * from a on drives. */
+static zoe_status stage_params(zoe_optimizer *opt, size_t a, size_t e, void *staged) {
+    for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, a, e - a); zoe_slices_next(&it);) {
+        char *to = staged ? (char *)staged + it.x * opt->esz
+                          : (char *)zoe_host_grad_at(opt, opt->flight_buf, it.x);
+        memcpy(to, (const char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz,
+               it.len * opt->esz);
+    }
+    return ZOE_OK;
+}
+
 zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
     if (!opt) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "defer_refresh: optimizer is NULL");
     ZOE_TRY(zoe_update_join(opt));
@@ -553,14 +591,11 @@ zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
      * fp32 gradient partition the update wrote over (fp32) or the compute-dtype snapshot. The
      * parameter buffer still holds them (refresh_params), so they are staged from there. */
     const zoe_state_sizes *z = &opt->sz;
-    if (zoe_params_in_host_memory(opt) && z->h_numel && (z->dpu_swap || opt->h_snap)) {
-        if (z->dpu_swap) opt->flight_buf = opt->grad_buf ^ 1; /* never the one gradients fill */
-        char *staged = z->dpu_swap ? (char *)opt->h_grad[opt->flight_buf] : (char *)opt->h_snap;
-        for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, 0, opt->lay.part_numel);
-             zoe_slices_next(&it);)
-            memcpy(staged + it.x * opt->esz,
-                   (const char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz,
-                   it.len * opt->esz);
+    if (zoe_params_in_host_memory(opt) && z->h_numel && z->dpu_swap) {
+        opt->flight_buf = opt->grad_buf ^ 1; /* never the one gradients fill */
+        ZOE_TRY(zoe_grads_paged(opt, 0, z->h_numel, opt->flight_buf, 1, stage_params, NULL));
+    } else if (zoe_params_in_host_memory(opt) && z->h_numel && opt->h_snap) {
+        ZOE_TRY(stage_params(opt, 0, opt->lay.part_numel, opt->h_snap));
     }
     if (opt->cfg.dpu_schedule == ZOE_DPU_PREDICT && opt->sz.dpu_snapshot && z->h_numel)
         ZOE_TRY(stage_prediction(opt));

@@ -64,6 +64,8 @@ static const char *const state_dtype_names[] = {"fp32", "bf16", "int8",
 static const char *const offload_params_names[] = {"none", "cpu", "nvme",
                                                    NULL};           /* zoe_offload_params */
 static const char *const offload_names[] = {"cpu", "none", "nvme"}; /* zoe_offload_mode */
+static const char *const offload_grads_names[] = {"auto", "cpu", "nvme",
+                                                  NULL}; /* zoe_offload_grads */
 
 #define CFG(field)   offsetof(zoe_train_config, field)
 #define MODEL(field) (offsetof(zoe_train_config, model) + offsetof(zoe_model_config, field))
@@ -160,6 +162,9 @@ static const option_spec options[] = {
      "scratch files"},
     {"nvme-ahead", OPT_INT, CFG(nvme_ahead), 0, 64,
      "--offload nvme: state buckets read ahead of the host step and written behind it (0: 2)"},
+    {"offload-grads", OPT_CHOICE, CFG(offload_grads), 0, 0,
+     "--offload nvme: the gradient partition on the host (cpu), on the drives (nvme), or auto: "
+     "on the drives where the plan says the host cannot hold it (docs/nvme.md)"},
     {"no-plan-check", OPT_FLAG, CFG(no_plan_check), 0, 1,
      "run even when the plan says the run does not fit"},
     {"hardware", OPT_HARDWARE, CFG(hardware), 0, 0,
@@ -189,6 +194,7 @@ static const option_spec options[] = {
 static const char *const *choices(const option_spec *o) {
     if (o->offset == CFG(dpu_schedule)) return dpu_schedule_names;
     if (o->offset == CFG(offload_params)) return offload_params_names;
+    if (o->offset == CFG(offload_grads)) return offload_grads_names;
     if (o->offset == CFG(main_params_dtype) || o->offset == CFG(exp_avg_dtype) ||
         o->offset == CFG(exp_avg_sq_dtype))
         return state_dtype_names;
@@ -769,6 +775,14 @@ static zoe_status check_nvme(const zoe_train_config *c) {
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--offload-params=nvme: weights on drives are not built yet (use "
                         "--offload-params cpu with --offload nvme: docs/nvme.md)");
+    if (c->offload_grads < ZOE_OFFLOAD_GRADS_AUTO || c->offload_grads > ZOE_OFFLOAD_GRADS_NVME)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "--offload-grads=%d is not auto, cpu or nvme",
+                        c->offload_grads);
+    if (c->offload != ZOE_OFFLOAD_NVME && c->offload_grads != ZOE_OFFLOAD_GRADS_AUTO)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "--offload-grads=%s without --offload nvme: the gradient partition goes "
+                        "to the state's drives",
+                        offload_grads_names[c->offload_grads]);
     if (c->offload != ZOE_OFFLOAD_NVME) {
         if (c->nvme_path[0])
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,

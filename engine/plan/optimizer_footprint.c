@@ -57,6 +57,8 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     out->pinned_master = (double)f.pinned_master_bytes;
     out->grads_bytes = (double)f.grads_bytes;
     out->bucket_part_numel = f.bucket_part_numel;
+    out->drive_bytes = (double)f.drive_bytes;
+    out->drive_ring = (double)f.drive_ring_bytes;
     /* The CPU backend's reduce-scatter of a bucket runs in place, so runtime/comm.c stages it
      * in fp32: the whole bucket and the rank's partition of it. Open MPI reduces to DP rank 0
      * and scatters, and that rank holds an fp32 temporary of the whole bucket besides

@@ -56,10 +56,12 @@ zoe_status zoe_plan_config_from_train(const zoe_train_config *c, int world, cons
     out->dpu_schedule = c->dpu_schedule;
     out->offload_params = c->offload_params;
     out->prefetch_layers = c->prefetch_layers;
-    /* --offload nvme: the state on the drives; the trainer keeps the gradient partition on the
-     * host (gradients on drives are not built: docs/nvme.md) */
+    /* --offload nvme: the state on the drives, and the gradient partition where
+     * --offload-grads says (auto: the plan decides, and zoe-train takes its decision) */
     out->state_on_drives = c->offload == ZOE_OFFLOAD_NVME;
-    out->grads_on_drives = 0;
+    out->grads_on_drives = c->offload_grads == ZOE_OFFLOAD_GRADS_NVME  ? 1
+                           : c->offload_grads == ZOE_OFFLOAD_GRADS_CPU ? 0
+                                                                       : ZOE_PLAN_GRADS_AUTO;
     out->evaluates = c->val_data[0] != '\0' || c->split_val > 0;
     out->checkpoints = c->save[0] != '\0' || c->resume[0] != '\0';
     const char *threads = getenv("OMP_NUM_THREADS");
@@ -92,7 +94,7 @@ static int weights_on_drives(const zoe_plan_config *p) {
 
 /* The trainer's configuration for the plan's run, so that the model and optimizer are
  * described exactly as zoe_trainer_create will build them. */
-static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
+static void train_config_of(const zoe_plan_config *p, int grads, zoe_train_config *c) {
     zoe_train_config_defaults(c);
     c->model = p->model;
     c->backend = p->hardware.backend;
@@ -111,6 +113,12 @@ static void train_config_of(const zoe_plan_config *p, zoe_train_config *c) {
     c->exp_avg_sq_dtype = p->exp_avg_sq_dtype;
     c->dpu_schedule = p->dpu_schedule;
     c->offload_params = streamed(p) ? ZOE_OFFLOAD_PARAMS_CPU : ZOE_OFFLOAD_PARAMS_NONE;
+    if (state_on_drives(p)) { /* the optimizer sizes its drive regions and host ring itself */
+        c->offload = ZOE_OFFLOAD_NVME;
+        snprintf(c->nvme_path, sizeof c->nvme_path, "drives"); /* sizes only: nothing opens it */
+        c->nvme_ahead = DRIVE_BUCKETS_AHEAD;
+        c->offload_grads = grads ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
+    }
 }
 
 /* The drive tier's refusals: each names the value. */
@@ -184,7 +192,7 @@ static zoe_status check(const zoe_plan_config *p) {
                         "plan: --tp=%d exceeds the %d GPUs of %s (TP stays inside a box)", p->tp,
                         p->hardware.gpus, p->hardware.name);
     zoe_train_config c;
-    train_config_of(p, &c);
+    train_config_of(p, 0, &c);
     return zoe_train_config_validate(&c, p->tp * p->dp);
 }
 
@@ -264,15 +272,17 @@ static void drive_sizes(const zoe_plan_config *p, const zoe_plan_optimizer *o, i
     r->drive.state_bytes = o->state_bytes - (weights_on_drives(p) ? 0.0 : o->pinned_master);
     r->drive.weights_bytes = weights_on_drives(p) ? o->params_host : 0.0;
     r->drive.grads_bytes = grads ? o->grads_bytes : 0.0;
-    r->drive.per_rank = r->drive.state_bytes + r->drive.weights_bytes + r->drive.grads_bytes;
+    /* the optimizer's own scratch bytes (its state and, with grads, its gradient regions), and
+     * the weights' */
+    r->drive.per_rank =
+        o->drive_bytes + (weights_on_drives(p) ? o->pinned_master : 0.0) + r->drive.weights_bytes;
     r->drive.total = r->drive.per_rank * ranks;
     r->drive.capacity = hw->drives * hw->drive_bytes;
     r->drive.available = r->drive.capacity * (1.0 - DRIVE_RESERVE);
     r->drive.fits = r->drive.total <= r->drive.available;
-    /* 2k + 1 buckets of what the step streams, per element of the host share */
-    const double per_element = o->host_numel > 0 ? r->drive.per_rank / (double)o->host_numel : 0.0;
-    r->drive.state_ring =
-        (2.0 * DRIVE_BUCKETS_AHEAD + 1.0) * (double)o->bucket_part_numel * per_element;
+    /* the optimizer's host ring of 2k + 1 buckets (with grads, each holding its gradient too,
+     * and the accumulation's staging), as it allocates it */
+    r->drive.state_ring = o->drive_ring;
     /* The step reads the state and writes it back with the new weights; a gradient on the
      * drives is written by each micro-batch (read back by each after the first, to add) and
      * read by the step. */
@@ -321,10 +331,9 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     /* The drive tier takes off the host the state in plain memory, the gradient where it goes
      * too, and with the weights the pinned ones (a master that is the weights, or their copy),
      * and puts there the rings that stream them (docs/plan.md, "Drives"). */
-    const double plain_on_drives = state_on_drives(p) ? o->state_bytes - o->pinned_master : 0.0;
+    /* (o->host, from the optimizer's sizing, holds the ring and not what the drives hold) */
     const double pinned_on_drives = weights_on_drives(p) ? o->pinned_master + o->params_host : 0.0;
-    r->host.optimizer_per_rank =
-        o->host - plain_on_drives - r->drive.grads_bytes + r->drive.state_ring;
+    r->host.optimizer_per_rank = o->host;
     /* Besides the optimizer's (with streamed weights, their host copy among them): an evaluation
      * under a stale DPU schedule keeps the parameter buffer it must put back, on the device or
      * the host, in pageable memory (engine/train/trainer.c), and checkpoint files move through one
@@ -659,7 +668,7 @@ static zoe_status plan_once(const zoe_plan_config *p, int grads, zoe_plan_result
     r->params = zoe_model_param_count(&p->model);
 
     zoe_train_config c;
-    train_config_of(p, &c);
+    train_config_of(p, grads, &c);
     zoe_plan_model m = {0};
     zoe_plan_optimizer o = {0};
     zoe_gpt_config gc = zoe_train_gpt_config(&c);

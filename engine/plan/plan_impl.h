@@ -31,6 +31,9 @@ typedef struct zoe_plan_optimizer {
      * partitions; the largest bucket's partition in elements. */
     double state_bytes, pinned_master, grads_bytes;
     size_t bucket_part_numel;
+    /* State on drives: the optimizer's scratch bytes and its host ring (and gradient staging),
+     * both counted as it allocates them; host above holds the ring, not what the drives hold. */
+    double drive_bytes, drive_ring;
 } zoe_plan_optimizer;
 
 /* One core's host Adam arithmetic in nanoseconds per element for the state's dtypes (ZOE_F32,

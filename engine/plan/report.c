@@ -40,9 +40,10 @@ static void print_drives(FILE *out, const zoe_plan_config *c, const zoe_plan_res
         fprintf(out, "  weights per rank          %9.2f GiB  (%s, apart from the master)\n",
                 gib(r->drive.weights_bytes), zoe_dtype_name(c->dtype));
     fprintf(out, "  gradient per rank         %9.2f GiB  (%s)\n", gib(r->drive.grads_bytes),
-            r->drive.grads            ? "on the drives: the host cannot hold it"
-            : c->grads_on_drives == 0 ? "on the host, as asked"
-                                      : "on the host, which holds it");
+            r->drive.grads && c->grads_on_drives == 1 ? "on the drives, as asked"
+            : r->drive.grads                          ? "on the drives: the host cannot hold it"
+            : c->grads_on_drives == 0                 ? "on the host, as asked"
+                                                      : "on the host, which holds it");
     fprintf(out,
             "  total                     %9.2f TB, %d x %.3f, of %.2f available (%.2f less 5%% "
             "for the file system)   %s\n",

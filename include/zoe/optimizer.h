@@ -225,6 +225,12 @@ typedef struct zoe_optimizer_config {
      * bucket_ring is not read. Buckets then need not be as large as the largest tensor: a tensor
      * larger than bucket_numel is a bucket of its own, its place its own size. */
     size_t bucket_ring_window;
+    /* With state_paths: 1 puts the host gradient partition(s) on the drives too (zoe-train
+     * --offload-grads nvme; docs/nvme.md, "The gradient partition on drives"), one region per
+     * bucket beside the state's; host memory then holds a staging ring of 2 bucket partitions
+     * for the accumulation and a bucket's gradient in each state ring slot. Bit for bit the same
+     * gradients, norm, steps and checkpoints. 0 (the default): the partition in host memory. */
+    int grads_on_drives;
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
@@ -414,9 +420,13 @@ typedef struct zoe_optimizer_footprint {
      * the largest bucket's partition in elements (the unit a host step streams the state in). */
     size_t state_bytes, pinned_master_bytes, grads_bytes;
     size_t bucket_part_numel;
-    /* State on drives (state_paths): the scratch bytes of this rank's state on the drives; its
-     * host ring counts in host_bytes, the state it holds does not. 0 otherwise. */
+    /* State on drives (state_paths): the scratch bytes of this rank's state (and with
+     * grads_on_drives its gradient partitions) on the drives; its host ring counts in
+     * host_bytes, what the drives hold does not. 0 otherwise. */
     size_t drive_bytes;
+    /* Of host_bytes, the drive tier's host buffers: the ring of state buckets (with
+     * grads_on_drives each holding its bucket's gradient too) and the gradient staging. */
+    size_t drive_ring_bytes;
 } zoe_optimizer_footprint;
 
 /* What zoe_optimizer_create would allocate, computed by the code that sizes the allocations,

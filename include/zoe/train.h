@@ -169,7 +169,20 @@ typedef struct zoe_train_config {
      * (correct, slower copies), and zoe-train warns at start when the plan pins more than it or
      * than RLIMIT_MEMLOCK on a GPU. 0: no limit. */
     uint64_t pinned_memory;
+    /* --offload nvme: where the host gradient partition lives (--offload-grads;
+     * docs/nvme.md, "The gradient partition on drives"), a zoe_offload_grads value.
+     * ZOE_OFFLOAD_GRADS_AUTO (the default): zoe-train asks the plan (on the drives only where
+     * host memory cannot hold it, zoe_plan_result.drive.grads); a library caller who does not
+     * plan keeps it on the host. CPU and NVME need --offload nvme. */
+    int offload_grads;
 } zoe_train_config;
+
+/* The values of zoe_train_config.offload_grads. */
+typedef enum zoe_offload_grads {
+    ZOE_OFFLOAD_GRADS_AUTO = 0,
+    ZOE_OFFLOAD_GRADS_CPU = 1,
+    ZOE_OFFLOAD_GRADS_NVME = 2,
+} zoe_offload_grads;
 
 /* The values of zoe_train_config.offload_params. */
 typedef enum zoe_offload_params {

@@ -51,6 +51,7 @@ typedef struct exact_case {
     int bf16_state;     /* master, m and v held in bf16 (kernels/adam_state.h) */
     int int8_moments;   /* a bf16 master with int8 m and v */
     int grads_2byte;    /* the gradient partition in the compute dtype (main_grads_dtype) */
+    int drives; /* the exact optimizer's state and gradient partition on drives (/dev/shm) */
 } exact_case;
 
 #define LR 1e-2
@@ -125,6 +126,10 @@ static void run_case(zoe_grid *grid, const exact_case *c) {
     ecfg.dpu_warmup = WARMUP;
     ecfg.dpu_schedule = ZOE_DPU_EXACT;
     ecfg.gated_forward = c->gated;
+    if (c->drives) { /* the undo of the skipped step pages state and gradient from the drive */
+        ecfg.state_paths = "/dev/shm";
+        ecfg.grads_on_drives = 1;
+    }
     CHECK_OK(zoe_optimizer_create(grid, dev, stream, c->dtype, t, NT, &cfg, &sync));
     CHECK_OK(zoe_optimizer_create(grid, dev, stream, c->dtype, t, NT, &ecfg, &exact));
     if (!sync || !exact) {
@@ -259,6 +264,14 @@ int main(int argc, char **argv) {
          .nan_step = 6,
          .redo = 1,
          .gated = 1},
+        {.name = "gated, non-finite gradient, 2 micro-batches, state and gradient on drives",
+         .dtype = ZOE_F32,
+         .k = 2,
+         .lr_declared = LR,
+         .nan_step = 6,
+         .redo = 1,
+         .gated = 1,
+         .drives = 1},
         /* Compressed state: a speculation that holds is the synchronous step's bits (the same
          * rounding keys), and a redo stays within the bound above. */
         {.name = "bf16 state, no clipping",

@@ -149,12 +149,13 @@ def test_streamed_weights_same_run():
 
 @needs_ref
 def test_state_on_drives_same_run():
-    """offload="nvme" with two drive directories (the optimizer state striped over a tmpfs and a
-    disk directory, read one bucket ahead): zoe-train's host-state run to the bit, its losses and
-    norms and its final checkpoint."""
+    """offload="nvme" with two drive directories (the optimizer state and, offload_grads="nvme",
+    the gradient partition striped over a tmpfs and a disk directory, read one bucket ahead):
+    zoe-train's host-state run to the bit, its losses and norms and its final checkpoint."""
     disk = rank0_dir("drive")
     os.makedirs(disk, exist_ok=True)
-    options = dict(RUN, offload="nvme", nvme_path=["/dev/shm", disk], nvme_ahead=1)
+    options = dict(RUN, offload="nvme", nvme_path=["/dev/shm", disk], nvme_ahead=1,
+                   offload_grads="nvme")
     with zoe.Trainer(comm=comm_world(), **options) as trainer:
         stats = train_steps(trainer, 0, 6, {6: rank0_dir("py-drives")})
         trainer.finalize()

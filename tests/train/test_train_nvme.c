@@ -19,9 +19,18 @@
  * Resume across modes (exact schedule, fp32): saved with host state at step SAVE_AT and resumed
  * with drives, and the other way round, ends with the uninterrupted run's losses and bytes.
  *
+ * The gradient partition on drives too (--offload-grads nvme, docs/nvme.md "The gradient
+ * partition on drives"): every other equality case puts it there (so each schedule and each
+ * kind of state runs with it, and with the state alone on drives), as does the resume into
+ * drives; with two micro-batches a step the second reads, adds and writes it back. Those runs
+ * also check the footprint: the optimizer's host memory holds no gradient partition (what it
+ * allocated is the state-only run's less the partition, plus the gradient's share of the ring
+ * and its staging), its drives hold it, and the plan's host and drive bytes are what it allocated.
+ *
  * Faults: a read error injected into the drive engine (zoe_drive_io_inject_fault) fails the next
  * step with ZOE_ERR_IO naming the scratch file, and the checkpoint saved before it still holds
- * what the host-resident run saved at that step. */
+ * what the host-resident run saved at that step; the same with a write error of the gradient
+ * path (the accumulation's write of a bucket's partition to its region). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +38,7 @@
 #include "engine/train/trainer_impl.h"
 #include "offload/optimizer_impl.h"
 #include "runtime/error.h"
+#include "zoe/plan.h"
 
 enum { STEPS = 4, SAVE_AT = 2 };
 
@@ -41,6 +51,7 @@ typedef struct nvme_case {
     int int8;     /* 1: bf16 weights and master, int8 moments */
     int streamed; /* 1: --offload-params cpu as well */
     int where;    /* the drive: 0 tmpfs, 1 disk, 2 both striped */
+    int grads;    /* 1: the gradient partition on the drives too */
 } nvme_case;
 
 static const char *schedule_name(const nvme_case *k) {
@@ -71,6 +82,7 @@ static void config(zoe_train_config *c, const nvme_case *k, int dp, int drives, 
     }
     if (!drives) return;
     c->offload = ZOE_OFFLOAD_NVME;
+    c->offload_grads = k->grads ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
     c->nvme_ahead = 1 + k->schedule % 2;
     const char *paths[] = {"/dev/shm", disk};
     if (k->where < 2)
@@ -79,8 +91,53 @@ static void config(zoe_train_config *c, const nvme_case *k, int dp, int drives, 
         snprintf(c->nvme_path, sizeof c->nvme_path, "%s,%s", disk, paths[0]);
 }
 
+/* The footprint of a run with the gradient partition on drives (opt): host memory holds no
+ * gradient partition, the drives do, and the plan counts the same bytes. */
+static void check_footprint(zoe_optimizer *opt, const zoe_train_config *c, int world,
+                            const char *what) {
+    zoe_optimizer_footprint mem;
+    CHECK(zoe_optimizer_memory(opt, &mem) == ZOE_OK, "%s: memory: %s", what, zoe_last_error());
+    const zoe_state_sizes *z = &opt->sz;
+    CHECK(z->drive_grads && mem.grads_bytes > 0, "%s: the gradient is not on the drives", what);
+    /* the gradient's share of host memory: its part of each ring slot and the staging, a few
+     * buckets' partitions whatever the model (here the ring may hold every bucket) */
+    size_t grad_ring = (size_t)z->drive_slots * z->drive_grad_slot + z->drive_stage;
+    size_t bucket = (opt->lay.max_part * zoe_dtype_size(z->grad_dtype) + 4095) / 4096 * 4096;
+    int ring_slots = 2 * (c->nvme_ahead > 0 ? c->nvme_ahead : 2) + 1;
+    CHECK(grad_ring <= (size_t)(ring_slots + ZOE_GRAD_STAGE_SLOTS) * bucket,
+          "%s: %zu host bytes of gradient ring and staging: more than %d buckets of %zu", what,
+          grad_ring, ring_slots + ZOE_GRAD_STAGE_SLOTS, bucket);
+    zoe_optimizer_config state_only = opt->cfg;
+    state_only.grads_on_drives = 0;
+    zoe_state_sizes zs;
+    zoe_state_sizes_of(ZOE_BACKEND_CPU, opt->dtype, &opt->lay, opt->dp_size, &state_only, &zs);
+    zoe_optimizer_footprint f;
+    zoe_state_sizes_bytes(&zs, &opt->lay, opt->dtype, &f);
+    CHECK(mem.host_bytes + mem.grads_bytes == f.host_bytes + grad_ring,
+          "%s: host bytes %zu with the gradient on drives, %zu without (partition %zu, ring %zu)",
+          what, mem.host_bytes, f.host_bytes, mem.grads_bytes, grad_ring);
+    CHECK(mem.drive_bytes >= f.drive_bytes + mem.grads_bytes,
+          "%s: drive bytes %zu with the gradient, %zu without: not its %zu bytes", what,
+          mem.drive_bytes, f.drive_bytes, mem.grads_bytes);
+    zoe_hardware hw;
+    zoe_plan_config pc;
+    zoe_plan_result r;
+    zoe_status st = zoe_hardware_local(0, &hw);
+    if (st == ZOE_OK) st = zoe_hardware_drives_of_paths(c->nvme_path, &hw);
+    if (st == ZOE_OK) st = zoe_plan_config_from_train(c, world, &hw, &pc);
+    if (st == ZOE_OK) st = zoe_plan(&pc, &r);
+    CHECK(st == ZOE_OK, "%s: plan: %s", what, zoe_last_error());
+    /* the plan sizes the ring at its default read-ahead (zoe-plan has no --nvme-ahead) */
+    CHECK(st != ZOE_OK || c->nvme_ahead != 2 ||
+              (r.drive.grads && r.host.optimizer_per_rank == (double)mem.host_bytes &&
+               r.drive.per_rank == (double)mem.drive_bytes),
+          "%s: the plan's host %.0f and drive %.0f bytes (gradient %s), allocated %zu and %zu",
+          what, r.host.optimizer_per_rank, r.drive.per_rank, r.drive.grads ? "on drives" : "host",
+          mem.host_bytes, mem.drive_bytes);
+}
+
 /* Trains from a fresh trainer (or the checkpoint `resume`) up to step `to`, saving into root
- * (the checkpoint's directory into saved). */
+ * (the checkpoint's directory into saved); with the gradient on drives, checks the footprint. */
 static zoe_status run(MPI_Comm comm, const zoe_train_config *c, const char *resume, int to,
                       const char *root, char saved[300], float *losses) {
     ckpt_session s;
@@ -88,14 +145,19 @@ static zoe_status run(MPI_Comm comm, const zoe_train_config *c, const char *resu
     if (st == ZOE_OK && resume) st = zoe_trainer_load(s.tr, resume, NULL, 0);
     if (st == ZOE_OK) st = ckpt_session_steps(&s, to, losses);
     if (st == ZOE_OK) st = zoe_trainer_save(s.tr, root, 0, saved, 300);
+    int world = 0;
+    MPI_Comm_size(comm, &world);
+    if (st == ZOE_OK && c->offload_grads == ZOE_OFFLOAD_GRADS_NVME)
+        check_footprint(zoe_trainer_optimizer(s.tr), c, world, "footprint");
     ckpt_session_close(&s);
     return st;
 }
 
 static void equality_case(MPI_Comm comm, const nvme_case *k, int dp, const char *disk) {
     char what[160], root[2][256], dir[2][300];
-    snprintf(what, sizeof what, "TP %d x DP %d, DPU %s, %s state%s, drive %s", k->tp, dp,
-             schedule_name(k), k->int8 ? "int8" : "fp32", k->streamed ? ", streamed weights" : "",
+    snprintf(what, sizeof what, "TP %d x DP %d, DPU %s, %s state%s%s, drive %s", k->tp, dp,
+             schedule_name(k), k->int8 ? "int8" : "fp32", k->grads ? " and gradient" : "",
+             k->streamed ? ", streamed weights" : "",
              k->where == 0   ? "tmpfs"
              : k->where == 1 ? "disk"
                              : "disk+tmpfs");
@@ -124,6 +186,7 @@ static void resume_case(MPI_Comm comm, const nvme_case *k, int dp, int from, con
              from ? "with drives" : "without", from ? "without" : "with drives");
     zoe_train_config c[2];
     for (int m = 0; m < 2; m++) config(&c[m], k, dp, m, disk);
+    if (!from) c[1].offload_grads = ZOE_OFFLOAD_GRADS_NVME; /* resumed into the gradient too */
     for (int i = 0; i < 3; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
     float whole[STEPS], resumed[STEPS];
     CHECK(run(comm, &c[from], NULL, STEPS, root[0], dir[0], whole) == ZOE_OK, "%s: whole: %s", what,
@@ -138,33 +201,43 @@ static void resume_case(MPI_Comm comm, const nvme_case *k, int dp, int from, con
     for (int i = 0; i < 3; i++) ckpt_test_rmdir(comm, root[i]);
 }
 
-/* A read error of the drive in the step after a save: the step fails naming the scratch file,
- * and the save holds what a host-resident run saves at that step. */
+/* An error of the drive in the step after a save: a read of the state, and (grads) a write
+ * of the gradient path, the accumulation's of the bucket whose region comes first. The step
+ * fails naming the scratch file, and each save holds what a host-resident run saves at that
+ * step. */
 static void fault_case(MPI_Comm comm, int tp, int dp, const char *disk) {
     nvme_case k = {.tp = tp, .where = 1};
     zoe_train_config c[2];
     for (int m = 0; m < 2; m++) config(&c[m], &k, dp, m, disk);
-    char root[2][256], dir[2][300];
-    for (int i = 0; i < 2; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
+    char root[3][256], dir[3][300];
+    for (int i = 0; i < 3; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
     CHECK(run(comm, &c[0], NULL, SAVE_AT, root[0], dir[0], NULL) == ZOE_OK, "fault: host: %s",
           zoe_last_error());
-    ckpt_session s;
-    zoe_status st = ckpt_session_open(&s, comm, &c[1], corpus);
-    if (st == ZOE_OK) st = ckpt_session_steps(&s, SAVE_AT, NULL);
-    if (st == ZOE_OK) st = zoe_trainer_save(s.tr, root[1], 0, dir[1], 300);
-    CHECK(st == ZOE_OK, "fault: the run before the fault: %s", zoe_last_error());
-    if (st == ZOE_OK) {
-        zoe_optimizer *opt = zoe_trainer_optimizer(s.tr);
-        zoe_drive_io_inject_fault(opt->drive->io, 0, 5 /* EIO */);
-        st = ckpt_session_steps(&s, SAVE_AT + 1, NULL);
-        CHECK(st == ZOE_ERR_IO, "fault: the step after the injected read error returned %s",
-              zoe_status_string(st));
-        CHECK(strstr(zoe_last_error(), "zoe-scratch") != NULL,
-              "fault: the error does not name the scratch file: %s", zoe_last_error());
+    for (int grads = 0; grads < 2; grads++) {
+        const char *what = grads ? "a write of the gradient" : "a read of the state";
+        c[1].offload_grads = grads ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
+        ckpt_session s;
+        zoe_status st = ckpt_session_open(&s, comm, &c[1], corpus);
+        if (st == ZOE_OK) st = ckpt_session_steps(&s, SAVE_AT, NULL);
+        if (st == ZOE_OK) st = zoe_trainer_save(s.tr, root[1 + grads], 0, dir[1 + grads], 300);
+        CHECK(st == ZOE_OK, "fault (%s): the run before the fault: %s", what, zoe_last_error());
+        if (st == ZOE_OK) {
+            zoe_optimizer *opt = zoe_trainer_optimizer(s.tr);
+            zoe_drive_io_inject_fault(opt->drive->io, grads ? opt->drive->grad_offset[0] : 0,
+                                      5 /* EIO */);
+            st = ckpt_session_steps(&s, SAVE_AT + 1, NULL);
+            CHECK(st == ZOE_ERR_IO, "fault: the step after %s error returned %s", what,
+                  zoe_status_string(st));
+            CHECK(strstr(zoe_last_error(), "zoe-scratch") != NULL,
+                  "fault (%s): the error does not name the scratch file: %s", what,
+                  zoe_last_error());
+            CHECK(!grads || strstr(zoe_last_error(), "write of") != NULL,
+                  "fault (%s): not the gradient's write: %s", what, zoe_last_error());
+        }
+        ckpt_session_close(&s);
+        ckpt_test_same_files(dir[0], dir[1 + grads], "fault: the checkpoint before it");
     }
-    ckpt_session_close(&s);
-    ckpt_test_same_files(dir[0], dir[1], "fault: the checkpoint before it");
-    for (int i = 0; i < 2; i++) ckpt_test_rmdir(comm, root[i]);
+    for (int i = 0; i < 3; i++) ckpt_test_rmdir(comm, root[i]);
 }
 
 int main(int argc, char **argv) {
@@ -185,7 +258,8 @@ int main(int argc, char **argv) {
                                .dpu = s >= 0,
                                .schedule = s >= 0 ? (zoe_dpu_schedule)s : ZOE_DPU_PLAIN,
                                .int8 = int8,
-                               .where = n % 3};
+                               .where = n % 3,
+                               .grads = n % 2};
                 equality_case(comm, &k, dp, disk);
             }
         const nvme_case streamed[3] = {

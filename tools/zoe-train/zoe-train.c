@@ -59,9 +59,10 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
            c->init_from[0] ? ", weights from " : "", c->init_from);
     int dpu = c->dpu != ZOE_DPU_OFF && c->dpu_warmup > 0;
     float ratio = c->offload == ZOE_OFFLOAD_NONE ? 0.0f : c->offload_ratio;
-    char where[64];
+    char where[96];
     if (c->offload == ZOE_OFFLOAD_NVME)
-        snprintf(where, sizeof where, "the host, its state on drives (%d read ahead)",
+        snprintf(where, sizeof where, "the host, its state%s on drives (%d read ahead)",
+                 c->offload_grads == ZOE_OFFLOAD_GRADS_NVME ? " and gradients" : "",
                  c->nvme_ahead > 0 ? c->nvme_ahead : 2);
     else if (ratio >= 1.0f)
         snprintf(where, sizeof where, "the host (ZeRO-Offload)");
@@ -239,6 +240,15 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
     }
     if (st == ZOE_OK) st = zoe_plan(&pc, &r);
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
+    /* --offload-grads auto: the plan's decision (on the drives only where the host cannot hold
+     * the gradient partition) */
+    if (cfg->offload == ZOE_OFFLOAD_NVME && cfg->offload_grads == ZOE_OFFLOAD_GRADS_AUTO) {
+        cfg->offload_grads = r.drive.grads ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
+        if (rank == 0)
+            note(notes, notes_cap, "--offload-grads auto: the gradient partition %s\n",
+                 r.drive.grads ? "on the drives (the host cannot hold it)"
+                               : "in host memory (it fits there)");
+    }
     /* streamed weights: the plan's prefetch depth unless --prefetch-layers names one */
     if (cfg->offload_params == ZOE_OFFLOAD_PARAMS_CPU && cfg->prefetch_layers == 0)
         cfg->prefetch_layers = r.stream.prefetch > 0 ? r.stream.prefetch : 1;
