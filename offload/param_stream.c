@@ -218,6 +218,10 @@ static zoe_status build_drive_plan(zoe_param_stream *ps) {
     return ZOE_OK;
 }
 
+int zoe_param_stream_slots(int prefetch, int held) {
+    return prefetch + 1 + (held ? 1 : 0);
+}
+
 static zoe_status device_buffer(zoe_param_stream *ps, size_t numel, void **out) {
     size_t bytes = max_size(numel, 1) * ps->esz;
     return zoe_device_alloc(ps->dev, bytes, out);
@@ -235,7 +239,7 @@ static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
     ps->unit_block = calloc((size_t)nu, sizeof *ps->unit_block);
     ps->order = calloc((size_t)nu * ZOE_PARAM_STREAM_PASSES, sizeof *ps->order);
     ps->position = calloc((size_t)nu * ZOE_PARAM_STREAM_PASSES, sizeof *ps->position);
-    ps->num_slots = c->prefetch + 1 + (c->held_unit >= 0);
+    ps->num_slots = zoe_param_stream_slots(c->prefetch, c->held_unit >= 0);
     ps->slots = calloc((size_t)ps->num_slots, sizeof *ps->slots);
     if (!ps->numel || !ps->offset || !ps->host || !ps->pieces || !ps->units || !ps->unit_numel ||
         !ps->unit_block || !ps->order || !ps->position || !ps->slots)
@@ -346,6 +350,7 @@ static char *host_buffer(const zoe_param_stream *ps, const stream_slot *sl) {
 /* Waits for the slot's drive reads (every one, after a failure too: they write its buffer);
  * st, or the first failure. */
 static zoe_status wait_reads(zoe_param_stream *ps, stream_slot *sl, zoe_status st) {
+    if (!sl->reads) return st;
     const zoe_drive_io_ticket *tk = ps->tickets + (size_t)(sl - ps->slots) * (size_t)ps->max_runs;
     for (int i = 0; i < sl->reads; i++) {
         zoe_status w = zoe_drive_io_wait(ps->io, tk[i]);
