@@ -7,6 +7,30 @@
 #include "offload/optimizer_impl.h"
 #include "runtime/error.h"
 
+/* The ring by bytes (cfg.bucket_ring_window): slot b holds bucket b, at its place in one device
+ * buffer and one pinned buffer (offload/layout.h, zoe_layout_ring_places). */
+static zoe_status create_ring(zoe_optimizer *opt) {
+    const zoe_state_sizes *z = &opt->sz;
+    const zoe_layout *lay = &opt->lay;
+    size_t *places = calloc((size_t)lay->num_buckets, sizeof *places);
+    if (!places) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "gradient ring places");
+    zoe_layout_ring_places(lay, opt->dp_size, opt->cfg.bucket_ring_window, places);
+    zoe_status st = zoe_state_device_alloc(opt, z->ring_device * opt->esz, 1, &opt->ring_device);
+    if (st == ZOE_OK && z->ring_pinned)
+        st = zoe_state_pinned_alloc(opt, z->ring_pinned * opt->esz, 1,
+                                    "the gradient ring's staging", &opt->ring_pinned);
+    for (int b = 0; st == ZOE_OK && b < z->slots; b++) {
+        grad_slot *slot = &opt->slots[b];
+        slot->bucket = -1;
+        slot->device = (char *)opt->ring_device + places[b] * opt->esz;
+        if (opt->ring_pinned)
+            slot->pinned = (char *)opt->ring_pinned + places[b] / (size_t)opt->dp_size * opt->esz;
+        st = zoe_event_create(opt->dev, &slot->done);
+    }
+    free(places);
+    return st;
+}
+
 zoe_status zoe_grads_create(zoe_optimizer *opt) {
     const zoe_layout *lay = &opt->lay;
     opt->progress = calloc((size_t)lay->num_buckets, sizeof *opt->progress);
@@ -25,6 +49,7 @@ zoe_status zoe_grads_create(zoe_optimizer *opt) {
     }
     opt->slots = calloc((size_t)z->slots, sizeof *opt->slots);
     if (!opt->slots) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "bucket ring");
+    if (z->ring_device) return create_ring(opt);
     for (int s = 0; s < z->slots; s++) {
         grad_slot *slot = &opt->slots[s];
         slot->bucket = -1;
@@ -39,11 +64,15 @@ zoe_status zoe_grads_create(zoe_optimizer *opt) {
 
 void zoe_grads_destroy(zoe_optimizer *opt) {
     for (int s = 0; opt->slots && s < opt->sz.slots; s++) {
-        zoe_device_free(opt->dev, opt->slots[s].device);
-        zoe_host_free(opt->dev, opt->slots[s].pinned);
+        if (!opt->sz.ring_device) { /* else they point into the ring's buffers */
+            zoe_device_free(opt->dev, opt->slots[s].device);
+            zoe_host_free(opt->dev, opt->slots[s].pinned);
+        }
         zoe_event_destroy(opt->slots[s].done);
     }
     free(opt->slots);
+    zoe_device_free(opt->dev, opt->ring_device);
+    zoe_host_free(opt->dev, opt->ring_pinned);
     zoe_device_free(opt->dev, opt->full_grad);
     zoe_host_free(opt->dev, opt->full_pinned);
     free(opt->progress);
@@ -163,12 +192,11 @@ static zoe_status drain_slot(zoe_optimizer *opt, int s) {
     return ZOE_OK;
 }
 
-/* A free slot, else the one in flight the longest, else -1 (all hold open buckets). */
-static int pick_slot(const zoe_optimizer *opt) {
+/* The slot in flight the longest, or -1. */
+static int oldest_in_flight(const zoe_optimizer *opt) {
     int oldest = -1;
     for (int s = 0; s < opt->sz.slots; s++) {
         const grad_slot *slot = &opt->slots[s];
-        if (slot->state == SLOT_FREE) return s;
         if (slot->state == SLOT_IN_FLIGHT &&
             (oldest < 0 || slot->sequence < opt->slots[oldest].sequence))
             oldest = s;
@@ -176,12 +204,58 @@ static int pick_slot(const zoe_optimizer *opt) {
     return oldest;
 }
 
-/* A zeroed ring buffer for bucket b: a free slot, else the oldest one in flight, drained. */
+/* Drains the slots in flight in the order their buckets completed, through sequence `last`: the
+ * norm's sum of squares then adds up in one order whatever the ring (the bits of the step). */
+static zoe_status drain_through(zoe_optimizer *opt, long last) {
+    for (int s; (s = oldest_in_flight(opt)) >= 0 && opt->slots[s].sequence <= last;)
+        ZOE_TRY(drain_slot(opt, s));
+    return ZOE_OK;
+}
+
+/* A free slot, else the one in flight the longest, else -1 (all hold open buckets). */
+static int pick_slot(const zoe_optimizer *opt) {
+    for (int s = 0; s < opt->sz.slots; s++)
+        if (opt->slots[s].state == SLOT_FREE) return s;
+    return oldest_in_flight(opt);
+}
+
+static int places_overlap(const zoe_optimizer *opt, int a, int b) {
+    const char *pa = opt->slots[a].device, *pb = opt->slots[b].device;
+    size_t na = (size_t)opt->dp_size * opt->lay.buckets[a].part * opt->esz,
+           nb = (size_t)opt->dp_size * opt->lay.buckets[b].part * opt->esz;
+    return pa < pb + nb && pb < pa + na;
+}
+
+/* The ring by bytes: bucket b's place, after draining the buckets in flight that overlap it (and
+ * every one that completed before them); *pick -1 when an open bucket overlaps it. */
+static zoe_status clear_place(zoe_optimizer *opt, int b, int *pick) {
+    long last = -1;
+    *pick = -1;
+    for (int s = 0; s < opt->sz.slots; s++) {
+        if (s == b || opt->slots[s].state == SLOT_FREE || !places_overlap(opt, s, b)) continue;
+        if (opt->slots[s].state == SLOT_OPEN) return ZOE_OK;
+        if (opt->slots[s].sequence > last) last = opt->slots[s].sequence;
+    }
+    *pick = b;
+    return drain_through(opt, last);
+}
+
+/* A zeroed ring buffer for bucket b: a free slot, else the oldest one in flight, drained (the
+ * ring by bytes: its place, cleared). */
 static zoe_status acquire_slot(zoe_optimizer *opt, int b) {
     /* ZOE_DPU_EXACT: gradients are about to land in the accumulator the last step's settling
      * reads; the forward normally finished it (zoe_optimizer_weights_ready). */
     ZOE_TRY(zoe_spec_complete(opt));
-    int pick = pick_slot(opt);
+    int pick = -1;
+    if (opt->sz.ring_device)
+        ZOE_TRY(clear_place(opt, b, &pick));
+    else
+        pick = pick_slot(opt);
+    if (pick < 0 && opt->sz.ring_device)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "gradient ring of %zu elements: bucket %d (tensor '%s') overlaps a bucket "
+                        "still open; raise bucket_ring_window to the gradients held open at once",
+                        opt->sz.ring_device, b, opt->lay.names[opt->lay.buckets[b].first_tensor]);
     if (pick < 0)
         return zoe_fail(
             ZOE_ERR_INVALID_ARGUMENT,
@@ -281,8 +355,7 @@ zoe_status zoe_optimizer_end_micro_batch(zoe_optimizer *opt) {
         for (int b = 0; b < opt->lay.num_buckets; b++)
             if (!opt->progress[b].reduced && (opt->progress[b].slot >= 0) == (pass == 0))
                 ZOE_TRY(complete_bucket(opt, b));
-    for (int s = 0; opt->slots && s < opt->sz.slots; s++)
-        if (opt->slots[s].state == SLOT_IN_FLIGHT) ZOE_TRY(drain_slot(opt, s));
+    if (opt->slots) ZOE_TRY(drain_through(opt, opt->sequence));
     opt->in_micro_batch = 0;
     opt->micro_batches++;
     return ZOE_OK;

@@ -135,3 +135,40 @@ zoe_status zoe_layout_build(zoe_layout *lay, const zoe_param_tensor *tensors, in
     add_segments(lay, lay->device_numel, part, dp_rank, counted_replicated);
     return ZOE_OK;
 }
+
+size_t zoe_layout_ring_places(const zoe_layout *lay, int dp_size, size_t window, size_t *places) {
+    const int nb = lay->num_buckets;
+    const size_t d = (size_t)dp_size;
+    if (nb == 0) return 0;
+    /* The run that a window starting in bucket b touches: b, the buckets after it whose tensors
+     * all fit in the window, and the one it ends in. */
+    size_t run = 0, largest = 0;
+    for (int b = 1; b < nb; b++) {
+        size_t span = d * lay->buckets[b].part, inside = 0;
+        int e = b + 1;
+        for (; e < nb; e++) {
+            const zoe_bucket *bk = &lay->buckets[e];
+            size_t tensors = 0;
+            for (int t = bk->first_tensor; t < bk->first_tensor + bk->num_tensors; t++)
+                tensors += lay->numel[t];
+            if (inside + tensors > window) break;
+            inside += tensors;
+            span += d * bk->part;
+        }
+        if (e < nb) span += d * lay->buckets[e].part;
+        if (span > run) run = span;
+        if (d * lay->buckets[b].part > largest) largest = d * lay->buckets[b].part;
+    }
+    const size_t first = d * lay->buckets[0].part, ring = run + largest;
+    if (places) {
+        places[0] = 0;
+        size_t top = ring; /* the place of the bucket placed last, in the ring */
+        for (int b = nb - 1; b >= 1; b--) {
+            size_t size = d * lay->buckets[b].part;
+            if (top < size) top = ring;
+            top -= size;
+            places[b] = first + top;
+        }
+    }
+    return first + ring;
+}

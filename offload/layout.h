@@ -46,6 +46,17 @@ typedef struct zoe_layout {
     zoe_segment *segments;
 } zoe_layout;
 
+/* The device ring of a byte budget (zoe_optimizer_config.bucket_ring_window; docs/offload.md,
+ * "The gradient ring"): one buffer, bucket 0 (a tied embedding's, open through the whole
+ * backward) at its start in a place of its own, then a ring where every other bucket has a fixed
+ * place, from the last bucket down (the order backward opens them), each just below the one
+ * before and wrapping to the ring's top where it would cross the bottom. A bucket's place holds
+ * its d * part elements. The ring holds the largest run of buckets that `window` elements of
+ * tensors open at once can touch, plus one largest bucket (what a wrap may leave unused), so the
+ * buckets of such a run never overlap. Returns the buffer's elements (0 for no bucket); places
+ * (NULL: not wanted; num_buckets entries) gets each bucket's element offset in it. */
+size_t zoe_layout_ring_places(const zoe_layout *lay, int dp_size, size_t window, size_t *places);
+
 /* Partition coordinates of bucket b's partition split at the device/host boundary:
  * [lo, mid) lives on the device, [mid, hi) on the host. */
 static inline void zoe_bucket_split(const zoe_layout *lay, int b, size_t *lo, size_t *mid,

@@ -60,6 +60,10 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     if (cfg->grad_mode == ZOE_GRAD_FULL_BUFFER) {
         z.full_grad = lay->flat_numel;
         z.full_pinned = cpu ? 0 : z.h_numel; /* the CPU backend reads the buffer in place */
+    } else if (cfg->bucket_ring_window > 0) {
+        z.slots = lay->num_buckets;
+        z.ring_device = zoe_layout_ring_places(lay, dp_size, cfg->bucket_ring_window, NULL);
+        z.ring_pinned = cpu ? 0 : z.ring_device / (size_t)dp_size;
     } else {
         /* a slot beyond the number of buckets would never hold one */
         z.slots = cfg->bucket_ring < lay->num_buckets ? cfg->bucket_ring : lay->num_buckets;
@@ -73,8 +77,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
                            zoe_optimizer_footprint *out) {
     size_t esz = zoe_dtype_size(dtype), f = sizeof(float), gsz = zoe_dtype_size(z->grad_dtype);
     size_t snap = z->snap * esz;
-    size_t slots_device = (size_t)z->slots * z->slot_device * esz;
-    size_t slots_pinned = (size_t)z->slots * z->slot_pinned * esz;
+    size_t slots_device = ((size_t)z->slots * z->slot_device + z->ring_device) * esz;
+    size_t slots_pinned = ((size_t)z->slots * z->slot_pinned + z->ring_pinned) * esz;
     size_t ring = (size_t)z->out_slots * z->out_ring * esz;
     size_t master_bytes = z->h_master ? zoe_adam_state_esize(z->host_dtypes.master) : 0;
     size_t state_bytes = zoe_adam_state_esize(z->host_dtypes.exp_avg) +

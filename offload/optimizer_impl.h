@@ -5,6 +5,7 @@
 #define ZOE_OFFLOAD_OPTIMIZER_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include "kernels/adam.h"
 #include "kernels/adam_state.h"
 #include "offload/layout.h"
@@ -83,7 +84,11 @@ typedef struct zoe_state_sizes {
     int out_slots;
     int slots;                       /* gradient bucket ring */
     size_t slot_device, slot_pinned; /* elements per slot, compute dtype */
-    size_t full_grad, full_pinned;   /* ZOE_GRAD_FULL_BUFFER, compute dtype */
+    /* cfg.bucket_ring_window: one slot per bucket, each at its place (zoe_layout_ring_places) in
+     * one device buffer of ring_device elements and one pinned buffer of ring_pinned (places / d),
+     * instead of slot_device and slot_pinned each */
+    size_t ring_device, ring_pinned;
+    size_t full_grad, full_pinned; /* ZOE_GRAD_FULL_BUFFER, compute dtype */
     /* State on drives (cfg.state_paths; offload/state_drive.c): the host arrays the step reads
      * and writes (the master unless params_are_master, the moments, int8 scales) in the drive
      * engine's scratch space, bucket by bucket, and a ring of drive_slots (2 drive_ahead + 1,
@@ -156,8 +161,12 @@ typedef struct zoe_state_drive {
     int *slot_state;        /* per slot: idle, reading or writing */
     int *slot_bucket;
     zoe_drive_io_ticket *ticket;
-    int cached, dirty; /* the bucket paged into slot 0 outside the step's stream, -1: none */
-    int shown;         /* the bucket the window shows, -1: none */
+    unsigned char *written; /* per bucket: written to the drives once (else it reads as zeros) */
+    int cached, dirty;      /* the bucket paged into slot 0 outside the step's stream, -1: none */
+    int shown;              /* the bucket the window shows, -1: none */
+    /* the last streamed pass's time blocked on the drives (stats.ms_drive_wait): written by
+     * the thread that streams (the update's worker under DPU), read by stats_get */
+    _Atomic double ms_wait;
 } zoe_state_drive;
 
 /* ZOE_DPU_EXACT (offload/speculate.c). Two phases, never at once: the speculation (the step's
@@ -246,6 +255,7 @@ struct zoe_optimizer {
 
     /* Gradients of the current accumulation. */
     grad_slot *slots;
+    void *ring_device, *ring_pinned; /* sz.ring_device: the slots' buffers */
     bucket_progress *progress;
     unsigned char *tensor_ready;
     void *full_grad;   /* ZOE_GRAD_FULL_BUFFER: device, flat_numel elements */

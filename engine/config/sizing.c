@@ -58,16 +58,25 @@ void zoe_train_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     oc->dynamic_loss_scale = c->dtype == ZOE_F16;
     oc->loss_scale = c->dtype == ZOE_F16 ? c->loss_scale : 1.0f;
     oc->bucket_numel = (size_t)c->bucket_mb * (1u << 20) / zoe_dtype_size(c->dtype);
-    /* Every ring slot is as large as the largest bucket, and a tensor is never split, so
-     * buckets smaller than the largest tensor (wte) only add slots: --bucket-mb is a floor.
-     * (On the 10b preset 16 MiB buckets made a ring of 27 wte-sized slots, 10.8 GiB.) */
+    size_t block = (size_t)zoe_gpt_block_local_numel(g), largest = 0;
     for (int t = 0; t < zoe_gpt_num_tensors(g); t++)
-        if ((size_t)zoe_gpt_tensor(g, t)->local_numel > oc->bucket_numel)
-            oc->bucket_numel = (size_t)zoe_gpt_tensor(g, t)->local_numel;
-    /* Open at once during backward: wte's bucket (tied: LM head first, lookup last), the
-     * buckets of one block, and the one it shares with the block before. */
-    size_t block = (size_t)zoe_gpt_block_local_numel(g);
-    oc->bucket_ring = 3 + (int)((block + oc->bucket_numel - 1) / oc->bucket_numel);
+        if ((size_t)zoe_gpt_tensor(g, t)->local_numel > largest)
+            largest = (size_t)zoe_gpt_tensor(g, t)->local_numel;
+    if (c->offload_params != ZOE_OFFLOAD_PARAMS_NONE) {
+        /* Streamed weights, where the device holds rings: the gradient ring by bytes
+         * (docs/offload.md, "The gradient ring"). Open at once during backward besides wte's
+         * bucket 0 (tied: LM head first, lookup last): one block's gradients, or an untied
+         * head's; each bucket takes its own size, so --bucket-mb stays as given. */
+        oc->bucket_ring_window = block > largest ? block : largest;
+    } else {
+        /* Every ring slot is as large as the largest bucket, and a tensor is never split, so
+         * buckets smaller than the largest tensor (wte) only add slots: --bucket-mb is a floor.
+         * (On the 10b preset 16 MiB buckets made a ring of 27 wte-sized slots, 10.8 GiB.) */
+        if (largest > oc->bucket_numel) oc->bucket_numel = largest;
+        /* Open at once during backward: wte's bucket, the buckets of one block, and the one it
+         * shares with the block before. */
+        oc->bucket_ring = 3 + (int)((block + oc->bucket_numel - 1) / oc->bucket_numel);
+    }
     oc->dpu_warmup = c->dpu_warmup;
     oc->dpu_schedule = (zoe_dpu_schedule)c->dpu_schedule;
     /* The device Adam of a GPU's device share neither predicts nor compensates (not built;

@@ -39,6 +39,7 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     /* one ring slot: dp x the largest bucket partition, as the same sizing code says */
     zoe_optimizer_config one_slot = oc;
     one_slot.bucket_ring = 1;
+    one_slot.bucket_ring_window = 0;
     args.config = &one_slot;
     zoe_optimizer_footprint slot;
     if (st == ZOE_OK) st = zoe_optimizer_footprint_of(&args, &slot);

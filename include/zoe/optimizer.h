@@ -217,6 +217,14 @@ typedef struct zoe_optimizer_config {
      * device share (partial_ratio 0 only). */
     const char *state_paths;
     int state_ahead; /* 0: 2 */
+    /* The device gradient ring by bytes (docs/offload.md, "The gradient ring"): 0 (the default)
+     * keeps bucket_ring slots, each as large as the largest bucket; > 0 is the most elements of
+     * tensors whose gradients the caller holds open at once besides bucket 0's (a model's block,
+     * or its largest tensor): the ring is then one buffer where each bucket has a fixed place,
+     * sized for the buckets such a window touches (offload/layout.h, zoe_layout_ring_places), and
+     * bucket_ring is not read. Buckets then need not be as large as the largest tensor: a tensor
+     * larger than bucket_numel is a bucket of its own, its place its own size. */
+    size_t bucket_ring_window;
     /* Weights on drives (zoe-train --offload-params nvme; docs/nvme.md, "Weights on drives"):
      * with params_on_host and state_paths, 1 keeps the host partition of the weights in the
      * drives' state regions too (the master where it is the weights, else a compute-dtype
@@ -258,6 +266,10 @@ typedef struct zoe_optimizer_stats {
      * or part of it had to be redone (undone, for a skipped step); steps redone so far. */
     int speculated, deferred, redone;
     long redone_total;
+    /* State on drives (state_paths): of the most recent host update's streamed pass, the time
+     * spent blocked on the drives (a bucket's read not landed at its turn, a ring slot's write
+     * not landed when the slot was needed, the last writes). Milliseconds; 0 otherwise. */
+    double ms_drive_wait;
 } zoe_optimizer_stats;
 
 /* Collective over the grid. Creates DP communicators for the device (MPI on CPU, NCCL on CUDA)

@@ -181,6 +181,14 @@ static void measure(zoe_grid *grid, zoe_dtype dt, const zoe_optimizer_config *c,
         for (size_t i = 0; i < total; i++) g[i] = test_rng_normal(&rng);
         feed_micro_batch(opt, dt, numel, NT, g);
         CHECK_OK(zoe_optimizer_step(opt, 1e-3f));
+        /* the time blocked on the drives: none with host state, part of a synchronous step's
+         * update with state on drives */
+        zoe_optimizer_stats st;
+        CHECK_OK(zoe_optimizer_stats_get(opt, &st));
+        CHECK(st.ms_drive_wait >= 0 && (c->state_paths || st.ms_drive_wait == 0) &&
+                  (c->dpu_warmup > 0 || st.ms_drive_wait <= st.ms_update),
+              "%s: %.3f ms waiting for the drives in an update of %.3f ms", what, st.ms_drive_wait,
+              st.ms_update);
     }
     CHECK_OK(zoe_device_memory_stats(dev, &later));
     CHECK(later.device_peak == after.device_bytes && later.pinned_peak == after.pinned_bytes,
@@ -308,6 +316,32 @@ static void gpu_box_device_share(int d) {
     }
 }
 
+/* The gradient ring by bytes (bucket_ring_window): measured as above, and its bytes against the
+ * places worked out here. Buckets of 1 << 17 elements hold 300000, 123457, 500001 and 77 each
+ * alone; a window of 500001 touches at most buckets 1, 2 and 3 (the run from bucket 1: all of
+ * 2 inside, 3 where it ends); the ring holds bucket 0 in a place of its own, that run, and one
+ * more of the largest (2) for what a wrap may leave unused. Each bucket takes d x its partition,
+ * rounded up to 64 bytes (32 bf16 elements). */
+static void ring_by_bytes(zoe_grid *grid) {
+    zoe_optimizer_config c = config(0, ZOE_GRAD_BUCKETS, 0.0f);
+    c.bucket_numel = (size_t)1 << 17;
+    c.bucket_ring_window = numel[2];
+    /* bf16: the ring stays under ZOE_HOST_ARRAY_HUGE_MIN, whose rounding the heap would see */
+    measure(grid, ZOE_BF16, &c, 18, "CPU bf16, gradient ring by bytes");
+    size_t d = (size_t)zoe_grid_dp_size(grid), dev[NT];
+    for (int b = 0; b < NT; b++) dev[b] = d * (((numel[b] + d - 1) / d + 31) / 32 * 32);
+    size_t want = (dev[0] + dev[1] + dev[2] + dev[3] + dev[2]) * sizeof(uint16_t);
+    zoe_optimizer_footprint f = footprint(ZOE_BACKEND_CPU, ZOE_BF16, (int)d, &c);
+    CHECK(f.device_ring_bytes == want, "ring by bytes: %zu device bytes, want %zu",
+          f.device_ring_bytes, want);
+    /* On a GPU the pinned staging is the ring's places over d. */
+    f = footprint(ZOE_BACKEND_CUDA, ZOE_BF16, (int)d, &c);
+    CHECK(f.device_ring_bytes == want && f.pinned_ring_bytes >= want / d,
+          "ring by bytes, CUDA: %zu device, %zu pinned ring bytes, want %zu and %zu + the "
+          "copy-out ring",
+          f.device_ring_bytes, f.pinned_ring_bytes, want, want / d);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     zoe_grid *grid = NULL;
@@ -328,6 +362,7 @@ int main(int argc, char **argv) {
     dc.dpu_schedule = ZOE_DPU_DC; /* the last step recomputed from m and v: no array */
     measure(grid, ZOE_F32, &dc, 20, "CPU fp32 DPU dc");
     measure(grid, ZOE_BF16, &dc, 20, "CPU bf16 DPU dc"); /* a tile per thread while it runs */
+    ring_by_bytes(grid);
     zoe_optimizer_config exact = dpu;
     exact.dpu_schedule = ZOE_DPU_EXACT; /* the layout of DPU off */
     measure(grid, ZOE_F32, &exact, 16, "CPU fp32 DPU exact");

@@ -9,7 +9,11 @@
  *    rank): the norm against a float64 norm that counts every TP shard of the sharded tensors
  *    and the replicated tensors once (1e-6 relative; the double-counted norm differs by more),
  *    and replicated tensors stay bit-identical across the TP group;
- *  - a ring too small for the order the model completes buckets in fails with a message. */
+ *  - the gradient ring by bytes (bucket_ring_window) against the ring of fixed slots with the
+ *    same buckets (sizes 1, 7, 100), with clipping off and on: bit-identical weights and norms
+ *    (the buckets drain in the order they completed in both, so the norm adds up alike);
+ *  - a ring too small for the order the model completes buckets in fails with a message, in
+ *    slots and in bytes. */
 #include "offload_test.h"
 
 enum { NT = 4, NTOTAL = 407, STEPS = 8 };
@@ -113,6 +117,26 @@ static void layout_cases(zoe_grid *grid) {
     CHECK_CLOSE(w, w0, NTOTAL, 2e-5, 0, "full gradient buffer vs bucket ring");
 }
 
+static void ring_by_bytes_cases(zoe_grid *grid) {
+    static const int none[NT] = {0, 0, 0, 0};
+    const size_t sizes[] = {1, 7, 100};
+    for (int i = 0; i < 3; i++)
+        for (int clip = 0; clip < 2; clip++) {
+            zoe_optimizer_config cfg;
+            base_config(&cfg);
+            cfg.bucket_numel = sizes[i], cfg.bucket_ring = 2;
+            cfg.clip_norm = clip ? 0.5f : 0.0f; /* the norms here are about 14: every step clips */
+            double w0[NTOTAL], w[NTOTAL], n0[STEPS], n[STEPS];
+            run(grid, ZOE_F32, &cfg, none, w0, NULL, NULL, n0);
+            cfg.bucket_ring_window = 200; /* feed_micro_batch holds one tensor open at a time */
+            run(grid, ZOE_F32, &cfg, none, w, NULL, NULL, n);
+            CHECK(!memcmp(w, w0, sizeof w) && !memcmp(n, n0, sizeof n),
+                  "bucket_numel %zu, clip %d: the ring by bytes differs from the slots (norm %.17g "
+                  "vs %.17g)",
+                  sizes[i], clip, n[STEPS - 1], n0[STEPS - 1]);
+        }
+}
+
 /* The expected norm of step s: TP ranks' sharded gradients all count, replicated once. */
 static double expected_norm(int s, int tp_size, int dp_size, const int *repl, int count_twice) {
     double sum = 0;
@@ -183,6 +207,30 @@ static void ring_too_small(zoe_grid *grid) {
     zoe_optimizer_destroy(opt);
 }
 
+/* Six tensors of 100 in buckets of one, a window of one tensor: the ring holds the run of 3 buckets
+ * one tensor can touch and one more, so from the top down buckets 5, 4, 3, 2 have places of
+ * their own and bucket 1 wraps onto bucket 5's: opening 1 while 5 is open fails. */
+static void ring_by_bytes_too_small(zoe_grid *grid) {
+    zoe_optimizer_config cfg;
+    base_config(&cfg);
+    cfg.bucket_numel = 1, cfg.bucket_ring_window = 100;
+    zoe_param_tensor t[6];
+    for (int i = 0; i < 6; i++) t[i] = (zoe_param_tensor){"t", 100, 0, 0};
+    zoe_optimizer *opt = NULL;
+    if (!CHECK_OK(zoe_optimizer_create(grid, dev, stream, ZOE_F32, t, 6, &cfg, &opt))) return;
+    void *a = NULL, *b = (void *)1;
+    CHECK_OK(zoe_optimizer_begin_micro_batch(opt));
+    for (int i = 5; i >= 2; i--) CHECK_OK(zoe_optimizer_grad_buffer(opt, i, &a));
+    zoe_status st = zoe_optimizer_grad_buffer(opt, 1, &b);
+    CHECK(st == ZOE_ERR_INVALID_ARGUMENT && b == NULL, "bucket 1 over open bucket 5: %d", (int)st);
+    CHECK(strstr(zoe_last_error(), "overlaps a bucket still open") != NULL, "message: %s",
+          zoe_last_error());
+    /* completed, bucket 5 drains and gives its place to bucket 1 */
+    CHECK_OK(zoe_optimizer_grad_ready(opt, 5));
+    CHECK_OK(zoe_optimizer_grad_buffer(opt, 1, &b));
+    zoe_optimizer_destroy(opt);
+}
+
 int main(int argc, char **argv) {
     test_init(&argc, &argv);
     zoe_grid *grid = NULL;
@@ -193,6 +241,8 @@ int main(int argc, char **argv) {
     partial_cases(grid, ZOE_BF16);
     layout_cases(grid);
     ring_too_small(grid);
+    ring_by_bytes_cases(grid);
+    ring_by_bytes_too_small(grid);
     tp_case();
     zoe_grid_destroy(grid);
     zoe_stream_destroy(stream);

@@ -12,7 +12,11 @@
  * weights-in-use files the same bytes. The exact cases clip at 1 where every step clips, so its
  * speculation is undone and redone as well as held (both paths of the gate the fetches wait on).
  *
- * The same for a Llama whose untied LM head streams with the final norm (exact schedule).
+ * The same for a Llama whose untied LM head streams with the final norm (exact schedule), and for
+ * a wider GPT in 1 MiB buckets (exact schedule, clipping), whose streamed run keeps its gradient
+ * buckets in the ring by bytes (docs/offload.md, "The gradient ring") and its resident run in the
+ * ring of fixed slots: the buckets drain in the order they completed in both, so even the norm's
+ * sum of squares adds up alike.
  *
  * With DPU off and fp32 state, downstream of both checkpoints: the generator's logits and greedy
  * tokens, and runs initialised from their Hugging Face export. Every equality case also
@@ -45,6 +49,10 @@ typedef struct stream_case {
     zoe_dpu_schedule schedule;
     int int8;  /* 1: bf16 weights and master, int8 moments */
     int llama; /* 1: Llama (RMSNorm, RoPE, 2 KV heads) with an untied LM head in the tail unit */
+    /* 1: hidden 256 in 1 MiB buckets: a block's gradients span several buckets, which the
+     * streamed run's gradient ring by bytes places around its buffer (the resident run's ring of
+     * fixed slots has the same buckets) */
+    int buckets;
 } stream_case;
 
 static const char *schedule_name(const stream_case *k) {
@@ -65,6 +73,7 @@ static void config(zoe_train_config *c, const stream_case *k, int dp, int stream
         c->exp_avg_dtype = c->exp_avg_sq_dtype = ZOE_STATE_INT8;
     }
     c->offload_params = streamed ? ZOE_OFFLOAD_PARAMS_CPU : ZOE_OFFLOAD_PARAMS_NONE;
+    if (k->buckets) c->model.hidden = 256, c->bucket_mb = 1;
     if (k->llama) {
         c->model.family = ZOE_MODEL_LLAMA;
         c->model.kv_heads = 2;
@@ -162,8 +171,9 @@ static void outputs_case(MPI_Comm comm, char dir[2][300], const char *what) {
 
 static void equality_case(MPI_Comm comm, const stream_case *k, int dp) {
     char what[128], root[2][256], dir[2][300];
-    snprintf(what, sizeof what, "%s, TP %d x DP %d, DPU %s, %s state", k->llama ? "Llama" : "GPT",
-             k->tp, dp, schedule_name(k), k->int8 ? "int8" : "fp32");
+    snprintf(what, sizeof what, "%s, TP %d x DP %d, DPU %s, %s state%s", k->llama ? "Llama" : "GPT",
+             k->tp, dp, schedule_name(k), k->int8 ? "int8" : "fp32",
+             k->buckets ? ", 1 MiB buckets" : "");
     float losses[2][STEPS], val[2];
     for (int streamed = 0; streamed < 2; streamed++) {
         zoe_train_config c;
@@ -254,6 +264,8 @@ int main(int argc, char **argv) {
             }
         stream_case llama = {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_EXACT, .llama = 1};
         equality_case(comm, &llama, dp);
+        stream_case buckets = {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_EXACT, .buckets = 1};
+        equality_case(comm, &buckets, dp);
         const zoe_dpu_schedule resumed[2] = {ZOE_DPU_EXACT, ZOE_DPU_PLAIN};
         for (int r = 0; r < 2; r++) {
             stream_case k = {.tp = tp, .dpu = 1, .schedule = resumed[r]};
