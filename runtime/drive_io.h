@@ -20,7 +20,9 @@
  *
  * Faults: a failed, short or refused read or write fails its ticket's zoe_drive_io_wait() with
  * ZOE_ERR_IO and a message naming the file, the file offset, the logical offset and the error.
- * Not thread-safe: one thread uses a handle at a time.
+ * Every call takes the handle's lock: two threads may submit and wait on one handle (the weight
+ * stream's reads beside the host step's stream, docs/nvme.md "Weights on drives"); a ticket is
+ * waited for once, by one thread.
  *
  * Explained in docs/nvme.md, "The I/O engine". */
 #ifndef ZOE_RUNTIME_DRIVE_IO_H
