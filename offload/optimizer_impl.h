@@ -102,6 +102,12 @@ typedef struct zoe_state_sizes {
      * host memory stage the accumulation (ZOE_GRAD_STAGE_SLOTS buckets). */
     int drive_grads;
     size_t drive_grad_slot, drive_stage;
+    /* Weights on drives (cfg.params_on_drive with streamed weights and state on drives): the
+     * host partition of the weights lives in the buckets' regions too, as the master where
+     * params_are_master, else as a weights array of weights_esize bytes per element (the fp32
+     * master itself with master_in_params); host_params is then 0. */
+    int weights_on_drive;
+    size_t weights_esize;
 } zoe_state_sizes;
 
 /* The smaller of two sizes (the offload files' one copy). */
@@ -142,7 +148,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
  * exp_avg's and exp_avg_sq's int8 scales, each at ZOE_STATE_DRIVE_ALIGN bytes (a multiple of any
  * drive's O_DIRECT alignment, fixed so that the sizes are known before a drive is opened). */
 enum {
-    ZOE_STATE_ARRAYS = 5,
+    ZOE_STATE_ARRAYS = 6, /* and the weights (sz.weights_esize), last */
+    ZOE_STATE_WEIGHTS = 5,
     ZOE_STATE_DRIVE_ALIGN = 4096,
     ZOE_STATE_AHEAD_DEFAULT = 2,
     ZOE_STATE_MAX_PATHS = 64,
@@ -316,7 +323,16 @@ struct zoe_optimizer {
     zoe_state_drive *drive;
     size_t win_lo[3];
     size_t win_grad; /* gradients on drives: host coordinate of h_grad[buf]'s element 0 */
+    /* Weights on drives: params shows one bucket's weights, whose element 0 is partition
+     * coordinate params_lo (0: the whole partition, resident). */
+    size_t params_lo;
 };
+
+/* Element `index` of the parameter buffer (zoe_weights_index), in its window where the weights
+ * are on drives. */
+static inline void *zoe_params_at(const zoe_optimizer *opt, size_t index) {
+    return (char *)opt->params + (index - opt->params_lo) * opt->esz;
+}
 
 /* Host element h of gradient partition buf, in sz.grad_dtype. */
 static inline void *zoe_host_grad_at(const zoe_optimizer *opt, int buf, size_t h) {
@@ -417,6 +433,12 @@ zoe_status zoe_grad_stage_begin(zoe_optimizer *opt, int b, int buf, int assign, 
 zoe_status zoe_grad_stage_end(zoe_optimizer *opt, int b, int buf, int wait);
 /* Waits for every staged write (before the step reads the gradients). */
 zoe_status zoe_grad_stage_drain(zoe_optimizer *opt);
+/* Weights on drives, for the weight stream's reads (offload/param_stream.c): the drive handle,
+ * and where partition element x's weight lies in its scratch space (contiguous to the end of
+ * its bucket's partition, *contiguous elements). */
+zoe_drive_io *zoe_weights_drive_io(const zoe_optimizer *opt);
+zoe_status zoe_weights_drive_offset(const zoe_optimizer *opt, size_t x, size_t *offset,
+                                    size_t *contiguous);
 
 /* speculate.c (ZOE_DPU_EXACT) */
 zoe_status zoe_spec_create(zoe_optimizer *opt);

@@ -20,8 +20,10 @@
  *
  * Faults: a failed, short or refused read or write fails its ticket's zoe_drive_io_wait() with
  * ZOE_ERR_IO and a message naming the file, the file offset, the logical offset and the error.
- * Requests and waits take the handle's mutex: threads may share a handle, each starting and
- * waiting for its own tickets (the gradient's writes on drives beside the state's stream).
+ * Every call takes the handle's lock: threads may share a handle, each starting and waiting for
+ * its own tickets (the gradient's writes on drives beside the state's stream; the weight
+ * stream's reads beside the host step's, docs/nvme.md "Weights on drives"); a ticket is waited
+ * for once, by one thread.
  *
  * Explained in docs/nvme.md, "The I/O engine". */
 #ifndef ZOE_RUNTIME_DRIVE_IO_H

@@ -80,9 +80,11 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
     printf("zoe-train: weights %s, recompute %s\n",
            c->offload_params == ZOE_OFFLOAD_PARAMS_CPU
                ? "on the host, streamed to the device layer by layer"
+           : c->offload_params == ZOE_OFFLOAD_PARAMS_NVME
+               ? "on the drives, streamed to the device layer by layer through a host ring"
                : "on the device",
            c->recompute ? "on" : "off");
-    if (c->offload_params == ZOE_OFFLOAD_PARAMS_CPU)
+    if (c->offload_params != ZOE_OFFLOAD_PARAMS_NONE)
         printf("zoe-train: %d layer%s fetched ahead of the one in use\n", c->prefetch_layers,
                c->prefetch_layers == 1 ? "" : "s");
     /* Open MPI's mpirun answers its own SIGTERM/SIGINT (a Ctrl-C) with SIGCONT to the ranks (a
@@ -243,14 +245,19 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
     /* --offload-grads auto: the plan's decision (on the drives only where the host cannot hold
      * the gradient partition) */
     if (cfg->offload == ZOE_OFFLOAD_NVME && cfg->offload_grads == ZOE_OFFLOAD_GRADS_AUTO) {
-        cfg->offload_grads = r.drive.grads ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
+        /* with the weights on drives too, not built yet: the gradient stays in host memory */
+        int weights_too = cfg->offload_params == ZOE_OFFLOAD_PARAMS_NVME;
+        int drives = r.drive.grads && !weights_too;
+        cfg->offload_grads = drives ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
         if (rank == 0)
             note(notes, notes_cap, "--offload-grads auto: the gradient partition %s\n",
-                 r.drive.grads ? "on the drives (the host cannot hold it)"
+                 drives        ? "on the drives (the host cannot hold it)"
+                 : weights_too ? "in host memory (with the weights on drives, the gradient on "
+                                 "drives is not built yet: docs/nvme.md)"
                                : "in host memory (it fits there)");
     }
     /* streamed weights: the plan's prefetch depth unless --prefetch-layers names one */
-    if (cfg->offload_params == ZOE_OFFLOAD_PARAMS_CPU && cfg->prefetch_layers == 0)
+    if (cfg->offload_params != ZOE_OFFLOAD_PARAMS_NONE && cfg->prefetch_layers == 0)
         cfg->prefetch_layers = r.stream.prefetch > 0 ? r.stream.prefetch : 1;
     char line[512];
     zoe_plan_summary(&pc, &r, line, sizeof line);
