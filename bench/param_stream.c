@@ -4,13 +4,19 @@
  * batches, so that a machine loaded by other work slows both alike. Prints one JSON object per
  * mode (median and best ms per step, units fetched per step, device peak bytes) and a last one
  * with the ratio of the medians (goal: <= 1.15).
- * Usage: bench_param_stream [steps] [prefetch_layers]   (defaults 6 and 1; the first step of
- * each is a warm-up and not counted). */
+ * Usage: bench_param_stream [steps] [prefetch_layers] [DIR]   (defaults 6 and 1; the first step
+ * of each is a warm-up and not counted).
+ *
+ * With DIR, the weights on drives (docs/nvme.md, "Weights on drives"): both trainers stream and
+ * keep the optimizer state on DIR (--offload nvme), one streaming the weights from host memory
+ * (--offload-params cpu), the other from DIR (nvme); each line adds its optimizer's footprint
+ * (host, pinned and drive bytes), and the last gives the ratio drives to host. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include "zoe/zoe.h"
+#include "engine/train/trainer_impl.h" /* zoe_trainer_optimizer, for the footprint */
 #include "zoe/train.h"
+#include "zoe/zoe.h"
 
 enum { MODES = 2 };
 
@@ -33,8 +39,9 @@ static int by_value(const void *a, const void *b) {
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int steps = argc > 1 ? atoi(argv[1]) : 6, prefetch = argc > 2 ? atoi(argv[2]) : 1;
+    const char *drive = argc > 3 ? argv[3] : NULL;
     if (steps < 2 || prefetch < 0) {
-        fprintf(stderr, "usage: bench_param_stream [steps >= 2] [prefetch_layers >= 0]\n");
+        fprintf(stderr, "usage: bench_param_stream [steps >= 2] [prefetch_layers >= 0] [DIR]\n");
         return 2;
     }
     zoe_trainer *tr[MODES];
@@ -51,6 +58,11 @@ int main(int argc, char **argv) {
         c->steps = steps;
         c->offload_params = m ? ZOE_OFFLOAD_PARAMS_CPU : ZOE_OFFLOAD_PARAMS_NONE;
         c->prefetch_layers = prefetch;
+        if (drive) {
+            c->offload = ZOE_OFFLOAD_NVME;
+            snprintf(c->nvme_path, sizeof c->nvme_path, "%s", drive);
+            c->offload_params = m ? ZOE_OFFLOAD_PARAMS_NVME : ZOE_OFFLOAD_PARAMS_CPU;
+        }
         if (zoe_trainer_create(MPI_COMM_WORLD, c, &tr[m]) != ZOE_OK) die("trainer");
     }
     size_t n = (size_t)cfg[0].micro_batch * (size_t)cfg[0].model.seq_len;
@@ -69,18 +81,26 @@ int main(int argc, char **argv) {
             ms[m][s] = 1e3 * (now() - t0);
         }
     }
-    const char *names[MODES] = {"resident", "streamed"};
+    const char *names[2][MODES] = {{"resident", "streamed"}, {"streamed", "streamed_from_drives"}};
     double median[MODES];
     for (int m = 0; m < MODES; m++) {
         qsort(ms[m] + 1, (size_t)steps - 1, sizeof(double), by_value); /* step 0: warm-up */
         median[m] = ms[m][1 + (steps - 1) / 2];
+        zoe_optimizer_footprint fp;
+        if (zoe_optimizer_memory(zoe_trainer_optimizer(tr[m]), &fp) != ZOE_OK) die("footprint");
         printf("{\"bench\":\"param_stream\",\"mode\":\"%s\",\"model\":\"gpt2-124m\","
                "\"micro_batch\":4,\"seq_len\":64,\"steps\":%d,\"prefetch_layers\":%d,"
-               "\"ms_step_median\":%.1f,\"ms_step_best\":%.1f}\n",
-               names[m], steps - 1, prefetch, median[m], ms[m][1]);
+               "\"ms_step_median\":%.1f,\"ms_step_best\":%.1f,\"host_bytes\":%zu,"
+               "\"pinned_bytes\":%zu,\"drive_bytes\":%zu}\n",
+               names[drive != NULL][m], steps - 1, prefetch, median[m], ms[m][1], fp.host_bytes,
+               fp.pinned_bytes, fp.drive_bytes);
     }
-    printf("{\"bench\":\"param_stream\",\"ratio_streamed_to_resident\":%.3f,\"goal\":1.15}\n",
-           median[1] / median[0]);
+    if (drive)
+        printf("{\"bench\":\"param_stream\",\"ratio_drives_to_host\":%.3f}\n",
+               median[1] / median[0]);
+    else
+        printf("{\"bench\":\"param_stream\",\"ratio_streamed_to_resident\":%.3f,\"goal\":1.15}\n",
+               median[1] / median[0]);
     for (int m = 0; m < MODES; m++) {
         if (zoe_trainer_finalize(tr[m]) != ZOE_OK) die("finalize");
         zoe_trainer_destroy(tr[m]);

@@ -39,12 +39,14 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.params_are_master = streamed && (dtype == ZOE_BF16 || dtype == ZOE_F16) &&
                           cfg->main_params_dtype == ZOE_BF16 && !dpu && z.h_master;
     z.drive = cfg->state_paths && cfg->state_paths[0] && z.h_numel;
+    z.weights_on_drive = z.drive && streamed && cfg->params_on_drive;
+    z.weights_esize = z.weights_on_drive && !z.params_are_master ? zoe_dtype_size(dtype) : 0;
     if (z.drive) {
         z.drive_ahead = cfg->state_ahead > 0 ? cfg->state_ahead : ZOE_STATE_AHEAD_DEFAULT;
         zoe_state_drive_sizes(&z, lay);
     }
     z.params = streamed ? 0 : lay->flat_numel;
-    z.host_params = streamed && !z.params_are_master ? part : 0;
+    z.host_params = streamed && !z.params_are_master && !z.weights_on_drive ? part : 0;
     z.part_out = !cpu && !streamed && (dpu || pd) ? part : 0;
     z.d_state = cpu ? 0 : pd;
     z.d_grads = !z.d_state ? 0 : dpu ? 2 : 1;
@@ -82,7 +84,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
     size_t state_bytes = zoe_adam_state_esize(z->host_dtypes.exp_avg) +
                          zoe_adam_state_esize(z->host_dtypes.exp_avg_sq) + master_bytes;
     /* the master that is the streamed weights is pinned, not plain host memory */
-    size_t pinned_master = z->params_are_master ? z->h_numel * master_bytes : 0;
+    size_t pinned_master =
+        z->params_are_master && !z->weights_on_drive ? z->h_numel * master_bytes : 0;
     size_t int8_moments =
         (z->host_dtypes.exp_avg == ZOE_I8) + (z->host_dtypes.exp_avg_sq == ZOE_I8);
     size_t scales = int8_moments * z->h_blocks * f;

@@ -82,6 +82,10 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
         BAD("dpu_predict_scale %g is not a finite value > 0 (DPU schedule predict)",
             (double)c->dpu_predict_scale);
     if (c->state_ahead < 0) BAD("state_ahead %d is negative", c->state_ahead);
+    if (c->params_on_drive && !(c->params_on_host && c->state_paths && c->state_paths[0]))
+        BAD("params_on_drive without %s: the weights on drives are the host partition of "
+            "streamed weights, in the state's scratch space",
+            c->params_on_host ? "state_paths" : "params_on_host");
     if (c->state_paths && c->state_paths[0] && c->partial_ratio > 0)
         BAD("state_paths with partial_ratio %g: the drives hold the whole partition's state "
             "(partial_ratio 0)",
@@ -215,7 +219,38 @@ void zoe_optimizer_destroy(zoe_optimizer *opt) {
 }
 
 void *zoe_optimizer_params(zoe_optimizer *opt) {
-    return opt ? opt->params : NULL;
+    return opt && !opt->sz.weights_on_drive ? opt->params : NULL;
+}
+
+/* zoe_optimizer_params_copy's span: partition coordinates [a, e) (host coordinates: streamed
+ * weights keep no device share) between the caller's buffer and the weights. */
+typedef struct params_span {
+    char *buf;
+    size_t x0;
+    int write;
+} params_span;
+
+static zoe_status params_span_copy(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    const params_span *sp = ctx;
+    char *w = zoe_params_at(opt, a), *u = sp->buf + (a - sp->x0) * opt->esz;
+    memcpy(sp->write ? w : u, sp->write ? u : w, (e - a) * opt->esz);
+    return ZOE_OK;
+}
+
+zoe_status zoe_optimizer_params_copy(zoe_optimizer *opt, size_t x, size_t n, void *buf, int write) {
+    if (!opt || (!buf && n))
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_optimizer_params_copy: NULL argument");
+    if (!opt->cfg.params_on_host)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_optimizer_params_copy: the weights are on the device (no "
+                        "params_on_host)");
+    if (x > opt->lay.part_numel || n > opt->lay.part_numel - x)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "zoe_optimizer_params_copy: [%zu, %zu) outside the partition's %zu "
+                        "elements",
+                        x, x + n, opt->lay.part_numel);
+    params_span sp = {.buf = buf, .x0 = x, .write = write};
+    return zoe_state_paged(opt, x, x + n, write, params_span_copy, &sp);
 }
 size_t zoe_optimizer_params_numel(const zoe_optimizer *opt) {
     return !opt ? 0 : opt->cfg.params_on_host ? opt->lay.part_numel : opt->lay.flat_numel;
@@ -426,6 +461,27 @@ static zoe_status state_span_copy(zoe_optimizer *opt, size_t a, size_t e, void *
                      : zoe_convert(u, sp->dt, h, held, e - a);
 }
 
+/* The fp32 master in the parameters (master_in_params) over host coordinates [a, e): the rank's
+ * weight slices, converted to and from the caller's buffer. */
+typedef struct master_slices {
+    char *buf;
+    size_t x0;
+    zoe_dtype dt;
+    int write;
+} master_slices;
+
+static zoe_status master_slices_copy(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    const master_slices *sp = ctx;
+    size_t esz = zoe_dtype_size(sp->dt);
+    for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, a, e - a); zoe_slices_next(&it);) {
+        float *w = zoe_params_at(opt, zoe_weights_index(opt, it.x, it.flat));
+        char *u = sp->buf + (it.x - sp->x0) * esz;
+        ZOE_TRY(sp->write ? zoe_convert(w, ZOE_F32, u, sp->dt, it.len)
+                          : zoe_convert(u, sp->dt, w, ZOE_F32, it.len));
+    }
+    return ZOE_OK;
+}
+
 /* Copies [offset, offset + count) of one state array between the caller's host buffer, of
  * dtype dt (fp32 or bf16), and the partition, whose first sz.h_lo elements live in device memory
  * (CUDA with partial offload, in the host's dtypes). Into bf16 the values round to nearest even;
@@ -450,14 +506,10 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
                      : zoe_convert(buf, dt, staged, ZOE_F32, count);
     }
     if (which == ZOE_STATE_MASTER && opt->sz.master_in_params) { /* the rank's weight slices */
-        for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, offset, count);
-             zoe_slices_next(&it);) {
-            float *w = (float *)opt->params + zoe_weights_index(opt, it.x, it.flat);
-            char *u = buf + (it.x - offset) * esz;
-            ZOE_TRY(write ? zoe_convert(w, ZOE_F32, u, dt, it.len)
-                          : zoe_convert(u, dt, w, ZOE_F32, it.len));
-        }
-        return ZOE_OK;
+        /* (the CPU backend: partition coordinates are host coordinates; on drives a bucket's
+         * weights at a time) */
+        master_slices sp = {.buf = buf, .x0 = offset, .dt = dt, .write = write};
+        return zoe_state_paged(opt, offset, end, write, master_slices_copy, &sp);
     }
     size_t pd = opt->sz.h_lo; /* the device arrays hold [0, h_lo), the host arrays the rest */
     if (offset < pd)

@@ -95,6 +95,12 @@ typedef struct zoe_state_sizes {
      * host bytes they would take. */
     int drive, drive_ahead, drive_slots;
     size_t drive_slot, drive_bytes, drive_paged;
+    /* Weights on drives (cfg.params_on_drive with streamed weights and state on drives): the
+     * host partition of the weights lives in the buckets' regions too, as the master where
+     * params_are_master, else as a weights array of weights_esize bytes per element (the fp32
+     * master itself with master_in_params); host_params is then 0. */
+    int weights_on_drive;
+    size_t weights_esize;
 } zoe_state_sizes;
 
 /* The smaller of two sizes (the offload files' one copy). */
@@ -135,7 +141,8 @@ void zoe_state_sizes_bytes(const zoe_state_sizes *z, const zoe_layout *lay, zoe_
  * exp_avg's and exp_avg_sq's int8 scales, each at ZOE_STATE_DRIVE_ALIGN bytes (a multiple of any
  * drive's O_DIRECT alignment, fixed so that the sizes are known before a drive is opened). */
 enum {
-    ZOE_STATE_ARRAYS = 5,
+    ZOE_STATE_ARRAYS = 6, /* and the weights (sz.weights_esize), last */
+    ZOE_STATE_WEIGHTS = 5,
     ZOE_STATE_DRIVE_ALIGN = 4096,
     ZOE_STATE_AHEAD_DEFAULT = 2,
     ZOE_STATE_MAX_PATHS = 64,
@@ -290,7 +297,16 @@ struct zoe_optimizer {
      * bucket of a ring slot, whose element 0 is host coordinate win_lo[array] (0: resident). */
     zoe_state_drive *drive;
     size_t win_lo[3];
+    /* Weights on drives: params shows one bucket's weights, whose element 0 is partition
+     * coordinate params_lo (0: the whole partition, resident). */
+    size_t params_lo;
 };
+
+/* Element `index` of the parameter buffer (zoe_weights_index), in its window where the weights
+ * are on drives. */
+static inline void *zoe_params_at(const zoe_optimizer *opt, size_t index) {
+    return (char *)opt->params + (index - opt->params_lo) * opt->esz;
+}
 
 /* Host element h of gradient partition buf, in sz.grad_dtype. */
 static inline void *zoe_host_grad_at(const zoe_optimizer *opt, int buf, size_t h) {
@@ -369,6 +385,12 @@ zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, 
 /* fn over the whole host range: with state on drives bucket by bucket through the ring, read
  * ahead and written behind (the host step). */
 zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx);
+/* Weights on drives, for the weight stream's reads (offload/param_stream.c): the drive handle,
+ * and where partition element x's weight lies in its scratch space (contiguous to the end of
+ * its bucket's partition, *contiguous elements). */
+zoe_drive_io *zoe_weights_drive_io(const zoe_optimizer *opt);
+zoe_status zoe_weights_drive_offset(const zoe_optimizer *opt, size_t x, size_t *offset,
+                                    size_t *contiguous);
 
 /* speculate.c (ZOE_DPU_EXACT) */
 zoe_status zoe_spec_create(zoe_optimizer *opt);

@@ -14,16 +14,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/adam.h"
+#include "offload/optimizer_impl.h" /* zoe_weights_drive_io, zoe_weights_drive_offset */
 #include "runtime/error.h"
 #include "zoe/comm.h"
 
-typedef enum { SLOT_EMPTY = 0, SLOT_FETCHED, SLOT_IN_USE } slot_state;
+/* READING: the unit's drive reads are in flight into the slot's host buffer (weights on drives);
+ * its copy to the device is not queued yet. */
+typedef enum { SLOT_EMPTY = 0, SLOT_READING, SLOT_FETCHED, SLOT_IN_USE } stream_slot_state;
 
 /* One device buffer and the unit it holds. */
 typedef struct stream_slot {
     void *data;
     int unit; /* -1: none */
-    slot_state state;
+    stream_slot_state state;
+    int reads;           /* drive reads in flight (SLOT_READING) */
     zoe_event *fetched;  /* on the copy stream, after the unit landed */
     zoe_event *released; /* on the compute stream, after the unit's last read */
 } stream_slot;
@@ -33,6 +37,13 @@ typedef struct stream_slot {
 typedef struct stream_piece {
     size_t first, count, pack;
 } stream_piece;
+
+/* One aligned read of the drive: scratch bytes [lo, lo + bytes) into a slot's host buffer at pos.
+ * A unit's pieces that lie near each other on the drive (consecutive tensors of a bucket) share
+ * one. */
+typedef struct drive_run {
+    size_t lo, bytes, pos;
+} drive_run;
 
 struct zoe_param_stream {
     zoe_param_stream_config cfg; /* units, order and numel point at the copies below */
@@ -58,6 +69,16 @@ struct zoe_param_stream {
     stream_slot *slots;    /* ring slots, then the held unit's */
     int num_slots;         /* prefetch + 1, + 1 with a held unit */
     void *staging;         /* dp_size x the largest block (DP > 1) */
+    /* Weights on drives (zoe_weights_drive_io; NULL: the host partition is in host memory): each
+     * slot has a host buffer that its unit's pieces are read into before they go to the device. */
+    zoe_drive_io *io;
+    size_t *host_pos;             /* [num_tensors]: byte position of this rank's piece */
+    drive_run *runs;              /* [num_tensors]: every unit's reads, unit after unit */
+    int *unit_runs;               /* [num_units + 1]: unit u's are [unit_runs[u], unit_runs[u+1]) */
+    int max_runs;                 /* the most of one unit */
+    size_t host_slot;             /* bytes of a slot's host buffer */
+    char *host_ring;              /* num_slots * host_slot, aligned for the drive */
+    zoe_drive_io_ticket *tickets; /* [num_slots * max_runs] */
 };
 
 static size_t max_size(size_t a, size_t b) {
@@ -143,6 +164,64 @@ static zoe_status build_tables(zoe_param_stream *ps, MPI_Comm dp_group) {
     return st;
 }
 
+/* The reads of each unit's pieces from the drive, and where each piece lands in a slot's host
+ * buffer: runs aligned for the drive, a piece joining the previous run where its aligned start
+ * falls inside or right after it. */
+static zoe_status build_drive_plan(zoe_param_stream *ps) {
+    const zoe_param_stream_config *c = &ps->cfg;
+    int nt = c->num_tensors, nu = c->num_units, d = ps->dp_size, me = ps->dp_rank;
+    ps->host_pos = calloc((size_t)nt, sizeof *ps->host_pos);
+    ps->runs = calloc((size_t)nt, sizeof *ps->runs);
+    ps->unit_runs = calloc((size_t)nu + 1, sizeof *ps->unit_runs);
+    if (!ps->host_pos || !ps->runs || !ps->unit_runs)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream's drive reads of %d tensors", nt);
+    size_t align = zoe_drive_io_alignment(ps->io);
+    int n = 0;
+    for (int u = 0; u < nu; u++) {
+        const zoe_param_unit *un = &ps->units[u];
+        size_t end = 0; /* of the unit's host buffer so far */
+        ps->unit_runs[u] = n;
+        for (int t = un->first; t < un->first + un->n; t++) {
+            const stream_piece *pc = &ps->pieces[(size_t)t * (size_t)d + (size_t)me];
+            if (!pc->count) continue;
+            size_t off, contiguous;
+            ZOE_TRY(zoe_weights_drive_offset(ps->opt, ps->host[t], &off, &contiguous));
+            if (contiguous < pc->count)
+                return zoe_fail(ZOE_ERR_INTERNAL,
+                                "weight stream: tensor %d's piece of %zu elements crosses a bucket",
+                                t, pc->count);
+            size_t lo = off / align * align;
+            size_t hi = (off + pc->count * ps->esz + align - 1) / align * align;
+            drive_run *last = n > ps->unit_runs[u] ? &ps->runs[n - 1] : NULL;
+            if (last && lo >= last->lo && lo <= last->lo + last->bytes) {
+                if (hi > last->lo + last->bytes) last->bytes = hi - last->lo;
+            } else {
+                last = &ps->runs[n++];
+                *last = (drive_run){.lo = lo, .bytes = hi - lo, .pos = end};
+            }
+            ps->host_pos[t] = last->pos + (off - last->lo);
+            end = last->pos + last->bytes;
+        }
+        ps->host_slot = max_size(ps->host_slot, end);
+        if (n - ps->unit_runs[u] > ps->max_runs) ps->max_runs = n - ps->unit_runs[u];
+    }
+    ps->unit_runs[nu] = n;
+    ps->host_slot = max_size(ps->host_slot, align);
+    ps->host_ring = zoe_drive_io_buffer_alloc((size_t)ps->num_slots * ps->host_slot);
+    ps->tickets = calloc((size_t)ps->num_slots * (size_t)max_size((size_t)ps->max_runs, 1),
+                         sizeof *ps->tickets);
+    if (!ps->host_ring || !ps->tickets)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream's host ring of %d x %zu bytes",
+                        ps->num_slots, ps->host_slot);
+    zoe_log(ZOE_LOG_DEBUG, "weight stream: weights on drives, a host ring of %d units of %zu bytes",
+            ps->num_slots, ps->host_slot);
+    return ZOE_OK;
+}
+
+int zoe_param_stream_slots(int prefetch, int held) {
+    return prefetch + 1 + (held ? 1 : 0);
+}
+
 static zoe_status device_buffer(zoe_param_stream *ps, size_t numel, void **out) {
     size_t bytes = max_size(numel, 1) * ps->esz;
     return zoe_device_alloc(ps->dev, bytes, out);
@@ -160,7 +239,7 @@ static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
     ps->unit_block = calloc((size_t)nu, sizeof *ps->unit_block);
     ps->order = calloc((size_t)nu * ZOE_PARAM_STREAM_PASSES, sizeof *ps->order);
     ps->position = calloc((size_t)nu * ZOE_PARAM_STREAM_PASSES, sizeof *ps->position);
-    ps->num_slots = c->prefetch + 1 + (c->held_unit >= 0);
+    ps->num_slots = zoe_param_stream_slots(c->prefetch, c->held_unit >= 0);
     ps->slots = calloc((size_t)ps->num_slots, sizeof *ps->slots);
     if (!ps->numel || !ps->offset || !ps->host || !ps->pieces || !ps->units || !ps->unit_numel ||
         !ps->unit_block || !ps->order || !ps->position || !ps->slots)
@@ -191,6 +270,8 @@ static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
         ZOE_TRY(zoe_event_record(sl->released, ps->compute));
     }
     if (d > 1) ZOE_TRY(device_buffer(ps, (size_t)d * block, &ps->staging));
+    ps->io = zoe_weights_drive_io(ps->opt);
+    if (ps->io) ZOE_TRY(build_drive_plan(ps));
     return ZOE_OK;
 }
 
@@ -230,8 +311,11 @@ zoe_status zoe_param_stream_create(zoe_optimizer *opt, MPI_Comm dp_group, zoe_de
     return ZOE_OK;
 }
 
+static zoe_status wait_reads(zoe_param_stream *ps, stream_slot *sl, zoe_status st);
+
 void zoe_param_stream_destroy(zoe_param_stream *ps) {
     if (!ps) return;
+    for (int s = 0; ps->slots && s < ps->num_slots; s++) wait_reads(ps, &ps->slots[s], ZOE_OK);
     if (ps->copy) zoe_stream_synchronize(ps->copy);
     for (int s = 0; ps->slots && s < ps->num_slots; s++) {
         zoe_device_free(ps->dev, ps->slots[s].data);
@@ -244,6 +328,8 @@ void zoe_param_stream_destroy(zoe_param_stream *ps) {
     free(ps->numel), free(ps->offset), free(ps->host), free(ps->pieces), free(ps->units);
     free(ps->unit_numel), free(ps->unit_block), free(ps->order), free(ps->position);
     free(ps->slots);
+    free(ps->host_pos), free(ps->runs), free(ps->unit_runs), free(ps->tickets);
+    zoe_drive_io_buffer_free(ps->host_ring);
     free(ps);
 }
 
@@ -257,12 +343,61 @@ static char *at(const zoe_param_stream *ps, void *base, size_t element) {
     return (char *)base + element * ps->esz;
 }
 
-/* Unit u from the host partition into slot sl, on the copy stream. */
-static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
+static char *host_buffer(const zoe_param_stream *ps, const stream_slot *sl) {
+    return ps->host_ring + (size_t)(sl - ps->slots) * ps->host_slot;
+}
+
+/* Waits for the slot's drive reads (every one, after a failure too: they write its buffer);
+ * st, or the first failure. */
+static zoe_status wait_reads(zoe_param_stream *ps, stream_slot *sl, zoe_status st) {
+    if (!sl->reads) return st;
+    const zoe_drive_io_ticket *tk = ps->tickets + (size_t)(sl - ps->slots) * (size_t)ps->max_runs;
+    for (int i = 0; i < sl->reads; i++) {
+        zoe_status w = zoe_drive_io_wait(ps->io, tk[i]);
+        if (st == ZOE_OK) st = w;
+    }
+    sl->reads = 0;
+    return st;
+}
+
+/* The start of unit u's fetch into slot sl: its weights settled, and with the weights on drives
+ * its pieces' reads into the slot's host buffer started. */
+static zoe_status begin_fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
+    const zoe_param_unit *un = &ps->units[u];
+    /* The exact DPU schedule's settling: the unit's buckets hold their updated weights (and,
+     * on drives, have been written back there). */
+    ZOE_TRY(zoe_optimizer_weights_ready(ps->opt, un->first, un->n));
+    sl->unit = u;
+    sl->state = SLOT_READING;
+    if (!ps->io) return ZOE_OK;
+    zoe_drive_io_ticket *tk = ps->tickets + (size_t)(sl - ps->slots) * (size_t)ps->max_runs;
+    zoe_status st = ZOE_OK;
+    for (int r = ps->unit_runs[u]; st == ZOE_OK && r < ps->unit_runs[u + 1]; r++) {
+        const drive_run *run = &ps->runs[r];
+        st = zoe_drive_io_read(ps->io, run->lo, host_buffer(ps, sl) + run->pos, run->bytes,
+                               &tk[sl->reads]);
+        if (st == ZOE_OK) sl->reads++;
+    }
+    if (st != ZOE_OK) {
+        sl->unit = -1, sl->state = SLOT_EMPTY;
+        return wait_reads(ps, sl, st);
+    }
+    return ZOE_OK;
+}
+
+/* The rest of the fetch of slot sl's unit, on the copy stream: from the host partition (or the
+ * slot's host buffer, once its reads landed) to the device, gathered over DP. */
+static zoe_status end_fetch(zoe_param_stream *ps, stream_slot *sl) {
+    const int u = sl->unit;
     const zoe_param_unit *un = &ps->units[u];
     const int d = ps->dp_size, me = ps->dp_rank;
-    /* The exact DPU schedule's settling: the unit's buckets hold their updated weights. */
-    ZOE_TRY(zoe_optimizer_weights_ready(ps->opt, un->first, un->n));
+    if (ps->io) {
+        zoe_status st = wait_reads(ps, sl, ZOE_OK);
+        if (st != ZOE_OK) {
+            sl->unit = -1, sl->state = SLOT_EMPTY;
+            return st;
+        }
+    }
     /* After the compute stream's last read of the slot's previous unit; not after the rest of
      * its queue: the partition is written by the host, in host order (zoe_partition_upload), so
      * the copy may run ahead of the compute it prefetches for. */
@@ -274,8 +409,9 @@ static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
         if (!pc->count) continue;
         void *dst = d == 1 ? at(ps, sl->data, ps->offset[t] + pc->first)
                            : at(ps, ps->staging, (size_t)me * block + pc->pack);
-        ZOE_TRY(zoe_memcpy_async(dst, at(ps, host, ps->host[t]), pc->count * ps->esz,
-                                 ZOE_COPY_HOST_TO_DEVICE, ps->copy));
+        const void *src = ps->io ? (const void *)(host_buffer(ps, sl) + ps->host_pos[t])
+                                 : at(ps, host, ps->host[t]);
+        ZOE_TRY(zoe_memcpy_async(dst, src, pc->count * ps->esz, ZOE_COPY_HOST_TO_DEVICE, ps->copy));
     }
     if (d > 1) {
         ZOE_TRY(zoe_comm_all_gather(ps->dp, at(ps, ps->staging, (size_t)me * block), ps->staging,
@@ -297,9 +433,14 @@ static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
         ZOE_TRY(zoe_convert_stream(ps->copy, sl->data, ps->cfg.dtype, sl->data, ps->host_dtype,
                                    ps->unit_numel[u]));
     ZOE_TRY(zoe_event_record(sl->fetched, ps->copy));
-    sl->unit = u;
     sl->state = SLOT_FETCHED;
     return ZOE_OK;
+}
+
+/* Unit u into slot sl, now. */
+static zoe_status fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
+    ZOE_TRY(begin_fetch(ps, u, sl));
+    return end_fetch(ps, sl);
 }
 
 static stream_slot *slot_of(zoe_param_stream *ps, int u) {
@@ -332,15 +473,22 @@ static void addresses(const zoe_param_stream *ps, int u, const stream_slot *sl, 
     for (int i = 0; i < un->n; i++) weights[i] = at(ps, sl->data, ps->offset[un->first + i]);
 }
 
-/* The next units of pass p after u, up to prefetch of them, into empty ring slots. */
+/* The next units of pass p after u, up to prefetch of them, into empty ring slots. With the
+ * weights on drives the farthest one's reads stay in flight (its copy goes out when the next
+ * unit is acquired, or when it is); the nearer ones', started by earlier acquires, have had a
+ * unit's compute to land, and their copies go out now. */
 static zoe_status prefetch(zoe_param_stream *ps, int u, int p) {
-    int nu = ps->cfg.num_units, pos = ps->position[p * nu + u];
-    for (int i = pos + 1; i < nu && i <= pos + ps->cfg.prefetch; i++) {
+    int nu = ps->cfg.num_units, pos = ps->position[p * nu + u], k = ps->cfg.prefetch;
+    for (int i = pos + 1; i < nu && i <= pos + k; i++) {
         int v = ps->order[p * nu + i];
         if (v == ps->cfg.held_unit || slot_of(ps, v)) continue;
         stream_slot *sl = free_slot(ps, v);
-        if (!sl) return ZOE_OK;
-        ZOE_TRY(fetch(ps, v, sl));
+        if (!sl) break;
+        ZOE_TRY(ps->io ? begin_fetch(ps, v, sl) : fetch(ps, v, sl));
+    }
+    for (int i = pos + 1; ps->io && i < nu && i < pos + k; i++) {
+        stream_slot *sl = slot_of(ps, ps->order[p * nu + i]);
+        if (sl && sl->state == SLOT_READING) ZOE_TRY(end_fetch(ps, sl));
     }
     return ZOE_OK;
 }
@@ -360,6 +508,8 @@ zoe_status zoe_param_stream_acquire(zoe_param_stream *ps, int u, int pass, void 
                             "weight stream: no free buffer for unit %d (%d held or prefetched)", u,
                             ps->num_slots);
         ZOE_TRY(fetch(ps, u, sl));
+    } else if (sl->state == SLOT_READING) {
+        ZOE_TRY(end_fetch(ps, sl));
     }
     sl->state = SLOT_IN_USE;
     /* The host waits for the unit's copies (not for compute): once its tensors' gradients are
@@ -392,6 +542,7 @@ zoe_status zoe_param_stream_stage(zoe_param_stream *ps, int u, void **weights) {
     if (!sl && !(sl = free_slot(ps, u)))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: no free buffer to stage unit %d",
                         u);
+    if (sl->state == SLOT_READING) ZOE_TRY(end_fetch(ps, sl)); /* a prefetch, now overwritten */
     ZOE_TRY(zoe_stream_wait_event(ps->compute, sl->released));
     sl->unit = u;
     sl->state = SLOT_IN_USE;
@@ -412,13 +563,21 @@ zoe_status zoe_param_stream_store(zoe_param_stream *ps, int u) {
     if (ps->host_dtype != ps->cfg.dtype)
         ZOE_TRY(zoe_convert_stream(ps->compute, sl->data, ps->host_dtype, sl->data, ps->cfg.dtype,
                                    ps->unit_numel[u]));
+    /* (with the weights on drives through the slot's host buffer, written through to them) */
     for (int t = un->first; t < un->first + un->n; t++) {
         const stream_piece *pc = &ps->pieces[(size_t)t * (size_t)ps->dp_size + (size_t)ps->dp_rank];
+        void *dst =
+            ps->io ? (void *)(host_buffer(ps, sl) + ps->host_pos[t]) : at(ps, host, ps->host[t]);
         if (pc->count)
-            ZOE_TRY(zoe_memcpy_async(at(ps, host, ps->host[t]),
-                                     at(ps, sl->data, ps->offset[t] + pc->first),
+            ZOE_TRY(zoe_memcpy_async(dst, at(ps, sl->data, ps->offset[t] + pc->first),
                                      pc->count * ps->esz, ZOE_COPY_DEVICE_TO_HOST, ps->compute));
     }
     ZOE_TRY(zoe_stream_synchronize(ps->compute));
+    for (int t = un->first; ps->io && t < un->first + un->n; t++) {
+        const stream_piece *pc = &ps->pieces[(size_t)t * (size_t)ps->dp_size + (size_t)ps->dp_rank];
+        if (pc->count)
+            ZOE_TRY(zoe_optimizer_params_copy(ps->opt, ps->host[t], pc->count,
+                                              host_buffer(ps, sl) + ps->host_pos[t], 1));
+    }
     return zoe_param_stream_release(ps, u);
 }

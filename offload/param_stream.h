@@ -42,6 +42,13 @@ typedef struct zoe_param_stream_config {
 
 typedef struct zoe_param_stream zoe_param_stream;
 
+/* Buffers of each of the stream's rings: prefetch + 1 that the units cycle through, and one of
+ * the held unit's own (held: 1 where there is one). The device's ring has them, and so does the
+ * host's where the weights are on drives (zoe_optimizer_config.params_on_drive: each slot takes
+ * its unit's pieces of the partition on their way from the drives, each read rounded out to the
+ * drive's alignment). The plan sizes both rings with it (engine/plan/plan.c). */
+int zoe_param_stream_slots(int prefetch, int held);
+
 /* opt: created with params_on_host (borrowed); dp_group: its DP group (borrowed); compute: the
  * stream the passes run on. Collective over dp_group. */
 zoe_status zoe_param_stream_create(zoe_optimizer *opt, MPI_Comm dp_group, zoe_device *dev,

@@ -70,7 +70,8 @@ static zoe_status host_arrays(zoe_optimizer *opt) {
     opt->h_grad[0] = zoe_state_host_alloc(opt, bytes);
     opt->h_grad[1] = z->h_grads > 1 ? zoe_state_host_alloc(opt, bytes) : opt->h_grad[0];
     size_t master_bytes = n * zoe_adam_state_esize(z->host_dtypes.master);
-    if (z->params_are_master) /* the streamed weights: pinned, for the copies to the device */
+    if (z->params_are_master && !z->weights_on_drive) /* the streamed weights: pinned, for the
+                                                       * copies to the device */
         ZOE_TRY(zoe_state_pinned_alloc(opt, master_bytes, 0, "the master weights", &opt->h_master));
     if (!opt->h_grad[0] || !opt->h_grad[1])
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host gradient partition of %zu elements", n);
@@ -122,7 +123,9 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
         ZOE_TRY(zoe_state_pinned_alloc(opt, z->host_params * opt->esz, 0, "the streamed weights",
                                        &opt->params));
         memset(opt->params, 0, z->host_params * opt->esz);
-    } else if (!z->params_are_master) { /* else the master is the parameter buffer, below */
+    } else if (!z->params_are_master && !z->weights_on_drive) { /* else the master is the
+                                                                 * parameter buffer, below, or
+                                                                 * the drive's pages show it */
         ZOE_TRY(device_array(opt, z->params * opt->esz, 0, &opt->params));
     }
     if (z->part_out) ZOE_TRY(device_array(opt, z->part_out * opt->esz, 0, &opt->part_out));
@@ -140,7 +143,7 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
             ZOE_TRY(device_array(opt, z->d_state * sizeof(float), 0, (void **)&opt->d_grad[g]));
     }
     if (z->h_numel) ZOE_TRY(host_arrays(opt));
-    if (z->params_are_master) opt->params = opt->h_master;
+    if (z->params_are_master && !z->weights_on_drive) opt->params = opt->h_master;
     if (zoe_device_is_host_memory(opt)) { /* the device share lives in the host arrays */
         /* (in the host dtypes: on the CPU backend only the host step touches them) */
         opt->d_master = opt->h_master, opt->d_m = opt->h_m, opt->d_v = opt->h_v;
@@ -167,7 +170,8 @@ zoe_status zoe_state_create(zoe_optimizer *opt) {
 void zoe_state_destroy(zoe_optimizer *opt) {
     if (opt->sz.host_params)
         zoe_host_free(opt->dev, opt->params);
-    else if (!opt->sz.params_are_master) /* else it is h_master */
+    else if (!opt->sz.params_are_master && !opt->sz.weights_on_drive) /* else h_master or a
+                                                                       * drive ring slot */
         zoe_device_free(opt->dev, opt->params);
     zoe_device_free(opt->dev, opt->part_out);
     if (opt->sz.d_state) {
@@ -181,7 +185,7 @@ void zoe_state_destroy(zoe_optimizer *opt) {
     }
     if (opt->h_grad[1] != opt->h_grad[0]) free(opt->h_grad[1]);
     free(opt->h_grad[0]);
-    if (opt->sz.params_are_master)
+    if (opt->sz.params_are_master && !opt->sz.weights_on_drive)
         zoe_host_free(opt->dev, opt->h_master);
     else if (!opt->drive)
         free(opt->h_master);
@@ -204,10 +208,8 @@ zoe_status zoe_partition_upload(zoe_optimizer *opt, size_t x0, const void *src, 
     if (opt->part_out)
         return zoe_memcpy_async((char *)opt->part_out + x0 * opt->esz, src, n * opt->esz,
                                 ZOE_COPY_HOST_TO_DEVICE, stream);
-    if (opt->cfg.params_on_host) { /* host to host, now: no stream orders the weight stream */
-        memcpy((char *)opt->params + x0 * opt->esz, src, n * opt->esz);
-        return ZOE_OK;
-    }
+    if (opt->cfg.params_on_host) /* host to host, now: no stream orders the weight stream */
+        return zoe_optimizer_params_copy(opt, x0, n, (void *)src, 1);
     for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, x0, n); zoe_slices_next(&it);)
         ZOE_TRY(zoe_memcpy_async((char *)opt->params + it.flat * opt->esz,
                                  (const char *)src + (it.x - x0) * opt->esz, it.len * opt->esz,
@@ -226,7 +228,7 @@ static zoe_status master_span_copy(zoe_optimizer *opt, size_t a, size_t e, void 
         for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, z->h_lo + a, e - a);
              zoe_slices_next(&it);) {
             void *master = zoe_host_state_at(opt, 0, it.x - z->h_lo);
-            char *w = (char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz;
+            char *w = zoe_params_at(opt, zoe_weights_index(opt, it.x, it.flat));
             ZOE_TRY(to_master ? zoe_convert(master, mdt, w, opt->dtype, it.len)
                               : zoe_convert(w, opt->dtype, master, mdt, it.len));
         }

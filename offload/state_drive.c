@@ -27,16 +27,20 @@ static size_t round_up(size_t x, size_t a) {
 static size_t array_bytes(const zoe_state_sizes *z, int a, size_t n) {
     const zoe_adam_state_dtypes *dt = &z->host_dtypes;
     switch (a) {
-    case 0:
-        return z->h_master && !z->params_are_master ? n * zoe_adam_state_esize(dt->master) : 0;
+    case 0: /* the master that is the streamed weights is paged where they are on drives */
+        return z->h_master && (!z->params_are_master || z->weights_on_drive)
+                   ? n * zoe_adam_state_esize(dt->master)
+                   : 0;
     case 1:
         return n * zoe_adam_state_esize(dt->exp_avg);
     case 2:
         return n * zoe_adam_state_esize(dt->exp_avg_sq);
     case 3:
         return dt->exp_avg == ZOE_I8 ? zoe_adam_int8_blocks(n) * sizeof(float) : 0;
-    default:
+    case 4:
         return dt->exp_avg_sq == ZOE_I8 ? zoe_adam_int8_blocks(n) * sizeof(float) : 0;
+    default: /* ZOE_STATE_WEIGHTS */
+        return n * z->weights_esize;
     }
 }
 
@@ -61,8 +65,8 @@ void zoe_state_drive_sizes(zoe_state_sizes *z, const zoe_layout *lay) {
      * b % slots, and the slot's last bucket, b - slots, is then never one of this step's */
     z->drive_slots = 2 * z->drive_ahead + 1;
     if (z->drive_slots > lay->num_buckets) z->drive_slots = lay->num_buckets;
-    size_t paged = 0; /* what the drives hold instead of host memory */
-    for (int a = 0; a < ZOE_STATE_ARRAYS; a++) paged += array_bytes(z, a, z->h_numel);
+    size_t paged = 0; /* the state the drives hold instead of host memory (not the weights) */
+    for (int a = 0; a < ZOE_STATE_WEIGHTS; a++) paged += array_bytes(z, a, z->h_numel);
     z->drive_paged = paged;
 }
 
@@ -72,12 +76,16 @@ static void show(zoe_optimizer *opt, int b, int s) {
     zoe_state_drive *d = opt->drive;
     size_t n = d->numel[b];
     char *slot = d->ring + (size_t)s * d->slot_bytes;
-    void **arrays[] = {&opt->h_master, &opt->h_m, &opt->h_v, (void **)&opt->h_m_scale,
-                       (void **)&opt->h_v_scale};
+    void **arrays[] = {&opt->h_master,           &opt->h_m,   &opt->h_v, (void **)&opt->h_m_scale,
+                       (void **)&opt->h_v_scale, &opt->params};
     for (int a = 0; a < ZOE_STATE_ARRAYS; a++)
         if (array_bytes(&opt->sz, a, n)) *arrays[a] = slot + array_offset(&opt->sz, a, n);
     for (int a = 0; a < 3; a++)
         if (array_bytes(&opt->sz, a, n)) opt->win_lo[a] = d->h0[b];
+    if (opt->sz.weights_on_drive) { /* partition coordinates are host ones (no device share) */
+        if (opt->sz.params_are_master) opt->params = opt->h_master;
+        opt->params_lo = d->h0[b];
+    }
     d->shown = b;
 }
 
@@ -155,7 +163,9 @@ zoe_status zoe_state_paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, 
         ZOE_TRY(fn(opt, a, e, ctx));
         d->dirty |= write;
     }
-    return ZOE_OK;
+    /* Weights on drives are read from the drive by the weight stream, not through these pages:
+     * what was written goes back at once. */
+    return opt->sz.weights_on_drive ? put_back(opt) : ZOE_OK;
 }
 
 zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx) {
@@ -273,10 +283,28 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
         ZOE_TRY(finish(d, 0));
     }
     zoe_log(ZOE_LOG_INFO,
-            "optimizer state on drives (%s): %zu bytes in %d buckets over %d path(s); a ring of "
-            "%d buckets (%zu bytes) in host memory, %d read ahead",
-            zoe_drive_io_engine_name(d->io), at, nb, num_paths, d->slots,
-            (size_t)d->slots * d->slot_bytes, d->ahead);
+            "optimizer state%s on drives (%s): %zu bytes in %d buckets over %d path(s); a ring "
+            "of %d buckets (%zu bytes) in host memory, %d read ahead",
+            opt->sz.weights_on_drive ? " and weights" : "", zoe_drive_io_engine_name(d->io), at, nb,
+            num_paths, d->slots, (size_t)d->slots * d->slot_bytes, d->ahead);
+    return ZOE_OK;
+}
+
+zoe_drive_io *zoe_weights_drive_io(const zoe_optimizer *opt) {
+    return opt->sz.weights_on_drive && opt->drive ? opt->drive->io : NULL;
+}
+
+zoe_status zoe_weights_drive_offset(const zoe_optimizer *opt, size_t x, size_t *offset,
+                                    size_t *contiguous) {
+    const zoe_state_drive *d = opt->drive;
+    if (!opt->sz.weights_on_drive || !d || x >= opt->sz.h_numel)
+        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
+                        "weights on drives: no weight at partition element %zu", x);
+    int b = bucket_of(d, x);
+    int a = opt->sz.params_are_master ? 0 : ZOE_STATE_WEIGHTS;
+    size_t esz = a ? opt->sz.weights_esize : zoe_adam_state_esize(opt->sz.host_dtypes.master);
+    *offset = d->offset[b] + array_offset(&opt->sz, a, d->numel[b]) + (x - d->h0[b]) * esz;
+    *contiguous = d->h0[b] + d->numel[b] - x;
     return ZOE_OK;
 }
 

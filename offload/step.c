@@ -24,7 +24,7 @@ static void *range_output(const zoe_optimizer *opt, size_t a, size_t flat, int i
     if (block_out) return (char *)block_out + (a - block_lo) * esz;
     if (in_flight && z->dpu_snapshot) return snap;
     if (!z->master_in_params && !z->params_are_master)
-        return (char *)opt->params + flat * esz; /* CPU: straight into the rank's slices */
+        return zoe_params_at(opt, flat); /* CPU: straight into the rank's slices */
     return NULL;
 }
 
@@ -52,7 +52,8 @@ static zoe_adam_state_piece compressed_piece(const zoe_optimizer *opt, const zoe
         .offset = a - x0,
         .len = e - a,
         .c = zoe_segment_consts(sc, sg),
-        .master = z->master_in_params ? (float *)opt->params + flat : zoe_host_state_at(opt, 0, h),
+        .master =
+            z->master_in_params ? (float *)zoe_params_at(opt, flat) : zoe_host_state_at(opt, 0, h),
         .grad = from_snap ? (const void *)((char *)opt->h_snap + h * opt->esz)
                           : (const void *)zoe_host_grad_at(opt, buf, h),
         .out = range_output(opt, a, flat, in_flight, block_out, block_lo)};
@@ -219,8 +220,8 @@ static zoe_status adam_range(zoe_optimizer *opt, const zoe_step_consts *c,
     size_t esz = opt->esz;
     if (z->compressed) /* only its undo comes here: the step goes a tile at a time */
         return compressed_undo(opt, c, sg, a, e, buf, block_out, block_lo);
-    float *w_in =
-        z->master_in_params ? (float *)opt->params + flat : (float *)zoe_host_state_at(opt, 0, h);
+    float *w_in = z->master_in_params ? (float *)zoe_params_at(opt, flat)
+                                      : (float *)zoe_host_state_at(opt, 0, h);
     float *w_out = in_flight && z->dpu_swap ? zoe_host_grad_f32(opt, buf) + h : w_in;
     int from_snap = in_flight && z->dpu_snapshot;
     char *snap = opt->h_snap ? (char *)opt->h_snap + h * esz : NULL;
@@ -556,11 +557,14 @@ zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
     if (zoe_params_in_host_memory(opt) && z->h_numel && (z->dpu_swap || opt->h_snap)) {
         if (z->dpu_swap) opt->flight_buf = opt->grad_buf ^ 1; /* never the one gradients fill */
         char *staged = z->dpu_swap ? (char *)opt->h_grad[opt->flight_buf] : (char *)opt->h_snap;
-        for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, 0, opt->lay.part_numel);
-             zoe_slices_next(&it);)
-            memcpy(staged + it.x * opt->esz,
-                   (const char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz,
-                   it.len * opt->esz);
+        if (opt->cfg.params_on_host) /* the partition, wherever it lives */
+            ZOE_TRY(zoe_optimizer_params_copy(opt, 0, opt->lay.part_numel, staged, 0));
+        else
+            for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, 0, opt->lay.part_numel);
+                 zoe_slices_next(&it);)
+                memcpy(staged + it.x * opt->esz,
+                       (const char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz,
+                       it.len * opt->esz);
     }
     if (opt->cfg.dpu_schedule == ZOE_DPU_PREDICT && opt->sz.dpu_snapshot && z->h_numel)
         ZOE_TRY(stage_prediction(opt));

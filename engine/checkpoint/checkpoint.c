@@ -191,7 +191,7 @@ static zoe_status file_runs(const ckpt_view *v, int file, int reading,
             ZOE_TRY(zoe_optimizer_tensor_offset(v->opt, t, &flat));
             zoe_status st = ZOE_OK;
             /* Streamed weights: the parameter buffer is the rank's partition (host) */
-            int streamed = v->cfg->offload_params == ZOE_OFFLOAD_PARAMS_CPU;
+            int streamed = v->cfg->offload_params != ZOE_OFFLOAD_PARAMS_NONE;
             if (is_scales(src[s])) {
                 /* the blocks of [first, first + count), row tp_rank / replicas of the scales */
                 const size_t bs = ZOE_OPTIMIZER_INT8_BLOCK;

@@ -199,6 +199,8 @@ static zoe_status requantise_run(ckpt_io *io, const ckpt_int8_blocks *b, const c
 static zoe_status move_run(ckpt_io *io, const ckpt_run *r, uint64_t skip, uint64_t n,
                            zoe_st_dtype sdt, void *staging, int to_memory) {
     size_t esz = zoe_st_dtype_size(sdt);
+    if (r->source == CKPT_PARAMS && io->params_on_host) /* the partition, wherever it lives */
+        return zoe_optimizer_params_copy(io->opt, r->mem + skip, n, staging, to_memory);
     if (r->source == CKPT_PARAMS) {
         char *p = (char *)io->params + (r->mem + skip) * esz;
         zoe_copy_kind kind = io->params_on_host ? ZOE_COPY_HOST_TO_HOST

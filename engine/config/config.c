@@ -151,10 +151,12 @@ static const option_spec options[] = {
     {"main-grads-dtype", OPT_DTYPE, CFG(main_grads_dtype), 0, 0,
      "the host's gradient partition: fp32, or the compute dtype with --grad-accum 1"},
     {"offload-params", OPT_CHOICE, CFG(offload_params), 0, 0,
-     "where the weights live: none (the device) or cpu (the host, streamed to the device layer "
-     "by layer; turns --recompute on)"},
+     "where the weights live: none (the device), cpu (the host, streamed to the device layer "
+     "by layer; turns --recompute on) or nvme (the drives of --offload nvme, streamed the same "
+     "way through a host ring of layers)"},
     {"prefetch-layers", OPT_INT, CFG(prefetch_layers), 0, 1024,
-     "--offload-params cpu: layers fetched ahead of the one in use (0: the plan's; 1 unplanned)"},
+     "--offload-params cpu|nvme: layers fetched ahead of the one in use (0: the plan's; 1 "
+     "unplanned)"},
     {"nvme-path", OPT_PATH, CFG(nvme_path), 0, 0,
      "--offload nvme: directories (DIR[,DIR...], one per drive) of the optimizer state's "
      "scratch files"},
@@ -361,7 +363,7 @@ static zoe_status set_option(zoe_train_config *cfg, const option_spec *o, const 
                 *(int *)base = i;
                 /* Streamed weights: activations are what fills the device, so recomputation
                  * comes with them (set before the other options: an explicit one wins). */
-                if (o->offset == CFG(offload_params) && i == ZOE_OFFLOAD_PARAMS_CPU)
+                if (o->offset == CFG(offload_params) && i != ZOE_OFFLOAD_PARAMS_NONE)
                     cfg->recompute = 1;
                 return ZOE_OK;
             }
@@ -765,10 +767,11 @@ static zoe_status check_option(const zoe_train_config *c, const option_spec *o) 
 
 /* --offload nvme and its options (docs/nvme.md). */
 static zoe_status check_nvme(const zoe_train_config *c) {
-    if (c->offload_params == ZOE_OFFLOAD_PARAMS_NVME)
+    if (c->offload_params == ZOE_OFFLOAD_PARAMS_NVME && c->offload != ZOE_OFFLOAD_NVME)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "--offload-params=nvme: weights on drives are not built yet (use "
-                        "--offload-params cpu with --offload nvme: docs/nvme.md)");
+                        "--offload-params=nvme with --offload=%s: the weights on drives live in "
+                        "the state's scratch space (use --offload nvme --nvme-path DIR)",
+                        c->offload == ZOE_OFFLOAD_NONE ? "none" : "cpu");
     if (c->offload != ZOE_OFFLOAD_NVME) {
         if (c->nvme_path[0])
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
@@ -844,11 +847,12 @@ zoe_status zoe_train_config_validate(const zoe_train_config *c, int world_size) 
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "--offload-params=cpu with --offload=none: the streamed weights live in "
                         "the host optimizer's partition (use --offload cpu)");
-    if (c->offload_params == ZOE_OFFLOAD_PARAMS_CPU && c->offload_ratio != 1.0f)
+    if (c->offload_params != ZOE_OFFLOAD_PARAMS_NONE && c->offload_ratio != 1.0f)
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "--offload-params=cpu with --offload-ratio=%s: the device share's Adam "
+                        "--offload-params=%s with --offload-ratio=%s: the device share's Adam "
                         "writes its weights into a device copy, which streamed weights do not "
                         "keep (use --offload-ratio 1)",
+                        c->offload_params == ZOE_OFFLOAD_PARAMS_CPU ? "cpu" : "nvme",
                         c->offload_ratio == ZOE_OFFLOAD_RATIO_AUTO ? "auto" : "below 1");
     ZOE_TRY(check_nvme(c));
     if (c->main_params_dtype == ZOE_STATE_INT8)

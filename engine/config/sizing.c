@@ -94,7 +94,8 @@ void zoe_train_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
     oc->exp_avg_sq_dtype = zoe_train_state_dtype_of(c->exp_avg_sq_dtype);
     oc->main_grads_dtype = c->main_grads_dtype;
     oc->rounding_seed = c->seed;
-    oc->params_on_host = c->offload_params == ZOE_OFFLOAD_PARAMS_CPU;
+    oc->params_on_host = c->offload_params != ZOE_OFFLOAD_PARAMS_NONE;
+    oc->params_on_drive = c->offload_params == ZOE_OFFLOAD_PARAMS_NVME;
     if (c->offload == ZOE_OFFLOAD_NVME) {
         oc->state_paths = c->nvme_path;
         oc->state_ahead = c->nvme_ahead;

@@ -11,6 +11,7 @@
 #include "engine/plan/plan_impl.h"
 #include "kernels/attention_plan.h"
 #include "kernels/kernels.h"
+#include "offload/param_stream.h"
 #include "runtime/error.h"
 #include "zoe/plan.h"
 
@@ -690,11 +691,13 @@ static zoe_status plan_once(const zoe_plan_config *p, int grads, zoe_plan_result
             r->stream.prefetch = p->prefetch_layers > 0 ? p->prefetch_layers : 1;
         r->stream.ring = stream_ring(p, r);
     }
-    /* with the weights on the drives, a host ring of the largest unit's partitions: the ring's
-     * units on their way to the device, and one more being read from the drives */
+    /* with the weights on the drives, a host ring of the largest unit's partitions, one per
+     * device buffer (the trainer's weight stream sizes its host ring with the same count: the
+     * cycled units, the farthest of them still being read from the drives, and the held
+     * embedding) */
     if (weights_on_drives(p))
         r->drive.weights_ring =
-            (r->stream.prefetch + 2.0) *
+            zoe_param_stream_slots(r->stream.prefetch, 1) *
             fmax(fmax(r->stream.layer_bytes, r->stream.head_bytes), r->stream.embedding_bytes) /
             p->dp;
     memory(p, &m, &o, r);

@@ -547,6 +547,20 @@ static size_t param_bytes(const zoe_trainer *tr) {
  * eval_end puts things back as zoe_trainer_load does for a checkpoint saved in this state: the
  * latest weights staged for the due refresh, the stale ones in the buffer. (The plan counts that
  * copy: engine/plan/plan.c, the host's eval copy.) */
+/* The stale weights of an evaluation under a delayed update: the parameter buffer into
+ * tr->stale_params (restore 0) or back; with streamed weights the host partition, wherever it
+ * lives. */
+static zoe_status copy_params(zoe_trainer *tr, int restore) {
+    if (tr->weights)
+        return zoe_optimizer_params_copy(tr->opt, 0, zoe_optimizer_params_numel(tr->opt),
+                                         tr->stale_params, restore);
+    void *params = zoe_optimizer_params(tr->opt);
+    ZOE_TRY(zoe_memcpy_async(
+        restore ? params : tr->stale_params, restore ? tr->stale_params : params, param_bytes(tr),
+        restore ? ZOE_COPY_HOST_TO_DEVICE : ZOE_COPY_DEVICE_TO_HOST, tr->stream));
+    return zoe_stream_synchronize(tr->stream);
+}
+
 zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
     if (!tr) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "zoe_trainer_eval_begin: NULL trainer");
     if (tr->evaluating || tr->micro_batches > 0)
@@ -560,10 +574,7 @@ zoe_status zoe_trainer_eval_begin(zoe_trainer *tr) {
         if (!tr->stale_params && !(tr->stale_params = malloc(param_bytes(tr))))
             return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "host copy of the stale weights (%zu bytes)",
                             param_bytes(tr));
-        ZOE_TRY(zoe_memcpy_async(tr->stale_params, zoe_optimizer_params(tr->opt), param_bytes(tr),
-                                 tr->weights ? ZOE_COPY_HOST_TO_HOST : ZOE_COPY_DEVICE_TO_HOST,
-                                 tr->stream));
-        ZOE_TRY(zoe_stream_synchronize(tr->stream));
+        ZOE_TRY(copy_params(tr, 0));
     }
     if (due) ZOE_TRY(zoe_optimizer_flush(tr->opt));
     tr->evaluating = 1;
@@ -606,10 +617,7 @@ zoe_status zoe_trainer_eval_end(zoe_trainer *tr, float *loss) {
     *loss = sums[1] > 0 ? (float)(sums[0] / sums[1]) : 0.0f;
     if (tr->eval_restore) {
         ZOE_TRY(zoe_optimizer_defer_refresh(tr->opt));
-        ZOE_TRY(zoe_memcpy_async(zoe_optimizer_params(tr->opt), tr->stale_params, param_bytes(tr),
-                                 tr->weights ? ZOE_COPY_HOST_TO_HOST : ZOE_COPY_HOST_TO_DEVICE,
-                                 tr->stream));
-        ZOE_TRY(zoe_stream_synchronize(tr->stream));
+        ZOE_TRY(copy_params(tr, 1));
     }
     /* An evaluation is progress: the stall timer starts again; and it is no part of the next
      * step's time. */

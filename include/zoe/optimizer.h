@@ -225,6 +225,13 @@ typedef struct zoe_optimizer_config {
      * bucket_ring is not read. Buckets then need not be as large as the largest tensor: a tensor
      * larger than bucket_numel is a bucket of its own, its place its own size. */
     size_t bucket_ring_window;
+    /* Weights on drives (zoe-train --offload-params nvme; docs/nvme.md, "Weights on drives"):
+     * with params_on_host and state_paths, 1 keeps the host partition of the weights in the
+     * drives' state regions too (the master where it is the weights, else a compute-dtype
+     * weights array beside it), so that host memory holds no copy of them: zoe_optimizer_params
+     * is then NULL between calls, and the weights are reached with zoe_optimizer_params_copy
+     * (the weight stream reads them straight from the drives). 0: the default. */
+    int params_on_drive;
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \
@@ -285,6 +292,11 @@ zoe_dtype zoe_optimizer_params_dtype(const zoe_optimizer *opt);
  * it is the device's (zoe_device_alloc; on the CPU backend host memory standing in for it): the
  * side a copy to or from it names (zoe_copy_kind). */
 int zoe_optimizer_params_on_host(const zoe_optimizer *opt);
+/* With params_on_host: elements [x, x + n) of this rank's host partition of the weights (in
+ * zoe_optimizer_params_dtype) copied into buf (write 0) or from it (write 1), wherever the
+ * partition lives (host memory, or the drives with params_on_drive: read and written through
+ * the state's pages). Not while an update is in flight. */
+zoe_status zoe_optimizer_params_copy(zoe_optimizer *opt, size_t x, size_t n, void *buf, int write);
 /* Element offset of tensor index t in the parameter buffer. */
 zoe_status zoe_optimizer_tensor_offset(const zoe_optimizer *opt, int t, size_t *offset);
 /* Elements of this rank's partition (host and device parts together), padding included. */

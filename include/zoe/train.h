@@ -145,8 +145,10 @@ typedef struct zoe_train_config {
      * ZOE_OFFLOAD_PARAMS_NONE, on the device (each rank its TP shard); ZOE_OFFLOAD_PARAMS_CPU, in
      * host memory (each rank its 1/(tp dp) partition, the optimizer's), each layer gathered onto
      * the device just before it is used and released after. Needs the whole optimizer on the
-     * host (--offload cpu, --offload-ratio 1). zoe-train turns --recompute on with it unless
-     * told otherwise. */
+     * host (--offload cpu, --offload-ratio 1). ZOE_OFFLOAD_PARAMS_NVME, the same partition on
+     * the drives, in the state's scratch space (--offload nvme, docs/nvme.md), read ahead of each
+     * layer's gather through a host ring of (prefetch + 1) layers. zoe-train turns --recompute on
+     * with either unless told otherwise. */
     int offload_params;
     /* Streamed weights: layers fetched ahead of the one in use; 0 (the default): the plan's
      * (zoe-train plans first), 1 where nothing plans. */
@@ -175,7 +177,7 @@ typedef struct zoe_train_config {
 typedef enum zoe_offload_params {
     ZOE_OFFLOAD_PARAMS_NONE = 0,
     ZOE_OFFLOAD_PARAMS_CPU = 1,
-    ZOE_OFFLOAD_PARAMS_NVME = 2, /* weights on drives: not built yet, refused (docs/nvme.md) */
+    ZOE_OFFLOAD_PARAMS_NVME = 2, /* streamed from the drives (--offload nvme): docs/nvme.md */
 } zoe_offload_params;
 
 /* The values of zoe_train_config's state dtype fields (--main-params-dtype fp32|bf16,

@@ -163,6 +163,22 @@ def test_state_on_drives_same_run():
                            rank0_dir("zoe/step-00000006"))
 
 
+@needs_ref
+def test_weights_on_drives_same_run():
+    """offload_params="nvme": the state and the weights on a disk directory, the weights streamed
+    from there (recomputation as in the reference run): zoe-train's resident run to the bit."""
+    disk = rank0_dir("drive-weights")
+    os.makedirs(disk, exist_ok=True)
+    options = dict(RUN, offload="nvme", offload_params="nvme", nvme_path=[disk],
+                   recompute=RUN.get("recompute", False))
+    with zoe.Trainer(comm=comm_world(), **options) as trainer:
+        stats = train_steps(trainer, 0, 6, {6: rank0_dir("py-drive-weights")})
+        trainer.finalize()
+    assert as_printed(stats) == metrics(rank0_dir("zoe.jsonl"), 0, 6)
+    assert_same_checkpoint(rank0_dir("py-drive-weights/step-00000006"),
+                           rank0_dir("zoe/step-00000006"))
+
+
 def test_nvme_path_without_offload_nvme():
     """--nvme-path alone is refused naming it, before anything is built."""
     with pytest.raises(zoe.InvalidArgument, match="--nvme-path=/dev/shm without --offload nvme"):

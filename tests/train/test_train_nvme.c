@@ -19,9 +19,17 @@
  * Resume across modes (exact schedule, fp32): saved with host state at step SAVE_AT and resumed
  * with drives, and the other way round, ends with the uninterrupted run's losses and bytes.
  *
+ * Weights on drives too (--offload-params nvme, docs/nvme.md "Weights on drives"): every case of
+ * the schedule x state matrix above makes a third run, with the state and the weights on drives
+ * (streamed from there, recomputation as in the other two runs), checked against the same
+ * host-resident run. Its optimizer holds no copy of the weights in host memory: against
+ * --offload-params cpu with state on drives, host and pinned bytes shrink by the partition's
+ * weights, which the drive bytes gain.
+ *
  * Faults: a read error injected into the drive engine (zoe_drive_io_inject_fault) fails the next
  * step with ZOE_ERR_IO naming the scratch file, and the checkpoint saved before it still holds
- * what the host-resident run saved at that step. */
+ * what the host-resident run saved at that step; with the weights on drives the error is
+ * injected at the first weight the next forward reads, so the weight stream's read fails. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +49,13 @@ typedef struct nvme_case {
     int int8;     /* 1: bf16 weights and master, int8 moments */
     int streamed; /* 1: --offload-params cpu as well */
     int where;    /* the drive: 0 tmpfs, 1 disk, 2 both striped */
+    int weights;  /* 1: a third run with the weights on drives too (--offload-params nvme) */
 } nvme_case;
+
+/* Where a run keeps what: host memory, the state on drives, or the state and the weights. */
+enum { HOST, STATE_ON_DRIVES, WEIGHTS_ON_DRIVES, MODES };
+static const char *const mode_names[MODES] = {"in host memory", "state on drives",
+                                              "state and weights on drives"};
 
 static const char *schedule_name(const nvme_case *k) {
     if (!k->dpu) return "off";
@@ -50,7 +64,7 @@ static const char *schedule_name(const nvme_case *k) {
 }
 
 /* disk: a directory on the disk (made by the caller), for cases whose drive is on it. */
-static void config(zoe_train_config *c, const nvme_case *k, int dp, int drives, const char *disk) {
+static void config(zoe_train_config *c, const nvme_case *k, int dp, int mode, const char *disk) {
     ckpt_test_config(c, k->tp, dp, 2, 0.1f, k->dpu ? 2 : 0);
     c->dpu = k->dpu ? ZOE_DPU_ON : ZOE_DPU_OFF;
     c->dpu_schedule = k->schedule;
@@ -69,8 +83,9 @@ static void config(zoe_train_config *c, const nvme_case *k, int dp, int drives, 
         c->offload_params = ZOE_OFFLOAD_PARAMS_CPU;
         c->recompute = 1;
     }
-    if (!drives) return;
+    if (mode == HOST) return;
     c->offload = ZOE_OFFLOAD_NVME;
+    if (mode == WEIGHTS_ON_DRIVES) c->offload_params = ZOE_OFFLOAD_PARAMS_NVME;
     c->nvme_ahead = 1 + k->schedule % 2;
     const char *paths[] = {"/dev/shm", disk};
     if (k->where < 2)
@@ -93,37 +108,44 @@ static zoe_status run(MPI_Comm comm, const zoe_train_config *c, const char *resu
 }
 
 static void equality_case(MPI_Comm comm, const nvme_case *k, int dp, const char *disk) {
-    char what[160], root[2][256], dir[2][300];
+    char what[160], root[MODES][256], dir[MODES][300];
     snprintf(what, sizeof what, "TP %d x DP %d, DPU %s, %s state%s, drive %s", k->tp, dp,
              schedule_name(k), k->int8 ? "int8" : "fp32", k->streamed ? ", streamed weights" : "",
              k->where == 0   ? "tmpfs"
              : k->where == 1 ? "disk"
                              : "disk+tmpfs");
-    float losses[2][STEPS];
-    for (int drives = 0; drives < 2; drives++) {
+    float losses[MODES][STEPS];
+    const int modes = k->weights ? MODES : WEIGHTS_ON_DRIVES;
+    for (int m = 0; m < modes; m++) {
         zoe_train_config c;
-        config(&c, k, dp, drives, disk);
-        ckpt_test_tmpdir(comm, root[drives], sizeof root[drives]);
-        zoe_status st = run(comm, &c, NULL, STEPS, root[drives], dir[drives], losses[drives]);
-        CHECK(st == ZOE_OK, "%s, state %s: %s", what, drives ? "on drives" : "in host memory",
-              zoe_last_error());
+        config(&c, k, dp, m, disk);
+        ckpt_test_tmpdir(comm, root[m], sizeof root[m]);
+        zoe_status st = run(comm, &c, NULL, STEPS, root[m], dir[m], losses[m]);
+        CHECK(st == ZOE_OK, "%s, %s: %s", what, mode_names[m], zoe_last_error());
     }
-    CHECK(memcmp(losses[0], losses[1], sizeof losses[0]) == 0,
-          "%s: losses differ (step 0: %.9g host, %.9g drives; last: %.9g, %.9g)", what,
-          (double)losses[0][0], (double)losses[1][0], (double)losses[0][STEPS - 1],
-          (double)losses[1][STEPS - 1]);
-    ckpt_test_same_files(dir[0], dir[1], what);
-    for (int i = 0; i < 2; i++) ckpt_test_rmdir(comm, root[i]);
+    for (int m = 1; m < modes; m++) {
+        char against[200];
+        snprintf(against, sizeof against, "%s, %s", what, mode_names[m]);
+        CHECK(memcmp(losses[0], losses[m], sizeof losses[0]) == 0,
+              "%s: losses differ (step 0: %.9g host, %.9g drives; last: %.9g, %.9g)", against,
+              (double)losses[0][0], (double)losses[m][0], (double)losses[0][STEPS - 1],
+              (double)losses[m][STEPS - 1]);
+        ckpt_test_same_files(dir[0], dir[m], against);
+    }
+    for (int m = 0; m < modes; m++) ckpt_test_rmdir(comm, root[m]);
 }
 
 /* Saved at SAVE_AT with state on drives (from = 1) or in host memory, resumed the other way,
- * against the uninterrupted run in the saving mode. */
+ * against the uninterrupted run in the saving mode. A host save resumes with the weights on
+ * drives as well, so that the load refills both. */
 static void resume_case(MPI_Comm comm, const nvme_case *k, int dp, int from, const char *disk) {
     char what[160], root[3][256], dir[2][300], saved[300];
     snprintf(what, sizeof what, "TP %d x DP %d: saved %s, resumed %s", k->tp, dp,
-             from ? "with drives" : "without", from ? "without" : "with drives");
+             from ? "with state on drives" : "without drives",
+             from ? "without" : "with state and weights on drives");
     zoe_train_config c[2];
-    for (int m = 0; m < 2; m++) config(&c[m], k, dp, m, disk);
+    for (int m = 0; m < 2; m++)
+        config(&c[m], k, dp, !m ? HOST : from ? STATE_ON_DRIVES : WEIGHTS_ON_DRIVES, disk);
     for (int i = 0; i < 3; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
     float whole[STEPS], resumed[STEPS];
     CHECK(run(comm, &c[from], NULL, STEPS, root[0], dir[0], whole) == ZOE_OK, "%s: whole: %s", what,
@@ -139,11 +161,13 @@ static void resume_case(MPI_Comm comm, const nvme_case *k, int dp, int from, con
 }
 
 /* A read error of the drive in the step after a save: the step fails naming the scratch file,
- * and the save holds what a host-resident run saves at that step. */
-static void fault_case(MPI_Comm comm, int tp, int dp, const char *disk) {
+ * and the save holds what a host-resident run saves at that step. weights: with the weights on
+ * drives, the error at the first weight of tensor 0 (the embedding, which the forward reads
+ * first), so that the weight stream's read fails and names that offset. */
+static void fault_case(MPI_Comm comm, int tp, int dp, int weights, const char *disk) {
     nvme_case k = {.tp = tp, .where = 1};
     zoe_train_config c[2];
-    for (int m = 0; m < 2; m++) config(&c[m], &k, dp, m, disk);
+    for (int m = 0; m < 2; m++) config(&c[m], &k, dp, m ? STATE_ON_DRIVES + weights : HOST, disk);
     char root[2][256], dir[2][300];
     for (int i = 0; i < 2; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
     CHECK(run(comm, &c[0], NULL, SAVE_AT, root[0], dir[0], NULL) == ZOE_OK, "fault: host: %s",
@@ -155,16 +179,64 @@ static void fault_case(MPI_Comm comm, int tp, int dp, const char *disk) {
     CHECK(st == ZOE_OK, "fault: the run before the fault: %s", zoe_last_error());
     if (st == ZOE_OK) {
         zoe_optimizer *opt = zoe_trainer_optimizer(s.tr);
-        zoe_drive_io_inject_fault(opt->drive->io, 0, 5 /* EIO */);
+        size_t at = 0, first, count, x, contiguous;
+        if (weights) {
+            CHECK(zoe_optimizer_tensor_shard(opt, 0, &first, &count, &x) == ZOE_OK && count > 0,
+                  "fault: this rank holds none of tensor 0");
+            CHECK(zoe_weights_drive_offset(opt, x, &at, &contiguous) == ZOE_OK, "fault: %s",
+                  zoe_last_error());
+            at = at / 4096 * 4096; /* where the read of its run starts */
+        }
+        zoe_drive_io_inject_fault(opt->drive->io, at, 5 /* EIO */);
         st = ckpt_session_steps(&s, SAVE_AT + 1, NULL);
         CHECK(st == ZOE_ERR_IO, "fault: the step after the injected read error returned %s",
               zoe_status_string(st));
         CHECK(strstr(zoe_last_error(), "zoe-scratch") != NULL,
               "fault: the error does not name the scratch file: %s", zoe_last_error());
+        char offset[64];
+        snprintf(offset, sizeof offset, "(scratch offset %zu)", at);
+        CHECK(!weights || strstr(zoe_last_error(), offset) != NULL,
+              "fault: the weight stream's read at %zu did not fail: %s", at, zoe_last_error());
     }
     ckpt_session_close(&s);
     ckpt_test_same_files(dir[0], dir[1], "fault: the checkpoint before it");
     for (int i = 0; i < 2; i++) ckpt_test_rmdir(comm, root[i]);
+}
+
+/* The optimizer's footprint with the weights on drives against streamed weights in host memory
+ * (state on drives in both): the partition's weights leave pinned memory for the drives, and the
+ * host ring of 3 buckets grows by less than half what they take (24 layers: some 10 buckets of
+ * 1 MiB per TP shard at TP 2, 20 at TP 1). */
+static void footprint_case(MPI_Comm comm, int tp, int dp, const char *disk) {
+    nvme_case k = {.tp = tp, .where = 1};
+    zoe_train_config c[2];
+    zoe_optimizer_footprint f[2];
+    size_t weights = 0;
+    for (int m = 0; m < 2; m++) {
+        config(&c[m], &k, dp, m ? WEIGHTS_ON_DRIVES : STATE_ON_DRIVES, disk);
+        if (!m) c[m].offload_params = ZOE_OFFLOAD_PARAMS_CPU;
+        c[m].model.layers = 24;
+        ckpt_session s;
+        zoe_status st = ckpt_session_open(&s, comm, &c[m], corpus);
+        CHECK(st == ZOE_OK, "footprint: %s", zoe_last_error());
+        if (st == ZOE_OK) {
+            zoe_optimizer *opt = zoe_trainer_optimizer(s.tr);
+            zoe_optimizer_memory(opt, &f[m]);
+            weights = zoe_optimizer_partition_numel(opt) * sizeof(float); /* the fp32 master */
+        }
+        ckpt_session_close(&s);
+    }
+    CHECK(f[0].pinned_bytes - f[1].pinned_bytes == weights,
+          "footprint: pinned bytes %zu streamed from host, %zu from drives: not the %zu bytes of "
+          "the weights less",
+          f[0].pinned_bytes, f[1].pinned_bytes, weights);
+    CHECK(f[1].drive_bytes >= f[0].drive_bytes + weights,
+          "footprint: drive bytes %zu, %zu: the weights' %zu bytes not among them",
+          f[0].drive_bytes, f[1].drive_bytes, weights);
+    CHECK(f[1].host_bytes > f[0].host_bytes && f[1].host_bytes - f[0].host_bytes < weights / 2,
+          "footprint: host bytes %zu streamed from host, %zu from drives: the ring's share of "
+          "the %zu bytes of weights is not between 0 and half",
+          f[0].host_bytes, f[1].host_bytes, weights);
 }
 
 int main(int argc, char **argv) {
@@ -185,7 +257,8 @@ int main(int argc, char **argv) {
                                .dpu = s >= 0,
                                .schedule = s >= 0 ? (zoe_dpu_schedule)s : ZOE_DPU_PLAIN,
                                .int8 = int8,
-                               .where = n % 3};
+                               .where = n % 3,
+                               .weights = 1};
                 equality_case(comm, &k, dp, disk);
             }
         const nvme_case streamed[3] = {
@@ -196,7 +269,11 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) equality_case(comm, &streamed[i], dp, disk);
         nvme_case k = {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_EXACT, .where = 1};
         for (int from = 0; from < 2; from++) resume_case(comm, &k, dp, from, disk);
-        fault_case(comm, tp, dp, disk);
+        fault_case(comm, tp, dp, 0, disk);
+        /* (at DP 1 only: every rank's first weight read fails in the same fetch, where a rank
+         * holding none of tensor 0 would wait for the others in the gather) */
+        if (dp == 1) fault_case(comm, tp, dp, 1, disk);
+        footprint_case(comm, tp, dp, disk);
     }
     ckpt_test_rmdir(comm, disk);
     return test_finish("test_train_nvme");

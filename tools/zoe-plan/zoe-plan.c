@@ -618,12 +618,11 @@ static int max_model(const options *o) {
                r.drive.total / 1e12, r.drive.available / 1e12, c->hardware.drives,
                c->hardware.drive_bytes / 1e12, r.drive.grads ? "drives" : "host", r.drive.seconds,
                r.drive.host_step, r.drive.stream);
-    /* the plan prices the whole design; say where zoe-train does not build it yet */
-    if (c->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES || (c->state_on_drives && r.drive.grads))
-        printf("  not built in zoe-train yet (docs/nvme.md): %s%s%s\n",
-               c->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES ? "the weights on the drives" : "",
-               c->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES && r.drive.grads ? " and " : "",
-               r.drive.grads ? "the gradient partition on the drives" : "");
+    /* the plan prices the whole design; say where zoe-train does not build it yet (the weights
+     * on the drives it builds: --offload-params nvme) */
+    if (c->state_on_drives && r.drive.grads)
+        printf("  not built in zoe-train yet (docs/nvme.md): the gradient partition on the "
+               "drives\n");
     if (c->offload_params && strcmp(r.time.bound, "not probed"))
         printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding%s), "
                "%.1f host bytes per parameter; copies hide behind compute from micro-batch %d%s\n",
