@@ -624,7 +624,7 @@ static int max_model(const options *o) {
         printf("  not built in zoe-train yet (docs/nvme.md): the gradient partition on the "
                "drives\n");
     if (c->offload_params && strcmp(r.time.bound, "not probed"))
-        printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding%s), "
+        printf("  streamed weights: %d + 1 layer parts in a ring (%.2f GiB with the embedding%s), "
                "%.1f host bytes per parameter; copies hide behind compute from micro-batch %d%s\n",
                r.stream.prefetch, r.stream.ring / (1 << 30),
                !c->prefetch_layers && !r.stream.prefetch_from_plan
