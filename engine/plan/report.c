@@ -153,8 +153,9 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
     if (c->version >= 3 && c->offload_params) {
         fprintf(out,
                 "  weights in, %-13s %9.3f   %.2f GiB per rank per step (each unit's 1/%d "
-                "partition, once per forward and once per backward of each micro-batch)\n",
-                cpu ? "host copies" : "PCIe", r->stream.pcie, gib(r->stream.pcie_bytes), c->dp);
+                "partition, once per forward and once per backward of each micro-batch%s)\n",
+                cpu ? "host copies" : "PCIe", r->stream.pcie, gib(r->stream.pcie_bytes), c->dp,
+                r->stream.refetch_bytes > 0 ? ", a layer's parts but fc2 again to recompute" : "");
         if (r->drive.stream > 0)
             fprintf(out,
                     "  weights in, drives        %9.3f   the same bytes read from the drives, "
