@@ -79,7 +79,7 @@ static void usage(FILE *out) {
             "  --tiers all         --search and --max-model try every placement: weights on\n"
             "                      the device, host or drives, state on the host or drives\n"
             "  --prefetch-layers N units fetched ahead with --offload-params cpu [the plan's:\n"
-            "                      the fewest that hide a layer's copy]\n"
+            "                      the fewest that hide the copies]\n"
             "  --json              one JSON object instead of the report\n"
             "  --search            every fitting TP x DP x micro-batch x recompute x DPU x\n"
             "                      offload ratio on the box, best predicted tokens/s first\n"
