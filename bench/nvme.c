@@ -7,27 +7,42 @@
  *    is the reference: bandwidth_share = the step's bytes per second (read + written) / fio's
  *    (goal >= 0.8).
  * 2. against host memory: the step with the state on a tmpfs path (/dev/shm) over the step with
- *    the state in host memory (tmpfs_over_host: the engine's own overhead, goal <= 1.10).
+ *    the state in host memory (tmpfs_over_host: the engine's own overhead, goal <= 1.10), twice:
+ *    (a) the update on every core, and (b) "a core to spare": the update on all cores but one
+ *    in both runs (tmpfs_over_host_spare), so that the engine's copies, which a tmpfs makes the
+ *    CPU's work (a drive's DMA does them with O_DIRECT), can run beside the update as on a host
+ *    with tens of cores. Per step also the CPU time of every thread (getrusage) and the time the
+ *    update waited for the drives (zoe_optimizer_stats.ms_drive_wait); cpu_tmpfs_over_host, the
+ *    tmpfs step's CPU time over the host step's, is what (a) cannot beat where the host step
+ *    keeps every core busy, and unlike the wall times it hardly moves with other work here.
  *
  * The optimizer: one rank, the CPU backend, fp32, `tensors` tensors of `numel` elements, each its
  * own bucket (so every bucket's state is the same bytes: 8 per element, the moments; the fp32
- * master is the parameters there), AdamW, no DPU. The three optimizers step in turn, `repeats`
- * times, on the same gradient, so other work on the machine slows all alike; the medians count.
- * Prints one JSON line.
+ * master is the parameters there), AdamW, no DPU. The optimizers step in turn, `repeats` times,
+ * on the same gradient, so other work on the machine slows all alike; the medians count. OpenMP
+ * workers that spin between the buckets' updates take the cores from the engine's threads: run
+ * it with OMP_WAIT_POLICY=passive, as scripts/bench does (the line says the policy). Prints one
+ * JSON line.
  *
  * Usage: bench_nvme [--dir DIR] [--tensors N] [--numel N] [--ahead K] [--repeats R]
  * Defaults: /tmp (a disk here), 16, 4194304 (16 x 4 Mi: 512 MiB of state on the drive), 2, 5. */
 #include <cjson/cJSON.h>
 #include <libgen.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <time.h>
+#include "bench_util.h"
 #include "zoe/zoe.h"
 #include "zoe/optimizer.h"
 
-enum { MODES = 3, HOST = 0, TMPFS = 1, DISK = 2, MAX_REPEATS = 15, MAX_TENSORS = 256 };
+/* The runs: the state in host memory, on a tmpfs, on the disk; the first two again with the
+ * update on all cores but one (the same optimizers: the modes' first three). */
+enum { HOST, TMPFS, DISK, HOST_SPARE, TMPFS_SPARE, MODES, OPTIMIZERS = 3 };
+enum { MAX_REPEATS = 15, MAX_TENSORS = 256 };
 
 static double now(void) {
     struct timespec ts;
@@ -40,14 +55,11 @@ static void die(const char *what) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+static double cpu_seconds(void) { /* every thread of the process */
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 typedef struct options {
@@ -103,8 +115,13 @@ static zoe_optimizer *create(zoe_grid *grid, zoe_device *dev, zoe_stream *s, con
     return opt;
 }
 
-/* One step's wall time: a micro-batch of the same pseudo-random gradients, then the step. */
-static double step(zoe_optimizer *opt, const options *o) {
+typedef struct step_time {
+    double wall, cpu, drive_wait; /* seconds */
+} step_time;
+
+/* One step: a micro-batch of the same pseudo-random gradients, then the step (timed) with the
+ * update on `threads` OpenMP threads. */
+static step_time step(zoe_optimizer *opt, const options *o, int threads) {
     if (zoe_optimizer_begin_micro_batch(opt) != ZOE_OK) die("begin");
     for (int t = o->tensors - 1; t >= 0; t--) {
         float *g = NULL;
@@ -114,9 +131,16 @@ static double step(zoe_optimizer *opt, const options *o) {
         if (zoe_optimizer_grad_ready(opt, t) != ZOE_OK) die("grad ready");
     }
     if (zoe_optimizer_end_micro_batch(opt) != ZOE_OK) die("end");
-    double t0 = now();
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    double t0 = now(), c0 = cpu_seconds();
     if (zoe_optimizer_step(opt, 1e-4f) != ZOE_OK) die("step");
-    return now() - t0;
+    step_time t = {.wall = now() - t0, .cpu = cpu_seconds() - c0};
+    omp_set_num_threads(saved);
+    zoe_optimizer_stats st;
+    if (zoe_optimizer_stats_get(opt, &st) != ZOE_OK) die("stats");
+    t.drive_wait = 1e-3 * st.ms_drive_wait;
+    return t;
 }
 
 /* bench_drive_io's best fio figure (bytes per second) for the state's pattern, or -1. */
@@ -164,32 +188,53 @@ int main(int argc, char **argv) {
         zoe_device_create(ZOE_BACKEND_CPU, 0, &dev) != ZOE_OK ||
         zoe_stream_create(dev, &s) != ZOE_OK)
         die("grid, device and stream");
-    const char *paths[MODES] = {NULL, "/dev/shm", o.dir};
-    zoe_optimizer *opt[MODES];
-    for (int m = 0; m < MODES; m++) opt[m] = create(grid, dev, s, &o, paths[m]);
+    const int cores = omp_get_max_threads(), spare = cores > 1 ? cores - 1 : 1;
+    const char *paths[OPTIMIZERS] = {[HOST] = NULL, [TMPFS] = "/dev/shm", [DISK] = o.dir};
+    const int optimizer[MODES] = {HOST, TMPFS, DISK, [HOST_SPARE] = HOST, [TMPFS_SPARE] = TMPFS};
+    const int threads[MODES] = {cores, cores, cores, [HOST_SPARE] = spare, [TMPFS_SPARE] = spare};
+    zoe_optimizer *opt[OPTIMIZERS];
+    for (int i = 0; i < OPTIMIZERS; i++) opt[i] = create(grid, dev, s, &o, paths[i]);
     zoe_optimizer_footprint fp;
     if (zoe_optimizer_memory(opt[DISK], &fp) != ZOE_OK) die("footprint");
-    for (int m = 0; m < MODES; m++) step(opt[m], &o); /* warm-up: not counted */
-    double secs[MODES][MAX_REPEATS];
+    for (int m = 0; m < MODES; m++) step(opt[optimizer[m]], &o, threads[m]); /* warm-up */
+    double wall[MODES][MAX_REPEATS], cpu[MODES][MAX_REPEATS], wait[MODES][MAX_REPEATS];
     for (int r = 0; r < o.repeats; r++)
-        for (int m = 0; m < MODES; m++) secs[m][r] = step(opt[m], &o);
-    double med[MODES];
-    for (int m = 0; m < MODES; m++) med[m] = median(secs[m], o.repeats);
-    for (int m = 0; m < MODES; m++) zoe_optimizer_destroy(opt[m]);
+        for (int m = 0; m < MODES; m++) {
+            step_time t = step(opt[optimizer[m]], &o, threads[m]);
+            wall[m][r] = t.wall, cpu[m][r] = t.cpu, wait[m][r] = t.drive_wait;
+        }
+    double ms[MODES], cpu_ms[MODES], wait_ms[MODES];
+    for (int m = 0; m < MODES; m++) {
+        ms[m] = 1e3 * bench_median(wall[m], o.repeats);
+        cpu_ms[m] = 1e3 * bench_median(cpu[m], o.repeats);
+        wait_ms[m] = 1e3 * bench_median(wait[m], o.repeats);
+    }
+    for (int i = 0; i < OPTIMIZERS; i++) zoe_optimizer_destroy(opt[i]);
     /* every bucket's state is one region: the moments, 8 bytes per element (4096-aligned) */
     size_t bucket = fp.drive_bytes / (size_t)o.tensors;
-    double step_bps = 2.0 * (double)fp.drive_bytes / med[DISK];
+    double step_bps = 2.0 * (double)fp.drive_bytes / (1e-3 * ms[DISK]);
     double fio_bps = fio_reference(argv[0], &o, fp.drive_bytes, bucket);
     if (fio_bps <= 0) die("bench_drive_io (fio) failed: is fio installed?");
     struct utsname u;
     uname(&u);
-    printf("{\"bench\": \"nvme\", \"host\": \"%s\", \"dir\": \"%s\", \"state_bytes\": %zu, "
-           "\"bucket_bytes\": %zu, \"ahead\": %d, \"repeats\": %d, \"step_ms_host\": %.1f, "
-           "\"step_ms_tmpfs\": %.1f, \"step_ms_disk\": %.1f, \"step_MBps_disk\": %.1f, "
-           "\"fio_best_MBps\": %.1f, \"bandwidth_share\": %.3f, \"tmpfs_over_host\": %.3f}\n",
-           u.nodename, o.dir, fp.drive_bytes, bucket, o.ahead, o.repeats, 1e3 * med[HOST],
-           1e3 * med[TMPFS], 1e3 * med[DISK], step_bps / 1e6, fio_bps / 1e6, step_bps / fio_bps,
-           med[TMPFS] / med[HOST]);
+    double load[1] = {-1};
+    getloadavg(load, 1);
+    const char *engine = getenv("ZOE_DRIVE_IO"), *policy = getenv("OMP_WAIT_POLICY");
+    printf("{\"bench\": \"nvme\", \"host\": \"%s\", \"cores\": %d, \"loadavg\": %.1f, "
+           "\"drive_io\": \"%s\", \"omp_wait_policy\": \"%s\", \"dir\": \"%s\", \"state_bytes\": "
+           "%zu, \"bucket_bytes\": %zu, "
+           "\"ahead\": %d, \"repeats\": %d, \"step_ms_host\": %.1f, \"step_ms_tmpfs\": %.1f, "
+           "\"step_ms_disk\": %.1f, \"step_MBps_disk\": %.1f, \"fio_best_MBps\": %.1f, "
+           "\"bandwidth_share\": %.3f, \"tmpfs_over_host\": %.3f, \"cpu_ms_host\": %.1f, "
+           "\"cpu_ms_tmpfs\": %.1f, \"wait_ms_tmpfs\": %.1f, \"cpu_tmpfs_over_host\": %.3f, "
+           "\"spare_threads\": %d, \"step_ms_host_spare\": %.1f, \"step_ms_tmpfs_spare\": %.1f, "
+           "\"wait_ms_tmpfs_spare\": %.1f, \"tmpfs_over_host_spare\": %.3f}\n",
+           u.nodename, cores, load[0], engine && engine[0] ? engine : "auto",
+           policy && policy[0] ? policy : "default", o.dir, fp.drive_bytes, bucket, o.ahead,
+           o.repeats, ms[HOST], ms[TMPFS], ms[DISK], step_bps / 1e6, fio_bps / 1e6,
+           step_bps / fio_bps, ms[TMPFS] / ms[HOST], cpu_ms[HOST], cpu_ms[TMPFS], wait_ms[TMPFS],
+           cpu_ms[TMPFS] / cpu_ms[HOST], spare, ms[HOST_SPARE], ms[TMPFS_SPARE],
+           wait_ms[TMPFS_SPARE], ms[TMPFS_SPARE] / ms[HOST_SPARE]);
     zoe_stream_destroy(s);
     zoe_device_destroy(dev);
     zoe_grid_destroy(grid);

@@ -4,8 +4,11 @@
  * batches, so that a machine loaded by other work slows both alike. Prints one JSON object per
  * mode (median and best ms per step, units fetched per step, device peak bytes) and a last one
  * with the ratio of the medians (goal: <= 1.15).
- * Usage: bench_param_stream [steps] [prefetch_layers] [DIR]   (defaults 6 and 1; the first step
- * of each is a warm-up and not counted).
+ * Usage: bench_param_stream [steps] [prefetch_layers] [DIR [bucket_mb [preset [layers]]]]
+ * (defaults 6, 1, zoe-train's bucket size, gpt2-124m and its layers; the first step of each is a
+ * warm-up and not counted). A bucket is never smaller than the largest tensor (wte), so
+ * gpt2-124m has 4 buckets, all of which the state's ring holds: a deep narrow model with small
+ * buckets shows what the weights on drives take off the host.
  *
  * With DIR, the weights on drives (docs/nvme.md, "Weights on drives"): both trainers stream and
  * keep the optimizer state on DIR (--offload nvme), one streaming the weights from host memory
@@ -40,8 +43,11 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int steps = argc > 1 ? atoi(argv[1]) : 6, prefetch = argc > 2 ? atoi(argv[2]) : 1;
     const char *drive = argc > 3 ? argv[3] : NULL;
-    if (steps < 2 || prefetch < 0) {
-        fprintf(stderr, "usage: bench_param_stream [steps >= 2] [prefetch_layers >= 0] [DIR]\n");
+    int bucket_mb = argc > 4 ? atoi(argv[4]) : 0, layers = argc > 6 ? atoi(argv[6]) : 0;
+    const char *preset = argc > 5 ? argv[5] : "gpt2-124m";
+    if (steps < 2 || prefetch < 0 || bucket_mb < 0) {
+        fprintf(stderr, "usage: bench_param_stream [steps >= 2] [prefetch_layers >= 0] [DIR "
+                        "[bucket_mb]]\n");
         return 2;
     }
     zoe_trainer *tr[MODES];
@@ -49,7 +55,8 @@ int main(int argc, char **argv) {
     for (int m = 0; m < MODES; m++) {
         zoe_train_config *c = &cfg[m];
         zoe_train_config_defaults(c);
-        if (zoe_model_preset("gpt2-124m", &c->model) != ZOE_OK) die("preset");
+        if (zoe_model_preset(preset, &c->model) != ZOE_OK) die("preset");
+        if (layers > 0) c->model.layers = layers;
         c->model.seq_len = 64;
         c->micro_batch = 4;
         c->dtype = ZOE_F32;
@@ -62,6 +69,7 @@ int main(int argc, char **argv) {
             c->offload = ZOE_OFFLOAD_NVME;
             snprintf(c->nvme_path, sizeof c->nvme_path, "%s", drive);
             c->offload_params = m ? ZOE_OFFLOAD_PARAMS_NVME : ZOE_OFFLOAD_PARAMS_CPU;
+            if (bucket_mb) c->bucket_mb = bucket_mb;
         }
         if (zoe_trainer_create(MPI_COMM_WORLD, c, &tr[m]) != ZOE_OK) die("trainer");
     }
@@ -88,12 +96,12 @@ int main(int argc, char **argv) {
         median[m] = ms[m][1 + (steps - 1) / 2];
         zoe_optimizer_footprint fp;
         if (zoe_optimizer_memory(zoe_trainer_optimizer(tr[m]), &fp) != ZOE_OK) die("footprint");
-        printf("{\"bench\":\"param_stream\",\"mode\":\"%s\",\"model\":\"gpt2-124m\","
+        printf("{\"bench\":\"param_stream\",\"mode\":\"%s\",\"model\":\"%s\",\"layers\":%d,"
                "\"micro_batch\":4,\"seq_len\":64,\"steps\":%d,\"prefetch_layers\":%d,"
                "\"ms_step_median\":%.1f,\"ms_step_best\":%.1f,\"host_bytes\":%zu,"
                "\"pinned_bytes\":%zu,\"drive_bytes\":%zu}\n",
-               names[drive != NULL][m], steps - 1, prefetch, median[m], ms[m][1], fp.host_bytes,
-               fp.pinned_bytes, fp.drive_bytes);
+               names[drive != NULL][m], preset, cfg[m].model.layers, steps - 1, prefetch, median[m],
+               ms[m][1], fp.host_bytes, fp.pinned_bytes, fp.drive_bytes);
     }
     if (drive)
         printf("{\"bench\":\"param_stream\",\"ratio_drives_to_host\":%.3f}\n",

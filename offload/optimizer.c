@@ -298,6 +298,7 @@ zoe_status zoe_optimizer_tensor_shard(const zoe_optimizer *opt, int t, size_t *f
 zoe_status zoe_optimizer_stats_get(const zoe_optimizer *opt, zoe_optimizer_stats *out) {
     if (!opt || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "stats: NULL argument");
     *out = opt->stats;
+    out->ms_drive_wait = opt->drive ? opt->drive->ms_wait : 0;
     return ZOE_OK;
 }
 

@@ -5,6 +5,7 @@
 #define ZOE_OFFLOAD_OPTIMIZER_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include "kernels/adam.h"
 #include "kernels/adam_state.h"
 #include "offload/layout.h"
@@ -160,8 +161,12 @@ typedef struct zoe_state_drive {
     int *slot_state;        /* per slot: idle, reading or writing */
     int *slot_bucket;
     zoe_drive_io_ticket *ticket;
-    int cached, dirty; /* the bucket paged into slot 0 outside the step's stream, -1: none */
-    int shown;         /* the bucket the window shows, -1: none */
+    unsigned char *written; /* per bucket: written to the drives once (else it reads as zeros) */
+    int cached, dirty;      /* the bucket paged into slot 0 outside the step's stream, -1: none */
+    int shown;              /* the bucket the window shows, -1: none */
+    /* the last streamed pass's time blocked on the drives (stats.ms_drive_wait): written by
+     * the thread that streams (the update's worker under DPU), read by stats_get */
+    _Atomic double ms_wait;
 } zoe_state_drive;
 
 /* ZOE_DPU_EXACT (offload/speculate.c). Two phases, never at once: the speculation (the step's

@@ -48,7 +48,7 @@ static void first_touch(zoe_optimizer *opt) {
             if (snap) memset((char *)snap + lo * opt->esz, 0, len * opt->esz);
         }
     }
-    if (!opt->drive) clear_moments(opt, 0, n, NULL); /* the drive's buckets: zeroed there */
+    if (!opt->drive) clear_moments(opt, 0, n, NULL); /* the drive's buckets read as zeros */
 }
 
 zoe_status zoe_host_state_read(const zoe_optimizer *opt, int which, size_t h, size_t n,

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "offload/optimizer_impl.h"
+#include "runtime/clock.h"
 #include "runtime/error.h"
 
 enum { SLOT_IDLE = 0, SLOT_READING, SLOT_WRITING };
@@ -89,11 +90,20 @@ static void show(zoe_optimizer *opt, int b, int s) {
     d->shown = b;
 }
 
+/* Starts moving bucket b between slot s and the drives. A bucket never written reads as zeros
+ * (the scratch files are new): its slot is zeroed instead of read (the initialisation's and a
+ * resume's page-ins). */
 static zoe_status start(zoe_optimizer *opt, int b, int s, int write) {
     zoe_state_drive *d = opt->drive;
     char *slot = d->ring + (size_t)s * d->slot_bytes;
-    d->slot_state[s] = write ? SLOT_WRITING : SLOT_READING;
     d->slot_bucket[s] = b;
+    if (!write && !d->written[b]) {
+        memset(slot, 0, d->bytes[b]);
+        d->slot_state[s] = SLOT_IDLE;
+        return ZOE_OK;
+    }
+    d->slot_state[s] = write ? SLOT_WRITING : SLOT_READING;
+    d->written[b] |= write;
     return write ? zoe_drive_io_write(d->io, d->offset[b], slot, d->bytes[b], &d->ticket[s])
                  : zoe_drive_io_read(d->io, d->offset[b], slot, d->bytes[b], &d->ticket[s]);
 }
@@ -175,20 +185,28 @@ zoe_status zoe_state_streamed(zoe_optimizer *opt, zoe_span_fn fn, void *ctx) {
     d->cached = -1;
     const int nb = d->num_buckets, k = d->ahead, r = d->slots;
     zoe_status st = ZOE_OK;
+    double waited = 0, t0; /* ms blocked on the drives */
     for (int b = 0; b < k && b < nb && st == ZOE_OK; b++) st = start(opt, b, b % r, 0);
     for (int b = 0; b < nb && st == ZOE_OK; b++) {
         int next = b + k, s = b % r;
         if (next < nb) { /* its slot last held bucket next - r, written k + 1 buckets ago */
+            t0 = zoe_clock_ms();
             st = finish(d, next % r);
+            waited += zoe_clock_ms() - t0;
             if (st == ZOE_OK) st = start(opt, next, next % r, 0);
         }
+        t0 = zoe_clock_ms();
         if (st == ZOE_OK) st = finish(d, s);
+        waited += zoe_clock_ms() - t0;
         if (st != ZOE_OK) break;
         show(opt, b, s);
         st = fn(opt, d->h0[b], d->h0[b] + d->numel[b], ctx);
         if (st == ZOE_OK) st = start(opt, b, s, 1);
     }
-    return drain(d, st);
+    t0 = zoe_clock_ms();
+    st = drain(d, st);
+    d->ms_wait = waited + zoe_clock_ms() - t0;
+    return st;
 }
 
 /* A run id every rank shares: world rank 0's process id and clock, broadcast. */
@@ -226,11 +244,12 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     d->slot_state = calloc((size_t)d->slots, sizeof *d->slot_state);
     d->slot_bucket = calloc((size_t)d->slots, sizeof *d->slot_bucket);
     d->ticket = calloc((size_t)d->slots, sizeof *d->ticket);
+    d->written = calloc((size_t)nb, sizeof *d->written);
     d->paths_text = strdup(opt->cfg.state_paths);
     d->paths_given = strdup(opt->cfg.state_paths);
     opt->cfg.state_paths = d->paths_given; /* the caller's string may go */
     if (!d->paths_given || !d->h0 || !d->numel || !d->offset || !d->bytes || !d->slot_state ||
-        !d->slot_bucket || !d->ticket || !d->paths_text)
+        !d->slot_bucket || !d->ticket || !d->written || !d->paths_text)
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state drive tables of %d buckets", nb);
     size_t at = 0;
     for (int b = 0; b < nb; b++) {
@@ -275,13 +294,10 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
                         d->slot_bytes);
     opt->mem.host_bytes += (size_t)d->slots * d->slot_bytes;
     opt->mem.drive_bytes += at;
-    /* Zeroed state on the drives (so that nothing reads what a file held before): the moments'
-     * zeros, and a master the initialisation or the load overwrites. */
+    /* No pass of zeros over the drives: the files are new (O_EXCL) and preallocated, so every
+     * byte reads as zero until written (unwritten extents, a tmpfs's zeroed pages), and nothing
+     * reads what a file held before. The ring's pages are touched now, not in the first step. */
     memset(d->ring, 0, (size_t)d->slots * d->slot_bytes);
-    for (int b = 0; b < nb; b++) {
-        ZOE_TRY(start(opt, b, 0, 1));
-        ZOE_TRY(finish(d, 0));
-    }
     zoe_log(ZOE_LOG_INFO,
             "optimizer state%s on drives (%s): %zu bytes in %d buckets over %d path(s); a ring "
             "of %d buckets (%zu bytes) in host memory, %d read ahead",
@@ -315,7 +331,7 @@ void zoe_state_drive_destroy(zoe_optimizer *opt) {
     zoe_drive_io_destroy(d->io);
     zoe_drive_io_buffer_free(d->ring);
     free(d->h0), free(d->numel), free(d->offset), free(d->bytes);
-    free(d->slot_state), free(d->slot_bucket), free(d->ticket);
+    free(d->slot_state), free(d->slot_bucket), free(d->ticket), free(d->written);
     free(d->paths_text), free(d->paths_given);
     free(d);
     opt->drive = NULL;

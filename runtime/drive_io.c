@@ -8,12 +8,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -229,6 +231,8 @@ static zoe_status create_file(zoe_drive_io *io, drive_file *f, const char *dir, 
         size_t a = direct_alignment(f->fd);
         if (a > io->alignment) io->alignment = a;
     }
+    struct statfs fs;
+    f->memory = fstatfs(f->fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
 out:
     close(dirfd); /* drops the directory's flock */
     return st;
@@ -259,11 +263,29 @@ static zoe_status open_files(zoe_drive_io *io, const zoe_drive_io_config *c) {
     return ZOE_OK;
 }
 
+/* The first path whose bytes the CPU copies (buffered I/O, or a memory file system), or -1. */
+static int copying_path(const zoe_drive_io *io) {
+    for (int i = 0; i < io->num_files; i++)
+        if (!io->files[i].direct || io->files[i].memory) return i;
+    return -1;
+}
+
 static zoe_status start_engine(zoe_drive_io *io, const zoe_drive_io_config *c) {
     zoe_drive_io_engine want;
     const char *chooser;
     ZOE_TRY(choose_engine(c, &want, &chooser));
     char why[256] = "";
+    /* Where the CPU copies the bytes, io_uring copies a buffered read whose pages are cached
+     * inline, in the submitting thread (the host step's own: no overlap with its update), and
+     * hands the rest (a tmpfs's requests, writes) to its kernel workers, slower than the pool
+     * here (docs/nvme.md, "Engines"): AUTO runs the threads there. */
+    int copying = copying_path(io);
+    if (want == ZOE_DRIVE_IO_AUTO && copying >= 0) {
+        want = ZOE_DRIVE_IO_THREADS;
+        chooser = "auto";
+        snprintf(why, sizeof why, "the CPU copies the bytes of %s (%s)", c->paths[copying],
+                 io->files[copying].memory ? "a memory file system" : "buffered I/O");
+    }
     if (want != ZOE_DRIVE_IO_THREADS) {
         if (zoe_drive_io_uring_start(io, why, sizeof why) == ZOE_OK) return ZOE_OK;
         if (want == ZOE_DRIVE_IO_URING)
@@ -272,7 +294,9 @@ static zoe_status start_engine(zoe_drive_io *io, const zoe_drive_io_config *c) {
     }
     ZOE_TRY(zoe_drive_io_threads_start(io));
     size_t n = strlen(io->engine_detail);
-    if (want == ZOE_DRIVE_IO_THREADS)
+    if (want == ZOE_DRIVE_IO_THREADS && !strcmp(chooser, "auto"))
+        snprintf(io->engine_detail + n, sizeof io->engine_detail - n, "; auto: %s", why);
+    else if (want == ZOE_DRIVE_IO_THREADS)
         snprintf(io->engine_detail + n, sizeof io->engine_detail - n, "; asked for by %s", chooser);
     else
         snprintf(io->engine_detail + n, sizeof io->engine_detail - n, "; io_uring unavailable: %s",

@@ -9,7 +9,8 @@
  *
  * Two engines move the bytes: io_uring through liburing (where the build has it and the kernel
  * lets a ring be set up: seccomp in containers often does not), and a pool of threads calling
- * pread/pwrite. ZOE_DRIVE_IO=uring|threads|auto in the environment overrides the config's
+ * pread/pwrite. AUTO runs the threads where the CPU copies the bytes (a memory file system, or
+ * buffered I/O). ZOE_DRIVE_IO=uring|threads|auto in the environment overrides the config's
  * choice; the log says which engine runs and why.
  *
  * Files are opened with O_DIRECT (the page cache would double the host memory the drive tier
@@ -19,7 +20,9 @@
  *
  * Faults: a failed, short or refused read or write fails its ticket's zoe_drive_io_wait() with
  * ZOE_ERR_IO and a message naming the file, the file offset, the logical offset and the error.
- * Not thread-safe: one thread uses a handle at a time.
+ * Every call takes the handle's lock: two threads may submit and wait on one handle (the weight
+ * stream's reads beside the host step's stream, docs/nvme.md "Weights on drives"); a ticket is
+ * waited for once, by one thread.
  *
  * Explained in docs/nvme.md, "The I/O engine". */
 #ifndef ZOE_RUNTIME_DRIVE_IO_H
@@ -35,7 +38,7 @@ enum { ZOE_DRIVE_IO_MAX_PATHS = 64 };
 typedef struct zoe_drive_io zoe_drive_io; /* opaque: one per rank, owns its files */
 
 typedef enum zoe_drive_io_engine {
-    ZOE_DRIVE_IO_AUTO = 0, /* io_uring where it works, else threads */
+    ZOE_DRIVE_IO_AUTO = 0, /* io_uring where it works and the drives move the bytes, else threads */
     ZOE_DRIVE_IO_URING,    /* io_uring or fail (ZOE_ERR_UNSUPPORTED, saying why) */
     ZOE_DRIVE_IO_THREADS,  /* the thread pool */
 } zoe_drive_io_engine;
@@ -58,7 +61,9 @@ zoe_drive_io_config zoe_drive_io_config_init(void);
 /* Creates and preallocates one file per path (posix_fallocate), after removing the leftovers
  * of runs that ended without removing theirs (files named zoe-scratch.* whose flock nobody
  * holds; a live run's files are never touched). A path without room: ZOE_ERR_INVALID_ARGUMENT
- * with one line naming the path, the bytes needed and the bytes free (bad input: exit 2). */
+ * with one line naming the path, the bytes needed and the bytes free (bad input: exit 2). The
+ * files are new (O_EXCL), so the whole space reads as zeros until written: no pass of zeros is
+ * needed. */
 zoe_status zoe_drive_io_open(const zoe_drive_io_config *cfg, zoe_drive_io **out);
 
 /* Buffers, offsets and lengths of requests align to this (4096, or the file systems' direct

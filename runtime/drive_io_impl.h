@@ -21,6 +21,8 @@ typedef struct drive_file {
     int fd;     /* -1 until created; held under an exclusive flock */
     size_t size;
     int direct; /* opened with O_DIRECT */
+    int memory; /* on a memory file system (tmpfs, ramfs): the CPU copies every byte, O_DIRECT
+                 * or not (a tmpfs takes O_DIRECT from Linux 6.6 and copies all the same) */
 } drive_file;
 
 typedef struct drive_segment {
@@ -85,7 +87,7 @@ struct zoe_drive_io {
 
     const drive_engine_ops *ops; /* NULL until an engine runs */
     void *engine;                /* the engine's own state */
-    char engine_detail[128];     /* for the log: "queue depth 32, registered files" */
+    char engine_detail[384];     /* for the log: "queue depth 32, registered files" */
 };
 
 /* A segment's transfer ended: result is the bytes moved (all of segment.bytes on success) or

@@ -266,6 +266,10 @@ typedef struct zoe_optimizer_stats {
      * or part of it had to be redone (undone, for a skipped step); steps redone so far. */
     int speculated, deferred, redone;
     long redone_total;
+    /* State on drives (state_paths): of the most recent host update's streamed pass, the time
+     * spent blocked on the drives (a bucket's read not landed at its turn, a ring slot's write
+     * not landed when the slot was needed, the last writes). Milliseconds; 0 otherwise. */
+    double ms_drive_wait;
 } zoe_optimizer_stats;
 
 /* Collective over the grid. Creates DP communicators for the device (MPI on CPU, NCCL on CUDA)

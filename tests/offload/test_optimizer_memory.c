@@ -181,6 +181,14 @@ static void measure(zoe_grid *grid, zoe_dtype dt, const zoe_optimizer_config *c,
         for (size_t i = 0; i < total; i++) g[i] = test_rng_normal(&rng);
         feed_micro_batch(opt, dt, numel, NT, g);
         CHECK_OK(zoe_optimizer_step(opt, 1e-3f));
+        /* the time blocked on the drives: none with host state, part of a synchronous step's
+         * update with state on drives */
+        zoe_optimizer_stats st;
+        CHECK_OK(zoe_optimizer_stats_get(opt, &st));
+        CHECK(st.ms_drive_wait >= 0 && (c->state_paths || st.ms_drive_wait == 0) &&
+                  (c->dpu_warmup > 0 || st.ms_drive_wait <= st.ms_update),
+              "%s: %.3f ms waiting for the drives in an update of %.3f ms", what, st.ms_drive_wait,
+              st.ms_update);
     }
     CHECK_OK(zoe_device_memory_stats(dev, &later));
     CHECK(later.device_peak == after.device_bytes && later.pinned_peak == after.pinned_bytes,

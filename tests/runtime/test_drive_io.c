@@ -21,12 +21,14 @@
 #include <string.h>
 #include <sys/file.h>
 #include <linux/filter.h>
+#include <linux/magic.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "runtime/drive_io.h"
@@ -113,6 +115,12 @@ static void round_trip(const char *const *paths, int num_paths, case_config cc, 
     unsigned char *ref = zoe_drive_io_buffer_alloc(bytes), *got = zoe_drive_io_buffer_alloc(bytes);
     test_rng rng;
     test_rng_seed(&rng, seed);
+    /* a new space reads as zeros before anything is written (nothing zeroes it at open) */
+    memset(got, 0xa5, bytes);
+    move_pieces(io, &rng, NULL, got, bytes, 0);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < bytes; i++) nonzero += got[i] != 0;
+    CHECK(nonzero == 0, "%zu bytes of a new scratch space read as non-zero", nonzero);
     for (size_t i = 0; i < bytes; i += 8) {
         uint64_t r = test_rng_next(&rng);
         memcpy(ref + i, &r, 8);
@@ -504,8 +512,9 @@ static void leftovers(const char *dir) {
     close(ready[0]);
 }
 
-/* ZOE_DRIVE_IO over the config's engine; bad configs refused with the bad value named. */
-static void choice_and_bad_input(const char *dir) {
+/* ZOE_DRIVE_IO over the config's engine, AUTO's choice by what moves the bytes (dir is a disk,
+ * shm a tmpfs); bad configs refused with the bad value named. */
+static void choice_and_bad_input(const char *dir, const char *shm) {
     const char *paths[] = {dir};
     zoe_drive_io_config c = one_config(paths, 1, 64 << 10, ZOE_DRIVE_IO_AUTO, "choice");
     zoe_drive_io *io = NULL;
@@ -515,6 +524,37 @@ static void choice_and_bad_input(const char *dir) {
               "ZOE_DRIVE_IO=threads ran the %s engine", zoe_drive_io_engine_name(io));
     zoe_drive_io_destroy(io);
     io = NULL;
+    unsetenv("ZOE_DRIVE_IO");
+    /* AUTO: the threads where the CPU copies the bytes (a tmpfs, buffered I/O); on a disk with
+     * O_DIRECT io_uring, where it runs (the seccomp child checks where it does not) */
+    c.paths = (const char *[]){shm};
+    if (CHECK_OK(zoe_drive_io_open(&c, &io)))
+        CHECK(!strcmp(zoe_drive_io_engine_name(io), "threads"), "AUTO on a tmpfs ran %s",
+              zoe_drive_io_engine_name(io));
+    zoe_drive_io_destroy(io);
+    io = NULL;
+    c.paths = paths;
+    c.direct = 0;
+    if (CHECK_OK(zoe_drive_io_open(&c, &io)))
+        CHECK(!strcmp(zoe_drive_io_engine_name(io), "threads"), "AUTO with buffered I/O ran %s",
+              zoe_drive_io_engine_name(io));
+    zoe_drive_io_destroy(io);
+    io = NULL;
+    c.direct = 1;
+    zoe_drive_io_config uring = c;
+    uring.engine = ZOE_DRIVE_IO_URING;
+    struct statfs fs;
+    int disk = statfs(dir, &fs) == 0 && fs.f_type != TMPFS_MAGIC && fs.f_type != RAMFS_MAGIC;
+    if (!disk) printf("%s is a memory file system here: AUTO on a disk not checked\n", dir);
+    if (disk && zoe_drive_io_open(&uring, &io) == ZOE_OK) { /* io_uring runs here */
+        zoe_drive_io_destroy(io);
+        io = NULL;
+        if (CHECK_OK(zoe_drive_io_open(&c, &io)))
+            CHECK(!strcmp(zoe_drive_io_engine_name(io), "io_uring"),
+                  "AUTO on a disk with O_DIRECT ran %s", zoe_drive_io_engine_name(io));
+        zoe_drive_io_destroy(io);
+        io = NULL;
+    }
     setenv("ZOE_DRIVE_IO", "posix-aio", 1);
     CHECK(zoe_drive_io_open(&c, &io) == ZOE_ERR_INVALID_ARGUMENT &&
               strstr(zoe_last_error(), "ZOE_DRIVE_IO='posix-aio'"),
@@ -613,7 +653,7 @@ int main(int argc, char **argv) {
     }
     for (zoe_drive_io_engine e = ZOE_DRIVE_IO_URING; e <= ZOE_DRIVE_IO_THREADS; e++)
         short_read_and_eio(three, e);
-    choice_and_bad_input(disk_a);
+    choice_and_bad_input(disk_a, shm);
     no_room_file_limit(disk_a);
     run_helper("--tiny-tmpfs", disk_b, 1); /* 77: no private tmpfs (not root) */
     run_helper("--no-uring", disk_b, 0);

@@ -17,14 +17,16 @@
  * the streamed weights and stays in host memory; under the exact schedule too).
  *
  * Resume across modes (exact schedule, fp32): saved with host state at step SAVE_AT and resumed
- * with drives, and the other way round, ends with the uninterrupted run's losses and bytes.
+ * with the state and the weights on drives, and saved with the state on drives and resumed with
+ * host state, ends with the uninterrupted run's losses and bytes.
  *
  * Weights on drives too (--offload-params nvme, docs/nvme.md "Weights on drives"): every case of
  * the schedule x state matrix above makes a third run, with the state and the weights on drives
  * (streamed from there, recomputation as in the other two runs), checked against the same
  * host-resident run. Its optimizer holds no copy of the weights in host memory: against
- * --offload-params cpu with state on drives, host and pinned bytes shrink by the partition's
- * weights, which the drive bytes gain.
+ * --offload-params cpu with state on drives, the pinned bytes lose the partition's weights, the
+ * drive bytes gain them, and the host bytes gain less than half of them (the state ring's
+ * buckets carry their weights).
  *
  * Faults: a read error injected into the drive engine (zoe_drive_io_inject_fault) fails the next
  * step with ZOE_ERR_IO naming the scratch file, and the checkpoint saved before it still holds

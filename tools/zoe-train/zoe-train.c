@@ -79,9 +79,11 @@ static void print_banner(const zoe_train_config *c, const zoe_trainer *tr, int w
     printf("zoe-train: weights %s, recompute %s\n",
            c->offload_params == ZOE_OFFLOAD_PARAMS_CPU
                ? "on the host, streamed to the device layer by layer"
+           : c->offload_params == ZOE_OFFLOAD_PARAMS_NVME
+               ? "on the drives, streamed to the device layer by layer through a host ring"
                : "on the device",
            c->recompute ? "on" : "off");
-    if (c->offload_params == ZOE_OFFLOAD_PARAMS_CPU)
+    if (c->offload_params != ZOE_OFFLOAD_PARAMS_NONE)
         printf("zoe-train: %d layer%s fetched ahead of the one in use\n", c->prefetch_layers,
                c->prefetch_layers == 1 ? "" : "s");
     /* Open MPI's mpirun answers its own SIGTERM/SIGINT (a Ctrl-C) with SIGCONT to the ranks (a
@@ -240,7 +242,7 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
     if (st == ZOE_OK) st = zoe_plan(&pc, &r);
     if (st != ZOE_OK) return fail(rank, EXIT_USAGE, zoe_last_error());
     /* streamed weights: the plan's prefetch depth unless --prefetch-layers names one */
-    if (cfg->offload_params == ZOE_OFFLOAD_PARAMS_CPU && cfg->prefetch_layers == 0)
+    if (cfg->offload_params != ZOE_OFFLOAD_PARAMS_NONE && cfg->prefetch_layers == 0)
         cfg->prefetch_layers = r.stream.prefetch > 0 ? r.stream.prefetch : 1;
     char line[512];
     zoe_plan_summary(&pc, &r, line, sizeof line);
