@@ -110,14 +110,14 @@ static void run(int llama, int64_t B, int64_t T, int iters, double *layer_s) {
         if (it == 0) zoe_kernels_profile_reset(k);
         const double t0 = MPI_Wtime();
         if (llama)
-            DIE_IF(zoe_tp_llama_block_forward(&tp, &L.lb, &L.llama_acts, y, x));
+            DIE_IF(zoe_tp_llama_block_forward(&tp, &L.lb, &L.llama_acts, y, x, NULL));
         else
-            DIE_IF(zoe_tp_block_forward(&tp, &L.gpt, &L.gpt_acts, y, x, 1));
+            DIE_IF(zoe_tp_block_forward(&tp, &L.gpt, &L.gpt_acts, y, x, 1, NULL));
         const double t1 = MPI_Wtime();
         if (llama)
-            DIE_IF(zoe_tp_llama_block_backward(&tp, &L.lb, &L.llama_acts, dres, x, scratch));
+            DIE_IF(zoe_tp_llama_block_backward(&tp, &L.lb, &L.llama_acts, dres, x, scratch, NULL));
         else
-            DIE_IF(zoe_tp_block_backward(&tp, &L.gpt, &L.gpt_acts, dres, x, scratch));
+            DIE_IF(zoe_tp_block_backward(&tp, &L.gpt, &L.gpt_acts, dres, x, scratch, NULL));
         const double t2 = MPI_Wtime();
         if (it >= 0) fwd[it] = t1 - t0, bwd[it] = t2 - t1, tot[it] = t2 - t0;
     }

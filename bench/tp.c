@@ -84,9 +84,9 @@ int main(int argc, char **argv) {
         DIE_IF(zoe_memcpy_async(dres, dout, nc * 4, ZOE_COPY_DEVICE_TO_DEVICE, stream));
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        DIE_IF(zoe_tp_block_forward(&tp, &blk, &acts, y, x, (uint64_t)it));
+        DIE_IF(zoe_tp_block_forward(&tp, &blk, &acts, y, x, (uint64_t)it, NULL));
         double t1 = MPI_Wtime();
-        DIE_IF(zoe_tp_block_backward(&tp, &blk, &acts, dres, x, scratch));
+        DIE_IF(zoe_tp_block_backward(&tp, &blk, &acts, dres, x, scratch, NULL));
         double t2 = MPI_Wtime();
         MPI_Barrier(MPI_COMM_WORLD);
         double t3 = MPI_Wtime();

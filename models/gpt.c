@@ -368,13 +368,51 @@ zoe_status zoe_gpt_init_weights(zoe_gpt *g) {
 }
 
 int zoe_gpt_num_units(const zoe_gpt *g) {
-    return g->cfg.shape.layers + 2;
+    return g->cfg.shape.layers * ZOE_TP_BLOCK_PARTS + 2;
+}
+
+/* Block part `part`'s tensors within the block (zoe_tp_block_part, zoe_tp_llama_block_part). */
+static void block_part(const zoe_gpt *g, int part, int *first, int *n) {
+    if (g->llama)
+        zoe_tp_llama_block_part(part, first, n);
+    else
+        zoe_tp_block_part(part, first, n);
+}
+
+static int block_unit(int l, int part) {
+    return 1 + l * ZOE_TP_BLOCK_PARTS + part;
 }
 
 void zoe_gpt_unit(const zoe_gpt *g, int u, int *first, int *n) {
-    int L = g->cfg.shape.layers;
-    *first = u == 0 ? 0 : u <= L ? g->first_block + (u - 1) * g->block_params : g->ln_f_tensor;
-    *n = u == 0 ? g->first_block : u <= L ? g->block_params : g->num_tensors - g->ln_f_tensor;
+    const int tail = zoe_gpt_num_units(g) - 1;
+    if (u == 0) {
+        *first = 0, *n = g->first_block;
+    } else if (u == tail) {
+        *first = g->ln_f_tensor, *n = g->num_tensors - g->ln_f_tensor;
+    } else {
+        int l = (u - 1) / ZOE_TP_BLOCK_PARTS, in_block;
+        block_part(g, (u - 1) % ZOE_TP_BLOCK_PARTS, &in_block, n);
+        *first = g->first_block + l * g->block_params + in_block;
+    }
+}
+
+int zoe_gpt_pass_order(const zoe_gpt *g, zoe_gpt_pass pass, int *order) {
+    const int L = g->cfg.shape.layers, P = ZOE_TP_BLOCK_PARTS, tail = zoe_gpt_num_units(g) - 1;
+    int n = 0;
+#define PUT(unit) (order ? order[n] = (unit) : 0, n++)
+    PUT(0); /* the embedding (and a tied head), first in both */
+    if (pass == ZOE_GPT_FORWARD) {
+        for (int u = 1; u <= tail; u++) PUT(u);
+        return n;
+    }
+    PUT(tail);
+    for (int l = L - 1; l >= 0; l--) {
+        /* the recomputing forward's parts; its last is kept for the backward (block_source) */
+        for (int p = 0; g->cfg.recompute && p < P; p++) PUT(block_unit(l, p));
+        for (int p = g->cfg.recompute ? P - 2 : P - 1; p >= 0; p--) PUT(block_unit(l, p));
+    }
+#undef PUT
+    return n;
 }
 
 zoe_status zoe_gpt_acquire_unit(zoe_gpt *g, int u, zoe_gpt_pass pass) {
@@ -400,29 +438,50 @@ static float llama_eps(const zoe_gpt *g) {
     return g->llama_blocks[0].cfg.norm_eps;
 }
 
-/* Block l's forward from resid[l] into out (resid[l + 1], or the recompute buffer), with the
- * activations of its slot. */
-static zoe_status block_forward(zoe_gpt *g, int l, void *out, uint64_t step) {
-    const int slot = g->cfg.recompute ? 0 : l;
-    if (g->llama)
-        return zoe_tp_llama_block_forward(&g->tp, &g->llama_blocks[l], &g->llama_acts[slot], out,
-                                          g->resid[l]);
-    return zoe_tp_block_forward(&g->tp, &g->blocks[l], &g->acts[slot], out, g->resid[l], step);
+static zoe_status part_acquire(void *user, int part) {
+    zoe_gpt_block_source *s = user;
+    if (part == s->found) return ZOE_OK;
+    return zoe_gpt_acquire_unit(s->g, block_unit(s->l, part), s->pass);
 }
 
-/* Block l's backward (its forward first, with recomputation), dres in place; its weights are
- * acquired once for both. */
-static zoe_status block_backward(zoe_gpt *g, int l) {
+static zoe_status part_release(void *user, int part) {
+    zoe_gpt_block_source *s = user;
+    if (part == s->keep) return ZOE_OK;
+    return zoe_gpt_release_unit(s->g, block_unit(s->l, part));
+}
+
+zoe_tp_weights zoe_gpt_block_weights(zoe_gpt_block_source *src) {
+    return (zoe_tp_weights){.user = src, .acquire = part_acquire, .release = part_release};
+}
+
+/* Block l's forward from resid[l] into out (resid[l + 1], or the recompute buffer), with the
+ * activations of its slot and its weights from src. */
+static zoe_status block_forward(zoe_gpt *g, int l, void *out, uint64_t step,
+                                zoe_gpt_block_source *src) {
     const int slot = g->cfg.recompute ? 0 : l;
-    if (g->llama) {
-        if (g->cfg.recompute) ZOE_TRY(block_forward(g, l, g->recompute_out, 0));
-        return zoe_tp_llama_block_backward(&g->tp, &g->llama_blocks[l], &g->llama_acts[slot],
-                                           g->dres, g->resid[l], g->block_scratch);
+    const zoe_tp_weights w = zoe_gpt_block_weights(src);
+    if (g->llama)
+        return zoe_tp_llama_block_forward(&g->tp, &g->llama_blocks[l], &g->llama_acts[slot], out,
+                                          g->resid[l], &w);
+    return zoe_tp_block_forward(&g->tp, &g->blocks[l], &g->acts[slot], out, g->resid[l], step, &w);
+}
+
+/* Block l's backward (its forward first, with recomputation), dres in place. */
+static zoe_status block_backward(zoe_gpt *g, int l) {
+    const int slot = g->cfg.recompute ? 0 : l, last = ZOE_TP_BLOCK_PARTS - 1;
+    zoe_gpt_block_source src = {.g = g, .l = l, .pass = ZOE_GPT_BACKWARD, .keep = -1, .found = -1};
+    if (g->cfg.recompute) {
+        /* same micro step, so the same dropout masks */
+        src.keep = last;
+        ZOE_TRY(block_forward(g, l, g->recompute_out, g->llama ? 0 : g->acts[slot].step, &src));
+        src.keep = -1, src.found = last;
     }
-    if (g->cfg.recompute) /* same micro step, so the same dropout masks */
-        ZOE_TRY(block_forward(g, l, g->recompute_out, g->acts[slot].step));
+    const zoe_tp_weights w = zoe_gpt_block_weights(&src);
+    if (g->llama)
+        return zoe_tp_llama_block_backward(&g->tp, &g->llama_blocks[l], &g->llama_acts[slot],
+                                           g->dres, g->resid[l], g->block_scratch, &w);
     return zoe_tp_block_backward(&g->tp, &g->blocks[l], &g->acts[slot], g->dres, g->resid[l],
-                                 g->block_scratch);
+                                 g->block_scratch, &w);
 }
 
 void zoe_gpt_set_weight_source(zoe_gpt *g, const zoe_gpt_weight_source *source) {
@@ -447,13 +506,13 @@ static zoe_status forward_at(zoe_gpt *g, const int32_t *tokens, const int32_t *t
     ZOE_TRY(zoe_memcpy_async(g->tokens, g->staged_ids, ids, ZOE_COPY_HOST_TO_DEVICE, g->stream));
     ZOE_TRY(zoe_memcpy_async(g->targets, g->staged_ids + g->N, ids, ZOE_COPY_HOST_TO_DEVICE,
                              g->stream));
-    const int tail = L + 1;                               /* units: zoe_gpt_unit */
+    const int tail = zoe_gpt_num_units(g) - 1;            /* units: zoe_gpt_unit */
     ZOE_TRY(zoe_gpt_acquire_unit(g, 0, ZOE_GPT_FORWARD)); /* wte (and the tied head), wpe */
     ZOE_TRY(zoe_tp_embedding_forward(&g->tp, &g->emb, g->resid[0], g->tokens, B, T));
     for (int l = 0; l < L; l++) {
-        ZOE_TRY(zoe_gpt_acquire_unit(g, 1 + l, ZOE_GPT_FORWARD));
-        ZOE_TRY(block_forward(g, l, g->resid[l + 1], step));
-        ZOE_TRY(zoe_gpt_release_unit(g, 1 + l));
+        zoe_gpt_block_source src = {
+            .g = g, .l = l, .pass = ZOE_GPT_FORWARD, .keep = -1, .found = -1};
+        ZOE_TRY(block_forward(g, l, g->resid[l + 1], step, &src));
     }
     ZOE_TRY(zoe_gpt_acquire_unit(g, tail, ZOE_GPT_FORWARD));
     if (g->llama)
@@ -501,7 +560,7 @@ zoe_status zoe_gpt_backward_scaled(zoe_gpt *g, float scale, const zoe_gpt_grad_s
     int64_t B = c->micro_batch, T = c->shape.seq_len;
     /* A tied wte's gradient is open from the LM head here to the lookup at the end; an untied
      * head is the last tensor, so it comes first. */
-    const int head = g->head >= 0 ? g->head : 0, tail = L + 1;
+    const int head = g->head >= 0 ? g->head : 0, tail = zoe_gpt_num_units(g) - 1;
     ZOE_TRY(zoe_gpt_acquire_unit(g, 0, ZOE_GPT_BACKWARD));    /* the tied head's weights */
     ZOE_TRY(zoe_gpt_acquire_unit(g, tail, ZOE_GPT_BACKWARD)); /* ln_f's, an untied head's */
     ZOE_TRY(acquire_range(g, sink, head, 1));
@@ -523,11 +582,9 @@ zoe_status zoe_gpt_backward_scaled(zoe_gpt *g, float scale, const zoe_gpt_grad_s
     ZOE_TRY(zoe_gpt_release_unit(g, tail));
     for (int l = L - 1; l >= 0; l--) {
         int first = g->first_block + l * g->block_params;
-        ZOE_TRY(zoe_gpt_acquire_unit(g, 1 + l, ZOE_GPT_BACKWARD));
         ZOE_TRY(acquire_range(g, sink, first, g->block_params));
         ZOE_TRY(block_backward(g, l));
         ZOE_TRY(release_range(sink, first, g->block_params));
-        ZOE_TRY(zoe_gpt_release_unit(g, 1 + l));
     }
     /* wte, and GPT's wpe after it; wte is already open when tied. */
     if (g->head >= 0) ZOE_TRY(acquire_range(g, sink, 0, 1));

@@ -46,16 +46,19 @@ typedef struct zoe_gpt zoe_gpt;
 /* The passes that read the weights, each in its own order of units (zoe_gpt_unit). */
 typedef enum zoe_gpt_pass { ZOE_GPT_FORWARD = 0, ZOE_GPT_BACKWARD = 1 } zoe_gpt_pass;
 
-/* Where the passes get their weights, a unit at a time (zoe_gpt_unit: the embedding, each block,
- * the tail). acquire(user, first, n, pass, weights) comes before the pass reads the unit's
- * tensors [first, first + n): weights[i] holds tensor first + i's bound pointer and may be set to
- * where its weights are for this use (device, dtype, local_numel elements); release(user, first,
- * n) follows their last read in the pass. The orders (docs/offload.md, "Streamed weights"):
- *   forward (training, evaluation, decoding): embedding, blocks 0 .. L-1 (each released after
- *     its forward), tail; the tail and then the embedding released after the LM head;
+/* Where the passes get their weights, a unit at a time (zoe_gpt_unit: the embedding, each
+ * block's parts, the tail). acquire(user, first, n, pass, weights) comes before the pass reads the
+ * unit's tensors [first, first + n): weights[i] holds tensor first + i's bound pointer and may be
+ * set to where its weights are for this use (device, dtype, local_numel elements); release(user,
+ * first, n) follows their last read in the pass. The orders (docs/offload.md, "Streamed weights"):
+ *   forward (training, evaluation, decoding): embedding, then block 0's parts .. block L-1's
+ *     (each released after its last reader, tensor_parallel/layers.h), tail; the tail and then
+ *     the embedding released after the LM head;
  *   backward: embedding (the tied head's backward reads it), tail (released after the final
- *     norm), blocks L-1 .. 0 (each acquired once for its recomputation and backward), and the
+ *     norm), blocks L-1 .. 0, each its parts from the last to the first (with recomputation
+ *     its forward's parts first, the last of them held on into the backward), and the
  *     embedding released last.
+ * zoe_gpt_pass_order lists them.
  * A pipeline that finishes an update while the forward runs (the optimizer's ZOE_DPU_EXACT
  * settling, zoe_optimizer_weights_ready) waits in acquire; weights that live on the host are
  * fetched there (offload/param_stream.h). */
@@ -81,10 +84,14 @@ zoe_status zoe_gpt_describe(const zoe_gpt_config *cfg, int tp_size, int tp_rank,
 int zoe_gpt_num_tensors(const zoe_gpt *g);
 const zoe_tp_param *zoe_gpt_tensor(const zoe_gpt *g, int t);
 /* The units a weight source hands out: unit 0 the embedding (tensors [0, first block): wte, and
- * wpe for GPT), units 1 .. L the blocks, unit L + 1 the tail (the final norm and an untied LM
- * head, to the last tensor). */
+ * wpe for GPT), units 1 + l P + p (P = ZOE_TP_BLOCK_PARTS) block l's part p (the attention's
+ * input, its output projection, the MLP's input, fc2: tensor_parallel/layers.h), unit L P + 1
+ * the tail (the final norm and an untied LM head, to the last tensor). */
 int zoe_gpt_num_units(const zoe_gpt *g);
 void zoe_gpt_unit(const zoe_gpt *g, int u, int *first, int *n);
+/* The units in the order a pass acquires them (above; with cfg.recompute the backward reads
+ * all but one of a block's parts twice), into order (NULL: only counted); returns the count. */
+int zoe_gpt_pass_order(const zoe_gpt *g, zoe_gpt_pass pass, int *order);
 /* Elements on this rank (sum of local shards) and in the whole model (padded vocabulary). */
 int64_t zoe_gpt_local_numel(const zoe_gpt *g);
 int64_t zoe_gpt_global_numel(const zoe_gpt *g);

@@ -120,7 +120,8 @@ const void *zoe_gpt_kv_cache_logits(const zoe_gpt_kv_cache *c) {
 }
 
 /* GPT block l on c->x [n, C] into c->y, its new tokens' q, k, v into the layer's cache. */
-static zoe_status gpt_block(zoe_gpt *g, zoe_gpt_kv_cache *c, int l, int64_t pos, int64_t n) {
+static zoe_status gpt_block(zoe_gpt *g, zoe_gpt_kv_cache *c, int l, int64_t pos, int64_t n,
+                            const zoe_tp_weights *w) {
     const zoe_tp *tp = &g->tp;
     zoe_tp_block *b = &g->blocks[l];
     const zoe_dtype dt = tp->dtype;
@@ -128,24 +129,33 @@ static zoe_status gpt_block(zoe_gpt *g, zoe_gpt_kv_cache *c, int l, int64_t pos,
     const size_t es = zoe_dtype_size(dt);
     char *cache = c->layers[l];
     void *qkv = cache + (size_t)(pos * row) * es; /* [n, NH/t, 3, HS] */
+    ZOE_TRY(zoe_tp_weights_acquire(w, ZOE_TP_PART_ATTN_IN, NULL, 0));
     ZOE_TRY(zoe_layernorm_forward(tp->kernels, dt, c->ln, c->mean, c->rstd, c->x,
                                   b->ln_1_weight.data, b->ln_1_bias.data, n, C));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &b->linear_qkv, qkv, c->ln, n, NULL));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_IN));
     ZOE_TRY(zoe_attention_cached(tp->kernels, dt, c->attn, qkv, cache + (size_t)HS * es, pos, n,
                                  NHl, NHl, HS, 3 * HS, row, 3 * HS, row));
+    ZOE_TRY(zoe_tp_weights_acquire(w, ZOE_TP_PART_ATTN_OUT, NULL, 0));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &b->linear_proj, c->h, c->attn, n));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zoe_residual_forward(tp->kernels, dt, c->h, c->x, c->h, n * C));
+    ZOE_TRY(zoe_tp_weights_acquire(w, ZOE_TP_PART_MLP_IN, NULL, 0));
     ZOE_TRY(zoe_layernorm_forward(tp->kernels, dt, c->ln, c->mean, c->rstd, c->h,
                                   b->ln_2_weight.data, b->ln_2_bias.data, n, C));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &b->linear_fc1, c->fc1, c->ln, n, NULL));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_IN));
     ZOE_TRY(zoe_gelu_forward(tp->kernels, dt, c->act, c->fc1, n * b->local_ffn));
+    ZOE_TRY(zoe_tp_weights_acquire(w, ZOE_TP_PART_MLP_OUT, NULL, 0));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &b->linear_fc2, c->y, c->act, n));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_OUT));
     return zoe_residual_forward(tp->kernels, dt, c->y, c->h, c->y, n * C);
 }
 
 /* Llama block l: q [n, NH/t, HS] and the new kv rows [n, KV_local, 2, HS] rotated at their
  * positions, then attention over the layer's cache. */
-static zoe_status llama_block(zoe_gpt *g, zoe_gpt_kv_cache *c, int l, int64_t pos, int64_t n) {
+static zoe_status llama_block(zoe_gpt *g, zoe_gpt_kv_cache *c, int l, int64_t pos, int64_t n,
+                              const zoe_tp_weights *w) {
     const zoe_tp *tp = &g->tp;
     zoe_tp_llama_block *b = &g->llama_blocks[l];
     const zoe_dtype dt = tp->dtype;
@@ -154,21 +164,29 @@ static zoe_status llama_block(zoe_gpt *g, zoe_gpt_kv_cache *c, int l, int64_t po
     const float eps = b->cfg.norm_eps;
     char *cache = c->layers[l];
     void *kv = cache + (size_t)(pos * row) * zoe_dtype_size(dt);
+    ZOE_TRY(zoe_tp_weights_acquire(w, ZOE_TP_PART_ATTN_IN, NULL, 0));
     ZOE_TRY(
         zoe_rmsnorm_forward(tp->kernels, dt, c->ln, c->rstd, c->x, b->ln_1_weight.data, n, C, eps));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &b->linear_q, c->q, c->ln, n, NULL));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &b->linear_kv, kv, c->ln, n, NULL));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_IN));
     ZOE_TRY(zoe_rope_forward_at(tp->kernels, dt, c->q, b->inv_freq, pos, n, NHl, HS, HS, NHl * HS));
     ZOE_TRY(zoe_rope_forward_at(tp->kernels, dt, kv, b->inv_freq, pos, n, KVl, HS, 2 * HS, row));
     ZOE_TRY(zoe_attention_cached(tp->kernels, dt, c->attn, c->q, cache, pos, n, NHl, KVl, HS, HS,
                                  NHl * HS, 2 * HS, row));
+    ZOE_TRY(zoe_tp_weights_acquire(w, ZOE_TP_PART_ATTN_OUT, NULL, 0));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &b->linear_proj, c->h, c->attn, n));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zoe_residual_forward(tp->kernels, dt, c->h, c->x, c->h, n * C));
+    ZOE_TRY(zoe_tp_weights_acquire(w, ZOE_TP_PART_MLP_IN, NULL, 0));
     ZOE_TRY(
         zoe_rmsnorm_forward(tp->kernels, dt, c->ln, c->rstd, c->h, b->ln_2_weight.data, n, C, eps));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &b->linear_fc1, c->fc1, c->ln, n, NULL));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_IN));
     ZOE_TRY(zoe_swiglu_forward(tp->kernels, dt, c->act, c->fc1, n, b->local_ffn));
+    ZOE_TRY(zoe_tp_weights_acquire(w, ZOE_TP_PART_MLP_OUT, NULL, 0));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &b->linear_fc2, c->y, c->act, n));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_OUT));
     return zoe_residual_forward(tp->kernels, dt, c->y, c->h, c->y, n * C);
 }
 
@@ -190,13 +208,15 @@ zoe_status zoe_gpt_decode(zoe_gpt *g, zoe_gpt_kv_cache *c, const int32_t *tokens
     memcpy(c->staged, tokens, (size_t)n * sizeof(int32_t));
     ZOE_TRY(zoe_memcpy_async(c->tokens, c->staged, (size_t)n * sizeof(int32_t),
                              ZOE_COPY_HOST_TO_DEVICE, g->stream));
-    const int L = g->cfg.shape.layers, tail = L + 1; /* the units of the weight source */
+    /* the units of the weight source */
+    const int L = g->cfg.shape.layers, tail = zoe_gpt_num_units(g) - 1;
     ZOE_TRY(zoe_gpt_acquire_unit(g, 0, ZOE_GPT_FORWARD));
     ZOE_TRY(zoe_tp_embedding_forward_at(&g->tp, &g->emb, c->x, c->tokens, n, pos));
     for (int l = 0; l < L; l++) {
-        ZOE_TRY(zoe_gpt_acquire_unit(g, 1 + l, ZOE_GPT_FORWARD));
-        ZOE_TRY(g->llama ? llama_block(g, c, l, pos, n) : gpt_block(g, c, l, pos, n));
-        ZOE_TRY(zoe_gpt_release_unit(g, 1 + l));
+        zoe_gpt_block_source src = {
+            .g = g, .l = l, .pass = ZOE_GPT_FORWARD, .keep = -1, .found = -1};
+        const zoe_tp_weights w = zoe_gpt_block_weights(&src);
+        ZOE_TRY(g->llama ? llama_block(g, c, l, pos, n, &w) : gpt_block(g, c, l, pos, n, &w));
         void *t = c->x; /* the output is the next block's input */
         c->x = c->y, c->y = t;
     }

@@ -56,4 +56,17 @@ struct zoe_gpt {
 zoe_status zoe_gpt_acquire_unit(zoe_gpt *g, int u, zoe_gpt_pass pass);
 zoe_status zoe_gpt_release_unit(zoe_gpt *g, int u);
 
+/* The weight source as block l's parts see it (zoe_tp_weights, tensor_parallel/layers.h): part p
+ * is unit 1 + l ZOE_TP_BLOCK_PARTS + p. With recomputation the part the forward reads last (fc2)
+ * is the one the backward reads first: the recomputing forward keeps it and the backward finds
+ * it, one fetch for both (zoe_gpt_pass_order lists it once). */
+typedef struct zoe_gpt_block_source {
+    zoe_gpt *g;
+    int l;
+    zoe_gpt_pass pass;
+    int keep;  /* the part release leaves acquired (-1: none) */
+    int found; /* the part acquire finds acquired already (-1: none) */
+} zoe_gpt_block_source;
+zoe_tp_weights zoe_gpt_block_weights(zoe_gpt_block_source *src);
+
 #endif

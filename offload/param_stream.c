@@ -64,11 +64,12 @@ struct zoe_param_stream {
     zoe_param_unit *units; /* [num_units] */
     size_t *unit_numel;    /* [num_units]: its buffer's elements */
     size_t *unit_block;    /* [num_units]: elements of each rank's block in the staging */
-    int *order;            /* [PASSES * num_units] */
-    int *position;         /* [PASSES * num_units]: where unit u stands in pass p's order */
-    stream_slot *slots;    /* ring slots, then the held unit's */
-    int num_slots;         /* prefetch + 1, + 1 with a held unit */
-    void *staging;         /* dp_size x the largest block (DP > 1) */
+    int *order[ZOE_PARAM_STREAM_PASSES]; /* [order_len[p]] each */
+    int order_len[ZOE_PARAM_STREAM_PASSES];
+    int cursor[ZOE_PARAM_STREAM_PASSES]; /* where pass p's last acquire stands in its order */
+    stream_slot *slots;                  /* ring slots, then the held unit's */
+    int num_slots;                       /* prefetch + 1, + 1 with a held unit */
+    void *staging;                       /* dp_size x the largest block (DP > 1) */
     /* Weights on drives (zoe_weights_drive_io; NULL: the host partition is in host memory): each
      * slot has a host buffer that its unit's pieces are read into before they go to the device. */
     zoe_drive_io *io;
@@ -109,7 +110,10 @@ static zoe_status check_config(const zoe_param_stream_config *c) {
     for (int p = 0; p < ZOE_PARAM_STREAM_PASSES; p++) {
         if (!c->order[p])
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: no order for pass %d", p);
-        for (int i = 0; i < c->num_units; i++)
+        if (c->order_len[p] < 0)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "weight stream: pass %d's order of %d", p,
+                            c->order_len[p]);
+        for (int i = 0; i < (c->order_len[p] ? c->order_len[p] : c->num_units); i++)
             if (c->order[p][i] < 0 || c->order[p][i] >= c->num_units)
                 return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                                 "weight stream: pass %d's order names unit %d of %d", p,
@@ -237,19 +241,24 @@ static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
     ps->units = calloc((size_t)nu, sizeof *ps->units);
     ps->unit_numel = calloc((size_t)nu, sizeof *ps->unit_numel);
     ps->unit_block = calloc((size_t)nu, sizeof *ps->unit_block);
-    ps->order = calloc((size_t)nu * ZOE_PARAM_STREAM_PASSES, sizeof *ps->order);
-    ps->position = calloc((size_t)nu * ZOE_PARAM_STREAM_PASSES, sizeof *ps->position);
+    int orders = 1;
+    for (int p = 0; p < ZOE_PARAM_STREAM_PASSES; p++) {
+        ps->order_len[p] = c->order_len[p] ? c->order_len[p] : nu;
+        ps->order[p] = calloc((size_t)ps->order_len[p], sizeof *ps->order[p]);
+        ps->cursor[p] = -1;
+        orders = orders && ps->order[p];
+    }
     ps->num_slots = zoe_param_stream_slots(c->prefetch, c->held_unit >= 0);
     ps->slots = calloc((size_t)ps->num_slots, sizeof *ps->slots);
     if (!ps->numel || !ps->offset || !ps->host || !ps->pieces || !ps->units || !ps->unit_numel ||
-        !ps->unit_block || !ps->order || !ps->position || !ps->slots)
+        !ps->unit_block || !orders || !ps->slots)
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream tables of %d tensors", nt);
     memcpy(ps->numel, c->numel, (size_t)nt * sizeof *ps->numel);
     memcpy(ps->units, c->units, (size_t)nu * sizeof *ps->units);
     for (int p = 0; p < ZOE_PARAM_STREAM_PASSES; p++) {
-        memcpy(ps->order + p * nu, c->order[p], (size_t)nu * sizeof *ps->order);
-        for (int i = 0; i < nu; i++) ps->position[p * nu + c->order[p][i]] = i;
-        ps->cfg.order[p] = ps->order + p * nu;
+        memcpy(ps->order[p], c->order[p], (size_t)ps->order_len[p] * sizeof *ps->order[p]);
+        ps->cfg.order[p] = ps->order[p];
+        ps->cfg.order_len[p] = ps->order_len[p];
     }
     ps->cfg.numel = ps->numel, ps->cfg.units = ps->units;
     ZOE_TRY(build_tables(ps, dp_group));
@@ -326,7 +335,7 @@ void zoe_param_stream_destroy(zoe_param_stream *ps) {
     zoe_stream_destroy(ps->copy);
     zoe_comm_destroy(ps->dp);
     free(ps->numel), free(ps->offset), free(ps->host), free(ps->pieces), free(ps->units);
-    free(ps->unit_numel), free(ps->unit_block), free(ps->order), free(ps->position);
+    free(ps->unit_numel), free(ps->unit_block), free(ps->order[0]), free(ps->order[1]);
     free(ps->slots);
     free(ps->host_pos), free(ps->runs), free(ps->unit_runs), free(ps->tickets);
     zoe_drive_io_buffer_free(ps->host_ring);
@@ -473,21 +482,34 @@ static void addresses(const zoe_param_stream *ps, int u, const stream_slot *sl, 
     for (int i = 0; i < un->n; i++) weights[i] = at(ps, sl->data, ps->offset[un->first + i]);
 }
 
+/* Unit u's next place in pass p's order after the previous acquire's, or its first (a pass
+ * that starts over); -1 where it has none. The pass's cursor moves there. */
+static int place(zoe_param_stream *ps, int u, int p) {
+    const int *order = ps->order[p], n = ps->order_len[p];
+    for (int i = ps->cursor[p] + 1; i < n; i++)
+        if (order[i] == u) return ps->cursor[p] = i;
+    for (int i = 0; i <= ps->cursor[p] && i < n; i++)
+        if (order[i] == u) return ps->cursor[p] = i;
+    return -1;
+}
+
 /* The next units of pass p after u, up to prefetch of them, into empty ring slots. With the
  * weights on drives the farthest one's reads stay in flight (its copy goes out when the next
  * unit is acquired, or when it is); the nearer ones', started by earlier acquires, have had a
  * unit's compute to land, and their copies go out now. */
 static zoe_status prefetch(zoe_param_stream *ps, int u, int p) {
-    int nu = ps->cfg.num_units, pos = ps->position[p * nu + u], k = ps->cfg.prefetch;
-    for (int i = pos + 1; i < nu && i <= pos + k; i++) {
-        int v = ps->order[p * nu + i];
+    const int *order = ps->order[p], n = ps->order_len[p], k = ps->cfg.prefetch;
+    int pos = place(ps, u, p);
+    if (pos < 0) return ZOE_OK; /* not in p's order: nothing to follow */
+    for (int i = pos + 1; i < n && i <= pos + k; i++) {
+        int v = order[i];
         if (v == ps->cfg.held_unit || slot_of(ps, v)) continue;
         stream_slot *sl = free_slot(ps, v);
         if (!sl) break;
         ZOE_TRY(ps->io ? begin_fetch(ps, v, sl) : fetch(ps, v, sl));
     }
-    for (int i = pos + 1; ps->io && i < nu && i < pos + k; i++) {
-        stream_slot *sl = slot_of(ps, ps->order[p * nu + i]);
+    for (int i = pos + 1; ps->io && i < n && i < pos + k; i++) {
+        stream_slot *sl = slot_of(ps, order[i]);
         if (sl && sl->state == SLOT_READING) ZOE_TRY(end_fetch(ps, sl));
     }
     return ZOE_OK;

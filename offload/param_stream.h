@@ -33,11 +33,13 @@ typedef struct zoe_param_stream_config {
     int num_tensors;
     const zoe_param_unit *units; /* consecutive, covering every tensor once */
     int num_units;
-    /* The order in which each pass acquires the units (num_units entries each): prefetching
-     * follows it. */
+    /* The order in which each pass acquires the units (order_len entries each): prefetching
+     * follows it. A unit may stand in it more than once (a block's part read by the
+     * recomputation, then by the backward). */
     const int *order[ZOE_PARAM_STREAM_PASSES];
     int held_unit; /* the unit with a buffer of its own (-1: none) */
     int prefetch;  /* k >= 0: units fetched ahead of the one in use; the ring holds k + 1 */
+    int order_len[ZOE_PARAM_STREAM_PASSES]; /* entries of each order; 0: num_units */
 } zoe_param_stream_config;
 
 typedef struct zoe_param_stream zoe_param_stream;
@@ -60,8 +62,9 @@ void zoe_param_stream_destroy(zoe_param_stream *ps);
 int zoe_param_stream_unit_of(const zoe_param_stream *ps, int first, int n);
 /* Unit u for pass p: waits for its update (zoe_optimizer_weights_ready), fetches it unless it
  * was prefetched, makes the compute stream wait for it, writes its tensors' device addresses to
- * weights[0 .. n), and prefetches the next units of p's order. Collective over DP: every DP rank
- * acquires the same units in the same order. */
+ * weights[0 .. n), and prefetches the next units of p's order (after u's next place in it from
+ * the previous acquire of p; from its first place when a pass starts over). Collective over DP:
+ * every DP rank acquires the same units in the same order. */
 zoe_status zoe_param_stream_acquire(zoe_param_stream *ps, int u, int pass, void **weights);
 /* Unit u's buffer may be reused once the compute stream has passed this point. */
 zoe_status zoe_param_stream_release(zoe_param_stream *ps, int u);

@@ -136,12 +136,19 @@ size_t zoe_tp_block_scratch_bytes(const zoe_tp_block *blk, int64_t B, int64_t T,
     return c.used;
 }
 
-static zoe_status check_block_bound(zoe_tp_block *blk) {
+void zoe_tp_block_part(int part, int *first, int *n) {
+    /* ln_1 w/b, qkv w/b | proj w/b | ln_2 w/b, fc1 w/b | fc2 w/b */
+    static const int start[ZOE_TP_BLOCK_PARTS + 1] = {0, 4, 6, 10, ZOE_TP_BLOCK_PARAMS};
+    *first = start[part], *n = start[part + 1] - start[part];
+}
+
+/* Part `part` of the block's weights from w (NULL: as bound). */
+static zoe_status take(const zoe_tp_weights *w, zoe_tp_block *blk, int part) {
     zoe_tp_param *ps[ZOE_TP_BLOCK_PARAMS];
     zoe_tp_block_params(blk, ps);
-    for (int i = 0; i < ZOE_TP_BLOCK_PARAMS; i++)
-        if (!ps[i]->data) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: not bound", ps[i]->name);
-    return ZOE_OK;
+    int first, n;
+    zoe_tp_block_part(part, &first, &n);
+    return zoe_tp_weights_acquire(w, part, ps + first, n);
 }
 
 /* y = residual + drop(y) in place on y (y holds the all-reduced branch output). */
@@ -154,25 +161,32 @@ static zoe_status dropout_residual(const zoe_tp *tp, const zoe_tp_block *blk, in
 }
 
 zoe_status zoe_tp_block_forward(const zoe_tp *tp, zoe_tp_block *blk, zoe_tp_block_acts *a,
-                                void *out, const void *x, uint64_t step) {
-    ZOE_TRY(check_block_bound(blk));
+                                void *out, const void *x, uint64_t step, const zoe_tp_weights *w) {
     zoe_kernels *k = tp->kernels;
     zoe_dtype dt = tp->dtype;
     int64_t B = a->B, T = a->T, N = B * T, C = blk->cfg.hidden;
     uint64_t before = zoe_comm_bytes(tp->comm);
     a->step = step;
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_ATTN_IN));
     ZOE_TRY(zoe_layernorm_forward(k, dt, a->ln_1, a->ln_1_mean, a->ln_1_rstd, x,
                                   blk->ln_1_weight.data, blk->ln_1_bias.data, N, C));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &blk->linear_qkv, a->qkv, a->ln_1, N, NULL));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_IN));
     ZOE_TRY(zoe_attention_forward(k, dt, a->attn, a->attn_lse, a->qkv, B, T, blk->local_heads,
                                   blk->head_dim));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &blk->linear_proj, a->h, a->attn, N));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(dropout_residual(tp, blk, 0, a->h, x, N * C, step));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_MLP_IN));
     ZOE_TRY(zoe_layernorm_forward(k, dt, a->ln_2, a->ln_2_mean, a->ln_2_rstd, a->h,
                                   blk->ln_2_weight.data, blk->ln_2_bias.data, N, C));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &blk->linear_fc1, a->fc1, a->ln_2, N, NULL));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_IN));
     ZOE_TRY(zoe_gelu_forward(k, dt, a->gelu, a->fc1, N * blk->local_ffn));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_MLP_OUT));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &blk->linear_fc2, out, a->gelu, N));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_OUT));
     ZOE_TRY(dropout_residual(tp, blk, 1, out, a->h, N * C, step));
     blk->traffic.forward = zoe_comm_bytes(tp->comm) - before;
     return ZOE_OK;
@@ -195,8 +209,8 @@ static zoe_status zero(const zoe_tp *tp, void *p, int64_t n) {
 }
 
 zoe_status zoe_tp_block_backward(const zoe_tp *tp, zoe_tp_block *blk, const zoe_tp_block_acts *a,
-                                 void *dres, const void *x, void *scratch) {
-    ZOE_TRY(check_block_bound(blk));
+                                 void *dres, const void *x, void *scratch,
+                                 const zoe_tp_weights *w) {
     if (!scratch) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "block backward: NULL scratch");
     zoe_kernels *k = tp->kernels;
     zoe_dtype dt = tp->dtype;
@@ -213,12 +227,16 @@ zoe_status zoe_tp_block_backward(const zoe_tp *tp, zoe_tp_block *blk, const zoe_
     ZOE_TRY(st);
     void *d_gelu = s.wide0, *d_fc1 = s.wide1;
     ZOE_TRY(zero(tp, d_gelu, N * F));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_MLP_OUT));
     ZOE_TRY(zoe_tp_row_linear_backward(tp, &blk->linear_fc2, d_gelu, d_fc2, a->gelu, N));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_OUT));
     ZOE_TRY(zero(tp, d_fc1, N * F));
     ZOE_TRY(zoe_gelu_backward(k, dt, d_fc1, d_gelu, a->fc1, N * F));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_MLP_IN));
     ZOE_TRY(zoe_tp_column_linear_backward(tp, &blk->linear_fc1, s.d_ln, d_fc1, a->ln_2, N, NULL));
     ZOE_TRY(zoe_layernorm_backward(k, dt, dres, blk->ln_2_weight.grad, blk->ln_2_bias.grad, s.d_ln,
                                    a->h, blk->ln_2_weight.data, a->ln_2_mean, a->ln_2_rstd, N, C));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_IN));
 
     /* Attention branch: h = x + drop(proj(attn(qkv(ln_1(x))))); dres is now d(h). */
     const void *d_proj = branch_grad(tp, blk, 0, dres, s.d_ln, N * C, a->step, &st);
@@ -226,13 +244,17 @@ zoe_status zoe_tp_block_backward(const zoe_tp *tp, zoe_tp_block *blk, const zoe_
     int64_t C_local = blk->local_heads * blk->head_dim;
     void *d_attn = s.wide1, *d_qkv = s.wide0;
     ZOE_TRY(zero(tp, d_attn, N * C_local));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zoe_tp_row_linear_backward(tp, &blk->linear_proj, d_attn, d_proj, a->attn, N));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zero(tp, d_qkv, N * blk->linear_qkv.out_local));
     ZOE_TRY(zoe_attention_backward(k, dt, d_qkv, d_attn, a->qkv, a->attn, a->attn_lse, B, T,
                                    blk->local_heads, blk->head_dim));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_ATTN_IN));
     ZOE_TRY(zoe_tp_column_linear_backward(tp, &blk->linear_qkv, s.d_ln, d_qkv, a->ln_1, N, NULL));
     ZOE_TRY(zoe_layernorm_backward(k, dt, dres, blk->ln_1_weight.grad, blk->ln_1_bias.grad, s.d_ln,
                                    x, blk->ln_1_weight.data, a->ln_1_mean, a->ln_1_rstd, N, C));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_IN));
     blk->traffic.backward = zoe_comm_bytes(tp->comm) - before;
     return ZOE_OK;
 }

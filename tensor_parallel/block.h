@@ -45,6 +45,8 @@ zoe_status zoe_tp_block_init(zoe_tp_block *blk, const char *prefix, const zoe_tp
 /* The block's parameters in a fixed order (ln_1 w/b, qkv w/b, proj w/b, ln_2 w/b, fc1 w/b,
  * fc2 w/b); returns ZOE_TP_BLOCK_PARAMS. */
 int zoe_tp_block_params(zoe_tp_block *blk, zoe_tp_param *out[ZOE_TP_BLOCK_PARAMS]);
+/* Part `part` (ZOE_TP_PART_*, layers.h) of that list: [first, first + n). */
+void zoe_tp_block_part(int part, int *first, int *n);
 /* Widens plan (max with what it holds) to the shapes the block's kernels see. */
 void zoe_tp_block_plan(const zoe_tp_block *blk, int64_t B, int64_t T, zoe_kernel_plan *plan);
 
@@ -73,14 +75,14 @@ size_t zoe_tp_block_scratch_bytes(const zoe_tp_block *blk, int64_t B, int64_t T,
 
 /* out [N, hidden] from x [N, hidden] (both replicated; they may not alias). step keys the
  * dropout masks (advance it every micro-batch, from 1); ZOE_TP_NO_DROPOUT (0) applies none,
- * for evaluation. */
+ * for evaluation. w: where the parts' weights come from (NULL: as bound; layers.h). */
 #define ZOE_TP_NO_DROPOUT 0u
 zoe_status zoe_tp_block_forward(const zoe_tp *tp, zoe_tp_block *blk, zoe_tp_block_acts *acts,
-                                void *out, const void *x, uint64_t step);
+                                void *out, const void *x, uint64_t step, const zoe_tp_weights *w);
 /* dres [N, hidden] holds dL/d(out) on entry and dL/d(x) on return (in place, so a stack passes
  * one residual-gradient buffer down). Parameter gradients accumulate. x is forward's input. */
 zoe_status zoe_tp_block_backward(const zoe_tp *tp, zoe_tp_block *blk, const zoe_tp_block_acts *acts,
-                                 void *dres, const void *x, void *scratch);
+                                 void *dres, const void *x, void *scratch, const zoe_tp_weights *w);
 
 /* The bytes zoe_comm_bytes counts for one forward and one backward at TP size t: 2 all-reduces
  * of B*T*hidden elements each way when t > 1, none at t == 1. */

@@ -151,4 +151,34 @@ zoe_status zoe_tp_dropout_forward(const zoe_tp *tp, void *dst, const void *src, 
 zoe_status zoe_tp_dropout_backward(const zoe_tp *tp, void *dst, const void *dy, int64_t n, float p,
                                    uint64_t site, uint64_t step);
 
+/* ---- where a block gets its weights: a part at a time ----
+ * A block's parameters fall in ZOE_TP_BLOCK_PARTS parts, each a run of its parameter list read by
+ * consecutive ops (zoe_tp_block_part, zoe_tp_llama_block_part): the attention's input (the first
+ * norm and the QKV projection), its output projection, the MLP's input (the second norm and
+ * fc1), and fc2. The forward reads them in that order, the backward in the reverse. A streamed
+ * run keeps one part at a time on the device (docs/offload.md, "Streamed weights"), so a block
+ * asks for each right before the first op that reads it and hands it back after the last. */
+enum {
+    ZOE_TP_PART_ATTN_IN,
+    ZOE_TP_PART_ATTN_OUT,
+    ZOE_TP_PART_MLP_IN,
+    ZOE_TP_PART_MLP_OUT,
+    ZOE_TP_BLOCK_PARTS
+};
+
+/* acquire rebinds the part's parameters (their .data) to where its weights are now; release
+ * says the ops queued so far are the part's last readers. NULL, or acquire NULL: the weights stay
+ * where they are bound. */
+typedef struct zoe_tp_weights {
+    void *user;
+    zoe_status (*acquire)(void *user, int part);
+    zoe_status (*release)(void *user, int part);
+} zoe_tp_weights;
+
+/* Part `part` from w, then a check that its n parameters are bound (one line naming the first
+ * that is not). */
+zoe_status zoe_tp_weights_acquire(const zoe_tp_weights *w, int part, zoe_tp_param *const *params,
+                                  int n);
+zoe_status zoe_tp_weights_release(const zoe_tp_weights *w, int part);
+
 #endif

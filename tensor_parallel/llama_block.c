@@ -168,11 +168,22 @@ size_t zoe_tp_llama_block_scratch_bytes(const zoe_tp_llama_block *blk, int64_t B
     return c.used;
 }
 
-static zoe_status check_bound(zoe_tp_llama_block *blk) {
+void zoe_tp_llama_block_part(int part, int *first, int *n) {
+    /* ln_1, q, kv | proj | ln_2, fc1 | fc2 */
+    static const int start[ZOE_TP_BLOCK_PARTS + 1] = {0, 3, 4, 6, ZOE_TP_LLAMA_BLOCK_PARAMS};
+    *first = start[part], *n = start[part + 1] - start[part];
+}
+
+/* Part `part` of the block's weights from w (NULL: as bound). */
+static zoe_status take(const zoe_tp_weights *w, zoe_tp_llama_block *blk, int part) {
     zoe_tp_param *ps[ZOE_TP_LLAMA_BLOCK_PARAMS];
     zoe_tp_llama_block_params(blk, ps);
-    for (int i = 0; i < ZOE_TP_LLAMA_BLOCK_PARAMS; i++)
-        if (!ps[i]->data) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: not bound", ps[i]->name);
+    int first, n;
+    zoe_tp_llama_block_part(part, &first, &n);
+    return zoe_tp_weights_acquire(w, part, ps + first, n);
+}
+
+static zoe_status check_context(const zoe_tp_llama_block *blk) {
     if (!blk->inv_freq || (blk->kv_replicas > 1 && !blk->kv_comm))
         return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
                         "%s: RoPE table or KV replica communicator not bound",
@@ -192,26 +203,35 @@ static zoe_status rotate(const zoe_tp *tp, const zoe_tp_llama_block *blk, void *
 }
 
 zoe_status zoe_tp_llama_block_forward(const zoe_tp *tp, zoe_tp_llama_block *blk,
-                                      zoe_tp_llama_block_acts *a, void *out, const void *x) {
-    ZOE_TRY(check_bound(blk));
+                                      zoe_tp_llama_block_acts *a, void *out, const void *x,
+                                      const zoe_tp_weights *w) {
+    ZOE_TRY(check_context(blk));
     zoe_kernels *k = tp->kernels;
     const zoe_dtype dt = tp->dtype;
     const int64_t B = a->B, T = a->T, N = B * T, C = blk->cfg.hidden;
     const uint64_t before = zoe_comm_bytes(tp->comm);
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_ATTN_IN));
     ZOE_TRY(zoe_rmsnorm_forward(k, dt, a->ln_1, a->ln_1_rstd, x, blk->ln_1_weight.data, N, C,
                                 blk->cfg.norm_eps));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &blk->linear_q, a->q, a->ln_1, N, NULL));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &blk->linear_kv, a->kv, a->ln_1, N, NULL));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_IN));
     ZOE_TRY(rotate(tp, blk, a->q, a->kv, B, T, false));
     ZOE_TRY(zoe_attention_gqa_forward(k, dt, a->attn, a->attn_lse, a->q, a->kv, B, T,
                                       blk->local_heads, blk->local_kv_heads, blk->head_dim));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &blk->linear_proj, a->h, a->attn, N));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zoe_residual_forward(k, dt, a->h, x, a->h, N * C));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_MLP_IN));
     ZOE_TRY(zoe_rmsnorm_forward(k, dt, a->ln_2, a->ln_2_rstd, a->h, blk->ln_2_weight.data, N, C,
                                 blk->cfg.norm_eps));
     ZOE_TRY(zoe_tp_column_linear_forward(tp, &blk->linear_fc1, a->fc1, a->ln_2, N, NULL));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_IN));
     ZOE_TRY(zoe_swiglu_forward(k, dt, a->swiglu, a->fc1, N, blk->local_ffn));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_MLP_OUT));
     ZOE_TRY(zoe_tp_row_linear_forward(tp, &blk->linear_fc2, out, a->swiglu, N));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_OUT));
     ZOE_TRY(zoe_residual_forward(k, dt, out, a->h, out, N * C));
     blk->traffic.forward = zoe_comm_bytes(tp->comm) - before;
     return ZOE_OK;
@@ -223,8 +243,8 @@ static zoe_status zero(const zoe_tp *tp, void *p, int64_t n) {
 
 zoe_status zoe_tp_llama_block_backward(const zoe_tp *tp, zoe_tp_llama_block *blk,
                                        const zoe_tp_llama_block_acts *a, void *dres, const void *x,
-                                       void *scratch) {
-    ZOE_TRY(check_bound(blk));
+                                       void *scratch, const zoe_tp_weights *w) {
+    ZOE_TRY(check_context(blk));
     if (!scratch) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "llama block backward: NULL scratch");
     zoe_kernels *k = tp->kernels;
     const zoe_dtype dt = tp->dtype;
@@ -239,17 +259,23 @@ zoe_status zoe_tp_llama_block_backward(const zoe_tp *tp, zoe_tp_llama_block *blk
      * d(h). */
     void *d_swiglu = s.wide1, *d_fc1 = s.wide0;
     ZOE_TRY(zero(tp, d_swiglu, N * F));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_MLP_OUT));
     ZOE_TRY(zoe_tp_row_linear_backward(tp, &blk->linear_fc2, d_swiglu, dres, a->swiglu, N));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_OUT));
     ZOE_TRY(zero(tp, d_fc1, N * 2 * F));
     ZOE_TRY(zoe_swiglu_backward(k, dt, d_fc1, d_swiglu, a->fc1, N, F));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_MLP_IN));
     ZOE_TRY(zoe_tp_column_linear_backward(tp, &blk->linear_fc1, s.d_ln, d_fc1, a->ln_2, N, NULL));
     ZOE_TRY(zoe_rmsnorm_backward(k, dt, dres, blk->ln_2_weight.grad, s.d_ln, a->h,
                                  blk->ln_2_weight.data, a->ln_2_rstd, N, C));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_MLP_IN));
 
     /* Attention branch: h = x + proj(attn(rope(q), rope(kv))); dres is now d(h). */
     void *d_attn = s.wide1, *d_q = s.wide0;
     ZOE_TRY(zero(tp, d_attn, N * Q));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zoe_tp_row_linear_backward(tp, &blk->linear_proj, d_attn, dres, a->attn, N));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_OUT));
     ZOE_TRY(zero(tp, d_q, N * Q));
     ZOE_TRY(zero(tp, s.d_kv, N * KV));
     ZOE_TRY(zoe_attention_gqa_backward(k, dt, d_q, s.d_kv, d_attn, a->q, a->kv, a->attn,
@@ -265,6 +291,7 @@ zoe_status zoe_tp_llama_block_backward(const zoe_tp *tp, zoe_tp_llama_block *blk
         ZOE_TRY(zoe_comm_all_reduce(blk->kv_comm, s.d_kv, s.d_kv, (size_t)(N * KV), dt,
                                     ZOE_REDUCE_SUM, tp->stream));
     ZOE_TRY(zero(tp, s.d_ln, N * C));
+    ZOE_TRY(take(w, blk, ZOE_TP_PART_ATTN_IN));
     ZOE_TRY(zoe_matmul_backward(k, dt, s.d_ln, blk->linear_q.weight.grad, NULL, d_q, a->ln_1,
                                 blk->linear_q.weight.data, N, C, Q));
     ZOE_TRY(zoe_matmul_backward(k, dt, first_replica ? s.d_ln : NULL, blk->linear_kv.weight.grad,
@@ -272,6 +299,7 @@ zoe_status zoe_tp_llama_block_backward(const zoe_tp *tp, zoe_tp_llama_block *blk
     ZOE_TRY(zoe_tp_copy_to_backward(tp, s.d_ln, s.d_ln, N * C));
     ZOE_TRY(zoe_rmsnorm_backward(k, dt, dres, blk->ln_1_weight.grad, s.d_ln, x,
                                  blk->ln_1_weight.data, a->ln_1_rstd, N, C));
+    ZOE_TRY(zoe_tp_weights_release(w, ZOE_TP_PART_ATTN_IN));
     blk->traffic.backward = zoe_comm_bytes(tp->comm) - before;
     return ZOE_OK;
 }

@@ -57,6 +57,8 @@ void zoe_tp_llama_block_bind_context(zoe_tp_llama_block *blk, const float *inv_f
 /* In the order ln_1, q, kv, proj, ln_2, fc1, fc2; returns ZOE_TP_LLAMA_BLOCK_PARAMS. */
 int zoe_tp_llama_block_params(zoe_tp_llama_block *blk,
                               zoe_tp_param *out[ZOE_TP_LLAMA_BLOCK_PARAMS]);
+/* Part `part` (ZOE_TP_PART_*, layers.h) of that list: [first, first + n). */
+void zoe_tp_llama_block_part(int part, int *first, int *n);
 void zoe_tp_llama_block_plan(const zoe_tp_llama_block *blk, int64_t B, int64_t T,
                              zoe_kernel_plan *plan);
 
@@ -86,9 +88,10 @@ size_t zoe_tp_llama_block_scratch_bytes(const zoe_tp_llama_block *blk, int64_t B
 
 /* As zoe_tp_block_forward / _backward (no dropout: Llama trains without it). */
 zoe_status zoe_tp_llama_block_forward(const zoe_tp *tp, zoe_tp_llama_block *blk,
-                                      zoe_tp_llama_block_acts *acts, void *out, const void *x);
+                                      zoe_tp_llama_block_acts *acts, void *out, const void *x,
+                                      const zoe_tp_weights *w);
 zoe_status zoe_tp_llama_block_backward(const zoe_tp *tp, zoe_tp_llama_block *blk,
                                        const zoe_tp_llama_block_acts *acts, void *dres,
-                                       const void *x, void *scratch);
+                                       const void *x, void *scratch, const zoe_tp_weights *w);
 
 #endif

@@ -5,6 +5,7 @@
  *
  * Explained in docs/tensor_parallel.md, "Region mappings". */
 #include "tensor_parallel/tp.h"
+#include "tensor_parallel/layers.h"
 #include "runtime/error.h"
 
 zoe_status zoe_tp_init(zoe_tp *tp, zoe_kernels *kernels, zoe_comm *comm, zoe_dtype dtype,
@@ -117,4 +118,17 @@ zoe_status zoe_tp_gather_from_forward(const zoe_tp *tp, void *y_full, const void
 zoe_status zoe_tp_gather_from_backward(const zoe_tp *tp, void *dx_local, const void *dy_full,
                                        int64_t rows, int64_t cols) {
     return zoe_tp_scatter_to_forward(tp, dx_local, dy_full, rows, cols);
+}
+
+zoe_status zoe_tp_weights_acquire(const zoe_tp_weights *w, int part, zoe_tp_param *const *params,
+                                  int n) {
+    if (w && w->acquire) ZOE_TRY(w->acquire(w->user, part));
+    for (int i = 0; i < n; i++)
+        if (!params[i]->data)
+            return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: not bound", params[i]->name);
+    return ZOE_OK;
+}
+
+zoe_status zoe_tp_weights_release(const zoe_tp_weights *w, int part) {
+    return w && w->release ? w->release(w->user, part) : ZOE_OK;
 }

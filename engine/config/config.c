@@ -153,12 +153,12 @@ static const option_spec options[] = {
     {"main-grads-dtype", OPT_DTYPE, CFG(main_grads_dtype), 0, 0,
      "the host's gradient partition: fp32, or the compute dtype with --grad-accum 1"},
     {"offload-params", OPT_CHOICE, CFG(offload_params), 0, 0,
-     "where the weights live: none (the device), cpu (the host, streamed to the device layer "
-     "by layer; turns --recompute on) or nvme (the drives of --offload nvme, streamed the same "
-     "way through a host ring of layers)"},
+     "where the weights live: none (the device), cpu (the host, streamed to the device a "
+     "block part at a time; turns --recompute on) or nvme (the drives of --offload nvme, "
+     "streamed the same way through a host ring of units)"},
     {"prefetch-layers", OPT_INT, CFG(prefetch_layers), 0, 1024,
-     "--offload-params cpu|nvme: layers fetched ahead of the one in use (0: the plan's; 1 "
-     "unplanned)"},
+     "--offload-params cpu|nvme: units (a block's parts: attention in, its projection, MLP "
+     "in, fc2) fetched ahead of the one in use (0: the plan's; 1 unplanned)"},
     {"nvme-path", OPT_PATH, CFG(nvme_path), 0, 0,
      "--offload nvme: directories (DIR[,DIR...], one per drive) of the optimizer state's "
      "scratch files"},

@@ -241,10 +241,10 @@ static double nccl_bytes(int group) {
 }
 
 /* Streamed weights, the sizes, as the streaming engine holds them (offload/param_stream.h): the
- * units (a layer; the embedding, which in GPT is also the LM head; an untied Llama's head) in the
- * compute dtype of the rank's TP shard, and the host's compute-dtype copy of the rank's
- * partition as the optimizer's own sizing allocates it (offload/memory.c decides where the
- * master is those weights, and the copy is then none). */
+ * units (a layer's parts, zoe_gpt_unit; the embedding, which in GPT is also the LM head; an
+ * untied Llama's head) in the compute dtype of the rank's TP shard, and the host's compute-dtype
+ * copy of the rank's partition as the optimizer's own sizing allocates it (offload/memory.c decides
+ * where the master is those weights, and the copy is then none). */
 static void stream_sizes(const zoe_plan_config *p, const zoe_gpt *g, const zoe_plan_optimizer *o,
                          zoe_plan_result *r) {
     if (!streamed(p)) return;
@@ -255,6 +255,17 @@ static void stream_sizes(const zoe_plan_config *p, const zoe_gpt *g, const zoe_p
     r->stream.layer_bytes = layer * esz;
     r->stream.embedding_bytes = (untied ? rest / 2 : rest) * esz;
     r->stream.head_bytes = untied ? rest / 2 * esz : 0.0;
+    /* block 0's parts: units 1 .. ZOE_TP_BLOCK_PARTS (every block's alike) */
+    double part = 0.0, last = 0.0;
+    for (int u = 1; u <= ZOE_TP_BLOCK_PARTS; u++) {
+        int first, n;
+        double numel = 0.0;
+        zoe_gpt_unit(g, u, &first, &n);
+        for (int t = first; t < first + n; t++) numel += (double)zoe_gpt_tensor(g, t)->local_numel;
+        part = fmax(part, numel), last = numel;
+    }
+    r->stream.part_bytes = part * esz;
+    r->stream.refetch_bytes = p->recompute ? (layer - last) * esz : 0.0;
     r->stream.host_weights = weights_on_drives(p) ? 0.0 : o->params_host;
 }
 
@@ -290,10 +301,13 @@ static void drive_sizes(const zoe_plan_config *p, const zoe_plan_optimizer *o, i
     r->drive.step_read_bytes = r->drive.state_bytes + k * r->drive.grads_bytes;
     r->drive.step_write_bytes =
         r->drive.state_bytes + r->drive.weights_bytes + k * r->drive.grads_bytes;
-    /* each unit's partition once per forward and once per backward of every micro-batch */
+    /* each unit's partition once per forward and once per backward of every micro-batch, and the
+     * layers' parts the recomputation fetches again */
     const double per_pass =
         p->model.layers * r->stream.layer_bytes + r->stream.embedding_bytes + r->stream.head_bytes;
-    r->drive.stream_read_bytes = weights_on_drives(p) ? k * 2.0 * per_pass / p->dp : 0.0;
+    const double refetch = p->model.layers * r->stream.refetch_bytes;
+    r->drive.stream_read_bytes =
+        weights_on_drives(p) ? k * (2.0 * per_pass + refetch) / p->dp : 0.0;
     r->drive.read_bandwidth = hw->drives * hw->drive_read_bandwidth;
     r->drive.write_bandwidth = hw->drives * hw->drive_write_bandwidth;
     if (!(r->drive.read_bandwidth > 0 && r->drive.write_bandwidth > 0)) return; /* no time */
@@ -304,10 +318,11 @@ static void drive_sizes(const zoe_plan_config *p, const zoe_plan_optimizer *o, i
 }
 
 /* The device's buffers of streamed weights: prefetch + 1 of the largest unit the ring cycles
- * through (a layer, an untied head), one of the embedding's own (held through a pass: the tied
- * head reads it last), and over DP a staging buffer of every rank's block of the largest unit. */
+ * through (a layer's part, an untied head), one of the embedding's own (held through a pass: the
+ * tied head reads it last), and over DP a staging buffer of every rank's block of the largest unit.
+ */
 static double stream_ring(const zoe_plan_config *p, const zoe_plan_result *r) {
-    const double cycled = fmax(r->stream.layer_bytes, r->stream.head_bytes);
+    const double cycled = fmax(r->stream.part_bytes, r->stream.head_bytes);
     const double largest = fmax(cycled, r->stream.embedding_bytes);
     return (r->stream.prefetch + 1.0) * cycled + r->stream.embedding_bytes +
            (p->dp > 1 ? largest : 0.0);
@@ -450,13 +465,15 @@ static double attention_seconds(const zoe_plan_config *p, char *path, size_t pat
 }
 
 /* Streamed weights, the time (docs/plan.md, "Streamed weights"). Each pass of each micro-batch
- * fetches every unit once: per unit, the rank's 1/d of its TP shard over the host link (PCIe,
+ * fetches every unit once (with recompute the backward fetches a layer's parts but fc2 twice:
+ * refetch_bytes): per unit, the rank's 1/d of its TP shard over the host link (PCIe,
  * shared by the GPUs on it; on the CPU backend a copy at the host's bandwidth, shared by its
  * ranks), then the rest by the DP all-gather. The two links pipeline over units, so a unit's copy
  * paces at the slower of the two and takes both in turn (its latency); with `prefetch` units in
- * flight a layer arrives every max(pace, latency / prefetch). A pass's layer copies hide behind
- * its compute where they arrive faster than the pass consumes them: the forward of a layer (1
- * of the `passes` shares of its FLOPs) is the tightest, the backward (2, and 1 more recomputed)
+ * flight a layer arrives every max(pace, latency / prefetch) (a unit's latency is in proportion
+ * to its bytes, so this holds for parts of a layer as for whole layers). A pass's layer copies hide
+ * behind its compute where they arrive faster than the pass consumes them: the forward of a layer
+ * (1 of the `passes` shares of its FLOPs) is the tightest, the backward (2, and 1 more recomputed)
  * has room. The embedding opens each pass and is released at its end, so its fetch is exposed
  * in every pass. On the CPU backend the copies run on the compute's cores: none hides. Returns
  * the exposed seconds. */
@@ -497,24 +514,27 @@ static double stream_time(const zoe_plan_config *p, double layers_flops, double 
      * copies) covers one layer's latency; on the CPU backend nothing overlaps: one */
     const double cover = fmax(layer_fwd, r->stream.layer_copy);
     int need = cover > 0 && !cpu ? (int)ceil(r->stream.layer_latency / cover - 1e-9) : 1;
-    need = need < 1 ? 1 : need > L ? L : need;
+    need = need < 1 ? 1 : need > L * ZOE_TP_BLOCK_PARTS ? L * ZOE_TP_BLOCK_PARTS : need;
     r->stream.prefetch_from_plan = p->prefetch_layers <= 0;
     r->stream.prefetch = r->stream.prefetch_from_plan ? need : p->prefetch_layers;
     const double q = r->stream.prefetch;
     const double layer_pace = fmax(r->stream.layer_copy, r->stream.layer_latency / q);
     const double head_pace = fmax(head_copy, head_latency / q);
+    const double refetch = lb > 0 ? r->stream.refetch_bytes / lb : 0.0; /* of a layer */
     const double pass_copy = L * layer_pace + head_pace;
+    const double bwd_copy = pass_copy + L * layer_pace * refetch;
     const double fwd = L * layer_fwd + head_fwd,
                  bwd = L * layer_fwd * (passes - 1.0) + 2 * head_fwd;
-    const double per_pass_bytes = L * lb + eb + hb;
-    r->stream.pcie_bytes = k * 2.0 * per_pass_bytes / d;
-    r->stream.gather_bytes = k * 2.0 * per_pass_bytes * share;
+    const double per_pass_bytes = L * lb + eb + hb,
+                 step_bytes = 2.0 * per_pass_bytes + L * lb * refetch;
+    r->stream.pcie_bytes = k * step_bytes / d;
+    r->stream.gather_bytes = k * step_bytes * share;
     r->stream.pcie = r->stream.pcie_bytes / link;
     r->stream.all_gather = d > 1 ? r->stream.gather_bytes / gather : 0.0;
     const double serial = L * r->stream.layer_latency + head_latency + emb_latency;
     r->stream.exposed =
-        cpu ? k * 2.0 * serial
-            : k * (fmax(0.0, pass_copy - fwd) + fmax(0.0, pass_copy - bwd) + 2.0 * emb_latency);
+        cpu ? k * (2.0 * serial + L * r->stream.layer_latency * refetch)
+            : k * (fmax(0.0, pass_copy - fwd) + fmax(0.0, bwd_copy - bwd) + 2.0 * emb_latency);
     /* copies per micro-batch are fixed and compute grows with it: the forward hides the layers'
      * (and an untied head's) from the micro-batch where it takes as long as they do */
     const double unpaced = L * r->stream.layer_copy + head_copy;
@@ -707,7 +727,7 @@ static zoe_status plan_once(const zoe_plan_config *p, int grads, zoe_plan_result
     if (weights_on_drives(p))
         r->drive.weights_ring =
             zoe_param_stream_slots(r->stream.prefetch, 1) *
-            fmax(fmax(r->stream.layer_bytes, r->stream.head_bytes), r->stream.embedding_bytes) /
+            fmax(fmax(r->stream.part_bytes, r->stream.head_bytes), r->stream.embedding_bytes) /
             p->dp;
     memory(p, &m, &o, r);
     return ZOE_OK;

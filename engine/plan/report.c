@@ -60,10 +60,10 @@ static void print_memory(FILE *out, const zoe_plan_config *c, const zoe_plan_res
     fprintf(out, "\n%s, per rank (GiB):\n", cpu ? "Device (CPU backend: host memory)" : "Per GPU");
     if (c->version >= 3 && c->offload_params)
         fprintf(out,
-                "  weights ring (%s)       %9.2f   streamed: %d + 1 layers of %.2f, the "
+                "  weights ring (%s)       %9.2f   streamed: %d + 1 layer parts of %.2f, the "
                 "embedding's %.2f held%s\n",
                 zoe_dtype_name(c->dtype), gib(r->gpu.weights), r->stream.prefetch,
-                gib(fmax(r->stream.layer_bytes, r->stream.head_bytes)),
+                gib(fmax(r->stream.part_bytes, r->stream.head_bytes)),
                 gib(r->stream.embedding_bytes), c->dp > 1 ? ", the DP gather's staging" : "");
     else
         fprintf(out, "  weights (%s)            %9.2f\n", zoe_dtype_name(c->dtype),
@@ -154,8 +154,9 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
     if (c->version >= 3 && c->offload_params) {
         fprintf(out,
                 "  weights in, %-13s %9.3f   %.2f GiB per rank per step (each unit's 1/%d "
-                "partition, once per forward and once per backward of each micro-batch)\n",
-                cpu ? "host copies" : "PCIe", r->stream.pcie, gib(r->stream.pcie_bytes), c->dp);
+                "partition, once per forward and once per backward of each micro-batch%s)\n",
+                cpu ? "host copies" : "PCIe", r->stream.pcie, gib(r->stream.pcie_bytes), c->dp,
+                r->stream.refetch_bytes > 0 ? ", a layer's parts but fc2 again to recompute" : "");
         if (r->drive.stream > 0)
             fprintf(out,
                     "  weights in, drives        %9.3f   the same bytes read from the drives, "
@@ -165,7 +166,7 @@ static void print_time(FILE *out, const zoe_plan_config *c, const zoe_plan_resul
                 r->stream.all_gather, gib(r->stream.gather_bytes));
         fprintf(out,
                 "    a layer per micro-batch: forward %.4f s, copy %.4f s (latency %.4f); "
-                "prefetch %d%s\n",
+                "prefetch %d parts%s\n",
                 r->stream.layer_forward, r->stream.layer_copy, r->stream.layer_latency,
                 r->stream.prefetch, r->stream.prefetch_from_plan ? " (the plan's)" : "");
         fprintf(out,
@@ -367,6 +368,8 @@ zoe_status zoe_plan_write_json(FILE *out, const zoe_plan_config *c, const zoe_pl
         cJSON_AddBoolToObject(st, "prefetch_from_plan", r->stream.prefetch_from_plan);
         cJSON_AddNumberToObject(st, "layer_bytes", r->stream.layer_bytes);
         cJSON_AddNumberToObject(st, "embedding_bytes", r->stream.embedding_bytes);
+        cJSON_AddNumberToObject(st, "part_bytes", r->stream.part_bytes);
+        cJSON_AddNumberToObject(st, "refetch_bytes", r->stream.refetch_bytes);
         cJSON_AddNumberToObject(st, "ring_bytes", r->stream.ring);
         cJSON_AddNumberToObject(st, "host_weights_bytes", r->stream.host_weights);
         cJSON_AddNumberToObject(st, "host_bytes_per_param", r->stream.host_bytes_per_param);

@@ -133,21 +133,24 @@ static zoe_status create_model(zoe_trainer *tr) {
     return zoe_gpt_create(&gc, tr->dev, tr->stream, tr->tp_comm, &tr->gpt);
 }
 
-/* The weight stream over the model's units (zoe_gpt_unit): the embedding held through each pass
- * (its tied head is read first and last in both), the forward in unit order, the backward from
- * the tail down. */
+/* The weight stream over the model's units (zoe_gpt_unit: the embedding, each block's parts, the
+ * tail) in the passes' orders (zoe_gpt_pass_order), the embedding held through each pass (its
+ * tied head is read first and last in both). */
 static zoe_status create_weight_stream(zoe_trainer *tr, const zoe_param_tensor *tensors) {
     int nu = zoe_gpt_num_units(tr->gpt), nt = zoe_gpt_num_tensors(tr->gpt);
+    int nf = zoe_gpt_pass_order(tr->gpt, ZOE_GPT_FORWARD, NULL);
+    int nb = zoe_gpt_pass_order(tr->gpt, ZOE_GPT_BACKWARD, NULL);
     zoe_param_unit *units = calloc((size_t)nu, sizeof *units);
-    int *order = calloc(2 * (size_t)nu, sizeof *order);
+    int *order = calloc((size_t)(nf + nb), sizeof *order);
     size_t *numel = calloc((size_t)nt, sizeof *numel);
     zoe_status st = units && order && numel
                         ? ZOE_OK
                         : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream tables of %d units", nu);
-    for (int u = 0; st == ZOE_OK && u < nu; u++) {
+    for (int u = 0; st == ZOE_OK && u < nu; u++)
         zoe_gpt_unit(tr->gpt, u, &units[u].first, &units[u].n);
-        order[u] = u;                                          /* forward */
-        order[nu + u] = u == 0 ? 0 : u == 1 ? nu - 1 : nu - u; /* backward: 0, tail, L .. 1 */
+    if (st == ZOE_OK) {
+        zoe_gpt_pass_order(tr->gpt, ZOE_GPT_FORWARD, order);
+        zoe_gpt_pass_order(tr->gpt, ZOE_GPT_BACKWARD, order + nf);
     }
     for (int t = 0; st == ZOE_OK && t < nt; t++) numel[t] = tensors[t].numel;
     zoe_param_stream_config sc = {.dtype = tr->cfg.dtype,
@@ -155,10 +158,11 @@ static zoe_status create_weight_stream(zoe_trainer *tr, const zoe_param_tensor *
                                   .num_tensors = nt,
                                   .units = units,
                                   .num_units = nu,
-                                  .order = {order, order + nu},
+                                  .order = {order, order + nf},
                                   .held_unit = 0,
                                   .prefetch =
-                                      tr->cfg.prefetch_layers > 0 ? tr->cfg.prefetch_layers : 1};
+                                      tr->cfg.prefetch_layers > 0 ? tr->cfg.prefetch_layers : 1,
+                                  .order_len = {nf, nb}};
     if (st == ZOE_OK)
         st = zoe_param_stream_create(tr->opt, zoe_grid_dp_comm(tr->grid), tr->dev, tr->stream, &sc,
                                      &tr->weights);

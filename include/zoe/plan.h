@@ -238,6 +238,11 @@ typedef struct zoe_plan_result {
                             * "host copies" (the CPU backend),
                             * "latency" (too few units prefetched) */
         double head_bytes; /* an untied LM head's (Llama), a unit of its own; 0 when tied */
+        /* The units the ring cycles through are a layer's parts (tensor_parallel/layers.h:
+         * the attention's input, its output projection, the MLP's input, fc2): the largest
+         * one's TP shard, and with recompute the bytes of a layer the backward fetches a second
+         * time (every part but fc2, which the recomputation hands on to the backward). */
+        double part_bytes, refetch_bytes;
     } stream;
     /* Model FLOPs utilisation: the model's FLOPs per step (forward and backward, 3 x the
      * forward; a recomputed forward not counted) per GPU over the step, against the GPU's peak. */

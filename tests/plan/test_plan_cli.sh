@@ -32,13 +32,13 @@ check max-model-run 0 "micro-batch 1 x seq 2048, vocabulary 50257, fp16, recompu
 check max-model-json 0 '"seq_len":4096,"vocab":128256,"micro_batch":2,"recompute":false,.*"scaled_layers":[0-9]+,"scaled_hidden":[0-9]+' -- "$plan" --max-model --hardware h200 --seq-len 4096 --vocab 128256 --micro-batch 2 --no-recompute --json
 check max-model-preset-run 0 "largest preset: 70b .* at its documented run: micro-batch 8 x seq 1024" -- "$plan" --max-model --hardware dgx2 --tp 16 --state int8
 check max-model-model 2 "max-model scales GPT-3's family" -- "$plan" --max-model --model 10b
-check stream 0 "weights ring \(fp16\) .* streamed: 1 \+ 1 layers of 0.12, the embedding's 0.07 held" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-params cpu --state int8
+check stream 0 "weights ring \(fp16\) .* streamed: 1 \+ 1 layer parts of 0.04, the embedding's 0.07 held" -- "$plan" --model 70b --hardware dgx2 --tp 16 --offload-params cpu --state int8
 check stream-json 0 '"offload_params":"cpu".*"stream":\{"prefetch":[0-9]+,.*"hide_micro_batch":[0-9]+' -- "$plan" --model 13b --hardware h200 --offload-params cpu --json
 check stream-max 0 "copies hide behind compute from micro-batch [0-9]+" -- "$plan" --max-model --hardware v100-32g --offload-params cpu --state int8 --main-grads-dtype fp16
 check bad-offload-params 2 "--offload-params: 'gpu' is not cpu, nvme or none" -- "$plan" --offload-params gpu
 # the drive tier (docs/plan.md, "Drives"): its goal, its JSON, its search, its refusals in one line
 check nvme-max 0 "224 layers x hidden 28672: 2211.34B parameters; .*does not fit: GPU memory" -- "$plan" --max-model --hardware dgx2 --tp 16 --offload nvme --offload-params nvme --state int8 --main-grads-dtype fp16
-check nvme-max-ring 0 "2 \+ 1 layers in a ring \(3.72 GiB with the embedding\)" -- "$plan" --max-model --hardware dgx2 --tp 16 --offload nvme --offload-params nvme --state int8 --main-grads-dtype fp16
+check nvme-max-ring 0 "2 \+ 1 layer parts in a ring \(1.43 GiB with the embedding\)" -- "$plan" --max-model --hardware dgx2 --tp 16 --offload nvme --offload-params nvme --state int8 --main-grads-dtype fp16
 check nvme-json 0 '"offload_params":"nvme","offload":"nvme".*"drives":\{"drives":8,.*"grads":false' -- "$plan" --model 13b --hardware dgx2 --offload nvme --offload-params nvme --json
 check nvme-search 0 "^ +1 +1 +[0-9]+ +o[nf]+ +o[nf]+ +1.00 +(gpu|host|drives) +drives" -- "$plan" --search --model 13b --hardware h200 --tiers all --top 3
 check_one() { # a refusal: exit 2, one line

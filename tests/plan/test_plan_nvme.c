@@ -9,7 +9,8 @@
  *     the compute dtype, 4 in fp32); against the drives' capacity less 5%;
  *   - the host: the host tier's plan less what went to the drives, plus the rings: 2k + 1
  *     buckets (k = 2) of what the step streams per element, between the largest tensor's and
- *     the bucket's partition; (prefetch + 2) partitions of the largest unit for the weights;
+ *     the bucket's partition; (prefetch + 2) partitions of the largest unit for the weights (a
+ *     layer's largest part, ln_2 and fc1, or the embedding);
  *   - the traffic per rank per step: the host step reads the state and k gradient partitions
  *     (each micro-batch after the first adds to it, the step reads it) and writes the state,
  *     the weights and k gradients; the weights are read once per forward and once per backward
@@ -119,8 +120,12 @@ static void check_terms(const char *what, zoe_plan_config p, int grads) {
     const double m = t * ceil(128.0 / t), padded = ceil(V / m) * m;
     const double layer = (12 * h * h / t + 7 * h / t + 6 * h) * esz;
     const double emb = (padded / t * h + T * h + 2 * h) * esz;
+    /* the ring's units are a layer's parts, the largest ln_2 and fc1; with recompute the
+     * backward reads every part but fc2 (4 h^2 / t + h) a second time */
+    const double part = (4 * h * h / t + 4 * h / t + 2 * h) * esz;
+    const double refetch = layer - (4 * h * h / t + h) * esz;
     const double read = S + k * G, write = S + W + k * G;
-    const double stream_read = weights ? k * 2 * (L * layer + emb) / d : 0;
+    const double stream_read = weights ? k * (2 * (L * layer + emb) + L * refetch) / d : 0;
     const double rb = hw->drives * hw->drive_read_bandwidth,
                  wb = hw->drives * hw->drive_write_bandwidth;
     const double host_step = ranks * (read / rb + write / wb), stream = ranks * stream_read / rb;
@@ -153,7 +158,7 @@ static void check_terms(const char *what, zoe_plan_config p, int grads) {
           "%s: the state ring %.0f outside %.2f bytes x [%.0f, %.0f] elements", what, ring,
           5 * per_element + staged, largest / d, bucket / d);
     const double pinned = weights ? (master_is_weights ? 2 * P : esz * P) : 0;
-    const double wring = weights ? (r.stream.prefetch + 2) * fmax(layer, emb) / d : 0;
+    const double wring = weights ? (r.stream.prefetch + 2) * fmax(part, emb) / d : 0;
     CHECK(r.drive.weights_ring == wring &&
               rel(r.host.optimizer_per_rank, host.host.optimizer_per_rank - plain - G + ring) <
                   1e-12 &&

@@ -4,23 +4,23 @@
  *   - sizes: a GPT layer's TP shard holds 12 h^2 / t + 7 h / t + 6 h parameters (QKV and fc1
  *     split by columns with their biases, proj and fc2 by rows with their biases whole, two
  *     LayerNorms), the embedding (the LM head: the same tensor) padded_vocab / t x h, the
- *     position table T x h and the final LayerNorm 2 h; the device holds, where it held the
- *     weights, prefetch + 1 layers, the embedding's own buffer (held through a pass, as
- *     offload/param_stream.h does) and over DP a staging buffer of the larger unit; nothing else
- *     changes on it;
+ *     position table T x h and the final LayerNorm 2 h; the ring cycles through a layer's parts
+ *     (tensor_parallel/layers.h), the largest of which is the MLP's input: ln_2 (2 h) and fc1
+ *     (4 h^2 / t + 4 h / t); the device holds, where it held the weights, prefetch + 1 of those
+ *     parts, the embedding's own buffer (held through a pass, as offload/param_stream.h does)
+ *     and over DP a staging buffer of the larger unit; nothing else changes on it;
  *   - the host: the compute-dtype copy of the rank's partition in page-locked memory, none where
  *     the master is bf16 and the compute dtype bf16 (fp16 weights are never a bf16 master's
  *     bits); on the CPU backend, the plan's host bytes against a real optimizer's;
- *   - the copies: per step, grad_accum x 2 passes x (L layers + the embedding), over d for
- *     PCIe, x (d - 1) / d for the all-gather; a unit's pace the slower of its two links, its
- *     latency both; the prefetch the fewest units whose forward compute covers a layer's
- *     latency; the embedding's fetch exposed in every pass; the exposed time and the
- *     micro-batch from which the forward hides the layers' copies, from
- *     Megatron-LM's FLOPs per token (24 h^2 + 4 T h a layer's forward, 2 h V the head's) at the
- *     box's share of peak. Attention is priced as matmuls here (gpu_cc 0), so that the FLOPs
- *     alone give the compute.
- * Tolerances: the sizes are integers in doubles, equal exactly; the times are the same sums in
- * another order, within 1e-9 relative. */
+ *   - the copies: per step, grad_accum x (2 passes x (L layers + the embedding) + the L layers'
+ *     parts the recomputation fetches again, all but fc2's 4 h^2 / t + h), over d for PCIe, x (d -
+ * 1) / d for the all-gather; a unit's pace the slower of its two links, its latency both; the
+ * prefetch the fewest units whose forward compute covers a layer's latency; the embedding's fetch
+ * exposed in every pass; the exposed time and the micro-batch from which the forward hides the
+ * layers' copies, from Megatron-LM's FLOPs per token (24 h^2 + 4 T h a layer's forward, 2 h V the
+ * head's) at the box's share of peak. Attention is priced as matmuls here (gpu_cc 0), so that the
+ * FLOPs alone give the compute. Tolerances: the sizes are integers in doubles, equal exactly; the
+ * times are the same sums in another order, within 1e-9 relative. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,10 +62,15 @@ static void check_stream(const char *what, zoe_plan_config p) {
     const double m = t * ceil(128.0 / t), padded = ceil(V / m) * m;
     const double layer = (12 * h * h / t + 7 * h / t + 6 * h) * esz;
     const double emb = (padded / t * h + T * h + 2 * h) * esz;
-    CHECK(r.stream.layer_bytes == layer && r.stream.embedding_bytes == emb,
-          "%s: layer %.0f bytes (expected %.0f), embedding %.0f (expected %.0f)", what,
-          r.stream.layer_bytes, layer, r.stream.embedding_bytes, emb);
-    const double ring = (r.stream.prefetch + 1) * layer + emb + (d > 1 ? fmax(layer, emb) : 0);
+    const double part = (4 * h * h / t + 4 * h / t + 2 * h) * esz;
+    const double refetch = layer - (4 * h * h / t + h) * esz;
+    CHECK(r.stream.layer_bytes == layer && r.stream.embedding_bytes == emb &&
+              r.stream.part_bytes == part && r.stream.refetch_bytes == refetch,
+          "%s: layer %.0f bytes (expected %.0f), embedding %.0f (expected %.0f), part %.0f "
+          "(expected %.0f), fetched again %.0f (expected %.0f)",
+          what, r.stream.layer_bytes, layer, r.stream.embedding_bytes, emb, r.stream.part_bytes,
+          part, r.stream.refetch_bytes, refetch);
+    const double ring = (r.stream.prefetch + 1) * part + emb + (d > 1 ? fmax(part, emb) : 0);
     CHECK(r.stream.ring == ring && r.gpu.weights == ring,
           "%s: ring %.0f, weights %.0f, expected %.0f", what, r.stream.ring, r.gpu.weights, ring);
     /* The gradient ring by bytes (docs/offload.md, "The gradient ring"; its bytes against the
@@ -97,7 +102,7 @@ static void check_stream(const char *what, zoe_plan_config p) {
     const double link = hw->pcie_bandwidth / sharing, nv = hw->nvlink_bandwidth;
     const double lp = layer / d / link, lg = d > 1 ? layer * (d - 1) / d / nv : 0;
     const double ep = emb / d / link, eg = d > 1 ? emb * (d - 1) / d / nv : 0;
-    const double pcie_bytes = k * 2 * (L * layer + emb) / d;
+    const double pcie_bytes = k * (2 * (L * layer + emb) + L * refetch) / d;
     CHECK(rel(r.stream.pcie_bytes, pcie_bytes) < 1e-12 &&
               rel(r.stream.pcie, pcie_bytes / link) < 1e-9 &&
               (d == 1 ? r.stream.gather_bytes == 0
@@ -118,8 +123,9 @@ static void check_stream(const char *what, zoe_plan_config p) {
     CHECK(r.stream.prefetch == prefetch && r.stream.prefetch_from_plan,
           "%s: prefetch %d, expected %d", what, r.stream.prefetch, prefetch);
     const double pass = L * fmax(fmax(lp, lg), (lp + lg) / prefetch);
+    const double bwd_pass = pass * (1 + refetch / layer);
     const double fwd = L * layer_fwd + head_fwd, bwd = 3 * L * layer_fwd + 2 * head_fwd;
-    const double exposed = k * (fmax(0, pass - fwd) + fmax(0, pass - bwd) + 2 * (ep + eg));
+    const double exposed = k * (fmax(0, pass - fwd) + fmax(0, bwd_pass - bwd) + 2 * (ep + eg));
     CHECK(rel(r.stream.exposed, exposed) < 1e-9, "%s: exposed %.6f s, expected %.6f", what,
           r.stream.exposed, exposed);
     const int hide = (int)fmax(1, ceil(L * fmax(lp, lg) / (fwd / B) - 1e-9));
@@ -128,13 +134,13 @@ static void check_stream(const char *what, zoe_plan_config p) {
     /* nothing refreshes device weights, and the exposed copies are on the step */
     CHECK(r.time.pcie_in == 0 && r.time.dp_all_gather == 0, "%s: PCIe in %.3f, all-gather %.3f",
           what, r.time.pcie_in, r.time.dp_all_gather);
-    printf("%-34s ring %d + 1 layers, %.2f GiB in all, host weights %.2f GiB/rank; per step PCIe "
-           "%.2f GiB "
-           "(%.3f s), exposed %.3f s of %.3f; a layer: forward %.4f s, copy %.4f s; hides from "
-           "micro-batch %d; %s binds\n",
-           what, r.stream.prefetch, ring / (1 << 30), host_weights / (1 << 30),
-           pcie_bytes / (1 << 30), r.stream.pcie, r.stream.exposed, r.time.step, layer_fwd,
-           fmax(lp, lg), hide, r.time.bound);
+    printf(
+        "%-34s ring %d + 1 layer parts, %.2f GiB in all, host weights %.2f GiB/rank; per step PCIe "
+        "%.2f GiB "
+        "(%.3f s), exposed %.3f s of %.3f; a layer: forward %.4f s, copy %.4f s; hides from "
+        "micro-batch %d; %s binds\n",
+        what, r.stream.prefetch, ring / (1 << 30), host_weights / (1 << 30), pcie_bytes / (1 << 30),
+        r.stream.pcie, r.stream.exposed, r.time.step, layer_fwd, fmax(lp, lg), hide, r.time.bound);
 }
 
 /* The CPU backend: the "device" is host memory, so the ring counts in the host's total; the
@@ -160,9 +166,11 @@ static void check_cpu(zoe_dtype dtype, int dp) {
     const double link = p.hardware.host_bandwidth / dp, nv = p.hardware.nvlink_bandwidth;
     const double lp = layer / d / link, lg = dp > 1 ? layer * (d - 1) / d / nv : 0;
     const double ep = emb / d / link, eg = dp > 1 ? emb * (d - 1) / d / nv : 0;
-    const double exposed = 2 * (L * (lp + lg) + ep + eg);
+    /* with recomputation the backward fetches a layer's parts but fc2 (4 h^2 + h) again */
+    const double refetch = layer - (4 * h * h + h) * esz, part = (4 * h * h + 6 * h) * esz;
+    const double exposed = 2 * (L * (lp + lg) + ep + eg) + L * (lp + lg) * refetch / layer;
     const double host_weights = dtype == ZOE_F32 ? 0 : (double)r.state_params * esz;
-    const double ring = (r.stream.prefetch + 1) * layer + emb + (dp > 1 ? fmax(layer, emb) : 0);
+    const double ring = (r.stream.prefetch + 1) * part + emb + (dp > 1 ? fmax(part, emb) : 0);
     printf("CPU backend, %s, DP=%d: ring %.1f MiB, host weights %.1f MiB, exposed %.4f s "
            "(expected %.4f), copies hide from micro-batch %d\n",
            zoe_dtype_name(dtype), dp, ring / (1 << 20), r.stream.host_weights / (1 << 20),
@@ -324,8 +332,8 @@ int main(int argc, char **argv) {
     zoe_plan_result r;
     if (CHECK_OK(zoe_plan(&g, &r)))
         CHECK(r.stream.prefetch == 7 && !r.stream.prefetch_from_plan &&
-                  r.stream.ring == 8 * r.stream.layer_bytes + r.stream.embedding_bytes +
-                                       fmax(r.stream.layer_bytes, r.stream.embedding_bytes),
+                  r.stream.ring == 8 * r.stream.part_bytes + r.stream.embedding_bytes +
+                                       fmax(r.stream.part_bytes, r.stream.embedding_bytes),
               "prefetch 7: %d units, ring %.0f", r.stream.prefetch, r.stream.ring);
     /* refused: a share of the optimizer on the device with streamed weights */
     zoe_plan_config bad = box("13b", "h200", 1, 1, 1);

@@ -12,6 +12,10 @@
  * weights-in-use files the same bytes. The exact cases clip at 1 where every step clips, so its
  * speculation is undone and redone as well as held (both paths of the gate the fetches wait on).
  *
+ * Each block's weights stream a part at a time (tensor_parallel/layers.h: attention in, its
+ * projection, MLP in, fc2), the recomputation's fc2 held on into the backward: the cases above
+ * recompute; a GPT and a Llama without recomputation (exact schedule) read each part once a pass.
+ *
  * The same for a Llama whose untied LM head streams with the final norm (exact schedule), and for
  * a wider GPT in 1 MiB buckets (exact schedule, clipping), whose streamed run keeps its gradient
  * buckets in the ring by bytes (docs/offload.md, "The gradient ring") and its resident run in the
@@ -28,9 +32,9 @@
  *
  * Memory: a 16-layer model's streamed run holds its weight stream's few layers on the device, not
  * the weights: its device peak (zoe_device_memory_stats, every zoe_device_alloc byte on the CPU
- * backend) is below the resident run's by more than half the weights' bytes (a ring of 2 blocks,
- * the embedding and, with DP > 1, a gather staging of one block stand for 16 blocks: about 80%
- * of the weights go; measured at 8 layers and DP 2, 47% went). */
+ * backend) is below the resident run's by more than half the weights' bytes (a ring of 2 block
+ * parts, the embedding and, with DP > 1, a gather staging of the larger unit stand for 16
+ * blocks). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +57,7 @@ typedef struct stream_case {
      * streamed run's gradient ring by bytes places around its buffer (the resident run's ring of
      * fixed slots has the same buckets) */
     int buckets;
+    int no_recompute; /* 1: every block's activations kept (--no-recompute after streaming) */
 } stream_case;
 
 static const char *schedule_name(const stream_case *k) {
@@ -65,7 +70,7 @@ static void config(zoe_train_config *c, const stream_case *k, int dp, int stream
     ckpt_test_config(c, k->tp, dp, 2, 0.1f, k->dpu ? 2 : 0);
     c->dpu = k->dpu ? ZOE_DPU_ON : ZOE_DPU_OFF;
     c->dpu_schedule = k->schedule;
-    c->recompute = 1;
+    c->recompute = !k->no_recompute;
     c->clip_grad = k->dpu && k->schedule == ZOE_DPU_EXACT ? 1.0f : 0.0f;
     if (k->int8) {
         c->dtype = ZOE_BF16;
@@ -171,9 +176,9 @@ static void outputs_case(MPI_Comm comm, char dir[2][300], const char *what) {
 
 static void equality_case(MPI_Comm comm, const stream_case *k, int dp) {
     char what[128], root[2][256], dir[2][300];
-    snprintf(what, sizeof what, "%s, TP %d x DP %d, DPU %s, %s state%s", k->llama ? "Llama" : "GPT",
-             k->tp, dp, schedule_name(k), k->int8 ? "int8" : "fp32",
-             k->buckets ? ", 1 MiB buckets" : "");
+    snprintf(what, sizeof what, "%s, TP %d x DP %d, DPU %s, %s state%s%s",
+             k->llama ? "Llama" : "GPT", k->tp, dp, schedule_name(k), k->int8 ? "int8" : "fp32",
+             k->buckets ? ", 1 MiB buckets" : "", k->no_recompute ? ", no recompute" : "");
     float losses[2][STEPS], val[2];
     for (int streamed = 0; streamed < 2; streamed++) {
         zoe_train_config c;
@@ -266,6 +271,16 @@ int main(int argc, char **argv) {
         equality_case(comm, &llama, dp);
         stream_case buckets = {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_EXACT, .buckets = 1};
         equality_case(comm, &buckets, dp);
+        /* without recomputation each block's parts are read once per pass, in the forward's
+         * order and then the reverse (zoe_gpt_pass_order) */
+        for (int llama_kept = 0; llama_kept < 2; llama_kept++) {
+            stream_case kept = {.tp = tp,
+                                .dpu = 1,
+                                .schedule = ZOE_DPU_EXACT,
+                                .llama = llama_kept,
+                                .no_recompute = 1};
+            equality_case(comm, &kept, dp);
+        }
         const zoe_dpu_schedule resumed[2] = {ZOE_DPU_EXACT, ZOE_DPU_PLAIN};
         for (int r = 0; r < 2; r++) {
             stream_case k = {.tp = tp, .dpu = 1, .schedule = resumed[r]};

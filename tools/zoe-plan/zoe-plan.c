@@ -79,7 +79,7 @@ static void usage(FILE *out) {
             "  --tiers all         --search and --max-model try every placement: weights on\n"
             "                      the device, host or drives, state on the host or drives\n"
             "  --prefetch-layers N units fetched ahead with --offload-params cpu [the plan's:\n"
-            "                      the fewest that hide a layer's copy]\n"
+            "                      the fewest that hide the copies]\n"
             "  --json              one JSON object instead of the report\n"
             "  --search            every fitting TP x DP x micro-batch x recompute x DPU x\n"
             "                      offload ratio on the box, best predicted tokens/s first\n"
@@ -626,7 +626,7 @@ static int max_model(const options *o) {
         printf("  zoe-train puts the gradient partition on the drives with --offload nvme "
                "(--offload-grads auto decides as this plan does; docs/nvme.md)\n");
     if (c->offload_params && strcmp(r.time.bound, "not probed"))
-        printf("  streamed weights: %d + 1 layers in a ring (%.2f GiB with the embedding%s), "
+        printf("  streamed weights: %d + 1 layer parts in a ring (%.2f GiB with the embedding%s), "
                "%.1f host bytes per parameter; copies hide behind compute from micro-batch %d%s\n",
                r.stream.prefetch, r.stream.ring / (1 << 30),
                !c->prefetch_layers && !r.stream.prefetch_from_plan
