@@ -460,7 +460,7 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     zoe_log(ZOE_LOG_INFO,
             "optimizer state%s on drives (%s): %zu bytes in %d buckets over %d path(s); a ring "
             "of %d buckets (%zu bytes) in host memory, %d read ahead",
-            z->drive_grads                ? " and gradient partition"
+            z->drive_grads             ? " and gradient partition"
             : opt->sz.weights_on_drive ? " and weights"
                                        : "",
             zoe_drive_io_engine_name(d->io), at, nb, num_paths, d->slots,
