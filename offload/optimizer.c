@@ -479,21 +479,15 @@ static zoe_status swapped_copy(zoe_optimizer *opt, size_t a, size_t e, void *ctx
                      : zoe_convert(u, sp->dt, staged, ZOE_F32, e - a);
 }
 
-/* The fp32 master in the parameters (master_in_params) over host coordinates [a, e): the rank's
- * weight slices, converted to and from the caller's buffer. */
-typedef struct master_slices {
-    char *buf;
-    size_t x0;
-    zoe_dtype dt;
-    int write;
-} master_slices;
-
+/* The fp32 master in the parameters (master_in_params) over host coordinates [a, e) (a
+ * state_span whose which is unused): the rank's weight slices, converted to and from the caller's
+ * buffer. */
 static zoe_status master_slices_copy(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
-    const master_slices *sp = ctx;
+    const state_span *sp = ctx;
     size_t esz = zoe_dtype_size(sp->dt);
     for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, a, e - a); zoe_slices_next(&it);) {
         float *w = zoe_params_at(opt, zoe_weights_index(opt, it.x, it.flat));
-        char *u = sp->buf + (it.x - sp->x0) * esz;
+        char *u = sp->buf + (it.x - sp->h0) * esz;
         ZOE_TRY(sp->write ? zoe_convert(w, ZOE_F32, u, sp->dt, it.len)
                           : zoe_convert(u, sp->dt, w, ZOE_F32, it.len));
     }
@@ -525,7 +519,7 @@ static zoe_status state_copy(zoe_optimizer *opt, zoe_optimizer_state which, size
     if (which == ZOE_STATE_MASTER && opt->sz.master_in_params) { /* the rank's weight slices */
         /* (the CPU backend: partition coordinates are host coordinates; on drives a bucket's
          * weights at a time) */
-        master_slices sp = {.buf = buf, .x0 = offset, .dt = dt, .write = write};
+        state_span sp = {.buf = buf, .h0 = offset, .dt = dt, .write = write};
         return zoe_state_paged(opt, offset, end, write, master_slices_copy, &sp);
     }
     size_t pd = opt->sz.h_lo; /* the device arrays hold [0, h_lo), the host arrays the rest */
