@@ -106,7 +106,8 @@ static zoe_status assign_compute_dtype(const zoe_optimizer *opt, void *dst, cons
  * partition, segment by segment, with the norm's sum of squares of the result (and in
  * *all_sumsq, when not NULL, that of every segment, counted or not). Large segments are split
  * over the OpenMP threads. With the gradient on drives the bucket's partition is summed in a
- * staging slot (read from its region first unless assigned) and written back to the region:
+ * staging slot (read from its region first unless assigned, ahead where the staging predicted
+ * the bucket: offload/state_drive.c) and written back to the region:
  * the same kernel on the same values, so the same bits and the same norm; under the exact
  * schedule the write lands before the bucket is offered (the speculation reads it there). */
 static zoe_status accumulate_host_part(zoe_optimizer *opt, int b, const void *pinned,
@@ -325,6 +326,10 @@ zoe_status zoe_optimizer_begin_micro_batch(zoe_optimizer *opt) {
     for (int b = 0; b < opt->lay.num_buckets; b++)
         opt->progress[b] = (bucket_progress){.ready = 0, .slot = -1, .reduced = 0};
     opt->host_sumsq = 0; /* the last micro-batch's passes see the final sums */
+    /* gradients on drives: after the step's first micro-batch, the buckets due first are read
+     * ahead while the forward runs */
+    if (opt->cfg.grad_mode != ZOE_GRAD_FULL_BUFFER)
+        ZOE_TRY(zoe_grad_stage_micro_batch(opt, opt->grad_buf, opt->micro_batches > 0));
     opt->in_micro_batch = 1;
     return ZOE_OK;
 }
@@ -376,6 +381,7 @@ zoe_status zoe_grads_reduce_full(zoe_optimizer *opt) {
     /* All buckets reduced back to back, then one wait: the sums of k micro-batches at once,
      * assigned into the gradient partitions. */
     opt->host_sumsq = 0;
+    ZOE_TRY(zoe_grad_stage_micro_batch(opt, opt->grad_buf, 0)); /* assigned: nothing to read */
     int in_place = zoe_device_is_host_memory(opt);
     for (int b = 0; b < opt->lay.num_buckets; b++) {
         char *grads = (char *)opt->full_grad + opt->lay.buckets[b].flat_offset * opt->esz;

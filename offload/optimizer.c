@@ -306,6 +306,7 @@ zoe_status zoe_optimizer_stats_get(const zoe_optimizer *opt, zoe_optimizer_stats
     if (!opt || !out) return zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "stats: NULL argument");
     *out = opt->stats;
     out->ms_drive_wait = opt->drive ? opt->drive->ms_wait : 0;
+    out->ms_grad_wait = opt->drive ? opt->drive->ms_stage_wait : 0;
     return ZOE_OK;
 }
 

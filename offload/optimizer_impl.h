@@ -153,8 +153,13 @@ enum {
     ZOE_STATE_DRIVE_ALIGN = 4096,
     ZOE_STATE_AHEAD_DEFAULT = 2,
     ZOE_STATE_MAX_PATHS = 64,
-    ZOE_GRAD_STAGE_SLOTS = 2, /* gradients on drives: one bucket accumulated, one written */
+    /* Gradients on drives, the accumulation's staging: one bucket summed, the one before it
+     * landing on the drive, and ZOE_GRAD_STAGE_AHEAD read ahead (micro-batches after the
+     * step's first), whatever the model. */
+    ZOE_GRAD_STAGE_AHEAD = 2,
+    ZOE_GRAD_STAGE_SLOTS = ZOE_GRAD_STAGE_AHEAD + 2,
 };
+enum { ZOE_STAGE_FREE = 0, ZOE_STAGE_AHEAD, ZOE_STAGE_OPEN }; /* a staging slot's state */
 typedef struct zoe_state_drive {
     zoe_drive_io *io;
     char *paths_given; /* cfg.state_paths, copied */
@@ -183,10 +188,26 @@ typedef struct zoe_state_drive {
     int *grad_pending; /* per slot: a gradient request in flight */
     zoe_drive_io_ticket *grad_ticket;
     /* The accumulation's staging (the main thread's, while a worker may stream the state):
-     * ZOE_GRAD_STAGE_SLOTS buckets, each written to its region behind the next one's sums. */
+     * ZOE_GRAD_STAGE_SLOTS buckets, each written to its region behind the next one's sums, and
+     * in a micro-batch after the step's first, the buckets due next read ahead into free slots
+     * (offload/state_drive.c, "The accumulation's staging"). Per slot: its state (free, read
+     * ahead, open), bucket and gradient partition, and the request in flight (stage_busy). */
     char *stage;
-    int stage_bucket[ZOE_GRAD_STAGE_SLOTS], stage_busy[ZOE_GRAD_STAGE_SLOTS], stage_next;
+    int stage_state[ZOE_GRAD_STAGE_SLOTS], stage_bucket[ZOE_GRAD_STAGE_SLOTS],
+        stage_buf[ZOE_GRAD_STAGE_SLOTS], stage_busy[ZOE_GRAD_STAGE_SLOTS];
     zoe_drive_io_ticket stage_ticket[ZOE_GRAD_STAGE_SLOTS];
+    int stage_next; /* where the search for a free slot starts: the oldest write */
+    int stage_open; /* the slot being summed, -1: none */
+    /* The order the buckets were staged in: the last micro-batch's (stage_order_count of
+     * them, stage_rank[b] bucket b's place, -1: not staged), the prediction of this one's;
+     * this one's so far (stage_now, stage_count). stage_done[b]: b staged in this one. */
+    int *stage_order, *stage_rank, stage_order_count, *stage_now, stage_count;
+    unsigned char *stage_done;
+    /* Of the step's accumulation (since its first micro-batch began): the time the main thread
+     * waited for the staging's reads and writes (stats.ms_grad_wait), the buckets whose read
+     * was ahead (hits) and those read at their turn (misses). */
+    double ms_stage_wait;
+    long stage_hits, stage_misses;
 } zoe_state_drive;
 
 /* ZOE_DPU_EXACT (offload/speculate.c). Two phases, never at once: the speculation (the step's
@@ -425,13 +446,21 @@ zoe_status zoe_grads_paged(zoe_optimizer *opt, size_t h0, size_t h1, int buf, in
  * (the bucket's gradient read with its state, in the same pass). */
 zoe_status zoe_state_streamed(zoe_optimizer *opt, int grad_buf, int grad_write, zoe_span_fn fn,
                               void *ctx);
+/* Gradients on drives: a micro-batch's staging begins (bucket mode; before its first
+ * zoe_grad_stage_begin). The last micro-batch's staging order is this one's prediction; reads:
+ * this micro-batch adds to partition buf (not the step's first), so the first
+ * ZOE_GRAD_STAGE_AHEAD buckets of the prediction are read ahead now. Without gradients on
+ * drives a no-op. */
+zoe_status zoe_grad_stage_micro_batch(zoe_optimizer *opt, int buf, int reads);
 /* Gradients on drives: the staging slot for bucket b's host partition (its host coordinate
  * h0 of the bucket is element 0), after the slot's previous write has landed; zeroed when
- * assign, else read from the bucket's region of partition buf (accumulation). */
+ * assign, else bucket b's region of partition buf: its read ahead if one was started (waited
+ * for), else read now. Then the buckets the prediction puts next are read ahead (not assign). */
 zoe_status zoe_grad_stage_begin(zoe_optimizer *opt, int b, int buf, int assign, void **stage);
 /* Starts the write of the staged bucket b to its region; wait: and waits for it. */
 zoe_status zoe_grad_stage_end(zoe_optimizer *opt, int b, int buf, int wait);
-/* Waits for every staged write (before the step reads the gradients). */
+/* Waits for every staged write (before the step reads the gradients) and drops the reads
+ * ahead not taken (waited for: their buffers are free after). */
 zoe_status zoe_grad_stage_drain(zoe_optimizer *opt);
 /* Weights on drives, for the weight stream's reads (offload/param_stream.c): the drive handle,
  * and where partition element x's weight lies in its scratch space (contiguous to the end of

@@ -207,13 +207,6 @@ static zoe_status start_pass(zoe_optimizer *opt, int b, int s, int write) {
     return d->grad_buf >= 0 && (!write || d->grad_write) ? grad_start(d, b, s, write) : ZOE_OK;
 }
 
-/* Waits for staging slot s's request, if any. */
-static zoe_status stage_wait(zoe_state_drive *d, int s) {
-    if (!d->stage_busy[s]) return ZOE_OK;
-    d->stage_busy[s] = 0;
-    return zoe_drive_io_wait(d->io, d->stage_ticket[s]);
-}
-
 /* The bucket holding host coordinate h (the last one whose range starts at or before it). */
 static int bucket_of(const zoe_state_drive *d, size_t h) {
     int lo = 0, hi = d->num_buckets - 1;
@@ -299,33 +292,147 @@ zoe_status zoe_state_streamed(zoe_optimizer *opt, int grad_buf, int grad_write, 
     return st;
 }
 
+/* The accumulation's staging. A slot is free (the write of its last bucket maybe still in
+ * flight), read ahead (bucket stage_bucket[s] of partition stage_buf[s], its read in flight or
+ * landed) or open (being summed). Buckets complete in the backward's order, the same every
+ * micro-batch, so the order the last micro-batch staged them in predicts this one's: when a
+ * bucket is staged, the next ZOE_GRAD_STAGE_AHEAD of the prediction are read ahead, and their
+ * reads land during the backward's compute and the sums and writes of the buckets before them.
+ * A bucket not read ahead (the order changed, or its read ahead was of the other partition) is
+ * read at its turn, as without the read ahead.
+ *
+ * No read ahead races a write of its region: it is only started for a bucket not staged yet in
+ * this micro-batch, whose region was last written in an earlier one, and every micro-batch ends
+ * with zoe_grad_stage_drain, which waits for its writes. What is read ahead and not taken by
+ * then is dropped there (the next micro-batch rewrites the region). */
+/* Waits for staging slot s's request, if any (the accumulation's wait for the drives). */
+static zoe_status stage_wait(zoe_state_drive *d, int s) {
+    if (!d->stage_busy[s]) return ZOE_OK;
+    d->stage_busy[s] = 0;
+    double t0 = zoe_clock_ms();
+    zoe_status st = zoe_drive_io_wait(d->io, d->stage_ticket[s]);
+    d->ms_stage_wait += zoe_clock_ms() - t0;
+    return st;
+}
+
+static char *stage_slot(const zoe_optimizer *opt, int s) {
+    return opt->drive->stage + (size_t)s * opt->sz.drive_grad_slot;
+}
+
+/* A free slot, its last write landed, in *slot: slots are taken in turn, so the first free one
+ * from stage_next holds the oldest write. -1 when none is free. */
+static zoe_status stage_take(zoe_state_drive *d, int *slot) {
+    *slot = -1;
+    for (int i = 0; i < ZOE_GRAD_STAGE_SLOTS; i++) {
+        int s = (d->stage_next + i) % ZOE_GRAD_STAGE_SLOTS;
+        if (d->stage_state[s] != ZOE_STAGE_FREE) continue;
+        d->stage_next = (s + 1) % ZOE_GRAD_STAGE_SLOTS;
+        *slot = s;
+        return stage_wait(d, s);
+    }
+    return ZOE_OK;
+}
+
+/* Starts the read of bucket b's region of partition buf into a free slot, unless b is staged in
+ * this micro-batch already, is read ahead already, or ZOE_GRAD_STAGE_AHEAD buckets are. */
+static zoe_status read_ahead(zoe_optimizer *opt, int b, int buf) {
+    zoe_state_drive *d = opt->drive;
+    if (d->stage_done[b]) return ZOE_OK;
+    int ahead = 0, s;
+    for (s = 0; s < ZOE_GRAD_STAGE_SLOTS; s++) {
+        if (d->stage_state[s] != ZOE_STAGE_AHEAD) continue;
+        if (d->stage_bucket[s] == b) return ZOE_OK;
+        ahead++;
+    }
+    if (ahead >= ZOE_GRAD_STAGE_AHEAD) return ZOE_OK;
+    ZOE_TRY(stage_take(d, &s));
+    if (s < 0) return ZOE_OK;
+    ZOE_TRY(zoe_drive_io_read(d->io, grad_region(d, b, buf), stage_slot(opt, s), d->grad_bytes[b],
+                              &d->stage_ticket[s]));
+    d->stage_busy[s] = 1;
+    d->stage_state[s] = ZOE_STAGE_AHEAD;
+    d->stage_bucket[s] = b;
+    d->stage_buf[s] = buf;
+    return ZOE_OK;
+}
+
+zoe_status zoe_grad_stage_micro_batch(zoe_optimizer *opt, int buf, int reads) {
+    zoe_state_drive *d = opt->drive;
+    if (!d || !d->stage) return ZOE_OK;
+    ZOE_TRY(zoe_grad_stage_drain(opt)); /* nothing of an earlier micro-batch is in flight */
+    if (d->stage_count > 0) {           /* the last micro-batch's order is the prediction */
+        int *last = d->stage_order;
+        d->stage_order = d->stage_now;
+        d->stage_now = last;
+        d->stage_order_count = d->stage_count;
+        for (int b = 0; b < d->num_buckets; b++) d->stage_rank[b] = -1;
+        for (int i = 0; i < d->stage_order_count; i++) d->stage_rank[d->stage_order[i]] = i;
+    }
+    d->stage_count = 0;
+    memset(d->stage_done, 0, (size_t)d->num_buckets);
+    if (!reads) { /* a step's accumulation begins */
+        d->ms_stage_wait = 0;
+        d->stage_hits = d->stage_misses = 0;
+    }
+    for (int i = 0; reads && i < ZOE_GRAD_STAGE_AHEAD && i < d->stage_order_count; i++)
+        ZOE_TRY(read_ahead(opt, d->stage_order[i], buf));
+    return ZOE_OK;
+}
+
 zoe_status zoe_grad_stage_begin(zoe_optimizer *opt, int b, int buf, int assign, void **stage) {
     zoe_state_drive *d = opt->drive;
-    int s = d->stage_next;
-    d->stage_next = (s + 1) % ZOE_GRAD_STAGE_SLOTS;
-    ZOE_TRY(stage_wait(d, s)); /* its last bucket's write has landed */
-    char *at = d->stage + (size_t)s * opt->sz.drive_grad_slot;
+    if (d->stage_open >= 0)
+        d->stage_state[d->stage_open] = ZOE_STAGE_FREE; /* one left by a failure */
+    d->stage_open = -1;
+    int s = -1;
+    for (int i = 0; i < ZOE_GRAD_STAGE_SLOTS; i++)
+        if (d->stage_state[i] == ZOE_STAGE_AHEAD && d->stage_bucket[i] == b) s = i;
+    if (s >= 0 && (assign || d->stage_buf[s] != buf)) { /* not the bytes it needs: dropped */
+        ZOE_TRY(stage_wait(d, s));
+        d->stage_state[s] = ZOE_STAGE_FREE;
+        s = -1;
+    }
+    const int ahead = s >= 0;
+    if (!ahead) ZOE_TRY(stage_take(d, &s));
+    if (s < 0) return zoe_fail(ZOE_ERR_INTERNAL, "gradient staging: no free slot for bucket %d", b);
+    char *at = stage_slot(opt, s);
+    d->stage_state[s] = ZOE_STAGE_OPEN;
     d->stage_bucket[s] = b;
+    d->stage_buf[s] = buf;
+    d->stage_open = s;
+    d->stage_done[b] = 1;
+    if (d->stage_count < d->num_buckets) d->stage_now[d->stage_count++] = b;
     if (assign) { /* the padding between tensors too: no stale bytes go to the drive */
         memset(at, 0, d->grad_bytes[b]);
-    } else { /* read, add, write: the micro-batches before this one's sums */
+        *stage = at;
+        return ZOE_OK;
+    }
+    /* read, add, write: the micro-batches before this one's sums */
+    if (!ahead) {
         ZOE_TRY(zoe_drive_io_read(d->io, grad_region(d, b, buf), at, d->grad_bytes[b],
                                   &d->stage_ticket[s]));
         d->stage_busy[s] = 1;
-        ZOE_TRY(stage_wait(d, s));
     }
+    d->stage_hits += ahead;
+    d->stage_misses += !ahead;
+    /* the buckets the prediction puts next, while b's read lands (none where it has not seen b) */
+    const int seen = d->stage_rank[b];
+    for (int i = seen + 1; seen >= 0 && i <= seen + ZOE_GRAD_STAGE_AHEAD; i++)
+        if (i < d->stage_order_count) ZOE_TRY(read_ahead(opt, d->stage_order[i], buf));
+    ZOE_TRY(stage_wait(d, s));
     *stage = at;
     return ZOE_OK;
 }
 
 zoe_status zoe_grad_stage_end(zoe_optimizer *opt, int b, int buf, int wait) {
     zoe_state_drive *d = opt->drive;
-    int s = (d->stage_next + ZOE_GRAD_STAGE_SLOTS - 1) % ZOE_GRAD_STAGE_SLOTS; /* the last begun */
-    if (d->stage_bucket[s] != b)
+    int s = d->stage_open;
+    if (s < 0 || d->stage_bucket[s] != b)
         return zoe_fail(ZOE_ERR_INTERNAL, "gradient staging: bucket %d ended, %d staged", b,
-                        d->stage_bucket[s]);
-    ZOE_TRY(zoe_drive_io_write(d->io, grad_region(d, b, buf),
-                               d->stage + (size_t)s * opt->sz.drive_grad_slot, d->grad_bytes[b],
+                        s < 0 ? -1 : d->stage_bucket[s]);
+    d->stage_open = -1;
+    d->stage_state[s] = ZOE_STAGE_FREE;
+    ZOE_TRY(zoe_drive_io_write(d->io, grad_region(d, b, buf), stage_slot(opt, s), d->grad_bytes[b],
                                &d->stage_ticket[s]));
     d->stage_busy[s] = 1;
     return wait ? stage_wait(d, s) : ZOE_OK;
@@ -337,6 +444,8 @@ zoe_status zoe_grad_stage_drain(zoe_optimizer *opt) {
     for (int s = 0; d && d->stage && s < ZOE_GRAD_STAGE_SLOTS; s++) {
         zoe_status w = stage_wait(d, s);
         if (st == ZOE_OK) st = w;
+        if (d->stage_state[s] == ZOE_STAGE_AHEAD)
+            d->stage_state[s] = ZOE_STAGE_FREE; /* not taken */
     }
     return st;
 }
@@ -381,15 +490,22 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     d->grad_pending = calloc((size_t)d->slots, sizeof *d->grad_pending);
     d->grad_ticket = calloc((size_t)d->slots, sizeof *d->grad_ticket);
     d->written = calloc((size_t)nb, sizeof *d->written);
+    d->stage_order = calloc((size_t)nb, sizeof *d->stage_order);
+    d->stage_rank = calloc((size_t)nb, sizeof *d->stage_rank);
+    d->stage_now = calloc((size_t)nb, sizeof *d->stage_now);
+    d->stage_done = calloc((size_t)nb, sizeof *d->stage_done);
+    d->stage_open = -1;
     d->paths_text = strdup(opt->cfg.state_paths);
     d->paths_given = strdup(opt->cfg.state_paths);
     opt->cfg.state_paths = d->paths_given; /* the caller's string may go */
     if (!d->paths_given || !d->h0 || !d->numel || !d->offset || !d->bytes || !d->slot_state ||
         !d->slot_bucket || !d->ticket || !d->written || !d->paths_text || !d->grad_offset ||
-        !d->grad_bytes || !d->grad_pending || !d->grad_ticket)
+        !d->grad_bytes || !d->grad_pending || !d->grad_ticket || !d->stage_order ||
+        !d->stage_rank || !d->stage_now || !d->stage_done)
         return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "state drive tables of %d buckets", nb);
     size_t at = 0;
     for (int b = 0; b < nb; b++) {
+        d->stage_rank[b] = -1; /* no staging order seen yet */
         d->h0[b] = lay->buckets[b].part_offset - opt->sz.h_lo;
         d->numel[b] = lay->buckets[b].part;
         d->offset[b] = at;
@@ -497,6 +613,7 @@ void zoe_state_drive_destroy(zoe_optimizer *opt) {
     free(d->grad_offset), free(d->grad_bytes), free(d->grad_pending), free(d->grad_ticket);
     free(d->h0), free(d->numel), free(d->offset), free(d->bytes);
     free(d->slot_state), free(d->slot_bucket), free(d->ticket), free(d->written);
+    free(d->stage_order), free(d->stage_rank), free(d->stage_now), free(d->stage_done);
     free(d->paths_text), free(d->paths_given);
     free(d);
     opt->drive = NULL;

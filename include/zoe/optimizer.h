@@ -227,9 +227,10 @@ typedef struct zoe_optimizer_config {
     size_t bucket_ring_window;
     /* With state_paths: 1 puts the host gradient partition(s) on the drives too (zoe-train
      * --offload-grads nvme; docs/nvme.md, "The gradient partition on drives"), one region per
-     * bucket beside the state's; host memory then holds a staging ring of 2 bucket partitions
-     * for the accumulation and a bucket's gradient in each state ring slot. Bit for bit the same
-     * gradients, norm, steps and checkpoints. 0 (the default): the partition in host memory. */
+     * bucket beside the state's; host memory then holds a staging ring of 4 bucket partitions
+     * for the accumulation (one summed, one written, two read ahead) and a bucket's gradient in
+     * each state ring slot. Bit for bit the same gradients, norm, steps and checkpoints. 0 (the
+     * default): the partition in host memory. */
     int grads_on_drives;
     /* Weights on drives (zoe-train --offload-params nvme; docs/nvme.md, "Weights on drives"):
      * with params_on_host and state_paths, 1 keeps the host partition of the weights in the
@@ -276,6 +277,12 @@ typedef struct zoe_optimizer_stats {
      * spent blocked on the drives (a bucket's read not landed at its turn, a ring slot's write
      * not landed when the slot was needed, the last writes). Milliseconds; 0 otherwise. */
     double ms_drive_wait;
+    /* The gradient partition on drives (grads_on_drives): of the last step's accumulation, the
+     * time its micro-batches' sums waited for the drives (a bucket's read not landed at its
+     * turn, read ahead or not; a staging slot's write not landed when the slot was needed; the
+     * writes waited for at the end of each micro-batch and, under ZOE_DPU_EXACT, before a bucket
+     * is offered). Milliseconds; 0 otherwise. */
+    double ms_grad_wait;
 } zoe_optimizer_stats;
 
 /* Collective over the grid. Creates DP communicators for the device (MPI on CPU, NCCL on CUDA)

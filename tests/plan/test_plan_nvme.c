@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 #include "max_model_testing.h"
+#include "offload/optimizer_impl.h" /* ZOE_GRAD_STAGE_SLOTS */
 #include "testing.h"
 #include "zoe/plan.h"
 #include "zoe/zoe.h"
@@ -147,14 +148,16 @@ static void check_terms(const char *what, zoe_plan_config p, int grads) {
           r.time.step, r.time.host_adam, host_step + stream, host.time.host_adam);
     /* the host: the host tier's less what went to the drives, plus the rings: the optimizer's
      * 5 slots of a bucket's state in plain memory and gradient (its arrays each padded to 4096
-     * bytes), and with the gradient 2 staging buckets of it */
+     * bytes), and with the gradient ZOE_GRAD_STAGE_SLOTS staging buckets of it (the one summed,
+     * the one written, those read ahead) */
     const double plain = state_all - (master_is_weights ? 2 * P : 0);
-    const double per_element = (plain + G) / P, staged = 2 * G / P;
+    const double per_element = (plain + G) / P, staged = ZOE_GRAD_STAGE_SLOTS * G / P;
     const double ring = r.drive.state_ring;
     double largest = fmax(4 * h * h / t, padded / t * h); /* fc1's or the embedding's shard */
     const double bucket = fmax(largest, 16.0 * (1 << 20) / esz);
     CHECK(ring >= (5 * per_element + staged) * largest / d * (1 - 1e-12) &&
-              ring <= (5 * per_element + staged) * (bucket / d) + 5 * 6 * 4096 + 2 * 4096,
+              ring <=
+                  (5 * per_element + staged) * (bucket / d) + (5 * 6 + ZOE_GRAD_STAGE_SLOTS) * 4096,
           "%s: the state ring %.0f outside %.2f bytes x [%.0f, %.0f] elements", what, ring,
           5 * per_element + staged, largest / d, bucket / d);
     const double pinned = weights ? (master_is_weights ? 2 * P : esz * P) : 0;
