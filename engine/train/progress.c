@@ -237,6 +237,10 @@ zoe_status zoe_progress_report(zoe_progress *p, const zoe_step_stats *s) {
                          s->ms_total, s->ms_forward, s->ms_backward, s->ms_offload, s->ms_host_step,
                          s->ms_refresh, s->ms_optimizer, s->overlapped, s->redone,
                          (long long)s->device_peak_bytes);
+        /* the accumulation's wait for the drives only where the gradient is on them */
+        if (n > 0 && n < (int)sizeof line && s->ms_grad_wait > 0)
+            n += snprintf(line + n, sizeof line - (size_t)n, ",\"ms_grad_wait\":%.3f",
+                          s->ms_grad_wait);
         /* the validation loss only on the lines of steps that were evaluated */
         if (n > 0 && n < (int)sizeof line && s->evaluated)
             n += snprintf(line + n, sizeof line - (size_t)n, ",\"val_loss\":%.6f",

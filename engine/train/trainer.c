@@ -525,6 +525,7 @@ zoe_status zoe_trainer_step(zoe_trainer *tr, float lr, zoe_step_stats *stats) {
         if (c->dpu_schedule == ZOE_DPU_EXACT) stats->overlapped = os.speculated || os.deferred;
         stats->redone = os.redone;
         stats->device_peak_bytes = device_peak;
+        stats->ms_grad_wait = os.ms_grad_wait;
         stats->ms_total = t1 - tr->step_started;
     }
     tr->steps_done++;

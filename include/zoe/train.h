@@ -355,6 +355,10 @@ struct zoe_step_stats {
     /* The most bytes the device allocator held at once since the trainer was created (its
      * device_peak in zoe_memory_stats), on the fullest rank of the grid. */
     int64_t device_peak_bytes;
+    /* The gradient partition on drives: the time the step's accumulation waited for the drives
+     * (zoe_optimizer_stats.ms_grad_wait; inside ms_backward and ms_offload, which sum the
+     * buckets as the ring hands them on); 0 otherwise. */
+    double ms_grad_wait;
 };
 
 typedef struct zoe_progress zoe_progress;

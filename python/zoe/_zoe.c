@@ -470,14 +470,14 @@ static PyObject *py_trainer_step(PyObject *module, PyObject *args) {
     Py_END_ALLOW_THREADS if (st != ZOE_OK) return why[0] ? raise_status(module, (int)st, why)
                                                          : raise_last(module, st);
     return Py_BuildValue(
-        "{s:i,s:f,s:f,s:f,s:f,s:O,s:O,s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L}", "step", s.step,
+        "{s:i,s:f,s:f,s:f,s:f,s:O,s:O,s:L,s:d,s:d,s:d,s:d,s:d,s:d,s:d,s:O,s:L,s:d}", "step", s.step,
         "loss", (double)s.loss, "lr", (double)s.lr, "grad_norm", (double)s.grad_norm, "loss_scale",
         (double)s.loss_scale, "skipped", s.skipped ? Py_True : Py_False, "overlapped",
         s.overlapped ? Py_True : Py_False, "tokens", (long long)s.tokens, "ms_total", s.ms_total,
         "ms_forward", s.ms_forward, "ms_backward", s.ms_backward, "ms_offload", s.ms_offload,
         "ms_host_step", s.ms_host_step, "ms_refresh", s.ms_refresh, "ms_optimizer", s.ms_optimizer,
         "redone", s.redone ? Py_True : Py_False, "device_peak_bytes",
-        (long long)s.device_peak_bytes);
+        (long long)s.device_peak_bytes, "ms_grad_wait", s.ms_grad_wait);
 }
 
 static PyObject *py_trainer_logits(PyObject *module, PyObject *args) {

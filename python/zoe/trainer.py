@@ -22,7 +22,9 @@ class StepStats:
     """One step's figures (``zoe_step_stats``): the loss over the global batch's counted
     targets, the gradient norm before clipping, where the step's time went (ms), and the most
     bytes the device allocator held at once since the trainer was created, on the fullest rank
-    (``device_peak_bytes``; the ``device_memory`` keyword caps it)."""
+    (``device_peak_bytes``; the ``device_memory`` keyword caps it). With the gradient on drives,
+    ``ms_grad_wait`` is the time its accumulation waited for them (else 0), inside
+    ``ms_backward`` and ``ms_offload``."""
 
     step: int
     loss: float
@@ -41,6 +43,7 @@ class StepStats:
     ms_optimizer: float
     redone: bool
     device_peak_bytes: int
+    ms_grad_wait: float
 
 
 def _comm_handle(comm: Any) -> int:
