@@ -305,6 +305,7 @@ zoe_status zoe_state_streamed(zoe_optimizer *opt, int grad_buf, int grad_write, 
  * this micro-batch, whose region was last written in an earlier one, and every micro-batch ends
  * with zoe_grad_stage_drain, which waits for its writes. What is read ahead and not taken by
  * then is dropped there (the next micro-batch rewrites the region). */
+
 /* Waits for staging slot s's request, if any (the accumulation's wait for the drives). */
 static zoe_status stage_wait(zoe_state_drive *d, int s) {
     if (!d->stage_busy[s]) return ZOE_OK;
