@@ -78,7 +78,8 @@ struct zoe_param_stream {
     int *unit_runs;               /* [num_units + 1]: unit u's are [unit_runs[u], unit_runs[u+1]) */
     int max_runs;                 /* the most of one unit */
     size_t host_slot;             /* bytes of a slot's host buffer */
-    char *host_ring;              /* num_slots * host_slot, aligned for the drive */
+    void *host_block;             /* zoe_host_alloc's: the ring and up to an alignment before it */
+    char *host_ring;              /* num_slots * host_slot, aligned for the drive, in host_block */
     zoe_drive_io_ticket *tickets; /* [num_slots * max_runs] */
 };
 
@@ -211,12 +212,22 @@ static zoe_status build_drive_plan(zoe_param_stream *ps) {
     }
     ps->unit_runs[nu] = n;
     ps->host_slot = max_size(ps->host_slot, align);
-    ps->host_ring = zoe_drive_io_buffer_alloc((size_t)ps->num_slots * ps->host_slot);
     ps->tickets = calloc((size_t)ps->num_slots * (size_t)max_size((size_t)ps->max_runs, 1),
                          sizeof *ps->tickets);
-    if (!ps->host_ring || !ps->tickets)
-        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream's host ring of %d x %zu bytes",
-                        ps->num_slots, ps->host_slot);
+    if (!ps->tickets)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream's drive reads of %d units", nu);
+    /* Page-locked (zoe_host_alloc), as the plan counts it: on CUDA a copy to the device from
+     * pageable memory goes through the driver's own pinned bounce buffer, synchronously and at a
+     * fraction of the link's bandwidth, and the stream would not overlap. On the CPU backend the
+     * same call gives plain memory, counted as pinned there too. O_DIRECT wants the buffers
+     * aligned to the drive's alignment, which the allocation does not promise (cudaMallocHost's
+     * pages are, its pageable fall-back past the pin limit and the CPU backend's memory below
+     * 4 MiB are 64-byte aligned): the ring is asked one alignment more and starts at the first
+     * aligned byte inside it. */
+    const size_t ring = (size_t)ps->num_slots * ps->host_slot;
+    ZOE_TRY(zoe_host_alloc_for(ps->dev, ring + align, "the weight stream's host ring",
+                               &ps->host_block));
+    ps->host_ring = (char *)ps->host_block + (align - (uintptr_t)ps->host_block % align) % align;
     zoe_log(ZOE_LOG_DEBUG, "weight stream: weights on drives, a host ring of %d units of %zu bytes",
             ps->num_slots, ps->host_slot);
     return ZOE_OK;
@@ -338,7 +349,7 @@ void zoe_param_stream_destroy(zoe_param_stream *ps) {
     free(ps->unit_numel), free(ps->unit_block), free(ps->order[0]), free(ps->order[1]);
     free(ps->slots);
     free(ps->host_pos), free(ps->runs), free(ps->unit_runs), free(ps->tickets);
-    zoe_drive_io_buffer_free(ps->host_ring);
+    zoe_host_free(ps->dev, ps->host_block);
     free(ps);
 }
 
