@@ -15,8 +15,10 @@
 #include <string.h>
 #include "kernels/adam.h"
 #include "offload/optimizer_impl.h" /* zoe_weights_drive_io, zoe_weights_drive_offset */
+#include "runtime/agree.h"
 #include "runtime/error.h"
 #include "zoe/comm.h"
+#include "zoe/grid.h"
 
 /* READING: the unit's drive reads are in flight into the slot's host buffer (weights on drives);
  * its copy to the device is not queued yet. */
@@ -28,6 +30,7 @@ typedef struct stream_slot {
     int unit; /* -1: none */
     stream_slot_state state;
     int reads;           /* drive reads in flight (SLOT_READING) */
+    zoe_status failed;   /* the fetch's start failed (SLOT_READING): said when it ends */
     zoe_event *fetched;  /* on the copy stream, after the unit landed */
     zoe_event *released; /* on the compute stream, after the unit's last read */
 } stream_slot;
@@ -81,6 +84,11 @@ struct zoe_param_stream {
     void *host_block;             /* zoe_host_alloc's: the ring and up to an alignment before it */
     char *host_ring;              /* num_slots * host_slot, aligned for the drive, in host_block */
     zoe_drive_io_ticket *tickets; /* [num_slots * max_runs] */
+    /* A duplicate of the optimizer's world (MPI_COMM_NULL: one rank): before a fetch's copies and
+     * gather, every rank learns whether any rank's reads failed, so that they all fail the same
+     * fetch, not the failing rank alone with its peers waiting in the gather or, over TP, in the
+     * forward's collectives. Its own communicator: the update worker's collectives run beside. */
+    MPI_Comm agree;
 };
 
 static size_t max_size(size_t a, size_t b) {
@@ -291,7 +299,12 @@ static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
     }
     if (d > 1) ZOE_TRY(device_buffer(ps, (size_t)d * block, &ps->staging));
     ps->io = zoe_weights_drive_io(ps->opt);
-    if (ps->io) ZOE_TRY(build_drive_plan(ps));
+    if (!ps->io) return ZOE_OK;
+    MPI_Comm world = zoe_grid_world_comm(ps->opt->grid);
+    int ranks, rc = MPI_Comm_size(world, &ranks);
+    if (rc == MPI_SUCCESS && ranks > 1) rc = MPI_Comm_dup(world, &ps->agree);
+    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Comm_dup for the weight stream's reads");
+    ZOE_TRY(build_drive_plan(ps));
     return ZOE_OK;
 }
 
@@ -316,6 +329,7 @@ zoe_status zoe_param_stream_create(zoe_optimizer *opt, MPI_Comm dp_group, zoe_de
                         zoe_dtype_name(cfg->dtype), zoe_dtype_name(host_dtype));
     zoe_param_stream *ps = calloc(1, sizeof *ps);
     if (!ps) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream");
+    ps->agree = MPI_COMM_NULL;
     ps->cfg = *cfg;
     ps->opt = opt, ps->dev = dev, ps->compute = compute;
     ps->esz = zoe_dtype_size(cfg->dtype);
@@ -345,6 +359,7 @@ void zoe_param_stream_destroy(zoe_param_stream *ps) {
     zoe_device_free(ps->dev, ps->staging);
     zoe_stream_destroy(ps->copy);
     zoe_comm_destroy(ps->dp);
+    if (ps->agree != MPI_COMM_NULL) MPI_Comm_free(&ps->agree);
     free(ps->numel), free(ps->offset), free(ps->host), free(ps->pieces), free(ps->units);
     free(ps->unit_numel), free(ps->unit_block), free(ps->order[0]), free(ps->order[1]);
     free(ps->slots);
@@ -381,38 +396,40 @@ static zoe_status wait_reads(zoe_param_stream *ps, stream_slot *sl, zoe_status s
 }
 
 /* The start of unit u's fetch into slot sl: its weights settled, and with the weights on drives
- * its pieces' reads into the slot's host buffer started. */
+ * its pieces' reads into the slot's host buffer started (a failure of either kept for the end,
+ * which every rank reaches). */
 static zoe_status begin_fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
     const zoe_param_unit *un = &ps->units[u];
     /* The exact DPU schedule's settling: the unit's buckets hold their updated weights (and,
      * on drives, have been written back there). */
-    ZOE_TRY(zoe_optimizer_weights_ready(ps->opt, un->first, un->n));
+    zoe_status st = zoe_optimizer_weights_ready(ps->opt, un->first, un->n);
+    if (st != ZOE_OK && !ps->io) return st;
     sl->unit = u;
     sl->state = SLOT_READING;
     if (!ps->io) return ZOE_OK;
     zoe_drive_io_ticket *tk = ps->tickets + (size_t)(sl - ps->slots) * (size_t)ps->max_runs;
-    zoe_status st = ZOE_OK;
     for (int r = ps->unit_runs[u]; st == ZOE_OK && r < ps->unit_runs[u + 1]; r++) {
         const drive_run *run = &ps->runs[r];
         st = zoe_drive_io_read(ps->io, run->lo, host_buffer(ps, sl) + run->pos, run->bytes,
                                &tk[sl->reads]);
         if (st == ZOE_OK) sl->reads++;
     }
-    if (st != ZOE_OK) {
-        sl->unit = -1, sl->state = SLOT_EMPTY;
-        return wait_reads(ps, sl, st);
-    }
+    /* a failure is the fetch's: its end says it, on every rank at once */
+    sl->failed = st;
     return ZOE_OK;
 }
 
 /* The rest of the fetch of slot sl's unit, on the copy stream: from the host partition (or the
- * slot's host buffer, once its reads landed) to the device, gathered over DP. */
+ * slot's host buffer, once its reads landed) to the device, gathered over DP. With the weights on
+ * drives the fetch fails on every rank or on none (ps->agree). */
 static zoe_status end_fetch(zoe_param_stream *ps, stream_slot *sl) {
     const int u = sl->unit;
     const zoe_param_unit *un = &ps->units[u];
     const int d = ps->dp_size, me = ps->dp_rank;
     if (ps->io) {
-        zoe_status st = wait_reads(ps, sl, ZOE_OK);
+        zoe_status st = wait_reads(ps, sl, sl->failed);
+        sl->failed = ZOE_OK;
+        if (ps->agree != MPI_COMM_NULL) st = zoe_agree(ps->agree, st);
         if (st != ZOE_OK) {
             sl->unit = -1, sl->state = SLOT_EMPTY;
             return st;
