@@ -84,10 +84,10 @@ struct zoe_param_stream {
     void *host_block;             /* zoe_host_alloc's: the ring and up to an alignment before it */
     char *host_ring;              /* num_slots * host_slot, aligned for the drive, in host_block */
     zoe_drive_io_ticket *tickets; /* [num_slots * max_runs] */
-    /* A duplicate of the optimizer's world (MPI_COMM_NULL: one rank): before a fetch's copies and
-     * gather, every rank learns whether any rank's reads failed, so that they all fail the same
-     * fetch, not the failing rank alone with its peers waiting in the gather or, over TP, in the
-     * forward's collectives. Its own communicator: the update worker's collectives run beside. */
+    /* The optimizer's grid's world (MPI_COMM_NULL: one rank): before a fetch's copies and gather,
+     * every rank learns whether any rank's reads failed, so that they all fail the same fetch, not
+     * the failing rank alone with its peers waiting in the gather or, over TP, in the forward's
+     * collectives. Every rank acquires the same units in the same order. */
     MPI_Comm agree;
 };
 
@@ -301,9 +301,9 @@ static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
     ps->io = zoe_weights_drive_io(ps->opt);
     if (!ps->io) return ZOE_OK;
     MPI_Comm world = zoe_grid_world_comm(ps->opt->grid);
-    int ranks, rc = MPI_Comm_size(world, &ranks);
-    if (rc == MPI_SUCCESS && ranks > 1) rc = MPI_Comm_dup(world, &ps->agree);
-    if (rc != MPI_SUCCESS) return zoe_fail_mpi(rc, "MPI_Comm_dup for the weight stream's reads");
+    int ranks;
+    MPI_Comm_size(world, &ranks);
+    if (ranks > 1) ps->agree = world;
     ZOE_TRY(build_drive_plan(ps));
     return ZOE_OK;
 }
@@ -359,7 +359,6 @@ void zoe_param_stream_destroy(zoe_param_stream *ps) {
     zoe_device_free(ps->dev, ps->staging);
     zoe_stream_destroy(ps->copy);
     zoe_comm_destroy(ps->dp);
-    if (ps->agree != MPI_COMM_NULL) MPI_Comm_free(&ps->agree);
     free(ps->numel), free(ps->offset), free(ps->host), free(ps->pieces), free(ps->units);
     free(ps->unit_numel), free(ps->unit_block), free(ps->order[0]), free(ps->order[1]);
     free(ps->slots);
