@@ -21,10 +21,10 @@
  * host state, ends with the uninterrupted run's losses and bytes.
  *
  * Weights on drives too (--offload-params nvme, docs/nvme.md "Weights on drives"): every case of
- * the schedule x state matrix above (under a sanitizer, the half whose gradient stays on the
- * host: each schedule once) makes a third run, with the state and the weights on drives
- * (streamed from there, recomputation as in the other two runs), checked against the same
- * host-resident run. Its optimizer holds no copy of the weights in host memory: against
+ * the schedule x state matrix above (under a sanitizer, the half whose gradient is on drives
+ * too: each schedule once) makes a third run, with the state and the weights on drives
+ * (streamed from there, recomputation as in the other two runs) and the gradient where the
+ * second run has it, checked against the same host-resident run. Its optimizer holds no copy of the weights in host memory: against
  * --offload-params cpu with state on drives, the pinned bytes lose the partition's weights, the
  * drive bytes gain them, and the host bytes gain less than half of them (the state ring's
  * buckets carry their weights).
@@ -42,9 +42,13 @@
  * what the host-resident run saved at that step; the same with a write error of the gradient
  * path (the accumulation's write of a bucket's partition to its region); with the weights on
  * drives the error is injected on the last rank alone, at the first weight it reads in the next
- * forward, so its weight stream's read fails, and every rank's step with it (none waits). The
- * weights and the gradient on drives together are refused (not built yet), so the third run of a
- * case with the gradient on drives keeps it in host memory. */
+ * forward, so its weight stream's read fails, and every rank's step with it (none waits).
+ *
+ * All three on drives (the state, the weights and the gradient): the third run of every case
+ * whose gradient is on drives, fp32 under plain and dc (the stale update writes its new master
+ * over the gradient partition it read, and the refresh pages it from there beside the weights),
+ * int8 under off, predict and exact; and the host save resumed into drives, so the load refills
+ * all three (exact schedule, clipping every step: undo and redo read both through the pages). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +77,7 @@ typedef struct nvme_case {
 enum { HOST, STATE_ON_DRIVES, WEIGHTS_ON_DRIVES, MODES };
 static const char *const mode_names[MODES] = {"in host memory", "state on drives",
                                               "state and weights on drives"};
+/* (the gradient on drives too in either drive mode where the case asks, nvme_case.grads) */
 
 static const char *schedule_name(const nvme_case *k) {
     if (!k->dpu) return "off";
@@ -102,8 +107,7 @@ static void config(zoe_train_config *c, const nvme_case *k, int dp, int mode, co
     }
     if (mode == HOST) return;
     c->offload = ZOE_OFFLOAD_NVME;
-    c->offload_grads =
-        k->grads && mode == STATE_ON_DRIVES ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
+    c->offload_grads = k->grads ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
     if (mode == WEIGHTS_ON_DRIVES) c->offload_params = ZOE_OFFLOAD_PARAMS_NVME;
     c->nvme_ahead = 1 + k->schedule % 2;
     const char *paths[] = {"/dev/shm", disk};
@@ -205,17 +209,17 @@ static void equality_case(MPI_Comm comm, const nvme_case *k, int dp, const char 
 }
 
 /* Saved at SAVE_AT with state on drives (from = 1) or in host memory, resumed the other way,
- * against the uninterrupted run in the saving mode. A host save resumes with the weights on
- * drives as well, so that the load refills both. */
+ * against the uninterrupted run in the saving mode. The drives hold the gradient partition too;
+ * a host save resumes with the weights on drives as well, so that the load refills all three. */
 static void resume_case(MPI_Comm comm, const nvme_case *k, int dp, int from, const char *disk) {
     char what[160], root[3][256], dir[2][300], saved[300];
     snprintf(what, sizeof what, "TP %d x DP %d: saved %s, resumed %s", k->tp, dp,
              from ? "with state on drives" : "without drives",
-             from ? "without" : "with state and weights on drives");
+             from ? "without" : "with state, weights and gradient on drives");
     zoe_train_config c[2];
     for (int m = 0; m < 2; m++)
         config(&c[m], k, dp, !m ? HOST : from ? STATE_ON_DRIVES : WEIGHTS_ON_DRIVES, disk);
-    if (from) c[1].offload_grads = ZOE_OFFLOAD_GRADS_NVME; /* the gradient on drives too */
+    c[1].offload_grads = ZOE_OFFLOAD_GRADS_NVME; /* the gradient on drives too */
     for (int i = 0; i < 3; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
     float whole[STEPS], resumed[STEPS];
     CHECK(run(comm, &c[from], NULL, STEPS, root[0], dir[0], whole) == ZOE_OK, "%s: whole: %s", what,
@@ -379,8 +383,8 @@ int main(int argc, char **argv) {
                                .where = n % 3,
                                .grads = n % 2,
                                /* under a sanitizer the weights' run only where the gradient
-                                * stays on the host (each schedule once, fp32 or int8) */
-                               .weights = !test_sanitized() || n % 2 == 0};
+                                * is on drives too (each schedule once, fp32 or int8) */
+                               .weights = !test_sanitized() || n % 2 == 1};
                 equality_case(comm, &k, dp, disk);
             }
         const nvme_case streamed[3] = {
