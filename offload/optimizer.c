@@ -90,9 +90,6 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
         BAD("params_on_drive without %s: the weights on drives are the host partition of "
             "streamed weights, in the state's scratch space",
             c->params_on_host ? "state_paths" : "params_on_host");
-    if (c->params_on_drive && c->grads_on_drives)
-        BAD("params_on_drive with grads_on_drives: weights and the gradient partition on drives "
-            "together are not built yet (docs/nvme.md)");
     if (c->state_paths && c->state_paths[0] && c->partial_ratio > 0)
         BAD("state_paths with partial_ratio %g: the drives hold the whole partition's state "
             "(partial_ratio 0)",

@@ -176,6 +176,7 @@ typedef struct zoe_state_drive {
     unsigned char *written; /* per bucket: written to the drives once (else it reads as zeros) */
     int cached, dirty;      /* the bucket paged into slot 0 outside the step's stream, -1: none */
     int shown;              /* the bucket the window shows, -1: none */
+    int paging;             /* a paged pass is running (they do not nest) */
     /* the last streamed pass's time blocked on the drives (stats.ms_drive_wait): written by
      * the thread that streams (the update's worker under DPU), read by stats_get */
     _Atomic double ms_wait;

@@ -15,8 +15,10 @@
 #include <string.h>
 #include "kernels/adam.h"
 #include "offload/optimizer_impl.h" /* zoe_weights_drive_io, zoe_weights_drive_offset */
+#include "runtime/agree.h"
 #include "runtime/error.h"
 #include "zoe/comm.h"
+#include "zoe/grid.h"
 
 /* READING: the unit's drive reads are in flight into the slot's host buffer (weights on drives);
  * its copy to the device is not queued yet. */
@@ -28,6 +30,7 @@ typedef struct stream_slot {
     int unit; /* -1: none */
     stream_slot_state state;
     int reads;           /* drive reads in flight (SLOT_READING) */
+    zoe_status failed;   /* the fetch's start failed (SLOT_READING): said when it ends */
     zoe_event *fetched;  /* on the copy stream, after the unit landed */
     zoe_event *released; /* on the compute stream, after the unit's last read */
 } stream_slot;
@@ -78,8 +81,14 @@ struct zoe_param_stream {
     int *unit_runs;               /* [num_units + 1]: unit u's are [unit_runs[u], unit_runs[u+1]) */
     int max_runs;                 /* the most of one unit */
     size_t host_slot;             /* bytes of a slot's host buffer */
-    char *host_ring;              /* num_slots * host_slot, aligned for the drive */
+    void *host_block;             /* zoe_host_alloc's: the ring and up to an alignment before it */
+    char *host_ring;              /* num_slots * host_slot, aligned for the drive, in host_block */
     zoe_drive_io_ticket *tickets; /* [num_slots * max_runs] */
+    /* The optimizer's grid's world (MPI_COMM_NULL: one rank): before a fetch's copies and gather,
+     * every rank learns whether any rank's reads failed, so that they all fail the same fetch, not
+     * the failing rank alone with its peers waiting in the gather or, over TP, in the forward's
+     * collectives. Every rank acquires the same units in the same order. */
+    MPI_Comm agree;
 };
 
 static size_t max_size(size_t a, size_t b) {
@@ -211,12 +220,22 @@ static zoe_status build_drive_plan(zoe_param_stream *ps) {
     }
     ps->unit_runs[nu] = n;
     ps->host_slot = max_size(ps->host_slot, align);
-    ps->host_ring = zoe_drive_io_buffer_alloc((size_t)ps->num_slots * ps->host_slot);
     ps->tickets = calloc((size_t)ps->num_slots * (size_t)max_size((size_t)ps->max_runs, 1),
                          sizeof *ps->tickets);
-    if (!ps->host_ring || !ps->tickets)
-        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream's host ring of %d x %zu bytes",
-                        ps->num_slots, ps->host_slot);
+    if (!ps->tickets)
+        return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream's drive reads of %d units", nu);
+    /* Page-locked (zoe_host_alloc), as the plan counts it: on CUDA a copy to the device from
+     * pageable memory goes through the driver's own pinned bounce buffer, synchronously and at a
+     * fraction of the link's bandwidth, and the stream would not overlap. On the CPU backend the
+     * same call gives plain memory, counted as pinned there too. O_DIRECT wants the buffers
+     * aligned to the drive's alignment, which the allocation does not promise (cudaMallocHost's
+     * pages are, its pageable fall-back past the pin limit and the CPU backend's memory below
+     * 4 MiB are 64-byte aligned): the ring is asked one alignment more and starts at the first
+     * aligned byte inside it. */
+    const size_t ring = (size_t)ps->num_slots * ps->host_slot;
+    ZOE_TRY(zoe_host_alloc_for(ps->dev, ring + align, "the weight stream's host ring",
+                               &ps->host_block));
+    ps->host_ring = (char *)ps->host_block + (align - (uintptr_t)ps->host_block % align) % align;
     zoe_log(ZOE_LOG_DEBUG, "weight stream: weights on drives, a host ring of %d units of %zu bytes",
             ps->num_slots, ps->host_slot);
     return ZOE_OK;
@@ -280,7 +299,12 @@ static zoe_status create(zoe_param_stream *ps, MPI_Comm dp_group) {
     }
     if (d > 1) ZOE_TRY(device_buffer(ps, (size_t)d * block, &ps->staging));
     ps->io = zoe_weights_drive_io(ps->opt);
-    if (ps->io) ZOE_TRY(build_drive_plan(ps));
+    if (!ps->io) return ZOE_OK;
+    MPI_Comm world = zoe_grid_world_comm(ps->opt->grid);
+    int ranks;
+    MPI_Comm_size(world, &ranks);
+    if (ranks > 1) ps->agree = world;
+    ZOE_TRY(build_drive_plan(ps));
     return ZOE_OK;
 }
 
@@ -305,6 +329,7 @@ zoe_status zoe_param_stream_create(zoe_optimizer *opt, MPI_Comm dp_group, zoe_de
                         zoe_dtype_name(cfg->dtype), zoe_dtype_name(host_dtype));
     zoe_param_stream *ps = calloc(1, sizeof *ps);
     if (!ps) return zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "weight stream");
+    ps->agree = MPI_COMM_NULL;
     ps->cfg = *cfg;
     ps->opt = opt, ps->dev = dev, ps->compute = compute;
     ps->esz = zoe_dtype_size(cfg->dtype);
@@ -338,7 +363,7 @@ void zoe_param_stream_destroy(zoe_param_stream *ps) {
     free(ps->unit_numel), free(ps->unit_block), free(ps->order[0]), free(ps->order[1]);
     free(ps->slots);
     free(ps->host_pos), free(ps->runs), free(ps->unit_runs), free(ps->tickets);
-    zoe_drive_io_buffer_free(ps->host_ring);
+    zoe_host_free(ps->dev, ps->host_block);
     free(ps);
 }
 
@@ -370,38 +395,40 @@ static zoe_status wait_reads(zoe_param_stream *ps, stream_slot *sl, zoe_status s
 }
 
 /* The start of unit u's fetch into slot sl: its weights settled, and with the weights on drives
- * its pieces' reads into the slot's host buffer started. */
+ * its pieces' reads into the slot's host buffer started (a failure of either kept for the end,
+ * which every rank reaches). */
 static zoe_status begin_fetch(zoe_param_stream *ps, int u, stream_slot *sl) {
     const zoe_param_unit *un = &ps->units[u];
     /* The exact DPU schedule's settling: the unit's buckets hold their updated weights (and,
      * on drives, have been written back there). */
-    ZOE_TRY(zoe_optimizer_weights_ready(ps->opt, un->first, un->n));
+    zoe_status st = zoe_optimizer_weights_ready(ps->opt, un->first, un->n);
+    if (st != ZOE_OK && !ps->io) return st;
     sl->unit = u;
     sl->state = SLOT_READING;
     if (!ps->io) return ZOE_OK;
     zoe_drive_io_ticket *tk = ps->tickets + (size_t)(sl - ps->slots) * (size_t)ps->max_runs;
-    zoe_status st = ZOE_OK;
     for (int r = ps->unit_runs[u]; st == ZOE_OK && r < ps->unit_runs[u + 1]; r++) {
         const drive_run *run = &ps->runs[r];
         st = zoe_drive_io_read(ps->io, run->lo, host_buffer(ps, sl) + run->pos, run->bytes,
                                &tk[sl->reads]);
         if (st == ZOE_OK) sl->reads++;
     }
-    if (st != ZOE_OK) {
-        sl->unit = -1, sl->state = SLOT_EMPTY;
-        return wait_reads(ps, sl, st);
-    }
+    /* a failure is the fetch's: its end says it, on every rank at once */
+    sl->failed = st;
     return ZOE_OK;
 }
 
 /* The rest of the fetch of slot sl's unit, on the copy stream: from the host partition (or the
- * slot's host buffer, once its reads landed) to the device, gathered over DP. */
+ * slot's host buffer, once its reads landed) to the device, gathered over DP. With the weights on
+ * drives the fetch fails on every rank or on none (ps->agree). */
 static zoe_status end_fetch(zoe_param_stream *ps, stream_slot *sl) {
     const int u = sl->unit;
     const zoe_param_unit *un = &ps->units[u];
     const int d = ps->dp_size, me = ps->dp_rank;
     if (ps->io) {
-        zoe_status st = wait_reads(ps, sl, ZOE_OK);
+        zoe_status st = wait_reads(ps, sl, sl->failed);
+        sl->failed = ZOE_OK;
+        if (ps->agree != MPI_COMM_NULL) st = zoe_agree(ps->agree, st);
         if (st != ZOE_OK) {
             sl->unit = -1, sl->state = SLOT_EMPTY;
             return st;

@@ -222,11 +222,9 @@ static int bucket_of(const zoe_state_drive *d, size_t h) {
 
 /* The paged passes: fn over [h0, h1) a bucket at a time, with the bucket's state (with_state)
  * and gradient partition grad_buf (-1: none) shown. */
-static zoe_status paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
-                        int grad_write, int with_state, zoe_span_fn fn, void *ctx) {
+static zoe_status paged_pass(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
+                             int grad_write, int with_state, zoe_span_fn fn, void *ctx) {
     zoe_state_drive *d = opt->drive;
-    if (h0 >= h1) return ZOE_OK;
-    if (!d) return fn(opt, h0, h1, ctx);
     show_grads(opt, grad_buf, grad_write);
     for (int b = bucket_of(d, h0); b < d->num_buckets && d->h0[b] < h1; b++) {
         size_t a = d->h0[b] > h0 ? d->h0[b] : h0, e = zoe_min_size(d->h0[b] + d->numel[b], h1);
@@ -242,6 +240,23 @@ static zoe_status paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, int
     /* Weights on drives are read from the drive by the weight stream, not through these pages:
      * what was written goes back at once. */
     return opt->sz.weights_on_drive ? put_back(opt) : ZOE_OK;
+}
+
+/* A pass never runs inside another's fn: both page through slot 0, and the inner one would show
+ * another gradient partition (or none) and put the outer one's bucket back. What needs the
+ * weights and a gradient partition at once asks one pass for both (zoe_state_paged_grads). */
+static zoe_status paged(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,
+                        int grad_write, int with_state, zoe_span_fn fn, void *ctx) {
+    zoe_state_drive *d = opt->drive;
+    if (h0 >= h1) return ZOE_OK;
+    if (!d) return fn(opt, h0, h1, ctx);
+    if (d->paging)
+        return zoe_fail(ZOE_ERR_INTERNAL,
+                        "a paged pass over the drives' state [%zu, %zu) inside another", h0, h1);
+    d->paging = 1;
+    zoe_status st = paged_pass(opt, h0, h1, write, grad_buf, grad_write, with_state, fn, ctx);
+    d->paging = 0;
+    return st;
 }
 
 zoe_status zoe_state_paged_grads(zoe_optimizer *opt, size_t h0, size_t h1, int write, int grad_buf,

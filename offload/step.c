@@ -499,6 +499,14 @@ static zoe_status upload_swapped(zoe_optimizer *opt, size_t a, size_t e, void *c
                                 opt->stream);
 }
 
+/* The same where the weights are on drives: the pass shows the bucket's weights beside its
+ * gradient (a copy into the parameters would page them in a second pass, inside this one). */
+static zoe_status swapped_into_weights(zoe_optimizer *opt, size_t a, size_t e, void *ctx) {
+    (void)ctx;
+    memcpy(zoe_params_at(opt, a), zoe_host_grad_at(opt, opt->flight_buf, a), (e - a) * opt->esz);
+    return ZOE_OK;
+}
+
 zoe_status zoe_update_wait(zoe_optimizer *opt) {
     ZOE_TRY(zoe_spec_cancel(opt)); /* ZOE_DPU_EXACT: nothing of a step half done */
     opt->stats.ms_wait = 0;
@@ -508,7 +516,10 @@ zoe_status zoe_update_wait(zoe_optimizer *opt) {
     opt->stats.ms_wait = zoe_clock_ms() - t0;
     /* On the CPU backend the update left the new weights where it read the gradient (the
      * snapshot, or the fp32 gradient partition); the forward that read the old ones is done. */
-    if (zoe_params_in_host_memory(opt) && opt->sz.dpu_swap)
+    if (zoe_params_in_host_memory(opt) && opt->sz.dpu_swap && opt->sz.weights_on_drive)
+        ZOE_TRY(zoe_state_paged_grads(opt, 0, opt->sz.h_numel, 1, opt->flight_buf, 0,
+                                      swapped_into_weights, NULL));
+    else if (zoe_params_in_host_memory(opt) && opt->sz.dpu_swap)
         ZOE_TRY(zoe_grads_paged(opt, 0, opt->sz.h_numel, opt->flight_buf, 0, upload_swapped, NULL));
     else if (zoe_params_in_host_memory(opt))
         ZOE_TRY(zoe_partition_upload(opt, 0, opt->h_snap, opt->lay.part_numel, opt->stream));
@@ -571,15 +582,14 @@ static zoe_status stage_prediction(zoe_optimizer *opt) {
     return zoe_stream_synchronize(opt->update_stream);
 }
 
-/* Partition coordinates [a, e) of the parameter buffer's weights into where the due refresh
- * reads them: staged (the snapshot), or NULL: the gradient partition flight_buf (dpu_swap), shown
- * from a on drives. */
+/* Partition coordinates [a, e) of the parameter buffer's weights (shown from a where they are
+ * on drives) into where the due refresh reads them: staged (the snapshot), or NULL: the gradient
+ * partition flight_buf (dpu_swap), shown from a on drives. */
 static zoe_status stage_params(zoe_optimizer *opt, size_t a, size_t e, void *staged) {
     for (zoe_slices it = zoe_slices_of(&opt->lay, opt->dp_rank, a, e - a); zoe_slices_next(&it);) {
         char *to = staged ? (char *)staged + it.x * opt->esz
                           : (char *)zoe_host_grad_at(opt, opt->flight_buf, it.x);
-        memcpy(to, (const char *)opt->params + zoe_weights_index(opt, it.x, it.flat) * opt->esz,
-               it.len * opt->esz);
+        memcpy(to, zoe_params_at(opt, zoe_weights_index(opt, it.x, it.flat)), it.len * opt->esz);
     }
     return ZOE_OK;
 }
@@ -592,13 +602,13 @@ zoe_status zoe_optimizer_defer_refresh(zoe_optimizer *opt) {
      * fp32 gradient partition the update wrote over (fp32) or the compute-dtype snapshot. The
      * parameter buffer still holds them (refresh_params), so they are staged from there. */
     const zoe_state_sizes *z = &opt->sz;
-    /* Weights on drives (never with the gradient there too: refused together) are copied out
-     * of the drives' pages; otherwise from the parameter buffer. */
+    /* Weights on drives are read from the drives' pages: one pass shows a bucket's weights and
+     * its gradient partition, in host memory or on drives, and writes the latter back. */
     if (zoe_params_in_host_memory(opt) && z->h_numel && z->dpu_swap) {
         opt->flight_buf = opt->grad_buf ^ 1; /* never the one gradients fill */
         if (z->weights_on_drive)
-            ZOE_TRY(zoe_optimizer_params_copy(opt, 0, opt->lay.part_numel,
-                                              opt->h_grad[opt->flight_buf], 0));
+            ZOE_TRY(zoe_state_paged_grads(opt, 0, z->h_numel, 0, opt->flight_buf, 1, stage_params,
+                                          NULL));
         else
             ZOE_TRY(zoe_grads_paged(opt, 0, z->h_numel, opt->flight_buf, 1, stage_params, NULL));
     } else if (zoe_params_in_host_memory(opt) && z->h_numel && opt->h_snap) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "engine/checkpoint/directory.h"
 #include "kernels/adam_state.h"
+#include "runtime/agree.h"
 #include "runtime/error.h"
 
 void ckpt_runs_free(ckpt_runs *r) {
@@ -74,17 +75,7 @@ uint64_t ckpt_hash_elements(uint64_t salt, uint64_t gidx, const void *data, uint
 }
 
 zoe_status ckpt_agree(MPI_Comm comm, zoe_status st) {
-    int rank, first = INT_MAX;
-    MPI_Comm_rank(comm, &rank);
-    int mine = st != ZOE_OK ? rank : INT_MAX;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-    if (first == INT_MAX) return ZOE_OK;
-    char msg[1024] = "";
-    int code = (int)st;
-    if (rank == first) snprintf(msg, sizeof msg, "%s", zoe_last_error());
-    MPI_Bcast(&code, 1, MPI_INT, first, comm);
-    MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, comm);
-    return rank == first ? st : zoe_fail((zoe_status)code, "%s", msg);
+    return zoe_agree(comm, st);
 }
 
 /* Bytes this process has written through checkpoints, for the crash hook. */

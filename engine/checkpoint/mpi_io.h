@@ -76,7 +76,7 @@ uint64_t ckpt_hash_elements(uint64_t salt, uint64_t gidx, const void *data, uint
                             size_t elem_size);
 
 /* Every rank of comm learns whether any failed, with the status and message of the lowest
- * failing rank (a rank that only stopped because another failed says nothing useful). */
+ * failing rank (runtime/agree.h's zoe_agree). */
 zoe_status ckpt_agree(MPI_Comm comm, zoe_status st);
 
 /* Creates path, reserves its bytes (rank 0, posix_fallocate), writes table's header (rank 0)

@@ -786,11 +786,6 @@ static zoe_status check_nvme(const zoe_train_config *c) {
                         "--offload-grads=%s without --offload nvme: the gradient partition goes "
                         "to the state's drives",
                         offload_grads_names[c->offload_grads]);
-    if (c->offload_params == ZOE_OFFLOAD_PARAMS_NVME && c->offload_grads == ZOE_OFFLOAD_GRADS_NVME)
-        return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,
-                        "--offload-params=nvme with --offload-grads=nvme: weights and the "
-                        "gradient partition on drives together are not built yet (one of them "
-                        "at a time: docs/nvme.md)");
     if (c->offload != ZOE_OFFLOAD_NVME) {
         if (c->nvme_path[0])
             return zoe_fail(ZOE_ERR_INVALID_ARGUMENT,

@@ -43,6 +43,12 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     args.config = &one_slot;
     zoe_optimizer_footprint slot;
     if (st == ZOE_OK) st = zoe_optimizer_footprint_of(&args, &slot);
+    /* the weights on drives: what they would take in pinned host memory */
+    zoe_optimizer_config weights_on_host = oc;
+    weights_on_host.params_on_drive = 0;
+    args.config = &weights_on_host;
+    zoe_optimizer_footprint on_host = f;
+    if (st == ZOE_OK && oc.params_on_drive) st = zoe_optimizer_footprint_of(&args, &on_host);
     free(numel);
     ZOE_TRY(st);
     size_t esz = zoe_dtype_size(c->dtype);
@@ -52,9 +58,9 @@ zoe_status zoe_plan_optimizer_of(const zoe_train_config *c, const zoe_gpt *g, in
     out->device_other = (double)f.device_bytes - out->device_params - out->device_ring;
     out->host = (double)f.host_bytes;
     out->pinned = (double)f.pinned_bytes;
-    out->params_host = (double)f.params_host_bytes;
+    out->params_host = (double)on_host.params_host_bytes;
     out->state_bytes = (double)f.state_bytes;
-    out->pinned_master = (double)f.pinned_master_bytes;
+    out->pinned_master = (double)on_host.pinned_master_bytes;
     out->grads_bytes = (double)f.grads_bytes;
     out->bucket_part_numel = f.bucket_part_numel;
     out->drive_bytes = (double)f.drive_bytes;

@@ -113,7 +113,9 @@ static void train_config_of(const zoe_plan_config *p, int grads, zoe_train_confi
     c->exp_avg_dtype = p->exp_avg_dtype;
     c->exp_avg_sq_dtype = p->exp_avg_sq_dtype;
     c->dpu_schedule = p->dpu_schedule;
-    c->offload_params = streamed(p) ? ZOE_OFFLOAD_PARAMS_CPU : ZOE_OFFLOAD_PARAMS_NONE;
+    c->offload_params = weights_on_drives(p) ? ZOE_OFFLOAD_PARAMS_NVME
+                        : streamed(p)        ? ZOE_OFFLOAD_PARAMS_CPU
+                                             : ZOE_OFFLOAD_PARAMS_NONE;
     if (state_on_drives(p)) { /* the optimizer sizes its drive regions and host ring itself */
         c->offload = ZOE_OFFLOAD_NVME;
         snprintf(c->nvme_path, sizeof c->nvme_path, "drives"); /* sizes only: nothing opens it */
@@ -284,10 +286,9 @@ static void drive_sizes(const zoe_plan_config *p, const zoe_plan_optimizer *o, i
     r->drive.state_bytes = o->state_bytes - (weights_on_drives(p) ? 0.0 : o->pinned_master);
     r->drive.weights_bytes = weights_on_drives(p) ? o->params_host : 0.0;
     r->drive.grads_bytes = grads ? o->grads_bytes : 0.0;
-    /* the optimizer's own scratch bytes (its state and, with grads, its gradient regions), and
-     * the weights' */
-    r->drive.per_rank =
-        o->drive_bytes + (weights_on_drives(p) ? o->pinned_master : 0.0) + r->drive.weights_bytes;
+    /* the optimizer's own scratch bytes: its state and, with grads, its gradient regions, with
+     * the weights their weights */
+    r->drive.per_rank = o->drive_bytes;
     r->drive.total = r->drive.per_rank * ranks;
     r->drive.capacity = hw->drives * hw->drive_bytes;
     r->drive.available = r->drive.capacity * (1.0 - DRIVE_RESERVE);
@@ -347,8 +348,8 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     /* The drive tier takes off the host the state in plain memory, the gradient where it goes
      * too, and with the weights the pinned ones (a master that is the weights, or their copy),
      * and puts there the rings that stream them (docs/plan.md, "Drives"). */
-    /* (o->host, from the optimizer's sizing, holds the ring and not what the drives hold) */
-    const double pinned_on_drives = weights_on_drives(p) ? o->pinned_master + o->params_host : 0.0;
+    /* (o->host and o->pinned, from the optimizer's sizing, hold the ring and not what the
+     * drives hold) */
     r->host.optimizer_per_rank = o->host;
     /* Besides the optimizer's (with streamed weights, their host copy among them): an evaluation
      * under a stale DPU schedule keeps the parameter buffer it must put back, on the device or
@@ -357,7 +358,7 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
     double params_buffer =
         streamed(p) ? (double)o->part_numel * zoe_dtype_size(p->dtype) : o->device_params;
-    r->host.pinned_per_rank = o->pinned - pinned_on_drives + r->drive.weights_ring +
+    r->host.pinned_per_rank = o->pinned + r->drive.weights_ring +
                               (p->checkpoints ? (double)zoe_ckpt_round_bytes() : 0.0);
     /* On the CPU backend the device is host memory, and so are the kernels' workspace, the
      * MPI staging of 16-bit collectives and the packing of those past INT_MAX elements. */

@@ -28,7 +28,10 @@ typedef struct zoe_plan_optimizer {
     double adam_ns_per_param;      /* one core's arithmetic of the host step per element */
     /* The drive tier's pieces, from the footprint: of the host share, the state arrays (master,
      * moments, scales), of them a master held pinned as the streamed weights, the gradient
-     * partitions; the largest bucket's partition in elements. */
+     * partitions; the largest bucket's partition in elements. With the weights on drives,
+     * params_host and pinned_master are what the weights would pin in host memory (the layout
+     * with them there): what the drives hold of them, and move; the other figures are the
+     * layout's as allocated. */
     double state_bytes, pinned_master, grads_bytes;
     size_t bucket_part_numel;
     /* State on drives: the optimizer's scratch bytes and its host ring (and gradient staging),

@@ -147,11 +147,14 @@ static void check_terms(const char *what, zoe_plan_config p, int grads) {
           "%s: step %.3f s, host step %.3f, below the drives' %.3f or the update's %.3f", what,
           r.time.step, r.time.host_adam, host_step + stream, host.time.host_adam);
     /* the host: the host tier's less what went to the drives, plus the rings: the optimizer's
-     * 5 slots of a bucket's state in plain memory and gradient (its arrays each padded to 4096
-     * bytes), and with the gradient ZOE_GRAD_STAGE_SLOTS staging buckets of it (the one summed,
-     * the one written, those read ahead) */
+     * 5 slots of a bucket's state in plain memory, its weights where they are on the drives
+     * (the master that is them, or their copy), and its gradient (its arrays each padded to
+     * 4096 bytes), and with the gradient ZOE_GRAD_STAGE_SLOTS staging buckets of it (the one
+     * summed, the one written, those read ahead) */
     const double plain = state_all - (master_is_weights ? 2 * P : 0);
-    const double per_element = (plain + G) / P, staged = ZOE_GRAD_STAGE_SLOTS * G / P;
+    const double paged_weights = weights ? (master_is_weights ? 2 * P : esz * P) : 0;
+    const double per_element = (plain + paged_weights + G) / P,
+                 staged = ZOE_GRAD_STAGE_SLOTS * G / P;
     const double ring = r.drive.state_ring;
     double largest = fmax(4 * h * h / t, padded / t * h); /* fc1's or the embedding's shard */
     const double bucket = fmax(largest, 16.0 * (1 << 20) / esz);
@@ -160,7 +163,7 @@ static void check_terms(const char *what, zoe_plan_config p, int grads) {
                   (5 * per_element + staged) * (bucket / d) + (5 * 6 + ZOE_GRAD_STAGE_SLOTS) * 4096,
           "%s: the state ring %.0f outside %.2f bytes x [%.0f, %.0f] elements", what, ring,
           5 * per_element + staged, largest / d, bucket / d);
-    const double pinned = weights ? (master_is_weights ? 2 * P : esz * P) : 0;
+    const double pinned = paged_weights;
     const double wring = weights ? (r.stream.prefetch + 2) * fmax(part, emb) / d : 0;
     CHECK(r.drive.weights_ring == wring &&
               rel(r.host.optimizer_per_rank, host.host.optimizer_per_rank - plain - G + ring) <

@@ -166,12 +166,13 @@ def test_state_on_drives_same_run():
 
 @needs_ref
 def test_weights_on_drives_same_run():
-    """offload_params="nvme": the state and the weights on a disk directory, the weights streamed
-    from there (recomputation as in the reference run): zoe-train's resident run to the bit."""
+    """offload_params="nvme" and offload_grads="nvme": the state, the weights and the gradient
+    partition on a disk directory, the weights streamed from there (recomputation as in the
+    reference run): zoe-train's resident run to the bit."""
     disk = rank0_dir("drive-weights")
     os.makedirs(disk, exist_ok=True)
-    options = dict(RUN, offload="nvme", offload_params="nvme", nvme_path=[disk],
-                   recompute=RUN.get("recompute", False))
+    options = dict(RUN, offload="nvme", offload_params="nvme", offload_grads="nvme",
+                   nvme_path=[disk], recompute=RUN.get("recompute", False))
     with zoe.Trainer(comm=comm_world(), **options) as trainer:
         stats = train_steps(trainer, 0, 6, {6: rank0_dir("py-drive-weights")})
         trainer.finalize()

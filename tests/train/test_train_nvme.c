@@ -21,10 +21,10 @@
  * host state, ends with the uninterrupted run's losses and bytes.
  *
  * Weights on drives too (--offload-params nvme, docs/nvme.md "Weights on drives"): every case of
- * the schedule x state matrix above (under a sanitizer, the half whose gradient stays on the
- * host: each schedule once) makes a third run, with the state and the weights on drives
- * (streamed from there, recomputation as in the other two runs), checked against the same
- * host-resident run. Its optimizer holds no copy of the weights in host memory: against
+ * the schedule x state matrix above (under a sanitizer, the half whose gradient is on drives
+ * too: each schedule once) makes a third run, with the state and the weights on drives
+ * (streamed from there, recomputation as in the other two runs) and the gradient where the
+ * second run has it, checked against the same host-resident run. Its optimizer holds no copy of the weights in host memory: against
  * --offload-params cpu with state on drives, the pinned bytes lose the partition's weights, the
  * drive bytes gain them, and the host bytes gain less than half of them (the state ring's
  * buckets carry their weights).
@@ -41,9 +41,14 @@
  * step with ZOE_ERR_IO naming the scratch file, and the checkpoint saved before it still holds
  * what the host-resident run saved at that step; the same with a write error of the gradient
  * path (the accumulation's write of a bucket's partition to its region); with the weights on
- * drives the error is injected at the first weight the next forward reads, so the weight
- * stream's read fails. The weights and the gradient on drives together are refused (not built
- * yet), so the third run of a case with the gradient on drives keeps it in host memory. */
+ * drives the error is injected on the last rank alone, at the first weight it reads in the next
+ * forward, so its weight stream's read fails, and every rank's step with it (none waits).
+ *
+ * All three on drives (the state, the weights and the gradient): the third run of every case
+ * whose gradient is on drives, fp32 under plain and dc (the stale update writes its new master
+ * over the gradient partition it read, and the refresh pages it from there beside the weights),
+ * int8 under off, predict and exact; and the host save resumed into drives, so the load refills
+ * all three (exact schedule, clipping every step: undo and redo read both through the pages). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +77,7 @@ typedef struct nvme_case {
 enum { HOST, STATE_ON_DRIVES, WEIGHTS_ON_DRIVES, MODES };
 static const char *const mode_names[MODES] = {"in host memory", "state on drives",
                                               "state and weights on drives"};
+/* (the gradient on drives too in either drive mode where the case asks, nvme_case.grads) */
 
 static const char *schedule_name(const nvme_case *k) {
     if (!k->dpu) return "off";
@@ -101,8 +107,7 @@ static void config(zoe_train_config *c, const nvme_case *k, int dp, int mode, co
     }
     if (mode == HOST) return;
     c->offload = ZOE_OFFLOAD_NVME;
-    c->offload_grads =
-        k->grads && mode == STATE_ON_DRIVES ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
+    c->offload_grads = k->grads ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
     if (mode == WEIGHTS_ON_DRIVES) c->offload_params = ZOE_OFFLOAD_PARAMS_NVME;
     c->nvme_ahead = 1 + k->schedule % 2;
     const char *paths[] = {"/dev/shm", disk};
@@ -204,17 +209,17 @@ static void equality_case(MPI_Comm comm, const nvme_case *k, int dp, const char 
 }
 
 /* Saved at SAVE_AT with state on drives (from = 1) or in host memory, resumed the other way,
- * against the uninterrupted run in the saving mode. A host save resumes with the weights on
- * drives as well, so that the load refills both. */
+ * against the uninterrupted run in the saving mode. The drives hold the gradient partition too;
+ * a host save resumes with the weights on drives as well, so that the load refills all three. */
 static void resume_case(MPI_Comm comm, const nvme_case *k, int dp, int from, const char *disk) {
     char what[160], root[3][256], dir[2][300], saved[300];
     snprintf(what, sizeof what, "TP %d x DP %d: saved %s, resumed %s", k->tp, dp,
              from ? "with state on drives" : "without drives",
-             from ? "without" : "with state and weights on drives");
+             from ? "without" : "with state, weights and gradient on drives");
     zoe_train_config c[2];
     for (int m = 0; m < 2; m++)
         config(&c[m], k, dp, !m ? HOST : from ? STATE_ON_DRIVES : WEIGHTS_ON_DRIVES, disk);
-    if (from) c[1].offload_grads = ZOE_OFFLOAD_GRADS_NVME; /* the gradient on drives too */
+    c[1].offload_grads = ZOE_OFFLOAD_GRADS_NVME; /* the gradient on drives too */
     for (int i = 0; i < 3; i++) ckpt_test_tmpdir(comm, root[i], sizeof root[i]);
     float whole[STEPS], resumed[STEPS];
     CHECK(run(comm, &c[from], NULL, STEPS, root[0], dir[0], whole) == ZOE_OK, "%s: whole: %s", what,
@@ -270,8 +275,10 @@ static void fault_grads_case(MPI_Comm comm, int tp, int dp, const char *disk) {
 
 /* A read error of the drive in the step after a save: the step fails naming the scratch file,
  * and the save holds what a host-resident run saves at that step. weights: with the weights on
- * drives, the error at the first weight of tensor 0 (the embedding, which the forward reads
- * first), so that the weight stream's read fails and names that offset. */
+ * drives, the error on the last rank alone, at the first weight it reads (its piece of the first
+ * tensor it holds any of), so that its weight stream's read fails: every rank's step must fail
+ * with that read's error, naming its offset, none left waiting in the fetch's gather over DP or
+ * in the forward's collectives over TP. */
 static void fault_case(MPI_Comm comm, int tp, int dp, int weights, const char *disk) {
     nvme_case k = {.tp = tp, .where = 1};
     zoe_train_config c[2];
@@ -287,24 +294,32 @@ static void fault_case(MPI_Comm comm, int tp, int dp, int weights, const char *d
     CHECK(st == ZOE_OK, "fault: the run before the fault: %s", zoe_last_error());
     if (st == ZOE_OK) {
         zoe_optimizer *opt = zoe_trainer_optimizer(s.tr);
-        size_t at = 0, first, count, x, contiguous;
+        int rank, ranks;
+        MPI_Comm_rank(comm, &rank);
+        MPI_Comm_size(comm, &ranks);
+        unsigned long long at = 0;
         if (weights) {
-            CHECK(zoe_optimizer_tensor_shard(opt, 0, &first, &count, &x) == ZOE_OK && count > 0,
-                  "fault: this rank holds none of tensor 0");
-            CHECK(zoe_weights_drive_offset(opt, x, &at, &contiguous) == ZOE_OK, "fault: %s",
+            size_t first, count = 0, x = 0, off = 0, contiguous;
+            zoe_status got = ZOE_OK;
+            for (int t = 0; got == ZOE_OK && count == 0; t++)
+                got = zoe_optimizer_tensor_shard(opt, t, &first, &count, &x);
+            CHECK(got == ZOE_OK, "fault: this rank holds no weight: %s", zoe_last_error());
+            CHECK(zoe_weights_drive_offset(opt, x, &off, &contiguous) == ZOE_OK, "fault: %s",
                   zoe_last_error());
-            at = at / 4096 * 4096; /* where the read of its run starts */
+            at = off / 4096 * 4096; /* where the read of its run starts */
+            MPI_Bcast(&at, 1, MPI_UNSIGNED_LONG_LONG, ranks - 1, comm);
         }
-        zoe_drive_io_inject_fault(opt->drive->io, at, 5 /* EIO */);
+        if (!weights || rank == ranks - 1)
+            zoe_drive_io_inject_fault(opt->drive->io, (size_t)at, 5 /* EIO */);
         st = ckpt_session_steps(&s, SAVE_AT + 1, NULL);
         CHECK(st == ZOE_ERR_IO, "fault: the step after the injected read error returned %s",
               zoe_status_string(st));
         CHECK(strstr(zoe_last_error(), "zoe-scratch") != NULL,
               "fault: the error does not name the scratch file: %s", zoe_last_error());
         char offset[64];
-        snprintf(offset, sizeof offset, "(scratch offset %zu)", at);
+        snprintf(offset, sizeof offset, "(scratch offset %llu)", at);
         CHECK(!weights || strstr(zoe_last_error(), offset) != NULL,
-              "fault: the weight stream's read at %zu did not fail: %s", at, zoe_last_error());
+              "fault: the weight stream's read at %llu did not fail: %s", at, zoe_last_error());
     }
     ckpt_session_close(&s);
     ckpt_test_same_files(dir[0], dir[1], "fault: the checkpoint before it");
@@ -368,8 +383,8 @@ int main(int argc, char **argv) {
                                .where = n % 3,
                                .grads = n % 2,
                                /* under a sanitizer the weights' run only where the gradient
-                                * stays on the host (each schedule once, fp32 or int8) */
-                               .weights = !test_sanitized() || n % 2 == 0};
+                                * is on drives too (each schedule once, fp32 or int8) */
+                               .weights = !test_sanitized() || n % 2 == 1};
                 equality_case(comm, &k, dp, disk);
             }
         const nvme_case streamed[3] = {
@@ -381,9 +396,7 @@ int main(int argc, char **argv) {
         nvme_case k = {.tp = tp, .dpu = 1, .schedule = ZOE_DPU_EXACT, .where = 1};
         for (int from = 0; from < 2; from++) resume_case(comm, &k, dp, from, disk);
         fault_grads_case(comm, tp, dp, disk); /* a read of the state, a write of the gradient */
-        /* (at DP 1 only: every rank's first weight read fails in the same fetch, where a rank
-         * holding none of tensor 0 would wait for the others in the gather) */
-        if (dp == 1) fault_case(comm, tp, dp, 1, disk);
+        fault_case(comm, tp, dp, 1, disk);    /* the weights' read, on one rank */
         footprint_case(comm, tp, dp, disk);
     }
     ckpt_test_rmdir(comm, disk);

@@ -618,11 +618,7 @@ static int max_model(const options *o) {
                r.drive.total / 1e12, r.drive.available / 1e12, c->hardware.drives,
                c->hardware.drive_bytes / 1e12, r.drive.grads ? "drives" : "host", r.drive.seconds,
                r.drive.host_step, r.drive.stream);
-    /* the plan prices the whole design; say what zoe-train builds of it (docs/nvme.md) */
-    if (c->state_on_drives && r.drive.grads && c->offload_params == ZOE_PLAN_WEIGHTS_ON_DRIVES)
-        printf("  not built in zoe-train yet (docs/nvme.md): the weights and the gradient "
-               "partition on the drives together (each alone is built)\n");
-    else if (c->state_on_drives && r.drive.grads)
+    if (c->state_on_drives && r.drive.grads)
         printf("  zoe-train puts the gradient partition on the drives with --offload nvme "
                "(--offload-grads auto decides as this plan does; docs/nvme.md)\n");
     if (c->offload_params && strcmp(r.time.bound, "not probed"))

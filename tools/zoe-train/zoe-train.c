@@ -245,15 +245,10 @@ static int plan_run(zoe_train_config *cfg, int world, int rank, int node_gpus, d
     /* --offload-grads auto: the plan's decision (on the drives only where the host cannot hold
      * the gradient partition) */
     if (cfg->offload == ZOE_OFFLOAD_NVME && cfg->offload_grads == ZOE_OFFLOAD_GRADS_AUTO) {
-        /* with the weights on drives too, not built yet: the gradient stays in host memory */
-        int weights_too = cfg->offload_params == ZOE_OFFLOAD_PARAMS_NVME;
-        int drives = r.drive.grads && !weights_too;
-        cfg->offload_grads = drives ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
+        cfg->offload_grads = r.drive.grads ? ZOE_OFFLOAD_GRADS_NVME : ZOE_OFFLOAD_GRADS_CPU;
         if (rank == 0)
             note(notes, notes_cap, "--offload-grads auto: the gradient partition %s\n",
-                 drives        ? "on the drives (the host cannot hold it)"
-                 : weights_too ? "in host memory (with the weights on drives, the gradient on "
-                                 "drives is not built yet: docs/nvme.md)"
+                 r.drive.grads ? "on the drives (the host cannot hold it)"
                                : "in host memory (it fits there)");
     }
     /* streamed weights: the plan's prefetch depth unless --prefetch-layers names one */
