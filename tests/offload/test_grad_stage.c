@@ -15,7 +15,7 @@
  * dropped leave every staging slot free, and the step still matches.
  *
  * A fault injected into a read ahead (zoe_drive_io_inject_fault at the region of the bucket the
- * second micro-batch stages fourth, which is read ahead while the second is summed) fails the
+ * second micro-batch stages fourth, read ahead while its second bucket is summed) fails the
  * micro-batch with ZOE_ERR_IO naming the scratch file and that offset, every bucket up to it
  * read ahead and none at its turn, and the optimizer is destroyed cleanly after it. */
 #include <mpi.h>
@@ -29,7 +29,8 @@
 #include "runtime/error.h"
 
 enum { NT = 9, STEPS = 2, MICRO = 3 };
-/* Buckets of about 8192 elements: some 7 of them, each tensor below it (none split). */
+/* Buckets of about 8192 elements: no two of these tensors fit one, so 9 buckets, a tensor each,
+ * more than the ZOE_GRAD_STAGE_SLOTS staging slots (checked). */
 static const size_t numel[NT] = {5000, 7001, 3000, 9000, 4097, 6000, 2500, 8000, 3333};
 /* the drives: a directory of /tmp, and in it one per optimizer open at once (the scratch files
  * are named by run id and rank) */
