@@ -358,8 +358,8 @@ static void memory(const zoe_plan_config *p, const zoe_plan_model *m, const zoe_
     int stale = p->dpu && p->dpu_schedule != ZOE_DPU_EXACT;
     double params_buffer =
         streamed(p) ? (double)o->part_numel * zoe_dtype_size(p->dtype) : o->device_params;
-    r->host.pinned_per_rank = o->pinned + r->drive.weights_ring +
-                              (p->checkpoints ? (double)zoe_ckpt_round_bytes() : 0.0);
+    r->host.pinned_per_rank =
+        o->pinned + r->drive.weights_ring + (p->checkpoints ? (double)zoe_ckpt_round_bytes() : 0.0);
     /* On the CPU backend the device is host memory, and so are the kernels' workspace, the
      * MPI staging of 16-bit collectives and the packing of those past INT_MAX elements. */
     r->host.other_per_rank =

@@ -24,7 +24,8 @@
  * the schedule x state matrix above (under a sanitizer, the half whose gradient is on drives
  * too: each schedule once) makes a third run, with the state and the weights on drives
  * (streamed from there, recomputation as in the other two runs) and the gradient where the
- * second run has it, checked against the same host-resident run. Its optimizer holds no copy of the weights in host memory: against
+ * second run has it, checked against the same host-resident run. Its optimizer holds no copy of the
+ * weights in host memory: against
  * --offload-params cpu with state on drives, the pinned bytes lose the partition's weights, the
  * drive bytes gain them, and the host bytes gain less than half of them (the state ring's
  * buckets carry their weights).
