@@ -43,6 +43,9 @@ void zoe_state_sizes_of(zoe_backend backend, zoe_dtype dtype, const zoe_layout *
     z.weights_esize = z.weights_on_drive && !z.params_are_master ? zoe_dtype_size(dtype) : 0;
     if (z.drive) {
         z.drive_grads = cfg->grads_on_drives;
+        /* one micro-batch a step reads nothing back: no slot to read ahead into */
+        z.drive_stage_slots = cfg->micro_batches == 1 ? ZOE_GRAD_STAGE_SLOTS - ZOE_GRAD_STAGE_AHEAD
+                                                      : ZOE_GRAD_STAGE_SLOTS;
         z.drive_ahead = cfg->state_ahead > 0 ? cfg->state_ahead : ZOE_STATE_AHEAD_DEFAULT;
         zoe_state_drive_sizes(&z, lay);
     }

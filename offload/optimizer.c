@@ -84,6 +84,7 @@ zoe_status zoe_config_check(const zoe_optimizer_config *c) {
     if (c->state_ahead < 0) BAD("state_ahead %d is negative", c->state_ahead);
     if (c->grads_on_drives != 0 && c->grads_on_drives != 1)
         BAD("grads_on_drives %d is not 0 or 1", c->grads_on_drives);
+    if (c->micro_batches < 0) BAD("micro_batches %d is negative (0: not known)", c->micro_batches);
     if (c->grads_on_drives && !(c->state_paths && c->state_paths[0]))
         BAD("grads_on_drives without state_paths: the gradient goes to the state's drives");
     if (c->params_on_drive && !(c->params_on_host && c->state_paths && c->state_paths[0]))

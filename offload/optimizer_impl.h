@@ -99,8 +99,9 @@ typedef struct zoe_state_sizes {
     /* The gradient partition(s) on drives too (cfg.grads_on_drives): h_grads regions per bucket
      * of drive_grad_slot bytes at most, counted in drive_bytes and drive_paged; each ring slot
      * holds a bucket's gradient after its state (drive_slot counts it), and drive_stage bytes of
-     * host memory stage the accumulation (ZOE_GRAD_STAGE_SLOTS buckets). */
-    int drive_grads;
+     * host memory stage the accumulation (drive_stage_slots buckets: ZOE_GRAD_STAGE_SLOTS, or
+     * with one micro-batch a step, cfg.micro_batches, none to read ahead). */
+    int drive_grads, drive_stage_slots;
     size_t drive_grad_slot, drive_stage;
     /* Weights on drives (cfg.params_on_drive with streamed weights and state on drives): the
      * host partition of the weights lives in the buckets' regions too, as the master where
@@ -197,8 +198,9 @@ typedef struct zoe_state_drive {
     int stage_state[ZOE_GRAD_STAGE_SLOTS], stage_bucket[ZOE_GRAD_STAGE_SLOTS],
         stage_buf[ZOE_GRAD_STAGE_SLOTS], stage_busy[ZOE_GRAD_STAGE_SLOTS];
     zoe_drive_io_ticket stage_ticket[ZOE_GRAD_STAGE_SLOTS];
-    int stage_next; /* where the search for a free slot starts: the oldest write */
-    int stage_open; /* the slot being summed, -1: none */
+    int stage_slots; /* of them in use: sz.drive_stage_slots */
+    int stage_next;  /* where the search for a free slot starts: the oldest write */
+    int stage_open;  /* the slot being summed, -1: none */
     /* The order the buckets were staged in: the last micro-batch's (stage_order_count of
      * them, stage_rank[b] bucket b's place, -1: not staged), the prediction of this one's;
      * this one's so far (stage_now, stage_count). stage_done[b]: b staged in this one. */

@@ -72,7 +72,7 @@ void zoe_state_drive_sizes(zoe_state_sizes *z, const zoe_layout *lay) {
         z->drive_grad_slot = glargest;
         z->drive_slot += glargest; /* a ring slot shows the bucket's gradient after its state */
         z->drive_bytes += gall * (size_t)z->h_grads;
-        z->drive_stage = ZOE_GRAD_STAGE_SLOTS * glargest;
+        z->drive_stage = (size_t)z->drive_stage_slots * glargest;
     }
     /* 2 ahead + 1 slots, or one per bucket where there are fewer: bucket b always takes slot
      * b % slots, and the slot's last bucket, b - slots, is then never one of this step's */
@@ -339,10 +339,10 @@ static char *stage_slot(const zoe_optimizer *opt, int s) {
  * from stage_next holds the oldest write. -1 when none is free. */
 static zoe_status stage_take(zoe_state_drive *d, int *slot) {
     *slot = -1;
-    for (int i = 0; i < ZOE_GRAD_STAGE_SLOTS; i++) {
-        int s = (d->stage_next + i) % ZOE_GRAD_STAGE_SLOTS;
+    for (int i = 0; i < d->stage_slots; i++) {
+        int s = (d->stage_next + i) % d->stage_slots;
         if (d->stage_state[s] != ZOE_STAGE_FREE) continue;
-        d->stage_next = (s + 1) % ZOE_GRAD_STAGE_SLOTS;
+        d->stage_next = (s + 1) % d->stage_slots;
         *slot = s;
         return stage_wait(d, s);
     }
@@ -350,12 +350,13 @@ static zoe_status stage_take(zoe_state_drive *d, int *slot) {
 }
 
 /* Starts the read of bucket b's region of partition buf into a free slot, unless b is staged in
- * this micro-batch already, is read ahead already, or ZOE_GRAD_STAGE_AHEAD buckets are. */
+ * this micro-batch already, is read ahead already, or ZOE_GRAD_STAGE_AHEAD buckets are (or the
+ * staging has no slots to read ahead into: one micro-batch a step). */
 static zoe_status read_ahead(zoe_optimizer *opt, int b, int buf) {
     zoe_state_drive *d = opt->drive;
-    if (d->stage_done[b]) return ZOE_OK;
+    if (d->stage_done[b] || d->stage_slots < ZOE_GRAD_STAGE_SLOTS) return ZOE_OK;
     int ahead = 0, s;
-    for (s = 0; s < ZOE_GRAD_STAGE_SLOTS; s++) {
+    for (s = 0; s < d->stage_slots; s++) {
         if (d->stage_state[s] != ZOE_STAGE_AHEAD) continue;
         if (d->stage_bucket[s] == b) return ZOE_OK;
         ahead++;
@@ -401,7 +402,7 @@ zoe_status zoe_grad_stage_begin(zoe_optimizer *opt, int b, int buf, int assign, 
         d->stage_state[d->stage_open] = ZOE_STAGE_FREE; /* one left by a failure */
     d->stage_open = -1;
     int s = -1;
-    for (int i = 0; i < ZOE_GRAD_STAGE_SLOTS; i++)
+    for (int i = 0; i < d->stage_slots; i++)
         if (d->stage_state[i] == ZOE_STAGE_AHEAD && d->stage_bucket[i] == b) s = i;
     if (s >= 0 && (assign || d->stage_buf[s] != buf)) { /* not the bytes it needs: dropped */
         ZOE_TRY(stage_wait(d, s));
@@ -457,7 +458,7 @@ zoe_status zoe_grad_stage_end(zoe_optimizer *opt, int b, int buf, int wait) {
 zoe_status zoe_grad_stage_drain(zoe_optimizer *opt) {
     zoe_state_drive *d = opt->drive;
     zoe_status st = ZOE_OK;
-    for (int s = 0; d && d->stage && s < ZOE_GRAD_STAGE_SLOTS; s++) {
+    for (int s = 0; d && d->stage && s < d->stage_slots; s++) {
         zoe_status w = stage_wait(d, s);
         if (st == ZOE_OK) st = w;
         if (d->stage_state[s] == ZOE_STAGE_AHEAD)
@@ -511,6 +512,7 @@ zoe_status zoe_state_drive_create(zoe_optimizer *opt) {
     d->stage_now = calloc((size_t)nb, sizeof *d->stage_now);
     d->stage_done = calloc((size_t)nb, sizeof *d->stage_done);
     d->stage_open = -1;
+    d->stage_slots = opt->sz.drive_stage_slots;
     d->paths_text = strdup(opt->cfg.state_paths);
     d->paths_given = strdup(opt->cfg.state_paths);
     opt->cfg.state_paths = d->paths_given; /* the caller's string may go */

@@ -100,6 +100,7 @@ void zoe_train_optimizer_config(const zoe_train_config *c, const zoe_gpt *g,
         oc->state_paths = c->nvme_path;
         oc->state_ahead = c->nvme_ahead;
         oc->grads_on_drives = c->offload_grads == ZOE_OFFLOAD_GRADS_NVME;
+        oc->micro_batches = c->grad_accum;
     }
 }
 

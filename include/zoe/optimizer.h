@@ -228,7 +228,8 @@ typedef struct zoe_optimizer_config {
     /* With state_paths: 1 puts the host gradient partition(s) on the drives too (zoe-train
      * --offload-grads nvme; docs/nvme.md, "The gradient partition on drives"), one region per
      * bucket beside the state's; host memory then holds a staging ring of 4 bucket partitions
-     * for the accumulation (one summed, one written, two read ahead) and a bucket's gradient in
+     * for the accumulation (one summed, one written, two read ahead; 2 where micro_batches is 1)
+     * and a bucket's gradient in
      * each state ring slot. Bit for bit the same gradients, norm, steps and checkpoints. 0 (the
      * default): the partition in host memory. */
     int grads_on_drives;
@@ -239,6 +240,12 @@ typedef struct zoe_optimizer_config {
      * is then NULL between calls, and the weights are reached with zoe_optimizer_params_copy
      * (the weight stream reads them straight from the drives). 0: the default. */
     int params_on_drive;
+    /* The micro-batches a step will have, as far as the caller knows (zoe-train: --grad-accum);
+     * 0 (the default): not known. With grads_on_drives and 1, nothing is read back to add to,
+     * so the accumulation stages 2 bucket partitions instead of 4 (none read ahead). A step
+     * with more micro-batches than said still sums the same bits: each bucket is read at its
+     * turn. */
+    int micro_batches;
 } zoe_optimizer_config;
 
 #define ZOE_OPTIMIZER_CONFIG_INITIALIZER                                                           \

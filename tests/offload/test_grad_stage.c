@@ -14,6 +14,11 @@
  * the reference's. Between two micro-batches of the second step, reads ahead started and then
  * dropped leave every staging slot free, and the step still matches.
  *
+ * The same with the optimizer told one micro-batch a step (zoe_optimizer_config.micro_batches
+ * 1), and given three: it stages in ZOE_GRAD_STAGE_SLOTS - ZOE_GRAD_STAGE_AHEAD slots (its
+ * footprint says so), reads nothing ahead (counted: every bucket of the second and third
+ * micro-batches read at its turn), and still matches bit for bit.
+ *
  * A fault injected into a read ahead (zoe_drive_io_inject_fault at the region of the bucket the
  * second micro-batch stages fourth, read ahead while its second bucket is summed) fails the
  * micro-batch with ZOE_ERR_IO naming the scratch file and that offset, every bucket up to it
@@ -42,24 +47,27 @@ typedef struct run {
     zoe_optimizer *opt;
 } run;
 
-static zoe_optimizer_config config(int grads_on_drives) {
+/* micro_batches: zoe_optimizer_config.micro_batches (0: not said) */
+static zoe_optimizer_config config(int grads_on_drives, int micro_batches) {
     zoe_optimizer_config c;
     zoe_optimizer_config_default(&c);
     c.bucket_numel = 8192;
     c.bucket_ring = 2;
     c.state_paths = drive_dir[grads_on_drives];
     c.grads_on_drives = grads_on_drives;
+    c.micro_batches = micro_batches;
     return c;
 }
 
-static int open_run(run *r, zoe_grid *grid, int grads_on_drives, const double *w) {
+static int open_run(run *r, zoe_grid *grid, int grads_on_drives, int micro_batches,
+                    const double *w) {
     zoe_param_tensor t[NT];
     static char names[NT][8];
     for (int i = 0; i < NT; i++) {
         snprintf(names[i], sizeof names[i], "t%d", i);
         t[i] = (zoe_param_tensor){names[i], numel[i], i % 2, i % 2};
     }
-    zoe_optimizer_config c = config(grads_on_drives);
+    zoe_optimizer_config c = config(grads_on_drives, micro_batches);
     memset(r, 0, sizeof *r);
     CHECK_OK(zoe_device_create(ZOE_BACKEND_CPU, 0, &r->dev));
     CHECK_OK(zoe_stream_create(r->dev, &r->stream));
@@ -105,14 +113,24 @@ static void gradients(double *g, size_t total, int step, int micro) {
     for (size_t i = 0; i < total; i++) g[i] = test_rng_normal(&rng);
 }
 
-static void equality(zoe_grid *grid, const double *w, double *g, size_t total) {
+/* told_one: the optimizer with the gradient on drives is told one micro-batch a step */
+static void equality(zoe_grid *grid, const double *w, double *g, size_t total, int told_one) {
     run ref, drv;
-    if (!open_run(&ref, grid, 0, w) || !open_run(&drv, grid, 1, w)) return;
+    if (!open_run(&ref, grid, 0, 0, w) || !open_run(&drv, grid, 1, told_one, w)) return;
     const zoe_state_drive *d = drv.opt->drive;
     const int nb = drv.opt->lay.num_buckets;
     CHECK(drv.opt->sz.drive_grads && nb > ZOE_GRAD_STAGE_SLOTS && nb <= 64,
           "%d buckets with the gradient %s: not more than the %d staging slots", nb,
           drv.opt->sz.drive_grads ? "on drives" : "in host memory", ZOE_GRAD_STAGE_SLOTS);
+    const int slots = told_one ? ZOE_GRAD_STAGE_SLOTS - ZOE_GRAD_STAGE_AHEAD : ZOE_GRAD_STAGE_SLOTS;
+    zoe_optimizer_footprint f;
+    CHECK_OK(zoe_optimizer_memory(drv.opt, &f));
+    CHECK(drv.opt->sz.drive_stage == (size_t)slots * drv.opt->sz.drive_grad_slot && d &&
+              d->stage_slots == slots &&
+              f.drive_ring_bytes == (size_t)d->slots * d->slot_bytes + drv.opt->sz.drive_stage,
+          "told %d micro-batches a step: %zu staging bytes (%d slots), want %d slots of %zu",
+          told_one, drv.opt->sz.drive_stage, d ? d->stage_slots : -1, slots,
+          drv.opt->sz.drive_grad_slot);
     int order[MICRO][64];
     orders(nb, order);
     double *a = malloc(total * sizeof(double)), *b = malloc(total * sizeof(double));
@@ -121,23 +139,22 @@ static void equality(zoe_grid *grid, const double *w, double *g, size_t total) {
             gradients(g, total, s, m);
             CHECK_OK(feed(ref.opt, order[m], g));
             CHECK_OK(feed(drv.opt, order[m], g));
-            if (m == 1) /* predicted: every bucket read ahead */
-                CHECK(d->stage_hits == nb && d->stage_misses == 0,
-                      "step %d, micro-batch 1: %ld buckets read ahead, %ld at their turn (want %d "
-                      "and 0)",
-                      s, d->stage_hits, d->stage_misses, nb);
-            if (m == 2) /* the order reversed: the two read ahead first, the rest at their turn */
-                CHECK(d->stage_hits == nb + 2 && d->stage_misses == nb - 2,
-                      "step %d, micro-batch 2: %ld buckets read ahead, %ld at their turn (want "
-                      "%d and %d)",
-                      s, d->stage_hits, d->stage_misses, nb + 2, nb - 2);
+            /* predicted: every bucket read ahead; the order reversed: the two read ahead first,
+             * the rest at their turn; told one micro-batch: every bucket at its turn */
+            const long hits = told_one ? 0 : m == 1 ? nb : nb + 2;
+            const long misses = told_one ? (long)m * nb : m == 1 ? 0 : nb - 2;
+            if (m > 0)
+                CHECK(d->stage_hits == hits && d->stage_misses == misses,
+                      "step %d, micro-batch %d: %ld buckets read ahead, %ld at their turn (want "
+                      "%ld and %ld)",
+                      s, m, d->stage_hits, d->stage_misses, hits, misses);
             if (s == 1 && m == 0) { /* reads ahead started, then dropped */
                 CHECK_OK(zoe_grad_stage_micro_batch(drv.opt, drv.opt->grad_buf, 1));
                 int ahead = 0;
                 for (int i = 0; i < ZOE_GRAD_STAGE_SLOTS; i++)
                     ahead += d->stage_state[i] == ZOE_STAGE_AHEAD;
-                CHECK(ahead == ZOE_GRAD_STAGE_AHEAD, "%d slots read ahead, want %d", ahead,
-                      ZOE_GRAD_STAGE_AHEAD);
+                CHECK(ahead == (told_one ? 0 : ZOE_GRAD_STAGE_AHEAD),
+                      "%d slots read ahead, want %d", ahead, told_one ? 0 : ZOE_GRAD_STAGE_AHEAD);
                 CHECK_OK(zoe_grad_stage_drain(drv.opt));
                 for (int i = 0; i < ZOE_GRAD_STAGE_SLOTS; i++)
                     CHECK(d->stage_state[i] == ZOE_STAGE_FREE && !d->stage_busy[i],
@@ -171,7 +188,7 @@ static void equality(zoe_grid *grid, const double *w, double *g, size_t total) {
 
 static void fault(zoe_grid *grid, const double *w, double *g, size_t total) {
     run r;
-    if (!open_run(&r, grid, 1, w)) return;
+    if (!open_run(&r, grid, 1, 0, w)) return;
     const zoe_state_drive *d = r.opt->drive;
     const int nb = r.opt->lay.num_buckets;
     int order[MICRO][64];
@@ -218,7 +235,8 @@ int main(int argc, char **argv) {
         test_rng rng;
         test_rng_seed(&rng, 7);
         for (size_t i = 0; i < total; i++) w[i] = 2 * test_rng_uniform(&rng) - 1;
-        equality(grid, w, g, total);
+        equality(grid, w, g, total, 0);
+        equality(grid, w, g, total, 1);
         fault(grid, w, g, total);
         free(w), free(g);
         zoe_grid_destroy(grid);

@@ -55,6 +55,9 @@ static void schedule(zoe_optimizer_config *c) {
 static void kappa(zoe_optimizer_config *c) {
     c->dpu_dc_kappa = -1;
 }
+static void micro_batches(zoe_optimizer_config *c) {
+    c->micro_batches = -2;
+}
 static void exact_beta1(zoe_optimizer_config *c) {
     c->dpu_warmup = 2, c->dpu_schedule = ZOE_DPU_EXACT, c->beta1 = 0;
 }
@@ -76,6 +79,7 @@ static void config_errors(void) {
                  {mode, "gradient mode 9"},
                  {schedule, "unknown DPU schedule 7"},
                  {kappa, "dpu_dc_kappa -1"},
+                 {micro_batches, "micro_batches -2 is negative"},
                  {exact_beta1, "beta1 0 and beta2 0.999 must be > 0"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zoe_optimizer_config cfg;

@@ -150,11 +150,11 @@ static void check_terms(const char *what, zoe_plan_config p, int grads) {
      * 5 slots of a bucket's state in plain memory, its weights where they are on the drives
      * (the master that is them, or their copy), and its gradient (its arrays each padded to
      * 4096 bytes), and with the gradient ZOE_GRAD_STAGE_SLOTS staging buckets of it (the one
-     * summed, the one written, those read ahead) */
+     * summed, the one written, those read ahead; none read ahead at one micro-batch a step) */
     const double plain = state_all - (master_is_weights ? 2 * P : 0);
     const double paged_weights = weights ? (master_is_weights ? 2 * P : esz * P) : 0;
     const double per_element = (plain + paged_weights + G) / P,
-                 staged = ZOE_GRAD_STAGE_SLOTS * G / P;
+                 staged = (ZOE_GRAD_STAGE_SLOTS - (k == 1 ? ZOE_GRAD_STAGE_AHEAD : 0)) * G / P;
     const double ring = r.drive.state_ring;
     double largest = fmax(4 * h * h / t, padded / t * h); /* fc1's or the embedding's shard */
     const double bucket = fmax(largest, 16.0 * (1 << 20) / esz);
