@@ -13,6 +13,7 @@
 #include "engine/formats/json_file.h"
 #include "engine/train/trainer_impl.h"
 #include "models/gpt.h"
+#include "runtime/agree.h"
 #include "runtime/error.h"
 #include "zoe/zoe.h"
 
@@ -413,10 +414,10 @@ static zoe_status save_checkpoint(zoe_trainer *tr, const char *dir, int keep_las
     if (saved) snprintf(saved, cap, "%s/%s", dir, name);
     zoe_status st = ZOE_OK;
     if (rank == 0) st = prepare_dir(dir, name, &skip);
-    ZOE_TRY(ckpt_agree(comm, st));
+    ZOE_TRY(zoe_agree(comm, st));
     MPI_Bcast(&skip, 1, MPI_INT, 0, comm);
     if (skip) return ZOE_OK;
-    ZOE_TRY(ckpt_agree(comm, zoe_optimizer_settle(v.opt, &refresh_due)));
+    ZOE_TRY(zoe_agree(comm, zoe_optimizer_settle(v.opt, &refresh_due)));
     zoe_optimizer_progress op;
     ZOE_TRY(zoe_optimizer_progress_get(v.opt, &op));
     zoe_safetensors tables[NUM_FILES];
@@ -427,7 +428,7 @@ static zoe_status save_checkpoint(zoe_trainer *tr, const char *dir, int keep_las
     uint64_t need = 0;
     if (rank == 0) st = checkpoint_bytes(&v, files, &need);
     if (st == ZOE_OK && rank == 0) st = ckpt_room_check("save into", dir, need);
-    st = ckpt_agree(comm, st);
+    st = zoe_agree(comm, st);
     ckpt_io io = io_of(&v);
     for (; st == ZOE_OK && built < files; built++) {
         ckpt_runs runs;
@@ -436,7 +437,7 @@ static zoe_status save_checkpoint(zoe_trainer *tr, const char *dir, int keep_las
         sums[built] = calloc((size_t)tables[built].count, sizeof(uint64_t));
         st = sums[built] ? file_runs(&v, built, 0, NULL, NULL, &runs)
                          : zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
-        st = ckpt_agree(comm, st);
+        st = zoe_agree(comm, st);
         if (st != ZOE_OK) {
             built++;
             break;
@@ -464,9 +465,9 @@ static zoe_status save_checkpoint(zoe_trainer *tr, const char *dir, int keep_las
         zoe_safetensors_free(&tables[i]);
         free(sums[i]);
     }
-    st = ckpt_agree(comm, st);
+    st = zoe_agree(comm, st);
     if (st != ZOE_OK && rank == 0) st = discard_partial(&v, files, partial, st);
-    return ckpt_agree(comm, st);
+    return zoe_agree(comm, st);
 }
 
 /* ---- load ---- */
@@ -688,15 +689,15 @@ static zoe_status load_file(const ckpt_view *v, const cJSON *root, const char *d
         st = zoe_fail(ZOE_ERR_INVALID_ARGUMENT, "%s: %llu bytes, trainer.json says %lld", path,
                       (unsigned long long)(got.data_offset + got.data_size), (long long)bytes);
     if (st == ZOE_OK) st = check_table(&got, &want, file == FILE_OPTIMIZER, path);
-    st = ckpt_agree(comm, st);
+    st = zoe_agree(comm, st);
     ckpt_int8_blocks *int8 = NULL;
     if (st == ZOE_OK && file == FILE_OPTIMIZER)
-        st = ckpt_agree(comm, int8_blocks(v, root, path, &got, &want, &int8));
+        st = zoe_agree(comm, int8_blocks(v, root, path, &got, &want, &int8));
     ckpt_runs runs = {0};
     if (st == ZOE_OK) st = file_runs(v, file, 1, &got, int8, &runs);
     uint64_t *sums = calloc((size_t)got.count, sizeof *sums);
     if (st == ZOE_OK && !sums) st = zoe_fail(ZOE_ERR_OUT_OF_MEMORY, "checksums");
-    st = ckpt_agree(comm, st);
+    st = zoe_agree(comm, st);
     ckpt_io io = io_of(v);
     io.int8 = int8;
     /* int8 moments requantised from values (an older file's F32, another grid's blocks) are
@@ -748,7 +749,7 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     cJSON *root = NULL;
     zoe_status st = ckpt_read_trainer_json(dir, &root);
     if (st == ZOE_OK) st = check_run(v, root, dir);
-    st = ckpt_agree(comm, st);
+    st = zoe_agree(comm, st);
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     int refresh_due = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "refresh_due"));
     /* The stale weights are in the compute dtype of the run that saved; another dtype cannot
@@ -763,7 +764,7 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
         refresh_due = 0;
     }
     for (int file = 0; st == ZOE_OK && file < FILE_PARAMS; file++)
-        st = ckpt_agree(comm, load_file(v, root, dir, file, hint));
+        st = zoe_agree(comm, load_file(v, root, dir, file, hint));
     zoe_optimizer_progress op = {.iteration = json_num(o, "iteration", -1),
                                  .step = json_num(o, "step", -1),
                                  .skipped_total = json_num(o, "skipped_total", -1),
@@ -773,15 +774,15 @@ static zoe_status load_resolved(const ckpt_view *v, const char *dir) {
     if (cJSON_IsNumber(ls)) op.loss_scale = (float)ls->valuedouble;
     const cJSON *last_lr = cJSON_GetObjectItemCaseSensitive(o, "last_lr");
     if (cJSON_IsNumber(last_lr)) op.last_lr = (float)last_lr->valuedouble; /* older: none */
-    if (st == ZOE_OK) st = ckpt_agree(comm, zoe_optimizer_progress_set(v->opt, &op));
+    if (st == ZOE_OK) st = zoe_agree(comm, zoe_optimizer_progress_set(v->opt, &op));
     double t0 = MPI_Wtime();
-    if (st == ZOE_OK) st = ckpt_agree(comm, zoe_optimizer_refresh_params(v->opt));
+    if (st == ZOE_OK) st = zoe_agree(comm, zoe_optimizer_refresh_params(v->opt));
     zoe_log(ZOE_LOG_DEBUG, "load: refresh of the parameters %.3f s", MPI_Wtime() - t0);
     /* Under DPU the next forward reads the stale weights; the latest are refreshed at the next
      * step, as in the run that saved. */
-    if (st == ZOE_OK && refresh_due) st = ckpt_agree(comm, zoe_optimizer_defer_refresh(v->opt));
+    if (st == ZOE_OK && refresh_due) st = zoe_agree(comm, zoe_optimizer_defer_refresh(v->opt));
     if (st == ZOE_OK && refresh_due)
-        st = ckpt_agree(comm, load_file(v, root, dir, FILE_PARAMS, hint));
+        st = zoe_agree(comm, load_file(v, root, dir, FILE_PARAMS, hint));
     if (st == ZOE_OK) {
         zoe_gpt_set_forward_count(v->gpt, (uint64_t)json_num(root, "dropout_forward_count", 0));
         zoe_trainer_set_steps_done(v->tr, (int)json_num(root, "step", 0));
@@ -804,7 +805,7 @@ static zoe_status load_checkpoint(zoe_trainer *tr, const char *path, char *loade
     char dir[ZOE_PATH_MAX] = "";
     zoe_status st = ZOE_OK;
     if (zoe_grid_rank(v.grid) == 0) st = zoe_checkpoint_resolve(path, dir, sizeof dir);
-    ZOE_TRY(ckpt_agree(comm, st));
+    ZOE_TRY(zoe_agree(comm, st));
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, comm);
     if (loaded) snprintf(loaded, cap, "%s", dir);
     return load_resolved(&v, dir);

@@ -74,10 +74,6 @@ uint64_t ckpt_hash_elements(uint64_t salt, uint64_t gidx, const void *data, uint
     return sum;
 }
 
-zoe_status ckpt_agree(MPI_Comm comm, zoe_status st) {
-    return zoe_agree(comm, st);
-}
-
 /* Bytes this process has written through checkpoints, for the crash hook. */
 static void test_hooks(uint64_t written, uint64_t next) {
     const char *slow = getenv("ZOE_CKPT_TEST_SLOW_MS");
@@ -280,7 +276,7 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
             if (skip == r->n) ri++, skip = 0;
         }
         /* Every rank takes part in every round's collectives, failed or not, so none hangs. */
-        st = ckpt_agree(io->comm, st);
+        st = zoe_agree(io->comm, st);
         if (st != ZOE_OK) break;
         if (write) test_hooks(io->written, used);
         MPI_Datatype view = MPI_BYTE;
@@ -337,7 +333,7 @@ static zoe_status move_rounds(ckpt_io *io, MPI_File fh, const char *path,
 }
 
 static zoe_status finish_checksums(ckpt_io *io, int count, uint64_t *checksums, zoe_status st) {
-    ZOE_TRY(ckpt_agree(io->comm, st));
+    ZOE_TRY(zoe_agree(io->comm, st));
     MPI_Allreduce(MPI_IN_PLACE, checksums, count, MPI_UINT64_T, MPI_SUM, io->comm);
     return ZOE_OK;
 }
@@ -351,7 +347,7 @@ static zoe_status open_file(ckpt_io *io, const char *path, int amode, MPI_File *
     zoe_status st = rc == MPI_SUCCESS
                         ? ZOE_OK
                         : mpi_fail(rc, amode & MPI_MODE_CREATE ? "creating" : "opening", path, 0);
-    st = ckpt_agree(io->comm, st);
+    st = zoe_agree(io->comm, st);
     if (st != ZOE_OK && rc == MPI_SUCCESS) MPI_File_close(fh);
     return st;
 }
@@ -402,7 +398,7 @@ zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table
         return st;
     }
     if (rank == 0) st = reserve(path, bytes);
-    st = ckpt_agree(io->comm, st);
+    st = zoe_agree(io->comm, st);
     /* The full size first, so a truncated file is never mistaken for a complete one. */
     int rc = st == ZOE_OK ? MPI_File_set_size(fh, (MPI_Offset)bytes) : MPI_SUCCESS;
     if (rc != MPI_SUCCESS) st = mpi_fail(rc, "sizing", path, bytes);
@@ -416,7 +412,7 @@ zoe_status ckpt_file_write(ckpt_io *io, const char *path, zoe_safetensors *table
                 mpi_fail(rc != MPI_SUCCESS ? rc : MPI_ERR_IO, "writing the header of", path, bytes);
     }
     free(header);
-    st = ckpt_agree(io->comm, st);
+    st = zoe_agree(io->comm, st);
     double t0 = MPI_Wtime();
     if (st == ZOE_OK) st = move_rounds(io, fh, path, table, runs, ROUND_WRITE, checksums);
     double t1 = MPI_Wtime();
@@ -464,5 +460,5 @@ zoe_status ckpt_read_tensor(MPI_Comm comm, const char *path, const zoe_safetenso
         done += (uint64_t)n;
     }
     MPI_File_close(&fh);
-    return ckpt_agree(comm, st);
+    return zoe_agree(comm, st);
 }

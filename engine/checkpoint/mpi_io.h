@@ -75,10 +75,6 @@ uint64_t ckpt_salt(const char *name);
 uint64_t ckpt_hash_elements(uint64_t salt, uint64_t gidx, const void *data, uint64_t n,
                             size_t elem_size);
 
-/* Every rank of comm learns whether any failed, with the status and message of the lowest
- * failing rank (runtime/agree.h's zoe_agree). */
-zoe_status ckpt_agree(MPI_Comm comm, zoe_status st);
-
 /* Creates path, reserves its bytes (rank 0, posix_fallocate), writes table's header (rank 0)
  * and every rank's runs collectively, checking every write's count, syncs, then reads the runs
  * back and compares their checksums with the ones written. checksums[table->count] receives the
